@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian package Loom needs that is missing. Idempotent; silent when all present.
+set -euo pipefail
+
+packages=(
+  g++ cmake make ccache pkg-config
+  libdnnl-dev           # oneDNN: GEMM (AVX2/AVX-512/AMX)
+  libgtest-dev          # unit tests
+  libbenchmark-dev      # kernel benchmarks
+  zlib1g-dev            # gzip-compressed datasets
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "bootstrap: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,47 @@
+#include "loom/autograd/node.h"
+
+#include <atomic>
+
+namespace loom {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_next_sequence_nr{0};
+}
+
+bool grad_mode_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge edge_of(const Tensor& t) {
+  Edge e;
+  if (!t.defined() || !t.requires_grad()) return e;
+  if (t.grad_fn()) {
+    e.node = t.grad_fn();
+    e.output_nr = t.output_nr();
+  } else {
+    e.leaf = t.impl_ptr();
+  }
+  return e;
+}
+
+void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs, bool always) {
+  if (!t_grad_enabled || !(always || any_requires_grad(inputs))) return;
+  node->inputs.clear();
+  for (const Tensor& t : inputs) node->inputs.push_back(edge_of(t));
+  node->num_outputs = uint32_t(outputs.size());
+  node->sequence_nr = g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_grad_fn(node, uint32_t(i));
+}
+
+}  // namespace loom

@@ -1,0 +1,80 @@
+// A node of the backward graph: the backward function of one op application.
+//
+// Tensors own the node that produced them (Tensor::grad_fn), and nodes own the edges to the
+// nodes of their inputs, so a graph lives exactly as long as some output of it does and
+// several independent graphs (micro-batches) coexist without any global tape.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.h"
+
+namespace loom {
+
+// Where the gradient of one op input flows: into output `input_nr`... of `node`, or, when the
+// input was a leaf that requires grad, into that leaf's .grad.
+struct Edge {
+  std::shared_ptr<Node> node;  // the producer of the input (null for leaves / no-grad inputs)
+  uint32_t output_nr = 0;      // which output of that producer the input was
+  std::shared_ptr<TensorImpl> leaf;  // set when the input is a leaf requiring grad
+  bool active() const { return node != nullptr || leaf != nullptr; }
+};
+
+struct Node {
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // grad_outputs[i] is the gradient of output i (undefined if no gradient reached it).
+  // Returns one gradient per input edge (undefined where not needed).
+  virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
+  // Drops saved tensors after backward so activations are freed as early as possible.
+  virtual void release() {}
+
+  std::vector<Edge> inputs;
+  uint32_t num_outputs = 1;
+  // Creation order; the engine runs ready nodes latest-first, i.e. close to reverse forward
+  // order, which is the order DDP/FSDP hooks expect gradients to become ready in.
+  uint64_t sequence_nr = 0;
+};
+
+// True when gradients should be recorded on this thread (see NoGradGuard).
+bool grad_mode_enabled();
+
+// Disables graph recording for its scope (optimizer steps, evaluation, recompute forwards).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Turns recording back on inside a NoGradGuard (the recompute of activation checkpointing).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Whether an op with these inputs must record a node.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// The edge gradients of `t` flow along.
+Edge edge_of(const Tensor& t);
+
+// Connects `node` to `inputs` and makes it the grad_fn of `outputs` (output i = node output i).
+// Does nothing when recording is off or (unless `always`) no input requires grad. Every op:
+//   auto node = std::make_shared<MulBackward>(a, b);
+//   record(node, {a, b}, {out});
+void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs, bool always = false);
+
+}  // namespace loom

@@ -1,0 +1,131 @@
+// The kernel set every device backend implements. ops/ validates shapes and dtypes, allocates
+// outputs, records autograd nodes, and then calls these kernels through backend_for(device);
+// it never knows which device it runs on. A new device adds a Backend subclass under
+// backend/<device>/ and a case in registry.cpp, and nothing in ops/ changes.
+//
+// Conventions for every kernel: outputs are allocated by the caller and contiguous unless
+// said otherwise; floating kernels accept f32, bf16 (and f16 where noted) and compute in f32.
+#pragma once
+#include <cstdint>
+
+#include "loom/core/tensor.h"
+
+namespace loom {
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Gelu /* tanh approximation */, Silu,
+  Pow /* x^alpha */, AddScalar /* x+alpha */, MulScalar /* x*alpha */, Relu,
+};
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+enum class ReduceOp : uint8_t { Sum, Max };
+enum class RandomDist : uint8_t { Normal /* mean a, std b */, Uniform /* [a, b) */ };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // --- memory ---
+  // dst = src elementwise; same shape, any strides, any dtypes (converting: RNE, saturating fp8).
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void fill(const Tensor& dst, double value) = 0;
+  // Fills `out` (contiguous) with the block starting at `start` of a tensor of `global_shape`
+  // whose element at global row-major index i is value i of the Philox stream `key`.
+  virtual void random(RandomDist dist, uint64_t key, const Shape& global_shape, const Shape& start,
+                      float a, float b, const Tensor& out) = 0;
+
+  // --- elementwise: inputs strided (broadcast by stride 0) to out's shape; same dtype ---
+  virtual void unary(UnaryOp op, double alpha, const Tensor& x, const Tensor& out) = 0;
+  // gx = gout * d op(x) / dx
+  virtual void unary_backward(UnaryOp op, double alpha, const Tensor& x, const Tensor& gout,
+                              const Tensor& gx) = 0;
+  // out may be the same tensor as a (in-place accumulate).
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+
+  // --- reductions over the last dim of a contiguous (rows, n) tensor ---
+  // out: (rows). argmax (i64, rows) is written for Max when defined.
+  virtual void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out,
+                           const Tensor& argmax) = 0;
+
+  // --- GEMM: out(b) = a(b) @ b(b) (+ bias) for 3-D (batch, rows, cols) operands ---
+  // a, b may have any strides (a transpose is a stride swap) and batch 1 broadcasts
+  // (stride 0). bias (N) is optional (undefined tensor). Same dtype for a and b; out f32 or
+  // that dtype; accumulation in f32.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
+
+  // --- normalisation over the last dim of contiguous (rows, C) ---
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  float eps, const Tensor& y, const Tensor& mean,
+                                  const Tensor& rstd) = 0;
+  // gweight/gbias are overwritten (not accumulated); weight/bias/gweight/gbias may be undefined.
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& gy, const Tensor& gx,
+                                   const Tensor& gweight, const Tensor& gbias) = 0;
+  virtual void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
+                                const Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                 const Tensor& gy, const Tensor& gx, const Tensor& gweight) = 0;
+
+  // --- softmax over the last dim of contiguous (rows, n); log=true gives log_softmax ---
+  virtual void softmax_forward(const Tensor& x, bool log, const Tensor& y) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& gy, bool log, const Tensor& gx) = 0;
+
+  // --- cross entropy of contiguous logits (N, V) against i64 targets (N) ---
+  // loss (N) f32 = lse - logit[target] (0 where target == ignore_index); lse (N) f32 saved.
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                     int64_t ignore_index, const Tensor& loss,
+                                     const Tensor& lse) = 0;
+  // glogits = gloss[n] * (softmax - onehot) per row; rows with ignore_index get 0.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                      int64_t ignore_index, const Tensor& lse,
+                                      const Tensor& gloss, const Tensor& glogits) = 0;
+
+  // --- indexing on contiguous tensors; every index is range-checked (throws loom::Error) ---
+  // out = x.index_select(dim, index), index i64 1-D.
+  virtual void index_select(const Tensor& x, int64_t dim, const Tensor& index,
+                            const Tensor& out) = 0;
+  // out.index_add_(dim, index, src): out[.., index[i], ..] += src[.., i, ..]
+  virtual void index_add(const Tensor& out, int64_t dim, const Tensor& index,
+                         const Tensor& src) = 0;
+  // out[i][j][k] = x[i][index[i][j][k]][k] (for dim 1), index i64 with out's shape.
+  virtual void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = 0;
+  // out[i][index[i][j][k]][k] += src[i][j][k] (for dim 1), index i64 with src's shape.
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index,
+                           const Tensor& src) = 0;
+
+  // --- fused transformer pieces (contiguous) ---
+  // Rotary embedding on x (B, H, T, D), rotate-half pairing (i, i + D/2), angle
+  // positions[t] * theta^(-2i/D). inverse=true rotates by the negative angle (the backward).
+  virtual void rope(const Tensor& x, const Tensor& positions, double theta, bool inverse,
+                    const Tensor& out) = 0;
+  // out = x * (1 + scale) + shift; x (B, T, C), shift/scale (B, C).
+  virtual void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                                const Tensor& out) = 0;
+  virtual void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout,
+                                 const Tensor& gx, const Tensor& gshift,
+                                 const Tensor& gscale) = 0;
+  // out = silu(gate) * up, same shapes.
+  virtual void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout,
+                               const Tensor& ggate, const Tensor& gup) = 0;
+
+  // --- fused scaled-dot-product attention (flash-style: no S x S matrix is materialised) ---
+  // q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA); mask, if defined, is an
+  // additive f32 tensor broadcast to (B, Hq, Sq, Skv) through strides (stride 0 = broadcast).
+  // causal: query i sees keys j <= i + (Skv - Sq). out (B, Hq, Sq, D), lse (B, Hq, Sq) f32.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& mask, float scale, bool causal, const Tensor& out,
+                                 const Tensor& lse) = 0;
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& mask, float scale, bool causal, const Tensor& out,
+                                  const Tensor& lse, const Tensor& gout, const Tensor& gq,
+                                  const Tensor& gk, const Tensor& gv) = 0;
+};
+
+// The backend for a device; throws loom::Error naming the device if Loom was built without it.
+Backend& backend_for(Device device);
+
+Backend& cpu_backend();   // backend/cpu/cpu_backend.cpp
+Backend& cuda_backend();  // backend/cuda/ (or the no_cuda.cpp twin that throws)
+
+}  // namespace loom

@@ -1,0 +1,439 @@
+// Fused scaled-dot-product attention for the CPU, flash-style (FlashAttention-2 schedule).
+//
+// Forward: each (batch, head, query block) task walks the key blocks once, keeping a running
+// row max m and row sum l of the softmax (online softmax) and rescaling its output accumulator
+// when the max grows, so only a (block_q x block_k) score tile ever exists. It saves
+// lse = m + log(l) per query row for the backward.
+//
+// Backward: recomputes each score tile from q, k and lse (P = exp(S - lse)), with
+// Delta_i = rowsum(dO_i * O_i):
+//   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dQ += dS K * scale,  dK += dS^T Q * scale.
+// One task per (batch, kv head) walks every query head of its GQA group, so the dK/dV rows it
+// accumulates belong to it alone: no atomics, no per-thread copies of dK/dV.
+//
+// Tile products go through oneDNN's dnnl_sgemm; inside our OpenMP region it runs on the calling
+// thread. bf16/f16 tiles are widened to f32 on the way in and rounded once on the way out.
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "loom/backend/cpu/cpu_backend.h"
+#include "loom/backend/cpu/dtype_dispatch.h"
+#include "loom/backend/cpu/vec_math.h"
+
+namespace loom {
+namespace {
+
+// 64 queries x 128 keys: a score tile (32 KiB) plus the q/k/v tiles for D = 64 stay in L2, and
+// the diagonal tiles of a causal pass waste at most half a tile of work per query block.
+constexpr int64_t kBlockQ = 64;
+constexpr int64_t kBlockK = 128;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Dims {
+  int64_t batch, heads_q, heads_kv, group, seq_q, seq_kv, head_dim;
+  // causal: query i sees key j iff j <= i + causal_offset.
+  int64_t causal_offset;
+};
+
+// The additive mask seen as (B, Hq, Sq, Skv) through strides; data == nullptr when absent.
+struct MaskView {
+  const float* data = nullptr;
+  int64_t stride_b = 0, stride_h = 0, stride_i = 0, stride_j = 0;
+};
+
+void gemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const dnnl_status_t status =
+      dnnl_sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  LOOM_CHECK(status == dnnl_success) << "attention: dnnl_sgemm failed with status " << status;
+}
+
+// Returns `count` values of src as f32: src itself for f32 tensors (no copy), else the
+// widened values written into buf.
+template <typename T>
+const float* as_f32(const T* src, int64_t count, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    for (int64_t i = 0; i < count; ++i) buf[i] = to_f32(src[i]);
+    return buf;
+  }
+}
+
+template <typename T>
+void store(const float* src, int64_t count, T* dst) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = from_f32<T>(src[i]);
+}
+
+// Key range [0, end) that query block [i0, i0 + m) may see.
+int64_t key_end(const Dims& d, bool causal, int64_t i0, int64_t m) {
+  if (!causal) return d.seq_kv;
+  return std::clamp<int64_t>(i0 + m + d.causal_offset, 0, d.seq_kv);
+}
+
+// s (m, n; row stride ld) = scale * q_tile k_tile^T + mask, -inf where causality forbids.
+void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, int64_t b,
+                int64_t h, int64_t i0, int64_t m, int64_t j0, int64_t n, const float* q_tile,
+                const float* k_tile, float* s, int64_t ld) {
+  gemm('N', 'T', m, n, d.head_dim, scale, q_tile, d.head_dim, k_tile, d.head_dim, 0.0f, s, ld);
+  if (mask.data != nullptr) {
+    const float* base = mask.data + b * mask.stride_b + h * mask.stride_h;
+    const int64_t sj = mask.stride_j;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* mrow = base + (i0 + i) * mask.stride_i + j0 * sj;
+      float* row = s + i * ld;
+      if (sj == 1) {
+        for (int64_t j = 0; j < n; ++j) row[j] += mrow[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] += mrow[j * sj];
+      }
+    }
+  }
+  // Only the tiles that straddle the diagonal need masking: the others are fully visible
+  // (and the ones fully above it were never computed).
+  if (causal && j0 + n - 1 > i0 + d.causal_offset) {
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t first_hidden = std::max<int64_t>(i0 + i + d.causal_offset + 1 - j0, 0);
+      float* row = s + i * ld;
+      for (int64_t j = first_hidden; j < n; ++j) row[j] = kNegInf;
+    }
+  }
+}
+
+float row_max(const float* row, int64_t n) {
+  float mx = kNegInf;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+// row[j] = exp(row[j] - shift); returns the sum. shift must be finite.
+float exp_shifted(float* row, int64_t n, float shift) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = cpu::fast_exp(row[j] - shift);
+    row[j] = p;
+    sum += p;
+  }
+  return sum;
+}
+
+// Per-thread scratch, allocated once per parallel region: O(tile sizes x D).
+struct ForwardScratch {
+  std::vector<float> s, acc, row_m, row_l, q, k, v;
+  explicit ForwardScratch(int64_t dim)
+      : s(kBlockQ * kBlockK), acc(kBlockQ * dim), row_m(kBlockQ), row_l(kBlockQ),
+        q(kBlockQ * dim), k(kBlockK * dim), v(kBlockK * dim) {}
+};
+
+template <typename T>
+void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal, const T* q,
+                   const T* k, const T* v, T* out, float* lse, int64_t b, int64_t h, int64_t qb,
+                   ForwardScratch& w) {
+  const int64_t dim = d.head_dim;
+  const int64_t i0 = qb * kBlockQ, m = std::min(kBlockQ, d.seq_q - i0);
+  const int64_t bh = b * d.heads_q + h, bkv = b * d.heads_kv + h / d.group;
+  const float* q_tile = as_f32(q + (bh * d.seq_q + i0) * dim, m * dim, w.q.data());
+  const T* k_head = k + bkv * d.seq_kv * dim;
+  const T* v_head = v + bkv * d.seq_kv * dim;
+  float* s = w.s.data();
+  float* acc = w.acc.data();
+  float* row_m = w.row_m.data();
+  float* row_l = w.row_l.data();
+  std::fill_n(acc, m * dim, 0.0f);
+  std::fill_n(row_m, m, kNegInf);
+  std::fill_n(row_l, m, 0.0f);
+
+  const int64_t end = key_end(d, causal, i0, m);
+  for (int64_t j0 = 0; j0 < end; j0 += kBlockK) {
+    const int64_t n = std::min(kBlockK, end - j0);
+    const float* k_tile = as_f32(k_head + j0 * dim, n * dim, w.k.data());
+    const float* v_tile = as_f32(v_head + j0 * dim, n * dim, w.v.data());
+    score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, s, kBlockK);
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = s + i * kBlockK;
+      const float m_new = std::max(row_m[i], row_max(row, n));
+      if (m_new == kNegInf) {
+        // Every key so far is masked for this row: contribute nothing (and avoid -inf - -inf).
+        std::fill_n(row, n, 0.0f);
+        continue;
+      }
+      // exp(-inf - finite) = 0 wipes the (empty) accumulator on a row's first visible key.
+      const float correction = cpu::fast_exp(row_m[i] - m_new);
+      row_l[i] = row_l[i] * correction + exp_shifted(row, n, m_new);
+      row_m[i] = m_new;
+      if (correction != 1.0f) {
+        float* acc_row = acc + i * dim;
+        for (int64_t c = 0; c < dim; ++c) acc_row[c] *= correction;
+      }
+    }
+    gemm('N', 'N', m, dim, n, 1.0f, s, kBlockK, v_tile, dim, 1.0f, acc, dim);
+  }
+
+  // Fully masked rows (l == 0) produce out = 0 and lse = -inf, never NaN.
+  float* lse_rows = lse + bh * d.seq_q + i0;
+  for (int64_t i = 0; i < m; ++i) {
+    const float inv = row_l[i] > 0.0f ? 1.0f / row_l[i] : 0.0f;
+    float* acc_row = acc + i * dim;
+    for (int64_t c = 0; c < dim; ++c) acc_row[c] *= inv;
+    lse_rows[i] = row_l[i] > 0.0f ? row_m[i] + std::log(row_l[i]) : kNegInf;
+  }
+  store(acc, m * dim, out + (bh * d.seq_q + i0) * dim);
+}
+
+struct BackwardScratch {
+  // Tiles: scores/probabilities, dP/dS, dQ accumulator, q and dO widened.
+  std::vector<float> p, ds, dq, q, dout;
+  // Whole-head f32 copies of K and V and dK/dV accumulators: only for 16-bit dtypes
+  // (f32 tensors are read and accumulated in place). O(Skv x D): linear in the sequence.
+  std::vector<float> k, v, dk, dv;
+  BackwardScratch(int64_t dim, int64_t seq_kv, bool widen)
+      : p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK), dq(kBlockQ * dim), q(kBlockQ * dim),
+        dout(kBlockQ * dim) {
+    if (widen) {
+      k.resize(seq_kv * dim);
+      v.resize(seq_kv * dim);
+      dk.resize(seq_kv * dim);
+      dv.resize(seq_kv * dim);
+    }
+  }
+};
+
+template <typename T>
+void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool causal,
+                         const T* q, const T* k, const T* v, const T* out, const float* lse,
+                         const T* gout, T* gq, T* gk, T* gv, int64_t b, int64_t kvh,
+                         BackwardScratch& w) {
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  const int64_t dim = d.head_dim;
+  const int64_t bkv = b * d.heads_kv + kvh;
+  const int64_t head_elems = d.seq_kv * dim;
+  const float* k_head = as_f32(k + bkv * head_elems, head_elems, w.k.data());
+  const float* v_head = as_f32(v + bkv * head_elems, head_elems, w.v.data());
+  float* dk_head;
+  float* dv_head;
+  if constexpr (kF32) {
+    dk_head = gk + bkv * head_elems;
+    dv_head = gv + bkv * head_elems;
+  } else {
+    dk_head = w.dk.data();
+    dv_head = w.dv.data();
+  }
+  std::fill_n(dk_head, head_elems, 0.0f);
+  std::fill_n(dv_head, head_elems, 0.0f);
+
+  float* p = w.p.data();
+  float* ds = w.ds.data();
+  float* dq = w.dq.data();
+  float delta[kBlockQ];
+  for (int64_t g = 0; g < d.group; ++g) {
+    const int64_t h = kvh * d.group + g, bh = b * d.heads_q + h;
+    for (int64_t i0 = 0; i0 < d.seq_q; i0 += kBlockQ) {
+      const int64_t m = std::min(kBlockQ, d.seq_q - i0);
+      const int64_t row0 = (bh * d.seq_q + i0) * dim;
+      const float* q_tile = as_f32(q + row0, m * dim, w.q.data());
+      const float* dout_tile = as_f32(gout + row0, m * dim, w.dout.data());
+      const float* lse_rows = lse + bh * d.seq_q + i0;
+      for (int64_t i = 0; i < m; ++i) {
+        const T* o_row = out + row0 + i * dim;
+        const float* g_row = dout_tile + i * dim;
+        float sum = 0.0f;
+        for (int64_t c = 0; c < dim; ++c) sum += to_f32(o_row[c]) * g_row[c];
+        delta[i] = sum;
+      }
+      std::fill_n(dq, m * dim, 0.0f);
+
+      const int64_t end = key_end(d, causal, i0, m);
+      for (int64_t j0 = 0; j0 < end; j0 += kBlockK) {
+        const int64_t n = std::min(kBlockK, end - j0);
+        const float* k_tile = k_head + j0 * dim;
+        const float* v_tile = v_head + j0 * dim;
+        score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, p, kBlockK);
+        for (int64_t i = 0; i < m; ++i) {
+          float* row = p + i * kBlockK;
+          // lse = -inf marks a fully masked row: its probabilities (and gradients) are 0.
+          if (lse_rows[i] == kNegInf) {
+            std::fill_n(row, n, 0.0f);
+          } else {
+            exp_shifted(row, n, lse_rows[i]);
+          }
+        }
+        // dV[j0:j0+n] += P^T dO
+        gemm('T', 'N', n, dim, m, 1.0f, p, kBlockK, dout_tile, dim, 1.0f, dv_head + j0 * dim,
+             dim);
+        // dP = dO V^T, then dS = P * (dP - Delta) in place.
+        gemm('N', 'T', m, n, dim, 1.0f, dout_tile, dim, v_tile, dim, 0.0f, ds, kBlockK);
+        for (int64_t i = 0; i < m; ++i) {
+          const float* p_row = p + i * kBlockK;
+          float* ds_row = ds + i * kBlockK;
+          const float delta_i = delta[i];
+          for (int64_t j = 0; j < n; ++j) ds_row[j] = p_row[j] * (ds_row[j] - delta_i);
+        }
+        // dQ += scale * dS K ;  dK[j0:j0+n] += scale * dS^T Q
+        gemm('N', 'N', m, dim, n, scale, ds, kBlockK, k_tile, dim, 1.0f, dq, dim);
+        gemm('T', 'N', n, dim, m, scale, ds, kBlockK, q_tile, dim, 1.0f, dk_head + j0 * dim,
+             dim);
+      }
+      store(dq, m * dim, gq + row0);
+    }
+  }
+  if constexpr (!kF32) {
+    store(dk_head, head_elems, gk + bkv * head_elems);
+    store(dv_head, head_elems, gv + bkv * head_elems);
+  }
+}
+
+void check_same(const Tensor& t, const char* name, const Shape& shape, DType dtype) {
+  LOOM_CHECK(t.defined()) << "attention: " << name << " is undefined";
+  LOOM_CHECK(t.shape() == shape) << "attention: " << name << " has shape " << shape_str(t.shape())
+                                 << ", expected " << shape_str(shape);
+  LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype "
+                                 << dtype_name(t.dtype()) << ", expected " << dtype_name(dtype);
+  LOOM_CHECK(t.is_contiguous()) << "attention: " << name << " " << shape_str(t.shape())
+                                << " must be contiguous";
+}
+
+// Validates q/k/v/mask/out/lse and returns the problem dims.
+Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                  const Tensor& out, const Tensor& lse, MaskView& mask_view) {
+  LOOM_CHECK(q.defined() && k.defined() && v.defined()) << "attention: q, k and v are required";
+  LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
+      << "attention: q, k, v must be 4-D (B, H, S, D); got q " << shape_str(q.shape()) << ", k "
+      << shape_str(k.shape()) << ", v " << shape_str(v.shape());
+  const DType dtype = q.dtype();
+  LOOM_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16)
+      << "attention: unsupported dtype " << dtype_name(dtype) << " (expected f32, bf16 or f16)";
+  Dims d{};
+  d.batch = q.size(0);
+  d.heads_q = q.size(1);
+  d.seq_q = q.size(2);
+  d.head_dim = q.size(3);
+  d.heads_kv = k.size(1);
+  d.seq_kv = k.size(2);
+  LOOM_CHECK(k.size(0) == d.batch && k.size(3) == d.head_dim)
+      << "attention: k " << shape_str(k.shape()) << " does not match q " << shape_str(q.shape())
+      << " in batch or head dim";
+  LOOM_CHECK(d.heads_kv > 0 && d.heads_q % d.heads_kv == 0)
+      << "attention: q heads (" << d.heads_q << ") must be a multiple of k/v heads ("
+      << d.heads_kv << "); q " << shape_str(q.shape()) << ", k " << shape_str(k.shape());
+  d.group = d.heads_q / d.heads_kv;
+  d.causal_offset = d.seq_kv - d.seq_q;
+  check_same(q, "q", q.shape(), dtype);
+  check_same(k, "k", k.shape(), dtype);
+  check_same(v, "v", k.shape(), dtype);
+  check_same(out, "out", q.shape(), dtype);
+  check_same(lse, "lse", {d.batch, d.heads_q, d.seq_q}, DType::F32);
+
+  mask_view = MaskView{};
+  if (mask.defined()) {
+    LOOM_CHECK(mask.dtype() == DType::F32)
+        << "attention: mask must be f32, got " << dtype_name(mask.dtype());
+    LOOM_CHECK(mask.dim() == 4) << "attention: mask must be 4-D (broadcastable to (B, Hq, Sq, "
+                                   "Skv)), got "
+                                << shape_str(mask.shape());
+    const Shape full{d.batch, d.heads_q, d.seq_q, d.seq_kv};
+    int64_t strides[4];
+    for (int i = 0; i < 4; ++i) {
+      LOOM_CHECK(mask.size(i) == full[i] || mask.size(i) == 1)
+          << "attention: mask " << shape_str(mask.shape()) << " does not broadcast to " << shape_str(full);
+      // A size-1 dim broadcasts whatever stride it carries.
+      strides[i] = mask.size(i) == 1 ? 0 : mask.stride(i);
+    }
+    mask_view = MaskView{static_cast<const float*>(mask.data_ptr()), strides[0], strides[1],
+                         strides[2], strides[3]};
+  }
+  return d;
+}
+
+// Runs fn(scratch, t) for t in [0, tasks) on one OpenMP team, each thread with one Scratch
+// built by make_scratch. Dynamic scheduling: under a causal mask later query blocks carry more
+// key blocks. An exception cannot cross the parallel region, so the first one is carried out
+// and rethrown here.
+template <typename MakeScratch, typename Fn>
+void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
+  if (tasks <= 0) return;
+  const int threads =
+      omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), tasks));
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    try {
+      auto scratch = make_scratch();
+      // nowait: a thread that throws leaves the loop without waiting at its barrier.
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t t = 0; t < tasks; ++t) fn(scratch, t);
+    } catch (...) {
+#pragma omp critical(loom_attention_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& mask, float scale, bool causal, const Tensor& out,
+                                   const Tensor& lse) {
+  MaskView mask_view;
+  const Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
+  const int64_t q_blocks = (d.seq_q + kBlockQ - 1) / kBlockQ;
+  const int64_t tasks = d.batch * d.heads_q * q_blocks;
+  cpu::dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* qp = static_cast<const T*>(q.data_ptr());
+    const T* kp = static_cast<const T*>(k.data_ptr());
+    const T* vp = static_cast<const T*>(v.data_ptr());
+    T* outp = static_cast<T*>(out.data_ptr());
+    float* lsep = lse.data<float>();
+run_tasks(
+        tasks, [&] { return ForwardScratch(d.head_dim); },
+        [&](ForwardScratch& scratch, int64_t t) {
+          const int64_t qb = t % q_blocks, bh = t / q_blocks;
+          forward_block(d, mask_view, scale, causal, qp, kp, vp, outp, lsep, bh / d.heads_q,
+                        bh % d.heads_q, qb, scratch);
+        });
+  });
+}
+
+void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask, float scale, bool causal,
+                                    const Tensor& out, const Tensor& lse, const Tensor& gout,
+                                    const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+  MaskView mask_view;
+  const Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
+  check_same(gout, "gout", q.shape(), q.dtype());
+  check_same(gq, "gq", q.shape(), q.dtype());
+  check_same(gk, "gk", k.shape(), q.dtype());
+  check_same(gv, "gv", k.shape(), q.dtype());
+  const int64_t tasks = d.batch * d.heads_kv;
+  cpu::dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* qp = static_cast<const T*>(q.data_ptr());
+    const T* kp = static_cast<const T*>(k.data_ptr());
+    const T* vp = static_cast<const T*>(v.data_ptr());
+    const T* outp = static_cast<const T*>(out.data_ptr());
+    const T* goutp = static_cast<const T*>(gout.data_ptr());
+    T* gqp = static_cast<T*>(gq.data_ptr());
+    T* gkp = static_cast<T*>(gk.data_ptr());
+    T* gvp = static_cast<T*>(gv.data_ptr());
+    const float* lsep = lse.data<float>();
+run_tasks(
+        tasks,
+        [&] { return BackwardScratch(d.head_dim, d.seq_kv, !std::is_same_v<T, float>); },
+        [&](BackwardScratch& scratch, int64_t t) {
+          backward_head_group(d, mask_view, scale, causal, qp, kp, vp, outp, lsep, goutp, gqp,
+                              gkp, gvp, t / d.heads_kv, t % d.heads_kv, scratch);
+        });
+  });
+}
+
+}  // namespace loom

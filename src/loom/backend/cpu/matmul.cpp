@@ -1,0 +1,461 @@
+// CPU GEMM through oneDNN's matmul primitive.
+//
+// Operands reach oneDNN with their real strides, so a transpose (a stride swap), a padded row
+// stride or an interleaved batch costs nothing. Creating a primitive costs about a millisecond,
+// so one is created per geometry (shapes, strides, dtypes, bias) and kept for the life of the
+// process; each thread also keeps its own memory objects for every geometry it has run, so a
+// call in the steady state only binds data pointers and executes (no allocation on our side
+// beyond the scratchpad oneDNN asks for, which comes from the caching allocator).
+//
+// Layouts oneDNN cannot address (no unit stride in the matrix, overlapping matrices) are
+// packed into a dense temporary first. bf16 without a native oneDNN kernel (CPUs without
+// AVX-512: oneDNN 2.6 has no bf16 matmul there at all, and its reference kernel is a naive
+// loop) is widened to f32, multiplied by the f32 kernel and rounded back: bf16 values are
+// exact in f32 and the products are accumulated in f32 either way, so only speed differs.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "loom/backend/cpu/cpu_backend.h"
+#include "loom/backend/cpu/parallel.h"
+
+namespace loom {
+namespace {
+
+// --- operand geometry ---
+
+// One operand as a stack of matrices (batch, rows, cols); strides in elements.
+struct MatrixView {
+  char* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t batch = 1, rows = 0, cols = 0;
+  int64_t bs = 0, rs = 0, cs = 0;
+};
+
+struct BiasView {
+  char* data = nullptr;  // null: no bias
+  DType dtype = DType::F32;
+  int64_t n = 0, stride = 1;
+};
+
+// One GEMM after validation: out (batch) = a @ b + bias, a or b may have batch 1.
+struct Problem {
+  MatrixView a, b, out;
+  BiasView bias;
+};
+
+MatrixView view_of(const Tensor& t) {
+  MatrixView v;
+  v.data = static_cast<char*>(t.data_ptr());
+  v.dtype = t.dtype();
+  v.batch = t.size(0), v.rows = t.size(1), v.cols = t.size(2);
+  v.bs = t.stride(0), v.rs = t.stride(1), v.cs = t.stride(2);
+  return v;
+}
+
+// Strides of size-1 dims address nothing, but oneDNN reads them when it classifies a layout
+// (and so do our cache keys): rewrite them to the dense value. A batch of stride 0 is a
+// broadcast, i.e. batch 1 (only for inputs: an output batch of stride 0 stays and is refused).
+void canonicalize(MatrixView& v, bool batch_may_broadcast) {
+  if (v.cols == 1) v.cs = 1;
+  if (v.rows == 1) v.rs = v.cs == 1 ? v.cols : 1;
+  if (batch_may_broadcast && v.bs == 0) v.batch = 1;
+  if (v.batch == 1) v.bs = v.cs == 1 ? v.rows * v.rs : v.cols * v.cs;
+}
+
+// Whether oneDNN's jit GEMM can address the view in place: one matrix dim of unit stride and
+// no two elements at the same address (oneDNN refuses overlapping strides).
+bool addressable(const MatrixView& v) {
+  if (v.rs != 1 && v.cs != 1) return false;
+  std::array<std::pair<int64_t, int64_t>, 3> dims = {
+      {{v.bs, v.batch}, {v.rs, v.rows}, {v.cs, v.cols}}};  // (stride, size)
+  std::sort(dims.begin(), dims.end());
+  int64_t need = 1;  // the smallest stride the next (larger-stride) dim may have
+  for (const auto& [stride, size] : dims) {
+    if (size == 1) continue;
+    if (stride < need) return false;
+    need = stride * size;
+  }
+  return true;
+}
+
+// The dense layout a packed copy of v gets: column-major when v is closer to that (so the
+// copy streams through memory), row-major otherwise. Batch (1 = broadcast) is kept.
+MatrixView dense_like(const MatrixView& v, DType dtype) {
+  MatrixView d = v;
+  d.data = nullptr;
+  d.dtype = dtype;
+  const bool col_major = v.rows > 1 && v.cols > 1 && std::abs(v.rs) < std::abs(v.cs);
+  d.rs = col_major ? 1 : v.cols;
+  d.cs = col_major ? v.rows : 1;
+  d.bs = v.rows * v.cols;
+  canonicalize(d, false);
+  return d;
+}
+
+int64_t elements(const MatrixView& v) { return v.batch * v.rows * v.cols; }
+
+// --- element copies for packing, widening bf16 and narrowing the output ---
+
+template <typename S, typename D>
+void convert_typed(const MatrixView& src, const MatrixView& dst) {
+  // The inner loop runs along dst's unit-stride dim; dst is dense or a row-major output.
+  const bool by_cols = dst.cs != 1;
+  const int64_t outer = by_cols ? dst.cols : dst.rows, inner = by_cols ? dst.rows : dst.cols;
+  const int64_t s_outer = by_cols ? src.cs : src.rs, s_inner = by_cols ? src.rs : src.cs;
+  const int64_t d_outer = by_cols ? dst.cs : dst.rs;
+  const S* s0 = reinterpret_cast<const S*>(src.data);
+  D* d0 = reinterpret_cast<D*>(dst.data);
+  cpu::parallel_for(dst.batch * outer, inner, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t bi = i / outer, oi = i % outer;
+      const S* s = s0 + (src.batch == 1 ? 0 : bi * src.bs) + oi * s_outer;
+      D* d = d0 + bi * dst.bs + oi * d_outer;
+      if (s_inner == 1) {
+        for (int64_t j = 0; j < inner; ++j) d[j] = from_f32<D>(to_f32(s[j]));
+      } else {
+        for (int64_t j = 0; j < inner; ++j) d[j] = from_f32<D>(to_f32(s[j * s_inner]));
+      }
+    }
+  });
+}
+
+// dst = src elementwise (same batch/rows/cols), converting between f32 and bf16.
+void convert(const MatrixView& src, const MatrixView& dst) {
+  const bool sf = src.dtype == DType::F32, df = dst.dtype == DType::F32;
+  if (sf && df) return convert_typed<float, float>(src, dst);
+  if (sf) return convert_typed<float, bf16>(src, dst);
+  if (df) return convert_typed<bf16, float>(src, dst);
+  convert_typed<bf16, bf16>(src, dst);
+}
+
+// A dense copy of v in `dtype`, allocated in `storage` (which keeps it alive).
+MatrixView packed(const MatrixView& v, DType dtype, Tensor& storage) {
+  MatrixView d = dense_like(v, dtype);
+  storage = Tensor::empty({elements(d)}, dtype, cpu_device(), MemCategory::Other);
+  d.data = static_cast<char*>(storage.data_ptr());
+  convert(v, d);
+  return d;
+}
+
+BiasView packed_bias(const BiasView& bias, DType dtype, Tensor& storage) {
+  storage = Tensor::empty({bias.n}, dtype, cpu_device(), MemCategory::Other);
+  MatrixView src{bias.data, bias.dtype, 1, 1, bias.n, bias.n * bias.stride, 1, bias.stride};
+  MatrixView dst{static_cast<char*>(storage.data_ptr()), dtype, 1, 1, bias.n, bias.n, 1, 1};
+  convert(src, dst);
+  return BiasView{dst.data, dtype, bias.n, 1};
+}
+
+float load(const char* base, DType dtype, int64_t i) {
+  return dtype == DType::F32 ? reinterpret_cast<const float*>(base)[i]
+                             : to_f32(reinterpret_cast<const bf16*>(base)[i]);
+}
+
+void store(char* base, DType dtype, int64_t i, float x) {
+  if (dtype == DType::F32) {
+    reinterpret_cast<float*>(base)[i] = x;
+  } else {
+    reinterpret_cast<bf16*>(base)[i] = to_bf16(x);
+  }
+}
+
+// K == 0: the product is empty, so out is the bias (or zero) on every row. Rare; scalar.
+void fill_with_bias(const MatrixView& out, const BiasView& bias) {
+  for (int64_t bi = 0; bi < out.batch; ++bi)
+    for (int64_t m = 0; m < out.rows; ++m)
+      for (int64_t n = 0; n < out.cols; ++n)
+        store(out.data, out.dtype, bi * out.bs + m * out.rs + n * out.cs,
+              bias.data ? load(bias.data, bias.dtype, n * bias.stride) : 0.0f);
+}
+
+// --- oneDNN primitives, cached per geometry ---
+
+dnnl::memory::data_type dnnl_type(DType dtype) {
+  return dtype == DType::F32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
+}
+
+struct PlanKey {
+  std::array<int64_t, 15> v;
+  bool operator==(const PlanKey& o) const { return v == o.v; }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int64_t x : k.v) {
+      h ^= uint64_t(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    }
+    return size_t(h);
+  }
+};
+
+PlanKey key_of(const Problem& p) {
+  const int64_t dtypes = int64_t(p.a.dtype) | int64_t(p.out.dtype) << 8 |
+                         (p.bias.data ? int64_t(p.bias.dtype) + 1 : 0) << 16;
+  return PlanKey{{p.out.batch, p.a.batch, p.b.batch, p.a.rows, p.a.cols, p.b.cols, p.a.bs,
+                  p.a.rs, p.a.cs, p.b.bs, p.b.rs, p.b.cs, p.out.bs, p.out.rs, dtypes}};
+}
+
+std::string describe(const Problem& p) {
+  std::ostringstream os;
+  auto one = [&](const char* name, const MatrixView& v) {
+    os << name << " " << dtype_name(v.dtype) << shape_str({v.batch, v.rows, v.cols})
+       << " strides " << shape_str({v.bs, v.rs, v.cs}) << " ";
+  };
+  one("a", p.a);
+  one("b", p.b);
+  one("out", p.out);
+  os << (p.bias.data ? "with bias" : "without bias");
+  return os.str();
+}
+
+struct Plan {
+  // No usable native kernel for these dtypes (bf16 on a CPU without one): widen to f32.
+  bool widen = false;
+  dnnl::matmul primitive;
+  dnnl::memory::desc src_md, wei_md, bias_md, dst_md, scratch_md;
+  size_t scratch_bytes = 0;
+};
+
+// One engine for the process. Leaked on purpose: primitives cached in a static map must not
+// outlive the engine, and oneDNN's own statics may already be gone at exit.
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// The geometry's primitive, created on first use. Creation happens under the lock, so two
+// threads meeting a new shape create it once.
+const Plan& shared_plan(const PlanKey& key, const Problem& p) {
+  static std::mutex* mutex = new std::mutex;
+  static auto* plans = new std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto it = plans->find(key);
+  if (it != plans->end()) return *it->second;
+
+  using dims = dnnl::memory::dims;
+  auto plan = std::make_unique<Plan>();
+  const MatrixView &a = p.a, &b = p.b, &out = p.out;
+  plan->src_md = dnnl::memory::desc(dims{a.batch, a.rows, a.cols}, dnnl_type(a.dtype),
+                                    dims{a.bs, a.rs, a.cs});
+  plan->wei_md = dnnl::memory::desc(dims{b.batch, b.rows, b.cols}, dnnl_type(b.dtype),
+                                    dims{b.bs, b.rs, b.cs});
+  plan->dst_md = dnnl::memory::desc(dims{out.batch, out.rows, out.cols}, dnnl_type(out.dtype),
+                                    dims{out.bs, out.rs, out.cs});
+  if (p.bias.data) {
+    plan->bias_md = dnnl::memory::desc(dims{1, 1, out.cols}, dnnl_type(p.bias.dtype),
+                                       dims{out.cols, out.cols, 1});
+  }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // ours comes from the allocator
+  const bool is_bf16 = a.dtype == DType::BF16;
+  try {
+    dnnl::matmul::desc desc(plan->src_md, plan->wei_md, plan->bias_md, plan->dst_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    const std::string impl = pd.impl_info_str();
+    if (is_bf16 && impl.find("ref") != std::string::npos) {
+      plan->widen = true;  // the reference kernel is a naive loop: f32 jit GEMM beats it
+    } else {
+      plan->primitive = dnnl::matmul(pd);
+      plan->scratch_md = pd.scratchpad_desc();
+      plan->scratch_bytes = plan->scratch_md.get_size();
+    }
+  } catch (const dnnl::error& e) {
+    LOOM_CHECK(is_bf16) << "matmul: oneDNN has no kernel for " << describe(p) << ": "
+                        << e.what();
+    plan->widen = true;  // no bf16 matmul on this CPU (oneDNN 2.6 needs AVX-512 for it)
+  }
+  return *plans->emplace(key, std::move(plan)).first->second;
+}
+
+// A thread's handles for one geometry: the shared plan and memory objects whose data pointers
+// are rebound on every call (memory objects are not safe to rebind from two threads at once).
+struct Binding {
+  const Plan* plan = nullptr;
+  dnnl::memory src, wei, bias, dst, scratch;
+};
+
+Binding& binding_for(const PlanKey& key, const Problem& p) {
+  thread_local std::unordered_map<PlanKey, Binding, PlanKeyHash> bindings;
+  auto it = bindings.find(key);
+  if (it != bindings.end()) return it->second;
+  Binding bind;
+  bind.plan = &shared_plan(key, p);
+  if (!bind.plan->widen) {
+    const Plan& plan = *bind.plan;
+    const dnnl::engine& engine = cpu_engine();
+    bind.src = dnnl::memory(plan.src_md, engine, DNNL_MEMORY_NONE);
+    bind.wei = dnnl::memory(plan.wei_md, engine, DNNL_MEMORY_NONE);
+    bind.dst = dnnl::memory(plan.dst_md, engine, DNNL_MEMORY_NONE);
+    if (p.bias.data) bind.bias = dnnl::memory(plan.bias_md, engine, DNNL_MEMORY_NONE);
+    if (plan.scratch_bytes) bind.scratch = dnnl::memory(plan.scratch_md, engine, DNNL_MEMORY_NONE);
+  }
+  return bindings.emplace(key, std::move(bind)).first->second;
+}
+
+// One stream per thread: oneDNN streams are not meant to be shared by concurrent callers, and
+// a CPU stream is only a handle (execution is synchronous), so this costs nothing.
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+// Scratchpad memory for one call, from the caching allocator (no system call once warm).
+class Scratch {
+ public:
+  explicit Scratch(size_t nbytes) : nbytes_(nbytes) {
+    if (nbytes_) ptr_ = allocator_for(DeviceType::CPU).allocate(nbytes_, MemCategory::Other);
+  }
+  ~Scratch() {
+    if (nbytes_) allocator_for(DeviceType::CPU).deallocate(ptr_, nbytes_, MemCategory::Other);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  size_t nbytes_;
+  void* ptr_ = nullptr;
+};
+
+void execute(Binding& bind, const Problem& p) {
+  const Plan& plan = *bind.plan;
+  Scratch scratch(plan.scratch_bytes);
+  bind.src.set_data_handle(p.a.data);
+  bind.wei.set_data_handle(p.b.data);
+  bind.dst.set_data_handle(p.out.data);
+  // The C API takes the arguments as an array; the C++ one would build a hash map per call.
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  args[n++] = {DNNL_ARG_SRC, bind.src.get()};
+  args[n++] = {DNNL_ARG_WEIGHTS, bind.wei.get()};
+  args[n++] = {DNNL_ARG_DST, bind.dst.get()};
+  if (p.bias.data) {
+    bind.bias.set_data_handle(p.bias.data);
+    args[n++] = {DNNL_ARG_BIAS, bind.bias.get()};
+  }
+  if (plan.scratch_bytes) {
+    bind.scratch.set_data_handle(scratch.get());
+    args[n++] = {DNNL_ARG_SCRATCHPAD, bind.scratch.get()};
+  }
+  dnnl::stream& stream = thread_stream();
+  dnnl_status_t status = dnnl_primitive_execute(plan.primitive.get(), stream.get(), n, args);
+  if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
+  LOOM_CHECK(status == dnnl_success)
+      << "matmul: oneDNN failed (status " << int(status) << ") on " << describe(p);
+}
+
+void run(const Problem& p);
+
+// bf16 without a native kernel: widen to f32, multiply, round the output back to bf16.
+void run_widened(const Problem& p) {
+  Tensor a32_storage, b32_storage, bias32_storage, out32_storage;
+  Problem q;
+  q.a = packed(p.a, DType::F32, a32_storage);
+  q.b = packed(p.b, DType::F32, b32_storage);
+  if (p.bias.data) q.bias = packed_bias(p.bias, DType::F32, bias32_storage);
+  q.out = p.out;
+  if (p.out.dtype != DType::F32) {
+    q.out = dense_like(p.out, DType::F32);
+    out32_storage = Tensor::empty({elements(q.out)}, DType::F32, cpu_device(), MemCategory::Other);
+    q.out.data = static_cast<char*>(out32_storage.data_ptr());
+  }
+  run(q);
+  if (p.out.dtype != DType::F32) convert(q.out, p.out);
+}
+
+void run(const Problem& p) {
+  // Operands oneDNN cannot address in place are packed; the key describes them as packed.
+  const bool pack_a = !addressable(p.a), pack_b = !addressable(p.b);
+  const bool pack_bias = p.bias.data && p.bias.stride != 1 && p.bias.n > 1;
+  Problem q = p;
+  if (pack_a) q.a = dense_like(p.a, p.a.dtype);
+  if (pack_b) q.b = dense_like(p.b, p.b.dtype);
+  if (pack_bias) q.bias.stride = 1;
+  const PlanKey key = key_of(q);
+  Binding& bind = binding_for(key, q);
+  if (bind.plan->widen) return run_widened(p);
+
+  Tensor a_storage, b_storage, bias_storage;
+  if (pack_a) q.a = packed(p.a, p.a.dtype, a_storage);
+  if (pack_b) q.b = packed(p.b, p.b.dtype, b_storage);
+  if (pack_bias) q.bias = packed_bias(p.bias, p.bias.dtype, bias_storage);
+  execute(bind, q);
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
+      << "matmul: expected 3-D (batch, rows, cols) tensors, got a " << a.shape() << ", b "
+      << b.shape() << ", out " << out.shape();
+  const int64_t batch = out.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  LOOM_CHECK(b.size(1) == k) << "matmul: inner dims differ: a " << a.shape() << " @ b "
+                             << b.shape();
+  LOOM_CHECK(out.size(1) == m && out.size(2) == n)
+      << "matmul: out " << out.shape() << " does not match a " << a.shape() << " @ b "
+      << b.shape() << " (expected (batch, " << m << ", " << n << "))";
+  LOOM_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1))
+      << "matmul: batch dims of a " << a.shape() << " and b " << b.shape()
+      << " do not broadcast to out " << out.shape();
+  LOOM_CHECK(a.dtype() == b.dtype()) << "matmul: a is " << dtype_name(a.dtype()) << " but b is "
+                                     << dtype_name(b.dtype()) << " (a " << a.shape() << ", b "
+                                     << b.shape() << ")";
+  LOOM_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::BF16)
+      << "matmul: " << dtype_name(a.dtype()) << " operands are not supported on the CPU (f32 or "
+      << "bf16; a " << a.shape() << ", b " << b.shape() << ")";
+  LOOM_CHECK(out.dtype() == DType::F32 || out.dtype() == a.dtype())
+      << "matmul: out " << out.shape() << " is " << dtype_name(out.dtype()) << "; expected f32 or "
+      << dtype_name(a.dtype()) << " like the operands";
+  const bool cpu_only = a.device().type == DeviceType::CPU && b.device().type == DeviceType::CPU &&
+                        out.device().type == DeviceType::CPU &&
+                        (!bias.defined() || bias.device().type == DeviceType::CPU);
+  LOOM_CHECK(cpu_only) << "matmul: the CPU kernel got a tensor on another device (a "
+                       << a.device().str() << ", b " << b.device().str() << ", out "
+                       << out.device().str() << ")";
+
+  Problem p;
+  p.a = view_of(a);
+  p.b = view_of(b);
+  p.out = view_of(out);
+  if (bias.defined()) {
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == n)
+        << "matmul: bias " << bias.shape() << " does not match out " << out.shape()
+        << " (expected (" << n << "))";
+    LOOM_CHECK(bias.dtype() == out.dtype() || bias.dtype() == DType::F32)
+        << "matmul: bias is " << dtype_name(bias.dtype()) << "; expected f32 or "
+        << dtype_name(out.dtype()) << " like out " << out.shape();
+    p.bias = BiasView{static_cast<char*>(bias.data_ptr()), bias.dtype(), n, bias.stride(0)};
+  }
+  if (batch == 0 || m == 0 || n == 0) return;
+  canonicalize(p.a, true);
+  canonicalize(p.b, true);
+  canonicalize(p.out, false);
+  LOOM_CHECK(p.out.cs == 1 && addressable(p.out))
+      << "matmul: out " << out.shape() << " with strides " << out.strides()
+      << " must be row-major in its last two dims, with no overlapping elements";
+  if (k == 0) return fill_with_bias(p.out, p.bias);
+
+  if (p.a.batch > 1 || p.b.batch > 1 || batch == 1) return run(p);
+
+  // Both operands broadcast: every output matrix is the same product; compute it once.
+  Problem first = p;
+  first.out.batch = 1;
+  canonicalize(first.out, false);
+  run(first);
+  const int64_t elem = int64_t(dtype_size(out.dtype()));
+  for (int64_t bi = 1; bi < batch; ++bi)
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(p.out.data + (bi * p.out.bs + r * p.out.rs) * elem,
+                  p.out.data + r * p.out.rs * elem, size_t(n * elem));
+}
+
+}  // namespace loom

@@ -1,0 +1,80 @@
+// Walking N operands of one shape with their own strides, one innermost row at a time.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "loom/backend/cpu/parallel.h"
+#include "loom/core/tensor.h"
+
+namespace loom::cpu {
+
+template <size_t N>
+struct StridedLayout {
+  Shape shape;                           // coalesced; at least one dim
+  std::array<Shape, N> strides;          // per operand, in elements
+  int64_t rows() const {                 // product of all but the last dim
+    int64_t r = 1;
+    for (size_t d = 0; d + 1 < shape.size(); ++d) r *= shape[d];
+    return r;
+  }
+};
+
+// Merges dims that are contiguous with their neighbour in every operand, and drops size-1
+// dims, so most elementwise calls become a single long row.
+template <size_t N>
+StridedLayout<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
+  StridedLayout<N> out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !out.shape.empty();
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = out.strides[k].back() == (*strides[k])[d] * shape[d];
+    if (merge) {
+      out.shape.back() *= shape[d];
+      for (size_t k = 0; k < N; ++k) out.strides[k].back() = (*strides[k])[d];
+    } else {
+      out.shape.push_back(shape[d]);
+      for (size_t k = 0; k < N; ++k) out.strides[k].push_back((*strides[k])[d]);
+    }
+  }
+  if (out.shape.empty()) {
+    out.shape.push_back(1);
+    for (size_t k = 0; k < N; ++k) out.strides[k].push_back(1);
+  }
+  return out;
+}
+
+// Calls fn(offsets, len, inner_strides) for every innermost row, in parallel over rows.
+// offsets[k] is operand k's element offset of the row start.
+template <size_t N, typename Fn>
+void for_each_row(const StridedLayout<N>& L, int64_t cost_per_element, Fn fn) {
+  const int64_t len = L.shape.back();
+  const int64_t rows = L.rows();
+  const size_t outer = L.shape.size() - 1;
+  std::array<int64_t, N> inner;
+  for (size_t k = 0; k < N; ++k) inner[k] = L.strides[k].back();
+  parallel_for(rows, len * cost_per_element, [&](int64_t begin, int64_t end) {
+    // Coordinates of row `begin`, then incremented like an odometer.
+    std::vector<int64_t> idx(outer, 0);
+    int64_t r = begin;
+    for (size_t d = outer; d-- > 0;) {
+      idx[d] = r % L.shape[d];
+      r /= L.shape[d];
+    }
+    std::array<int64_t, N> off{};
+    for (size_t k = 0; k < N; ++k)
+      for (size_t d = 0; d < outer; ++d) off[k] += idx[d] * L.strides[k][d];
+    for (int64_t row = begin; row < end; ++row) {
+      fn(off, len, inner);
+      for (size_t d = outer; d-- > 0;) {
+        for (size_t k = 0; k < N; ++k) off[k] += L.strides[k][d];
+        if (++idx[d] < L.shape[d]) break;
+        for (size_t k = 0; k < N; ++k) off[k] -= L.strides[k][d] * L.shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,44 @@
+// Scalar math written so that GCC vectorises loops calling it (no libm calls, no branches).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace loom::cpu {
+
+// exp(x) with about 2 ulp error over the f32 range; exp(-inf) = 0, large x saturates to inf.
+// Cody-Waite range reduction x = n ln2 + r, degree-6 polynomial for e^r on |r| <= ln2/2.
+inline float fast_exp(float x) {
+  x = std::fmin(std::fmax(x, -104.0f), 88.7f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(n, -0.693145751953125f, x);
+  r = std::fma(n, -1.428606765330187e-06f, r);
+  float p = 1.3888889e-3f;
+  p = std::fma(p, r, 8.3333333e-3f);
+  p = std::fma(p, r, 4.1666667e-2f);
+  p = std::fma(p, r, 1.6666667e-1f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  // Scale by 2^n in two steps so n down to -150 still produces (sub)normals or zero.
+  const int32_t ni = int32_t(n);
+  const int32_t n1 = ni / 2, n2 = ni - n1;
+  uint32_t b1 = uint32_t(n1 + 127) << 23, b2 = uint32_t(n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  return p * s1 * s2;
+}
+
+inline float fast_tanh(float x) {
+  // tanh(x) = 1 - 2 / (exp(2x) + 1), accurate to a few ulp away from 0; near 0 use x - x^3/3.
+  const float e = fast_exp(2.0f * x);
+  const float t = 1.0f - 2.0f / (e + 1.0f);
+  const float x2 = x * x;
+  const float small = x * (1.0f - x2 * (1.0f / 3.0f - x2 * (2.0f / 15.0f)));
+  return std::fabs(x) < 0.0625f ? small : t;
+}
+
+inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+
+}  // namespace loom::cpu

@@ -1,0 +1,137 @@
+#include "loom/core/allocator.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "loom/core/error.h"
+
+namespace loom {
+
+const char* mem_category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::Parameters: return "parameters";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::OptimizerState: return "optimizer";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::Communication: return "communication";
+    case MemCategory::Other: return "other";
+  }
+  return "?";
+}
+
+size_t CachingHostAllocator::size_class(size_t nbytes) {
+  // 64-byte granularity up to 4 KiB, then 8 classes per power of two (<= 12.5% slack).
+  if (nbytes == 0) nbytes = 1;
+  if (nbytes <= 4096) return (nbytes + 63) & ~size_t(63);
+  int top = 63 - __builtin_clzll(nbytes - 1);  // 2^top < nbytes <= 2^(top+1)
+  size_t step = size_t(1) << (top - 2);
+  return (nbytes + step - 1) / step * step;
+}
+
+CachingHostAllocator::~CachingHostAllocator() { release_cached(); }
+
+void CachingHostAllocator::count_live(MemCategory category, int64_t delta) {
+  const int c = int(category);
+  stats_.live[c] += delta;
+  stats_.live_total += delta;
+  if (stats_.live[c] > stats_.peak[c]) stats_.peak[c] = stats_.live[c];
+  if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
+}
+
+void* CachingHostAllocator::allocate(size_t nbytes, MemCategory category) {
+  const size_t block = size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  void* ptr = nullptr;
+  auto it = free_lists_.find(block);
+  if (it != free_lists_.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+    stats_.cached -= int64_t(block);
+  } else {
+    ptr = std::aligned_alloc(64, block);
+    if (!ptr) {
+      release_cached();
+      ptr = std::aligned_alloc(64, block);
+    }
+    LOOM_CHECK(ptr) << "out of host memory allocating " << nbytes << " bytes for "
+                    << mem_category_name(category) << " (reserved " << stats_.reserved
+                    << " bytes)";
+    stats_.reserved += int64_t(block);
+    stats_.system_allocs++;
+  }
+  count_live(category, int64_t(nbytes));
+  if (poison_) std::memset(ptr, 0xff, nbytes);
+  return ptr;
+}
+
+void CachingHostAllocator::deallocate(void* ptr, size_t nbytes, MemCategory category) {
+  if (!ptr) return;
+  const size_t block = size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_lists_[block].push_back(ptr);
+  stats_.cached += int64_t(block);
+  count_live(category, -int64_t(nbytes));
+}
+
+void CachingHostAllocator::retag(size_t nbytes, MemCategory from, MemCategory to) {
+  if (from == to) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  count_live(from, -int64_t(nbytes));
+  count_live(to, int64_t(nbytes));
+}
+
+MemStats CachingHostAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingHostAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak = stats_.live;
+  stats_.peak_total = stats_.live_total;
+}
+
+void CachingHostAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached();
+}
+
+void CachingHostAllocator::release_cached() {
+  for (auto& [block, ptrs] : free_lists_) {
+    for (void* p : ptrs) std::free(p);
+    stats_.reserved -= int64_t(block) * int64_t(ptrs.size());
+    stats_.cached -= int64_t(block) * int64_t(ptrs.size());
+    ptrs.clear();
+  }
+}
+
+CachingHostAllocator& host_allocator() {
+  static CachingHostAllocator* allocator = new CachingHostAllocator();  // never destroyed:
+  return *allocator;  // tensors in static storage may outlive main()
+}
+
+namespace {
+thread_local MemCategory t_category = MemCategory::Activations;
+}
+
+MemCategory current_mem_category() { return t_category; }
+MemCategoryScope::MemCategoryScope(MemCategory category) : previous_(t_category) {
+  t_category = category;
+}
+MemCategoryScope::~MemCategoryScope() { t_category = previous_; }
+
+}  // namespace loom
+
+namespace loom {
+namespace {
+Allocator* g_allocators[2] = {nullptr, nullptr};
+}
+Allocator& allocator_for(DeviceType type) {
+  if (type == DeviceType::CPU) return host_allocator();
+  Allocator* a = g_allocators[int(type)];
+  LOOM_CHECK(a) << "no allocator for device type " << int(type)
+                << ": Loom was built without that backend, or it is not initialised";
+  return *a;
+}
+void register_allocator(DeviceType type, Allocator* allocator) { g_allocators[int(type)] = allocator; }
+}  // namespace loom

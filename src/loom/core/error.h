@@ -1,0 +1,51 @@
+// loom::Error and LOOM_CHECK: library code throws errors the user can act on, never exits.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include <cstdint>
+
+namespace loom {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+// Collects the message of a failed check and throws it when the statement ends.
+class CheckFailure {
+ public:
+  CheckFailure(const char* cond, const char* file, int line) {
+    stream_ << "check failed: " << cond << " (" << file << ":" << line << "): ";
+  }
+  [[noreturn]] ~CheckFailure() noexcept(false) { throw Error(stream_.str()); }
+  template <typename T>
+  CheckFailure& operator<<(const T& value) {
+    stream_ << value;
+    return *this;
+  }
+  // Shapes and index lists print as (2, 3, 4).
+  CheckFailure& operator<<(const std::vector<int64_t>& values) {
+    stream_ << "(";
+    for (size_t i = 0; i < values.size(); ++i) stream_ << (i ? ", " : "") << values[i];
+    stream_ << ")";
+    return *this;
+  }
+
+ private:
+  std::ostringstream stream_;
+};
+}  // namespace detail
+
+}  // namespace loom
+
+// Usage: LOOM_CHECK(a.dim() == 2) << "matmul: expected a 2-D tensor, got " << a.shape();
+#define LOOM_CHECK(cond) \
+  if (cond) {            \
+  } else                 \
+    ::loom::detail::CheckFailure(#cond, __FILE__, __LINE__)
+
+// For errors without a condition (unreachable switch arms, bad enum values).
+#define LOOM_FAIL() ::loom::detail::CheckFailure("unreachable", __FILE__, __LINE__)

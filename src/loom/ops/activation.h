@@ -1,0 +1,12 @@
+// Activation functions (differentiable).
+#pragma once
+#include "loom/core/tensor.h"
+
+namespace loom {
+
+Tensor gelu(const Tensor& x);  // tanh approximation (GPT-2, DiT)
+Tensor silu(const Tensor& x);  // x * sigmoid(x)
+// silu(gate) * up in one pass (the SwiGLU MLP's hidden activation); same shapes.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+
+}  // namespace loom

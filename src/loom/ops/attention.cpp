@@ -1,0 +1,90 @@
+#include "loom/ops/attention.h"
+
+#include <cmath>
+
+#include "loom/ops/detail.h"
+
+namespace loom {
+
+using detail::backend_of;
+
+namespace {
+
+struct AttentionBackward : Node {
+  Tensor q, k, v, mask, out, lse;
+  float scale;
+  bool causal;
+  const char* name() const override { return "AttentionBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor gq = detail::empty_like(q), gk = detail::empty_like(k), gv = detail::empty_like(v);
+    backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse,
+                                     detail::raw_contiguous(g[0]), gq, gk, gv);
+    return {gq, gk, gv, Tensor()};
+  }
+  void release() override { q = k = v = mask = out = lse = Tensor(); }
+};
+
+// The mask as a 4-D view broadcast to (B, H, Sq, Skv) through zero strides.
+Tensor broadcast_mask(const Tensor& mask, const Shape& target) {
+  LOOM_CHECK(mask.dtype() == DType::F32)
+      << "attention: mask must be f32 (additive), got " << dtype_name(mask.dtype());
+  LOOM_CHECK(mask.dim() <= 4) << "attention: mask " << mask.shape() << " has more than 4 dims";
+  const int64_t lead = 4 - mask.dim();
+  Shape strides(4, 0);
+  for (int64_t d = 0; d < mask.dim(); ++d) {
+    const int64_t t = target[size_t(lead + d)];
+    LOOM_CHECK(mask.size(d) == t || mask.size(d) == 1)
+        << "attention: mask " << mask.shape() << " does not broadcast to " << target;
+    strides[size_t(lead + d)] = mask.size(d) == 1 ? 0 : mask.stride(d);
+  }
+  return mask.as_strided(target, strides, mask.offset());
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask, bool causal, float scale) {
+  const char* op = "attention";
+  detail::check_floating(op, q, "q");
+  detail::check_floating(op, k, "k");
+  detail::check_floating(op, v, "v");
+  detail::check_same_dtype(op, q, k);
+  detail::check_same_dtype(op, q, v);
+  LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
+      << "attention: expected q, k, v as (B, H, S, D), got " << q.shape() << ", " << k.shape()
+      << ", " << v.shape();
+  LOOM_CHECK(k.shape() == v.shape()) << "attention: k " << k.shape() << " and v " << v.shape()
+                                     << " differ";
+  LOOM_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3))
+      << "attention: q " << q.shape() << " and k " << k.shape() << " differ in batch or head dim";
+  LOOM_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0)
+      << "attention: " << q.size(1) << " query heads are not a multiple of " << k.size(1)
+      << " key/value heads (q " << q.shape() << ", k " << k.shape() << ")";
+  LOOM_CHECK(!causal || q.size(2) <= k.size(2))
+      << "attention: causal with more queries (" << q.size(2) << ") than keys (" << k.size(2)
+      << ")";
+  if (scale <= 0) scale = 1.0f / std::sqrt(float(q.size(3)));
+  Tensor qc = detail::raw_contiguous(q), kc = detail::raw_contiguous(k),
+         vc = detail::raw_contiguous(v);
+  Tensor m = mask.defined()
+                 ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
+                 : Tensor();
+  Tensor out = detail::empty_like(qc);
+  Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::F32, q.device());
+  backend_of(q).attention_forward(qc, kc, vc, m, scale, causal, out, lse);
+  if (any_requires_grad({q, k, v})) {
+    auto node = std::make_shared<AttentionBackward>();
+    node->q = qc.detach();
+    node->k = kc.detach();
+    node->v = vc.detach();
+    node->mask = m.defined() ? m.detach() : Tensor();
+    node->out = out.detach();
+    node->lse = lse;
+    node->scale = scale;
+    node->causal = causal;
+    record(node, {q, k, v, mask}, {out});
+  }
+  return out;
+}
+
+}  // namespace loom

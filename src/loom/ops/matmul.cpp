@@ -1,0 +1,137 @@
+#include "loom/ops/matmul.h"
+
+#include "loom/ops/detail.h"
+#include "loom/ops/reduce.h"
+#include "loom/ops/shape.h"
+
+namespace loom {
+
+using detail::backend_of;
+
+namespace {
+
+// 3-D (batch, rows, cols) raw view of a 2-D or 3-D operand; 2-D gets batch 1 (broadcast).
+Tensor as_batched(const Tensor& t) {
+  if (t.dim() == 3) return t;
+  return t.as_strided({1, t.size(0), t.size(1)}, {0, t.stride(0), t.stride(1)}, t.offset());
+}
+
+// A 2-D/3-D operand whose matrix dims are addressable by oneDNN (one of them unit-stride).
+Tensor gemm_ready(const Tensor& t) {
+  const int64_t r = t.stride(-2), c = t.stride(-1);
+  if ((c == 1 && r >= t.size(-1)) || (r == 1 && c >= t.size(-2))) return t;
+  return detail::raw_contiguous(t);
+}
+
+Tensor mT(const Tensor& t) { return transpose(t, -2, -1); }
+
+struct MatmulBackward : Node {
+  Tensor a, b;
+  const char* name() const override { return "MatmulBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
+    Tensor ga, gb;
+    if (inputs[0].active()) ga = sum_to_shape(matmul(g, mT(b)), a.shape());
+    if (inputs[1].active()) {
+      if (b.dim() == 2 && g.dim() == 3) {
+        // Broadcast b: fold the batch into the rows so dB is one GEMM, not a sum of many.
+        Tensor g2 = reshape(g, {-1, g.size(-1)});
+        Tensor a2 = reshape(a.dim() == 3 ? a : expand(a, {g.size(0), a.size(0), a.size(1)}),
+                            {-1, a.size(-1)});
+        gb = matmul(mT(a2), g2);
+      } else {
+        gb = sum_to_shape(matmul(mT(a), g), b.shape());
+      }
+    }
+    return {ga, gb};
+  }
+  void release() override { a = b = Tensor(); }
+};
+
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op) {
+  detail::check_floating(op, a, "a");
+  detail::check_floating(op, b, "b");
+  detail::check_same_dtype(op, a, b);
+  detail::check_same_device(op, a, b);
+  LOOM_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3))
+      << op << ": expected 2-D or 3-D operands, got " << a.shape() << " and " << b.shape();
+  LOOM_CHECK(a.size(-1) == b.size(-2))
+      << op << ": inner dims differ: " << a.shape() << " @ " << b.shape();
+  const int64_t batch_a = a.dim() == 3 ? a.size(0) : 1, batch_b = b.dim() == 3 ? b.size(0) : 1;
+  LOOM_CHECK(batch_a == batch_b || batch_a == 1 || batch_b == 1)
+      << op << ": batch dims differ: " << a.shape() << " @ " << b.shape();
+  const int64_t batch = std::max(batch_a, batch_b);
+  Shape out_shape = {a.size(-2), b.size(-1)};
+  if (a.dim() == 3 || b.dim() == 3) out_shape.insert(out_shape.begin(), batch);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  Tensor ra = gemm_ready(a), rb = gemm_ready(b);
+  backend_of(a).matmul(as_batched(ra), as_batched(rb), bias,
+                       out.as_strided({batch, out_shape[out_shape.size() - 2],
+                                       out_shape.back()},
+                                      {out_shape.size() == 3 ? out.stride(0) : 0,
+                                       out.stride(-2), 1},
+                                      0));
+  return out;
+}
+
+struct LinearBackward : Node {
+  Tensor x2, weight;  // x2: x flattened to (M, K)
+  Shape x_shape;
+  bool has_bias;
+  const char* name() const override { return "LinearBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    Tensor g2 = reshape(grads[0], {-1, weight.size(0)});  // (M, N)
+    Tensor gx, gw, gbias;
+    if (inputs[0].active()) gx = reshape(matmul(g2, weight), x_shape);  // (M, K)
+    if (inputs[1].active()) gw = matmul(mT(g2), x2);                     // (N, K)
+    if (has_bias && inputs[2].active()) gbias = sum(g2, {0});
+    return {gx, gw, gbias};
+  }
+  void release() override { x2 = weight = Tensor(); }
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = gemm(a, b, Tensor(), "matmul");
+  if (any_requires_grad({a, b})) {
+    auto node = std::make_shared<MatmulBackward>();
+    node->a = a.detach();
+    node->b = b.detach();
+    record(node, {a, b}, {out});
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_floating("linear", x, "input");
+  detail::check_floating("linear", weight, "weight");
+  LOOM_CHECK(weight.dim() == 2) << "linear: weight must be (out, in), got " << weight.shape();
+  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1))
+      << "linear: input " << x.shape() << " does not match weight " << weight.shape()
+      << " (expected last dim " << weight.size(1) << ")";
+  if (bias.defined()) {
+    detail::check_shape("linear", bias, {weight.size(0)}, "bias");
+  }
+  Tensor x2;
+  {
+    NoGradGuard raw;  // the graph edge is recorded once, below, against x itself
+    x2 = reshape(x, {-1, x.size(-1)});
+  }
+  Tensor out2 = gemm(x2, mT(weight.detach()),
+                     bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), "linear");
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  Tensor out = out2.as_strided(out_shape, contiguous_strides(out_shape), 0);
+  if (any_requires_grad({x, weight, bias})) {
+    auto node = std::make_shared<LinearBackward>();
+    node->x2 = x2.detach();
+    node->weight = weight.detach();
+    node->x_shape = x.shape();
+    node->has_bias = bias.defined();
+    record(node, {x, weight, bias}, {out});
+  }
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,18 @@
+// The whole op set in one include, for model and test code.
+#pragma once
+#include "loom/autograd/checkpoint.h"
+#include "loom/autograd/engine.h"
+#include "loom/autograd/node.h"
+#include "loom/ops/activation.h"
+#include "loom/ops/attention.h"
+#include "loom/ops/creation.h"
+#include "loom/ops/elementwise.h"
+#include "loom/ops/index.h"
+#include "loom/ops/loss.h"
+#include "loom/ops/matmul.h"
+#include "loom/ops/modulate.h"
+#include "loom/ops/norm.h"
+#include "loom/ops/reduce.h"
+#include "loom/ops/rope.h"
+#include "loom/ops/shape.h"
+#include "loom/ops/softmax.h"

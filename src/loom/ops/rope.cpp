@@ -1,0 +1,45 @@
+#include "loom/ops/rope.h"
+
+#include "loom/ops/detail.h"
+
+namespace loom {
+
+using detail::backend_of;
+
+namespace {
+struct RopeBackward : Node {
+  Tensor positions;
+  double theta;
+  const char* name() const override { return "RopeBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor gy = detail::raw_contiguous(g[0]);
+    Tensor gx = detail::empty_like(gy);
+    backend_of(gy).rope(gy, positions, theta, /*inverse=*/true, gx);  // rotation^T = rotation^-1
+    return {gx, Tensor()};
+  }
+  void release() override { positions = Tensor(); }
+};
+}  // namespace
+
+Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
+  detail::check_floating("rope", x, "input");
+  detail::check_defined("rope", positions, "positions");
+  LOOM_CHECK(x.dim() == 4 && x.size(3) % 2 == 0)
+      << "rope: expected x of shape (B, H, T, D) with even D, got " << x.shape();
+  LOOM_CHECK(positions.dtype() == DType::I64 && positions.dim() == 1 &&
+             positions.size(0) == x.size(2))
+      << "rope: positions must be i64 of shape (" << x.size(2) << "), got "
+      << dtype_name(positions.dtype()) << " " << positions.shape();
+  Tensor xc = detail::raw_contiguous(x), pc = detail::raw_contiguous(positions);
+  Tensor out = detail::empty_like(xc);
+  backend_of(x).rope(xc, pc, theta, /*inverse=*/false, out);
+  if (any_requires_grad({x})) {
+    auto node = std::make_shared<RopeBackward>();
+    node->positions = pc;
+    node->theta = theta;
+    record(node, {x, positions}, {out});
+  }
+  return out;
+}
+
+}  // namespace loom
