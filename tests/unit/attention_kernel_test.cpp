@@ -10,6 +10,7 @@
 // Inputs of a bf16 case are rounded to bf16 first, so the reference sees exactly the values
 // the kernel sees and only the kernel's own rounding is measured.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -63,7 +64,8 @@ std::vector<double> reference_scores(const Problem& p, int64_t b, int64_t h, int
       continue;
     }
     double dot = 0;
-    for (int64_t c = 0; c < p.dim; ++c) dot += p.q[p.q_index(b, h, i, c)] * p.k[p.kv_index(b, kvh, j, c)];
+    for (int64_t c = 0; c < p.dim; ++c)
+      dot += p.q[p.q_index(b, h, i, c)] * p.k[p.kv_index(b, kvh, j, c)];
     s[j] = p.scale * dot + (p.mask.empty() ? 0.0 : p.mask[p.mask_index(b, h, i, j)]);
   }
   return s;
@@ -135,14 +137,16 @@ void reference_backward(const Problem& p, Reference& r) {
       }
 }
 
-double bf16_round(double x) { return to_f32(to_bf16(float(x))); }
+double bf16_round(double x) {
+  return to_f32(to_bf16(float(x)));
+}
 
 enum class MaskKind {
   None,
-  Full,           // dense (B, Hq, Sq, Skv) with scattered -inf and one fully masked row
-  Broadcast,      // one (Sq, Skv) matrix seen through strides (0, 0, Skv, 1)
-  SizeOne,        // shape (1, 1, Sq, Skv): size-1 dims broadcast
-  Transposed,     // (Skv, Sq) storage seen as (B, Hq, Sq, Skv) with strides (0, 0, 1, Sq)
+  Full,        // dense (B, Hq, Sq, Skv) with scattered -inf and one fully masked row
+  Broadcast,   // one (Sq, Skv) matrix seen through strides (0, 0, Skv, 1)
+  SizeOne,     // shape (1, 1, Sq, Skv): size-1 dims broadcast
+  Transposed,  // (Skv, Sq) storage seen as (B, Hq, Sq, Skv) with strides (0, 0, 1, Sq)
 };
 
 struct Case {
@@ -165,8 +169,11 @@ std::string describe(const Case& c) {
 Problem make_problem(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  Problem p{c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.dim, c.causal,
-            c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(c.dim)), {}, {}, {}, {}, {}};
+  Problem p{
+      c.batch,  c.heads_q, c.heads_kv, c.seq_q,
+      c.seq_kv, c.dim,     c.causal,   c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(c.dim)),
+      {},       {},        {},         {},
+      {}};
   const bool round = c.dtype != DType::F32;
   auto fill = [&](std::vector<double>& x, int64_t n) {
     x.resize(n);
@@ -193,8 +200,8 @@ Problem make_problem(const Case& c, uint32_t seed) {
     for (int64_t h = 0; h < c.heads_q; ++h)
       for (int64_t i = 0; i < c.seq_q; ++i)
         for (int64_t j = 0; j < c.seq_kv; ++j) {
-          const int64_t src = per_head ? ((b * c.heads_q + h) * c.seq_q + i) * c.seq_kv + j
-                                       : i * c.seq_kv + j;
+          const int64_t src =
+              per_head ? ((b * c.heads_q + h) * c.seq_q + i) * c.seq_kv + j : i * c.seq_kv + j;
           p.mask[p.mask_index(b, h, i, j)] = small[src];
         }
   return p;
@@ -246,9 +253,12 @@ Tensor to_tensor(const std::vector<double>& x, const Shape& shape, DType dtype) 
 std::vector<double> from_tensor(const Tensor& t) {
   std::vector<double> x(t.numel());
   for (size_t i = 0; i < x.size(); ++i) {
-    if (t.dtype() == DType::F32) x[i] = t.data<float>()[i];
-    else if (t.dtype() == DType::BF16) x[i] = to_f32(t.data<bf16>()[i]);
-    else x[i] = to_f32(t.data<f16>()[i]);
+    if (t.dtype() == DType::F32)
+      x[i] = t.data<float>()[i];
+    else if (t.dtype() == DType::BF16)
+      x[i] = to_f32(t.data<bf16>()[i]);
+    else
+      x[i] = to_f32(t.data<f16>()[i]);
   }
   return x;
 }
@@ -405,8 +415,25 @@ TEST(AttentionKernel, AdditiveMask) {
   check_case({1, 1, 1, 1, 7, 8, false, MaskKind::Full}, next_seed());
 }
 
-TEST(AttentionKernel, CustomScale) {
+TEST(AttentionKernel, CustomScaleAndOddHeadDim) {
   check_case({1, 2, 2, 65, 65, 8, true, MaskKind::None, DType::F32, 0.9}, next_seed());
+  check_case({1, 2, 1, 33, 40, 5, true, MaskKind::Full}, next_seed());
+}
+
+TEST(AttentionKernel, BitwiseIdenticalForAnyThreadCount) {
+  // Each output element is produced by one task in a fixed order, so the thread count must
+  // not change a single bit (the house's parity tests rely on this).
+  const Case c{2, 4, 2, 130, 130, 64, true, MaskKind::Broadcast};
+  const Problem p = make_problem(c, next_seed());
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const KernelResult one = run_kernel(c, p, DType::F32);
+  omp_set_num_threads(std::max(threads, 3));
+  const KernelResult many = run_kernel(c, p, DType::F32);
+  omp_set_num_threads(threads);
+  for (auto field : {&KernelResult::out, &KernelResult::gq, &KernelResult::gk, &KernelResult::gv})
+    EXPECT_EQ(one.*field, many.*field);
+  EXPECT_EQ(one.lse, many.lse);
 }
 
 TEST(AttentionKernel, Bf16MatchesF32WithinBf16Tolerance) {
@@ -431,26 +458,25 @@ TEST(AttentionKernel, RejectsBadInputs) {
   const Tensor q2 = Tensor::empty({1, 2, 8, 4}), out2 = Tensor::empty({1, 2, 8, 4});
   const Tensor lse2 = Tensor::empty({1, 2, 8});
   // 3-D k.
-  EXPECT_THROW(be.attention_forward(q2, Tensor::empty({2, 8, 4}), k, Tensor(), 1.0f, false, out2,
-                                    lse2),
-               Error);
+  EXPECT_THROW(
+      be.attention_forward(q2, Tensor::empty({2, 8, 4}), k, Tensor(), 1.0f, false, out2, lse2),
+      Error);
   // Head dim mismatch.
   EXPECT_THROW(be.attention_forward(q2, Tensor::empty({1, 2, 8, 5}), Tensor::empty({1, 2, 8, 5}),
                                     Tensor(), 1.0f, false, out2, lse2),
                Error);
   // Mixed dtypes.
-  EXPECT_THROW(be.attention_forward(q2, Tensor::empty({1, 2, 8, 4}, DType::BF16), k, Tensor(),
-                                    1.0f, false, out2, lse2),
+  EXPECT_THROW(be.attention_forward(q2, Tensor::empty({1, 2, 8, 4}, DType::BF16), k, Tensor(), 1.0f,
+                                    false, out2, lse2),
                Error);
   // Integer inputs.
   const Tensor qi = Tensor::empty({1, 2, 8, 4}, DType::I32);
   EXPECT_THROW(be.attention_forward(qi, qi, qi, Tensor(), 1.0f, false, qi, lse2), Error);
   // Mask that does not broadcast, and a non-f32 mask.
-  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 2, 8, 7}), 1.0f, false, out2,
-                                    lse2),
+  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 2, 8, 7}), 1.0f, false, out2, lse2),
                Error);
-  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 1, 8, 8}, DType::BF16), 1.0f,
-                                    false, out2, lse2),
+  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 1, 8, 8}, DType::BF16), 1.0f, false,
+                                    out2, lse2),
                Error);
   // lse of the wrong shape; a gradient of the wrong shape.
   EXPECT_THROW(be.attention_forward(q2, k, k, Tensor(), 1.0f, false, out2, Tensor::empty({1, 2})),

@@ -37,11 +37,16 @@ enum class Layout {
 
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::Row: return "row";
-    case Layout::Col: return "col";
-    case Layout::PaddedRow: return "padded";
-    case Layout::Strided2: return "strided2";
-    case Layout::Interleaved: return "interleaved";
+    case Layout::Row:
+      return "row";
+    case Layout::Col:
+      return "col";
+    case Layout::PaddedRow:
+      return "padded";
+    case Layout::Strided2:
+      return "strided2";
+    case Layout::Interleaved:
+      return "interleaved";
   }
   return "?";
 }
@@ -113,8 +118,12 @@ Tensor make_operand(int64_t batch, bool stride0, int64_t rows, int64_t cols, Lay
   Shape strides;
   int64_t capacity = nb * rows * cols;
   switch (layout) {
-    case Layout::Row: strides = {rows * cols, cols, 1}; break;
-    case Layout::Col: strides = {rows * cols, 1, rows}; break;
+    case Layout::Row:
+      strides = {rows * cols, cols, 1};
+      break;
+    case Layout::Col:
+      strides = {rows * cols, 1, rows};
+      break;
     case Layout::PaddedRow:
       strides = {rows * (cols + 3), cols + 3, 1};
       capacity = nb * rows * (cols + 3);
@@ -123,7 +132,9 @@ Tensor make_operand(int64_t batch, bool stride0, int64_t rows, int64_t cols, Lay
       strides = {2 * rows * cols, 2 * cols, 2};
       capacity = 2 * nb * rows * cols;
       break;
-    case Layout::Interleaved: strides = {cols, nb * cols, 1}; break;
+    case Layout::Interleaved:
+      strides = {cols, nb * cols, 1};
+      break;
   }
   if (stride0) strides[0] = 0;
   Tensor view = nan_storage(capacity, dtype).as_strided({batch, rows, cols}, strides, 0);
@@ -144,8 +155,10 @@ std::mt19937 next_rng() {
 void check(const Case& c) {
   SCOPED_TRACE(c.str());
   std::mt19937 rng = next_rng();
-  Tensor a = make_operand(c.a_stride0 ? c.batch : c.a_batch, c.a_stride0, c.m, c.k, c.la, c.in, rng);
-  Tensor b = make_operand(c.b_stride0 ? c.batch : c.b_batch, c.b_stride0, c.k, c.n, c.lb, c.in, rng);
+  Tensor a =
+      make_operand(c.a_stride0 ? c.batch : c.a_batch, c.a_stride0, c.m, c.k, c.la, c.in, rng);
+  Tensor b =
+      make_operand(c.b_stride0 ? c.batch : c.b_batch, c.b_stride0, c.k, c.n, c.lb, c.in, rng);
   Tensor bias;
   if (c.bias) {
     bias = nan_storage(c.n, c.bias_dtype);
@@ -180,8 +193,8 @@ void check(const Case& c) {
         const double got = at(out, bi, i, j);
         const double tol = out_tol * std::fabs(ref) + acc_tol * scale;
         if (!(std::fabs(got - ref) <= tol) && ++failures <= 5) {
-          ADD_FAILURE() << "out[" << bi << "][" << i << "][" << j << "] = " << got
-                        << ", expected " << ref << " (tolerance " << tol << ")";
+          ADD_FAILURE() << "out[" << bi << "][" << i << "][" << j << "] = " << got << ", expected "
+                        << ref << " (tolerance " << tol << ")";
         }
       }
       for (int64_t j = c.n; j < ld; ++j) {  // the kernel must not write into row padding
@@ -352,14 +365,16 @@ TEST(MatmulKernel, BadArgumentsThrow) {
   expect_error([&] { be.matmul(a, Tensor::empty({1, 5, 2}), none, out); }, "(1, 5, 2)");
   expect_error([&] { be.matmul(a, b, none, Tensor::empty({1, 3, 3})); }, "(1, 3, 3)");
   expect_error(
-      [&] { be.matmul(Tensor::empty({2, 3, 4}), b, none, Tensor::empty({3, 3, 2})); },
+      [&] {
+        be.matmul(Tensor::empty({2, 3, 4}), b, none, Tensor::empty({3, 3, 2}));
+      },
       "(2, 3, 4)");
   expect_error([&] { be.matmul(a, Tensor::empty({1, 4, 2}, DType::BF16), none, out); }, "bf16");
   expect_error([&] { be.matmul(a, b, none, Tensor::empty({1, 3, 2}, DType::BF16)); }, "bf16");
   expect_error(
       [&] {
-        be.matmul(Tensor::empty({1, 3, 4}, DType::I32), Tensor::empty({1, 4, 2}, DType::I32),
-                  none, Tensor::empty({1, 3, 2}, DType::I32));
+        be.matmul(Tensor::empty({1, 3, 4}, DType::I32), Tensor::empty({1, 4, 2}, DType::I32), none,
+                  Tensor::empty({1, 3, 2}, DType::I32));
       },
       "i32");
   expect_error([&] { be.matmul(a, b, Tensor::empty({3}), out); }, "(3)");

@@ -13,18 +13,20 @@
 //
 // Tile products go through oneDNN's dnnl_sgemm; inside our OpenMP region it runs on the calling
 // thread. bf16/f16 tiles are widened to f32 on the way in and rounded once on the way out.
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
+#include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/vec_math.h"
 
 namespace loom {
@@ -79,8 +81,8 @@ int64_t key_end(const Dims& d, bool causal, int64_t i0, int64_t m) {
 }
 
 // s (m, n; row stride ld) = scale * q_tile k_tile^T + mask, -inf where causality forbids.
-void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, int64_t b,
-                int64_t h, int64_t i0, int64_t m, int64_t j0, int64_t n, const float* q_tile,
+void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, int64_t b, int64_t h,
+                int64_t i0, int64_t m, int64_t j0, int64_t n, const float* q_tile,
                 const float* k_tile, float* s, int64_t ld) {
   gemm('N', 'T', m, n, d.head_dim, scale, q_tile, d.head_dim, k_tile, d.head_dim, 0.0f, s, ld);
   if (mask.data != nullptr) {
@@ -126,12 +128,17 @@ float exp_shifted(float* row, int64_t n, float shift) {
   return sum;
 }
 
-// Per-thread scratch, allocated once per parallel region: O(tile sizes x D).
+// Per-thread scratch, allocated once per thread and call: O(tile sizes x D).
 struct ForwardScratch {
-  std::vector<float> s, acc, row_m, row_l, q, k, v;
+  cpu::ScratchBuffer s, acc, row_m, row_l, q, k, v;
   explicit ForwardScratch(int64_t dim)
-      : s(kBlockQ * kBlockK), acc(kBlockQ * dim), row_m(kBlockQ), row_l(kBlockQ),
-        q(kBlockQ * dim), k(kBlockK * dim), v(kBlockK * dim) {}
+      : s(kBlockQ * kBlockK),
+        acc(kBlockQ * dim),
+        row_m(kBlockQ),
+        row_l(kBlockQ),
+        q(kBlockQ * dim),
+        k(kBlockK * dim),
+        v(kBlockK * dim) {}
 };
 
 template <typename T>
@@ -191,12 +198,15 @@ void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal
 
 struct BackwardScratch {
   // Tiles: scores/probabilities, dP/dS, dQ accumulator, q and dO widened.
-  std::vector<float> p, ds, dq, q, dout;
+  cpu::ScratchBuffer p, ds, dq, q, dout;
   // Whole-head f32 copies of K and V and dK/dV accumulators: only for 16-bit dtypes
   // (f32 tensors are read and accumulated in place). O(Skv x D): linear in the sequence.
-  std::vector<float> k, v, dk, dv;
+  cpu::ScratchBuffer k, v, dk, dv;
   BackwardScratch(int64_t dim, int64_t seq_kv, bool widen)
-      : p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK), dq(kBlockQ * dim), q(kBlockQ * dim),
+      : p(kBlockQ * kBlockK),
+        ds(kBlockQ * kBlockK),
+        dq(kBlockQ * dim),
+        q(kBlockQ * dim),
         dout(kBlockQ * dim) {
     if (widen) {
       k.resize(seq_kv * dim);
@@ -208,10 +218,9 @@ struct BackwardScratch {
 };
 
 template <typename T>
-void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool causal,
-                         const T* q, const T* k, const T* v, const T* out, const float* lse,
-                         const T* gout, T* gq, T* gk, T* gv, int64_t b, int64_t kvh,
-                         BackwardScratch& w) {
+void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool causal, const T* q,
+                         const T* k, const T* v, const T* out, const float* lse, const T* gout,
+                         T* gq, T* gk, T* gv, int64_t b, int64_t kvh, BackwardScratch& w) {
   constexpr bool kF32 = std::is_same_v<T, float>;
   const int64_t dim = d.head_dim;
   const int64_t bkv = b * d.heads_kv + kvh;
@@ -267,8 +276,7 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
           }
         }
         // dV[j0:j0+n] += P^T dO
-        gemm('T', 'N', n, dim, m, 1.0f, p, kBlockK, dout_tile, dim, 1.0f, dv_head + j0 * dim,
-             dim);
+        gemm('T', 'N', n, dim, m, 1.0f, p, kBlockK, dout_tile, dim, 1.0f, dv_head + j0 * dim, dim);
         // dP = dO V^T, then dS = P * (dP - Delta) in place.
         gemm('N', 'T', m, n, dim, 1.0f, dout_tile, dim, v_tile, dim, 0.0f, ds, kBlockK);
         for (int64_t i = 0; i < m; ++i) {
@@ -279,8 +287,7 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
         }
         // dQ += scale * dS K ;  dK[j0:j0+n] += scale * dS^T Q
         gemm('N', 'N', m, dim, n, scale, ds, kBlockK, k_tile, dim, 1.0f, dq, dim);
-        gemm('T', 'N', n, dim, m, scale, ds, kBlockK, q_tile, dim, 1.0f, dk_head + j0 * dim,
-             dim);
+        gemm('T', 'N', n, dim, m, scale, ds, kBlockK, q_tile, dim, 1.0f, dk_head + j0 * dim, dim);
       }
       store(dq, m * dim, gq + row0);
     }
@@ -295,8 +302,8 @@ void check_same(const Tensor& t, const char* name, const Shape& shape, DType dty
   LOOM_CHECK(t.defined()) << "attention: " << name << " is undefined";
   LOOM_CHECK(t.shape() == shape) << "attention: " << name << " has shape " << shape_str(t.shape())
                                  << ", expected " << shape_str(shape);
-  LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype "
-                                 << dtype_name(t.dtype()) << ", expected " << dtype_name(dtype);
+  LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype " << dtype_name(t.dtype())
+                                 << ", expected " << dtype_name(dtype);
   LOOM_CHECK(t.is_contiguous()) << "attention: " << name << " " << shape_str(t.shape())
                                 << " must be contiguous";
 }
@@ -322,8 +329,8 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       << "attention: k " << shape_str(k.shape()) << " does not match q " << shape_str(q.shape())
       << " in batch or head dim";
   LOOM_CHECK(d.heads_kv > 0 && d.heads_q % d.heads_kv == 0)
-      << "attention: q heads (" << d.heads_q << ") must be a multiple of k/v heads ("
-      << d.heads_kv << "); q " << shape_str(q.shape()) << ", k " << shape_str(k.shape());
+      << "attention: q heads (" << d.heads_q << ") must be a multiple of k/v heads (" << d.heads_kv
+      << "); q " << shape_str(q.shape()) << ", k " << shape_str(k.shape());
   d.group = d.heads_q / d.heads_kv;
   d.causal_offset = d.seq_kv - d.seq_q;
   check_same(q, "q", q.shape(), dtype);
@@ -336,14 +343,15 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   if (mask.defined()) {
     LOOM_CHECK(mask.dtype() == DType::F32)
         << "attention: mask must be f32, got " << dtype_name(mask.dtype());
-    LOOM_CHECK(mask.dim() == 4) << "attention: mask must be 4-D (broadcastable to (B, Hq, Sq, "
-                                   "Skv)), got "
-                                << shape_str(mask.shape());
+    LOOM_CHECK(mask.dim() == 4)
+        << "attention: mask must be 4-D, broadcastable to (B, Hq, Sq, Skv); got "
+        << shape_str(mask.shape());
     const Shape full{d.batch, d.heads_q, d.seq_q, d.seq_kv};
     int64_t strides[4];
     for (int i = 0; i < 4; ++i) {
       LOOM_CHECK(mask.size(i) == full[i] || mask.size(i) == 1)
-          << "attention: mask " << shape_str(mask.shape()) << " does not broadcast to " << shape_str(full);
+          << "attention: mask " << shape_str(mask.shape()) << " does not broadcast to "
+          << shape_str(full);
       // A size-1 dim broadcasts whatever stride it carries.
       strides[i] = mask.size(i) == 1 ? 0 : mask.stride(i);
     }
@@ -353,23 +361,31 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   return d;
 }
 
-// Runs fn(scratch, t) for t in [0, tasks) on one OpenMP team, each thread with one Scratch
-// built by make_scratch. Dynamic scheduling: under a causal mask later query blocks carry more
-// key blocks. An exception cannot cross the parallel region, so the first one is carried out
-// and rethrown here.
+// Runs fn(scratch, t) for t in [0, tasks) on one OpenMP team; each thread builds its Scratch
+// with make_scratch when it takes its first task. Dynamic scheduling, because under a causal
+// mask later query blocks carry more key blocks. An exception cannot cross the parallel
+// region, so the first one is carried out and rethrown here.
 template <typename MakeScratch, typename Fn>
 void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
   if (tasks <= 0) return;
-  const int threads =
-      omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), tasks));
+  // At least two threads whenever two are allowed, even for a single task: dnnl_sgemm runs
+  // sequentially only inside an active parallel region. Forking it for every small tile
+  // product would cost more than it gains, and could change the bits with the thread count.
+  const int max_threads = omp_get_max_threads();
+  const int threads = omp_in_parallel()
+                          ? 1
+                          : int(std::clamp<int64_t>(tasks, std::min(max_threads, 2), max_threads));
   std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
   {
     try {
-      auto scratch = make_scratch();
+      std::optional<decltype(make_scratch())> scratch;
       // nowait: a thread that throws leaves the loop without waiting at its barrier.
 #pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t t = 0; t < tasks; ++t) fn(scratch, t);
+      for (int64_t t = 0; t < tasks; ++t) {
+        if (!scratch) scratch.emplace(make_scratch());
+        fn(*scratch, t);
+      }
     } catch (...) {
 #pragma omp critical(loom_attention_error)
       if (!error) error = std::current_exception();
@@ -394,7 +410,7 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
     const T* vp = static_cast<const T*>(v.data_ptr());
     T* outp = static_cast<T*>(out.data_ptr());
     float* lsep = lse.data<float>();
-run_tasks(
+    run_tasks(
         tasks, [&] { return ForwardScratch(d.head_dim); },
         [&](ForwardScratch& scratch, int64_t t) {
           const int64_t qb = t % q_blocks, bh = t / q_blocks;
@@ -405,9 +421,9 @@ run_tasks(
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask, float scale, bool causal,
-                                    const Tensor& out, const Tensor& lse, const Tensor& gout,
-                                    const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+                                    const Tensor& mask, float scale, bool causal, const Tensor& out,
+                                    const Tensor& lse, const Tensor& gout, const Tensor& gq,
+                                    const Tensor& gk, const Tensor& gv) {
   MaskView mask_view;
   const Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
   check_same(gout, "gout", q.shape(), q.dtype());
@@ -426,12 +442,11 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     T* gkp = static_cast<T*>(gk.data_ptr());
     T* gvp = static_cast<T*>(gv.data_ptr());
     const float* lsep = lse.data<float>();
-run_tasks(
-        tasks,
-        [&] { return BackwardScratch(d.head_dim, d.seq_kv, !std::is_same_v<T, float>); },
+    run_tasks(
+        tasks, [&] { return BackwardScratch(d.head_dim, d.seq_kv, !std::is_same_v<T, float>); },
         [&](BackwardScratch& scratch, int64_t t) {
-          backward_head_group(d, mask_view, scale, causal, qp, kp, vp, outp, lsep, goutp, gqp,
-                              gkp, gvp, t / d.heads_kv, t % d.heads_kv, scratch);
+          backward_head_group(d, mask_view, scale, causal, qp, kp, vp, outp, lsep, goutp, gqp, gkp,
+                              gvp, t / d.heads_kv, t % d.heads_kv, scratch);
         });
   });
 }

@@ -56,8 +56,9 @@ MatrixView view_of(const Tensor& t) {
   MatrixView v;
   v.data = static_cast<char*>(t.data_ptr());
   v.dtype = t.dtype();
-  v.batch = t.size(0), v.rows = t.size(1), v.cols = t.size(2);
-  v.bs = t.stride(0), v.rs = t.stride(1), v.cs = t.stride(2);
+  const Shape &shape = t.shape(), &strides = t.strides();  // 3-D, checked by the caller
+  v.batch = shape[0], v.rows = shape[1], v.cols = shape[2];
+  v.bs = strides[0], v.rs = strides[1], v.cs = strides[2];
   return v;
 }
 
@@ -75,9 +76,11 @@ void canonicalize(MatrixView& v, bool batch_may_broadcast) {
 // no two elements at the same address (oneDNN refuses overlapping strides).
 bool addressable(const MatrixView& v) {
   if (v.rs != 1 && v.cs != 1) return false;
-  std::array<std::pair<int64_t, int64_t>, 3> dims = {
-      {{v.bs, v.batch}, {v.rs, v.rows}, {v.cs, v.cols}}};  // (stride, size)
-  std::sort(dims.begin(), dims.end());
+  std::pair<int64_t, int64_t> dims[3] = {{v.bs, v.batch}, {v.rs, v.rows}, {v.cs, v.cols}};
+  // (stride, size) sorted by stride; three elements, so three compare-swaps.
+  if (dims[1] < dims[0]) std::swap(dims[0], dims[1]);
+  if (dims[2] < dims[1]) std::swap(dims[1], dims[2]);
+  if (dims[1] < dims[0]) std::swap(dims[0], dims[1]);
   int64_t need = 1;  // the smallest stride the next (larger-stride) dim may have
   for (const auto& [stride, size] : dims) {
     if (size == 1) continue;
@@ -101,7 +104,9 @@ MatrixView dense_like(const MatrixView& v, DType dtype) {
   return d;
 }
 
-int64_t elements(const MatrixView& v) { return v.batch * v.rows * v.cols; }
+int64_t elements(const MatrixView& v) {
+  return v.batch * v.rows * v.cols;
+}
 
 // --- element copies for packing, widening bf16 and narrowing the output ---
 
@@ -137,19 +142,49 @@ void convert(const MatrixView& src, const MatrixView& dst) {
   convert_typed<bf16, bf16>(src, dst);
 }
 
-// A dense copy of v in `dtype`, allocated in `storage` (which keeps it alive).
-MatrixView packed(const MatrixView& v, DType dtype, Tensor& storage) {
+// Temporary host memory (packed operands, oneDNN's scratchpad) from the caching allocator:
+// no system call once warm, and counted under MemCategory::Other. Not a Tensor, which would
+// cost a few heap allocations per call.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(size_t nbytes) { reset(nbytes); }
+  ~HostBuffer() { release(); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  char* reset(size_t nbytes) {
+    release();
+    if (nbytes) {
+      ptr_ = allocator_for(DeviceType::CPU).allocate(nbytes, MemCategory::Other);
+      nbytes_ = nbytes;
+    }
+    return static_cast<char*>(ptr_);
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void release() {
+    if (nbytes_) allocator_for(DeviceType::CPU).deallocate(ptr_, nbytes_, MemCategory::Other);
+    ptr_ = nullptr;
+    nbytes_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t nbytes_ = 0;
+};
+
+// A dense copy of v in `dtype`, held by `storage`.
+MatrixView packed(const MatrixView& v, DType dtype, HostBuffer& storage) {
   MatrixView d = dense_like(v, dtype);
-  storage = Tensor::empty({elements(d)}, dtype, cpu_device(), MemCategory::Other);
-  d.data = static_cast<char*>(storage.data_ptr());
+  d.data = storage.reset(size_t(elements(d)) * dtype_size(dtype));
   convert(v, d);
   return d;
 }
 
-BiasView packed_bias(const BiasView& bias, DType dtype, Tensor& storage) {
-  storage = Tensor::empty({bias.n}, dtype, cpu_device(), MemCategory::Other);
+BiasView packed_bias(const BiasView& bias, DType dtype, HostBuffer& storage) {
+  char* data = storage.reset(size_t(bias.n) * dtype_size(dtype));
   MatrixView src{bias.data, bias.dtype, 1, 1, bias.n, bias.n * bias.stride, 1, bias.stride};
-  MatrixView dst{static_cast<char*>(storage.data_ptr()), dtype, 1, 1, bias.n, bias.n, 1, 1};
+  MatrixView dst{data, dtype, 1, 1, bias.n, bias.n, 1, 1};
   convert(src, dst);
   return BiasView{dst.data, dtype, bias.n, 1};
 }
@@ -200,15 +235,15 @@ struct PlanKeyHash {
 PlanKey key_of(const Problem& p) {
   const int64_t dtypes = int64_t(p.a.dtype) | int64_t(p.out.dtype) << 8 |
                          (p.bias.data ? int64_t(p.bias.dtype) + 1 : 0) << 16;
-  return PlanKey{{p.out.batch, p.a.batch, p.b.batch, p.a.rows, p.a.cols, p.b.cols, p.a.bs,
-                  p.a.rs, p.a.cs, p.b.bs, p.b.rs, p.b.cs, p.out.bs, p.out.rs, dtypes}};
+  return PlanKey{{p.out.batch, p.a.batch, p.b.batch, p.a.rows, p.a.cols, p.b.cols, p.a.bs, p.a.rs,
+                  p.a.cs, p.b.bs, p.b.rs, p.b.cs, p.out.bs, p.out.rs, dtypes}};
 }
 
 std::string describe(const Problem& p) {
   std::ostringstream os;
   auto one = [&](const char* name, const MatrixView& v) {
-    os << name << " " << dtype_name(v.dtype) << shape_str({v.batch, v.rows, v.cols})
-       << " strides " << shape_str({v.bs, v.rs, v.cs}) << " ";
+    os << name << " " << dtype_name(v.dtype) << shape_str({v.batch, v.rows, v.cols}) << " strides "
+       << shape_str({v.bs, v.rs, v.cs}) << " ";
   };
   one("a", p.a);
   one("b", p.b);
@@ -244,10 +279,10 @@ const Plan& shared_plan(const PlanKey& key, const Problem& p) {
   using dims = dnnl::memory::dims;
   auto plan = std::make_unique<Plan>();
   const MatrixView &a = p.a, &b = p.b, &out = p.out;
-  plan->src_md = dnnl::memory::desc(dims{a.batch, a.rows, a.cols}, dnnl_type(a.dtype),
-                                    dims{a.bs, a.rs, a.cs});
-  plan->wei_md = dnnl::memory::desc(dims{b.batch, b.rows, b.cols}, dnnl_type(b.dtype),
-                                    dims{b.bs, b.rs, b.cs});
+  plan->src_md =
+      dnnl::memory::desc(dims{a.batch, a.rows, a.cols}, dnnl_type(a.dtype), dims{a.bs, a.rs, a.cs});
+  plan->wei_md =
+      dnnl::memory::desc(dims{b.batch, b.rows, b.cols}, dnnl_type(b.dtype), dims{b.bs, b.rs, b.cs});
   plan->dst_md = dnnl::memory::desc(dims{out.batch, out.rows, out.cols}, dnnl_type(out.dtype),
                                     dims{out.bs, out.rs, out.cs});
   if (p.bias.data) {
@@ -269,8 +304,7 @@ const Plan& shared_plan(const PlanKey& key, const Problem& p) {
       plan->scratch_bytes = plan->scratch_md.get_size();
     }
   } catch (const dnnl::error& e) {
-    LOOM_CHECK(is_bf16) << "matmul: oneDNN has no kernel for " << describe(p) << ": "
-                        << e.what();
+    LOOM_CHECK(is_bf16) << "matmul: oneDNN has no kernel for " << describe(p) << ": " << e.what();
     plan->widen = true;  // no bf16 matmul on this CPU (oneDNN 2.6 needs AVX-512 for it)
   }
   return *plans->emplace(key, std::move(plan)).first->second;
@@ -308,27 +342,9 @@ dnnl::stream& thread_stream() {
   return stream;
 }
 
-// Scratchpad memory for one call, from the caching allocator (no system call once warm).
-class Scratch {
- public:
-  explicit Scratch(size_t nbytes) : nbytes_(nbytes) {
-    if (nbytes_) ptr_ = allocator_for(DeviceType::CPU).allocate(nbytes_, MemCategory::Other);
-  }
-  ~Scratch() {
-    if (nbytes_) allocator_for(DeviceType::CPU).deallocate(ptr_, nbytes_, MemCategory::Other);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  size_t nbytes_;
-  void* ptr_ = nullptr;
-};
-
 void execute(Binding& bind, const Problem& p) {
   const Plan& plan = *bind.plan;
-  Scratch scratch(plan.scratch_bytes);
+  HostBuffer scratch(plan.scratch_bytes);
   bind.src.set_data_handle(p.a.data);
   bind.wei.set_data_handle(p.b.data);
   bind.dst.set_data_handle(p.out.data);
@@ -357,7 +373,7 @@ void run(const Problem& p);
 
 // bf16 without a native kernel: widen to f32, multiply, round the output back to bf16.
 void run_widened(const Problem& p) {
-  Tensor a32_storage, b32_storage, bias32_storage, out32_storage;
+  HostBuffer a32_storage, b32_storage, bias32_storage, out32_storage;
   Problem q;
   q.a = packed(p.a, DType::F32, a32_storage);
   q.b = packed(p.b, DType::F32, b32_storage);
@@ -365,8 +381,7 @@ void run_widened(const Problem& p) {
   q.out = p.out;
   if (p.out.dtype != DType::F32) {
     q.out = dense_like(p.out, DType::F32);
-    out32_storage = Tensor::empty({elements(q.out)}, DType::F32, cpu_device(), MemCategory::Other);
-    q.out.data = static_cast<char*>(out32_storage.data_ptr());
+    q.out.data = out32_storage.reset(size_t(elements(q.out)) * sizeof(float));
   }
   run(q);
   if (p.out.dtype != DType::F32) convert(q.out, p.out);
@@ -384,7 +399,7 @@ void run(const Problem& p) {
   Binding& bind = binding_for(key, q);
   if (bind.plan->widen) return run_widened(p);
 
-  Tensor a_storage, b_storage, bias_storage;
+  HostBuffer a_storage, b_storage, bias_storage;
   if (pack_a) q.a = packed(p.a, p.a.dtype, a_storage);
   if (pack_b) q.b = packed(p.b, p.b.dtype, b_storage);
   if (pack_bias) q.bias = packed_bias(p.bias, p.bias.dtype, bias_storage);
@@ -397,18 +412,17 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, co
   LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
       << "matmul: expected 3-D (batch, rows, cols) tensors, got a " << a.shape() << ", b "
       << b.shape() << ", out " << out.shape();
-  const int64_t batch = out.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-  LOOM_CHECK(b.size(1) == k) << "matmul: inner dims differ: a " << a.shape() << " @ b "
-                             << b.shape();
-  LOOM_CHECK(out.size(1) == m && out.size(2) == n)
-      << "matmul: out " << out.shape() << " does not match a " << a.shape() << " @ b "
-      << b.shape() << " (expected (batch, " << m << ", " << n << "))";
-  LOOM_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1))
-      << "matmul: batch dims of a " << a.shape() << " and b " << b.shape()
-      << " do not broadcast to out " << out.shape();
-  LOOM_CHECK(a.dtype() == b.dtype()) << "matmul: a is " << dtype_name(a.dtype()) << " but b is "
-                                     << dtype_name(b.dtype()) << " (a " << a.shape() << ", b "
-                                     << b.shape() << ")";
+  const Shape &as = a.shape(), &bs = b.shape(), &os = out.shape();
+  const int64_t batch = os[0], m = as[1], k = as[2], n = bs[2];
+  LOOM_CHECK(bs[1] == k) << "matmul: inner dims differ: a " << as << " @ b " << bs;
+  LOOM_CHECK(os[1] == m && os[2] == n)
+      << "matmul: out " << os << " does not match a " << as << " @ b " << bs
+      << " (expected (batch, " << m << ", " << n << "))";
+  LOOM_CHECK((as[0] == batch || as[0] == 1) && (bs[0] == batch || bs[0] == 1))
+      << "matmul: batch dims of a " << as << " and b " << bs << " do not broadcast to out " << os;
+  LOOM_CHECK(a.dtype() == b.dtype())
+      << "matmul: a is " << dtype_name(a.dtype()) << " but b is " << dtype_name(b.dtype()) << " (a "
+      << a.shape() << ", b " << b.shape() << ")";
   LOOM_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::BF16)
       << "matmul: " << dtype_name(a.dtype()) << " operands are not supported on the CPU (f32 or "
       << "bf16; a " << a.shape() << ", b " << b.shape() << ")";
@@ -427,13 +441,13 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, co
   p.b = view_of(b);
   p.out = view_of(out);
   if (bias.defined()) {
-    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == n)
+    LOOM_CHECK(bias.dim() == 1 && bias.shape()[0] == n)
         << "matmul: bias " << bias.shape() << " does not match out " << out.shape()
         << " (expected (" << n << "))";
     LOOM_CHECK(bias.dtype() == out.dtype() || bias.dtype() == DType::F32)
         << "matmul: bias is " << dtype_name(bias.dtype()) << "; expected f32 or "
         << dtype_name(out.dtype()) << " like out " << out.shape();
-    p.bias = BiasView{static_cast<char*>(bias.data_ptr()), bias.dtype(), n, bias.stride(0)};
+    p.bias = BiasView{static_cast<char*>(bias.data_ptr()), bias.dtype(), n, bias.strides()[0]};
   }
   if (batch == 0 || m == 0 || n == 0) return;
   canonicalize(p.a, true);

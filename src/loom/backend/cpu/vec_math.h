@@ -1,15 +1,17 @@
-// Scalar math written so that GCC vectorises loops calling it (no libm calls, no branches).
+// Scalar math written so that GCC vectorises loops calling it (no libm calls, no branches;
+// the build uses -fno-trapping-math so such loops may be vectorised at all).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 namespace loom::cpu {
 
-// exp(x) with about 2 ulp error over the f32 range; exp(-inf) = 0, large x saturates to inf.
+// exp(x) with about 2 ulp error over the f32 range; exp(-inf) = 0, large x saturates.
 // Cody-Waite range reduction x = n ln2 + r, degree-6 polynomial for e^r on |r| <= ln2/2.
 inline float fast_exp(float x) {
-  x = std::fmin(std::fmax(x, -104.0f), 88.7f);
+  x = std::min(std::max(x, -104.0f), 88.7f);  // std::fmin/fmax would not vectorise
   const float n = std::nearbyint(x * 1.44269504088896341f);
   float r = std::fma(n, -0.693145751953125f, x);
   r = std::fma(n, -1.428606765330187e-06f, r);
