@@ -17,7 +17,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 train: build
-	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/dit_fashion_mnist.toml
+	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/dit_fmnist.toml
 
 bench: build
 	@for b in $(BUILD)/*_bench; do echo "== $$b"; $$b; done

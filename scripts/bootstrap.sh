@@ -7,7 +7,10 @@ packages=(
   libdnnl-dev           # oneDNN: GEMM (AVX2/AVX-512/AMX)
   libgtest-dev          # unit tests
   libbenchmark-dev      # kernel benchmarks
-  zlib1g-dev            # gzip-compressed datasets
+  zlib1g-dev            # gzip-compressed datasets, PNG
+  libtomlplusplus-dev   # TOML configs
+  dataset-fashion-mnist # the main job's data
+  bible-kjv bible-kjv-text  # the text corpus (the `bible` program prints it)
 )
 
 missing=()

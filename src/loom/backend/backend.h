@@ -109,6 +109,14 @@ class Backend {
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout,
                                const Tensor& ggate, const Tensor& gup) = 0;
 
+  // --- optimizer updates, in place on contiguous f32 tensors of one shape ---
+  // AdamW (decoupled weight decay), bias-corrected with the 1-based step count.
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                          const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
+                          double eps, double weight_decay, int64_t step) = 0;
+  // y = a * y + b * x (EMA of weights, interpolation).
+  virtual void axpby(const Tensor& y, const Tensor& x, double a, double b) = 0;
+
   // --- fused scaled-dot-product attention (flash-style: no S x S matrix is materialised) ---
   // q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA); mask, if defined, is an
   // additive f32 tensor broadcast to (B, Hq, Sq, Skv) through strides (stride 0 = broadcast).

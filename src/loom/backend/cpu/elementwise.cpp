@@ -88,7 +88,7 @@ void CpuBackend::unary(UnaryOp op, double alpha_d, const Tensor& x, const Tensor
       case UnaryOp::Sqrt: map1<T>(x, out, 10, [](float v) { return std::sqrt(v); }); break;
       case UnaryOp::Rsqrt: map1<T>(x, out, 10, [](float v) { return 1.0f / std::sqrt(v); }); break;
       case UnaryOp::Tanh: map1<T>(x, out, 15, [](float v) { return cpu::fast_tanh(v); }); break;
-      case UnaryOp::Gelu: map1<T>(x, out, 20, gelu_tanh); break;
+      case UnaryOp::Gelu: map1<T>(x, out, 20, [](float v) { return gelu_tanh(v); }); break;
       case UnaryOp::Silu: map1<T>(x, out, 15, [](float v) { return v * cpu::fast_sigmoid(v); }); break;
       case UnaryOp::Pow: map1<T>(x, out, 30, [=](float v) { return std::pow(v, alpha); }); break;
       case UnaryOp::AddScalar: map1<T>(x, out, 1, [=](float v) { return v + alpha; }); break;
@@ -122,8 +122,8 @@ void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, con
           return 1.0f - t * t;
         });
         break;
-      case UnaryOp::Gelu: run(25, gelu_tanh_grad); break;
-      case UnaryOp::Silu: run(15, silu_grad); break;
+      case UnaryOp::Gelu: run(25, [](float v) { return gelu_tanh_grad(v); }); break;
+      case UnaryOp::Silu: run(15, [](float v) { return silu_grad(v); }); break;
       case UnaryOp::Pow: run(30, [=](float v) { return alpha * std::pow(v, alpha - 1.0f); }); break;
       case UnaryOp::AddScalar: run(1, [](float) { return 1.0f; }); break;
       case UnaryOp::MulScalar: run(1, [=](float) { return alpha; }); break;

@@ -1,0 +1,53 @@
+// Optimizer update kernels: one pass over flat f32 parameter, gradient and state buffers.
+#include <cmath>
+
+#include "loom/backend/cpu/cpu_backend.h"
+#include "loom/backend/cpu/parallel.h"
+
+namespace loom {
+
+namespace {
+void check_f32_like(const char* k, const Tensor& a, const Tensor& b) {
+  LOOM_CHECK(a.dtype() == DType::F32 && b.dtype() == DType::F32 && a.is_contiguous() &&
+             b.is_contiguous() && a.numel() == b.numel())
+      << k << ": expected contiguous f32 tensors of one size, got " << dtype_name(a.dtype()) << " "
+      << a.shape() << " and " << dtype_name(b.dtype()) << " " << b.shape();
+}
+}  // namespace
+
+void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
+                            double eps, double weight_decay, int64_t step) {
+  check_f32_like("adamw", param, grad);
+  check_f32_like("adamw", param, exp_avg);
+  check_f32_like("adamw", param, exp_avg_sq);
+  LOOM_CHECK(step >= 1) << "adamw: step count starts at 1, got " << step;
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* m = exp_avg.data<float>();
+  float* v = exp_avg_sq.data<float>();
+  const float b1 = float(beta1), b2 = float(beta2);
+  const float c1 = float(1.0 / (1.0 - std::pow(beta1, double(step))));
+  const float c2_sqrt = float(1.0 / std::sqrt(1.0 - std::pow(beta2, double(step))));
+  const float step_size = float(lr), decay = float(1.0 - lr * weight_decay), e = float(eps);
+  cpu::parallel_for(param.numel(), 12, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      const float denom = std::sqrt(v[i]) * c2_sqrt + e;
+      p[i] = p[i] * decay - step_size * (m[i] * c1) / denom;
+    }
+  });
+}
+
+void CpuBackend::axpby(const Tensor& y, const Tensor& x, double a, double b) {
+  check_f32_like("axpby", y, x);
+  float* yp = y.data<float>();
+  const float* xp = x.data<float>();
+  const float fa = float(a), fb = float(b);
+  cpu::parallel_for(y.numel(), 2, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) yp[i] = fa * yp[i] + fb * xp[i];
+  });
+}
+
+}  // namespace loom

@@ -1,0 +1,39 @@
+#include "loom/checkpoint/state_dict.h"
+
+#include "loom/ops/ops.h"
+
+namespace loom {
+
+std::vector<std::pair<std::string, Tensor>> state_dict(const nn::Module& module) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& p : module.named_parameters()) out.emplace_back(p.name, p.tensor);
+  return out;
+}
+
+std::map<std::string, Tensor> as_map(const std::vector<std::pair<std::string, Tensor>>& named) {
+  return std::map<std::string, Tensor>(named.begin(), named.end());
+}
+
+void load_named(const std::vector<std::pair<std::string, Tensor>>& targets,
+                const std::map<std::string, Tensor>& tensors, const std::string& origin) {
+  NoGradGuard no_grad;
+  for (const auto& [name, target] : targets) {
+    auto it = tensors.find(name);
+    LOOM_CHECK(it != tensors.end())
+        << origin << ": has no tensor '" << name << "' (is it a checkpoint of another model?)";
+    LOOM_CHECK(it->second.shape() == target.shape())
+        << origin << ": tensor '" << name << "' has shape " << it->second.shape()
+        << ", the model expects " << target.shape() << " (a checkpoint of another model?)";
+    copy_(target, it->second);
+  }
+  LOOM_CHECK(tensors.size() == targets.size())
+      << origin << ": holds " << tensors.size() << " tensors, the model has " << targets.size()
+      << " (a checkpoint of another model?)";
+}
+
+void load_state_dict(const nn::Module& module, const std::map<std::string, Tensor>& tensors,
+                     const std::string& origin) {
+  load_named(state_dict(module), tensors, origin);
+}
+
+}  // namespace loom

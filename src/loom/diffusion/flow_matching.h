@@ -1,0 +1,37 @@
+// Rectified flow / flow matching: x_t = (1 - t) x0 + t eps, the model predicts the velocity
+// eps - x0; t = 0 is data, t = 1 is noise. Every random draw is keyed by (seed, purpose,
+// step) and the sample's global index, so a batch split over ranks draws the same numbers.
+#pragma once
+#include <functional>
+
+#include "loom/core/tensor.h"
+
+namespace loom::diffusion {
+
+// velocity(x_t (B, C, H, W), t (B) f32, labels (B) i64) -> (B, C, H, W)
+using VelocityFn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
+
+struct FlowMatchingConfig {
+  double label_dropout = 0.1;   // probability of replacing a label with the null class
+  int64_t null_class = 10;
+  double logit_normal_mean = 0.0, logit_normal_std = 1.0;  // t = sigmoid(N(mean, std))
+};
+
+// Mean squared error between predicted and target velocity for one (micro-)batch.
+// first_index: global index of x0's first sample within the step's global batch.
+Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Tensor& labels,
+                          const FlowMatchingConfig& config, uint64_t seed, int64_t step,
+                          int64_t first_index = 0);
+
+struct SamplerConfig {
+  int64_t steps = 50;
+  bool heun = false;         // second-order (Heun) instead of Euler
+  double cfg_scale = 1.0;    // 1 = no guidance
+  int64_t null_class = 10;
+};
+
+// Integrates dx/dt = v from t = 1 (noise keyed by seed) to t = 0. labels (B) i64.
+Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labels,
+              const SamplerConfig& config, uint64_t seed);
+
+}  // namespace loom::diffusion

@@ -1,0 +1,110 @@
+#include "loom/diffusion/png.h"
+
+#include <zlib.h>
+
+#include <cmath>
+
+#include "loom/core/atomic_file.h"
+#include "loom/ops/creation.h"
+
+namespace loom {
+
+namespace {
+
+void put_u32_be(std::string& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out += char((v >> shift) & 0xff);
+}
+
+// A chunk is length, type, data, and a CRC-32 over type and data.
+void put_chunk(std::string& out, const char type[4], const std::string& data) {
+  LOOM_CHECK(data.size() <= 0x7fffffffu) << "png: chunk " << type << " too large";
+  put_u32_be(out, uint32_t(data.size()));
+  const size_t crc_start = out.size();
+  out.append(type, 4);
+  out += data;
+  const uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(out.data() + crc_start),
+                          uInt(out.size() - crc_start));
+  put_u32_be(out, uint32_t(crc));
+}
+
+}  // namespace
+
+void write_png(const std::string& path, const std::vector<uint8_t>& pixels, int width, int height,
+               int channels) {
+  LOOM_CHECK(width > 0 && height > 0)
+      << "write_png '" << path << "': size " << width << "x" << height << " must be positive";
+  LOOM_CHECK(channels == 1 || channels == 3)
+      << "write_png '" << path << "': " << channels << " channels, expected 1 or 3";
+  const size_t row_bytes = size_t(width) * size_t(channels);
+  LOOM_CHECK(pixels.size() == row_bytes * size_t(height))
+      << "write_png '" << path << "': " << pixels.size() << " bytes of pixels, expected " << width
+      << " x " << height << " x " << channels << " = " << row_bytes * size_t(height);
+
+  // Every row is prefixed with filter type 0 (None): simple, and zlib does the compressing.
+  std::string raw;
+  raw.reserve((row_bytes + 1) * size_t(height));
+  for (int y = 0; y < height; ++y) {
+    raw += '\0';
+    raw.append(reinterpret_cast<const char*>(pixels.data()) + size_t(y) * row_bytes, row_bytes);
+  }
+  uLongf compressed_size = compressBound(uLong(raw.size()));
+  std::string compressed(compressed_size, '\0');
+  const int rc = compress2(reinterpret_cast<Bytef*>(compressed.data()), &compressed_size,
+                           reinterpret_cast<const Bytef*>(raw.data()), uLong(raw.size()),
+                           Z_DEFAULT_COMPRESSION);
+  LOOM_CHECK(rc == Z_OK) << "write_png '" << path << "': zlib compress failed (code " << rc << ")";
+  compressed.resize(compressed_size);
+
+  std::string ihdr;
+  put_u32_be(ihdr, uint32_t(width));
+  put_u32_be(ihdr, uint32_t(height));
+  ihdr += char(8);                      // bit depth
+  ihdr += char(channels == 1 ? 0 : 2);  // colour type: grayscale or truecolour
+  ihdr += std::string(3, '\0');         // compression deflate, filter adaptive, no interlace
+
+  std::string file("\x89PNG\r\n\x1a\n", 8);
+  put_chunk(file, "IHDR", ihdr);
+  put_chunk(file, "IDAT", compressed);
+  put_chunk(file, "IEND", "");
+  write_file_atomic(path, file);
+}
+
+ImageGrid image_grid(const Tensor& images, int rows, int cols, int padding) {
+  LOOM_CHECK(images.dim() == 4) << "image_grid: images of shape " << images.shape()
+                                << ", expected (N, C, H, W)";
+  LOOM_CHECK(is_floating(images.dtype()))
+      << "image_grid: images of dtype " << dtype_name(images.dtype()) << ", expected floating";
+  const int64_t n = images.size(0), c = images.size(1), h = images.size(2), w = images.size(3);
+  LOOM_CHECK(c == 1 || c == 3) << "image_grid: " << c << " channels, expected 1 or 3";
+  LOOM_CHECK(rows > 0 && cols > 0 && padding >= 0)
+      << "image_grid: rows " << rows << ", cols " << cols << ", padding " << padding
+      << " (expected rows, cols > 0 and padding >= 0)";
+  LOOM_CHECK(n <= int64_t(rows) * cols)
+      << "image_grid: " << n << " images do not fit a " << rows << "x" << cols << " grid";
+
+  ImageGrid grid;
+  grid.channels = int(c);
+  grid.width = int(cols * (w + padding) + padding);
+  grid.height = int(rows * (h + padding) + padding);
+  grid.pixels.assign(size_t(grid.width) * size_t(grid.height) * size_t(c), 0);
+
+  const std::vector<float> values = to_vector(images);  // (N, C, H, W) on the host, as f32
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t x0 = padding + (i % cols) * (w + padding);
+    const int64_t y0 = padding + (i / cols) * (h + padding);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t y = 0; y < h; ++y) {
+        for (int64_t x = 0; x < w; ++x) {
+          const float v = values[size_t(((i * c + ch) * h + y) * w + x)];
+          // [-1, 1] -> [0, 255]; !(v > -1) also sends NaN to black.
+          const float scaled = !(v > -1.0f) ? 0.0f : v >= 1.0f ? 255.0f : (v + 1.0f) * 127.5f;
+          const size_t at = (size_t(y0 + y) * size_t(grid.width) + size_t(x0 + x)) * size_t(c);
+          grid.pixels[at + size_t(ch)] = uint8_t(std::lround(scaled));
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+}  // namespace loom

@@ -1,0 +1,112 @@
+#include "loom/models/dit/dit.h"
+
+#include <cmath>
+
+#include "loom/ops/ops.h"
+
+namespace loom::models {
+
+void DitConfig::validate() const {
+  LOOM_CHECK(image_size > 0 && patch > 0 && image_size % patch == 0)
+      << "dit: image_size " << image_size << " is not a multiple of patch " << patch;
+  LOOM_CHECK(width > 0 && heads > 0 && width % heads == 0)
+      << "dit: width " << width << " is not divisible by heads " << heads;
+  LOOM_CHECK(width % 4 == 0) << "dit: width " << width << " must be a multiple of 4 (2-D sin-cos)";
+  LOOM_CHECK(depth > 0 && channels > 0 && num_classes > 0 && mlp_ratio > 0)
+      << "dit: depth, channels, num_classes and mlp_ratio must be positive";
+}
+
+Tensor timestep_embedding(const Tensor& t, int64_t dim, double max_period) {
+  const std::vector<float> ts = to_vector(t);
+  const int64_t B = int64_t(ts.size()), half = dim / 2;
+  std::vector<float> out(size_t(B * dim), 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = std::exp(-std::log(max_period) * double(i) / double(half));
+      const double arg = double(ts[size_t(b)]) * freq;
+      out[size_t(b * dim + i)] = float(std::cos(arg));
+      out[size_t(b * dim + half + i)] = float(std::sin(arg));
+    }
+  return from_vector(out, {B, dim});
+}
+
+Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
+  // Half the channels encode the row, half the column; each half is [sin | cos] over
+  // frequencies 1 / 10000^(k / (dim/4)).
+  std::vector<float> out(size_t(grid * grid * dim));
+  const int64_t quarter = dim / 4;
+  for (int64_t r = 0; r < grid; ++r)
+    for (int64_t c = 0; c < grid; ++c) {
+      float* row = &out[size_t((r * grid + c) * dim)];
+      for (int64_t k = 0; k < quarter; ++k) {
+        const double omega = 1.0 / std::pow(10000.0, double(k) / double(quarter));
+        row[k] = float(std::sin(double(c) * omega));
+        row[quarter + k] = float(std::cos(double(c) * omega));
+        row[2 * quarter + k] = float(std::sin(double(r) * omega));
+        row[3 * quarter + k] = float(std::cos(double(r) * omega));
+      }
+    }
+  return from_vector(out, {grid * grid, dim});
+}
+
+DitBlock::DitBlock(const DitConfig& c) {
+  const int64_t D = c.width;
+  norm1 = register_module("norm1", std::make_shared<nn::LayerNorm>(D, false, 1e-6f));
+  attn = register_module("attn", std::make_shared<nn::Attention>(
+                                     nn::AttentionConfig{D, c.heads, c.heads, false, 0.0, true,
+                                                         nn::Init::xavier_uniform()}));
+  norm2 = register_module("norm2", std::make_shared<nn::LayerNorm>(D, false, 1e-6f));
+  mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, int64_t(double(D) * c.mlp_ratio)));
+  ada = register_module("ada", std::make_shared<nn::Linear>(D, 6 * D, true, nn::Init::zeros()));
+}
+
+Tensor DitBlock::forward(const Tensor& x, const Tensor& c) const {
+  auto mod = split(ada->forward(silu(c)), c.size(-1), -1);  // 6 x (B, D)
+  auto gated = [](const Tensor& gate, const Tensor& h) { return mul(unsqueeze(gate, 1), h); };
+  Tensor h = attn->forward(modulate(norm1->forward(x), contiguous(mod[0]), contiguous(mod[1])));
+  Tensor x1 = add(x, gated(mod[2], h));
+  h = mlp->forward(modulate(norm2->forward(x1), contiguous(mod[3]), contiguous(mod[4])));
+  return add(x1, gated(mod[5], h));
+}
+
+Dit::Dit(const DitConfig& c) : config(c) {
+  config.validate();
+  const int64_t D = c.width, p = c.patch;
+  patch_embed = register_module(
+      "patch_embed", std::make_shared<nn::Linear>(c.channels * p * p, D, true, nn::Init::xavier_uniform()));
+  t_fc1 = register_module("t_embed.fc1", std::make_shared<nn::Linear>(256, D, true, nn::Init::normal(0.02f)));
+  t_fc2 = register_module("t_embed.fc2", std::make_shared<nn::Linear>(D, D, true, nn::Init::normal(0.02f)));
+  y_embed = register_module("y_embed", std::make_shared<nn::Embedding>(c.num_classes + 1, D));
+  for (int64_t i = 0; i < c.depth; ++i)
+    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<DitBlock>(c)));
+  final_norm = register_module("final.norm", std::make_shared<nn::LayerNorm>(D, false, 1e-6f));
+  final_ada = register_module("final.ada", std::make_shared<nn::Linear>(D, 2 * D, true, nn::Init::zeros()));
+  final_linear = register_module(
+      "final.linear", std::make_shared<nn::Linear>(D, p * p * c.channels, true, nn::Init::zeros()));
+  pos_embed = sincos_pos_embed_2d(D, c.image_size / p);
+}
+
+Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
+  const int64_t B = x.size(0), C = config.channels, S = config.image_size, p = config.patch,
+                g = S / p, D = config.width;
+  LOOM_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == S && x.size(3) == S)
+      << "dit: expected images (B, " << C << ", " << S << ", " << S << "), got " << x.shape();
+  LOOM_CHECK(t.shape() == Shape{B} && y.shape() == Shape{B})
+      << "dit: t " << t.shape() << " and y " << y.shape() << " must be (" << B << ")";
+  // Patchify: (B, C, g, p, g, p) -> (B, g, g, C, p, p) -> (B, T, C p p).
+  Tensor patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
+                           {B, g * g, C * p * p});
+  Tensor h = add(patch_embed->forward(patches), pos_embed);
+  // Conditioning: timestep (scaled to DiT's 0..1000 range) MLP plus class embedding.
+  Tensor temb = t_fc2->forward(silu(t_fc1->forward(timestep_embedding(mul_scalar(t, 1000.0), 256))));
+  Tensor c = add(temb, y_embed->forward(y));
+  for (const auto& block : blocks) h = block->forward(h, c);
+  auto mod = split(final_ada->forward(silu(c)), D, -1);  // shift, scale
+  h = modulate(final_norm->forward(h), contiguous(mod[0]), contiguous(mod[1]));
+  Tensor out = final_linear->forward(h);  // (B, T, p p C)
+  // Unpatchify: (B, g, g, p, p, C) -> (B, C, g, p, g, p) -> (B, C, S, S).
+  out = permute(reshape(out, {B, g, g, p, p, C}), {0, 5, 1, 3, 2, 4});
+  return reshape(out, {B, C, S, S});
+}
+
+}  // namespace loom::models

@@ -1,0 +1,58 @@
+// DiT (Peebles & Xie, "Scalable Diffusion Models with Transformers"), class-conditional, with
+// adaLN-Zero blocks, predicting the flow-matching velocity. Plain single-device code.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "loom/nn/layers.h"
+
+namespace loom::models {
+
+struct DitConfig {
+  int64_t image_size = 28;
+  int64_t channels = 1;
+  int64_t patch = 2;
+  int64_t width = 256;
+  int64_t depth = 6;
+  int64_t heads = 4;
+  double mlp_ratio = 4.0;
+  int64_t num_classes = 10;  // label num_classes is the null class (classifier-free guidance)
+  void validate() const;
+  int64_t tokens() const { return (image_size / patch) * (image_size / patch); }
+};
+
+// One transformer block whose norms are modulated by the conditioning (adaLN-Zero: the
+// modulation and hence the block start as the identity).
+class DitBlock : public nn::Module {
+ public:
+  explicit DitBlock(const DitConfig& c);
+  Tensor forward(const Tensor& x, const Tensor& c) const;  // x (B, T, D), c (B, D)
+  std::shared_ptr<nn::LayerNorm> norm1, norm2;
+  std::shared_ptr<nn::Attention> attn;
+  std::shared_ptr<nn::Mlp> mlp;
+  std::shared_ptr<nn::Linear> ada;  // silu(c) -> 6 D: shift, scale, gate for attn and mlp
+};
+
+class Dit : public nn::Module {
+ public:
+  explicit Dit(const DitConfig& config);
+  // x (B, C, H, W), t (B) f32 in [0, 1], y (B) i64 class (num_classes = unconditional)
+  // -> velocity (B, C, H, W).
+  Tensor forward(const Tensor& x, const Tensor& t, const Tensor& y) const;
+  // The transformer blocks, for activation checkpointing and sharding applied from outside.
+  std::vector<std::shared_ptr<DitBlock>> blocks;
+  const DitConfig config;
+
+ private:
+  std::shared_ptr<nn::Linear> patch_embed, t_fc1, t_fc2, final_ada, final_linear;
+  std::shared_ptr<nn::Embedding> y_embed;
+  std::shared_ptr<nn::LayerNorm> final_norm;
+  Tensor pos_embed;  // (T, D) fixed 2-D sin-cos, not a parameter
+};
+
+// Sinusoidal embedding of (B) scalars into (B, dim), as in DiT's timestep embedder.
+Tensor timestep_embedding(const Tensor& t, int64_t dim, double max_period = 10000.0);
+// Fixed 2-D sin-cos position embedding for a grid x grid of tokens, (grid*grid, dim).
+Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid);
+
+}  // namespace loom::models

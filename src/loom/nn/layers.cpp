@@ -1,0 +1,85 @@
+#include "loom/nn/layers.h"
+
+#include "loom/ops/ops.h"
+
+namespace loom::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias, Init init, Init bias_init) {
+  LOOM_CHECK(in > 0 && out > 0) << "Linear: sizes must be positive, got " << in << " -> " << out;
+  weight = register_parameter("weight", {out, in}, init);
+  if (has_bias) bias = register_parameter("bias", {out}, bias_init, /*weight_decay=*/false);
+}
+
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+Embedding::Embedding(int64_t num, int64_t dim, Init init) {
+  weight = register_parameter("weight", {num, dim}, init, /*weight_decay=*/false);
+}
+
+Tensor Embedding::forward(const Tensor& ids) const { return embedding(ids, weight); }
+
+LayerNorm::LayerNorm(int64_t dim, bool affine, float eps_) : eps(eps_) {
+  if (affine) {
+    weight = register_parameter("weight", {dim}, Init::ones(), false);
+    bias = register_parameter("bias", {dim}, Init::zeros(), false);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+
+RMSNorm::RMSNorm(int64_t dim, float eps_) : eps(eps_) {
+  weight = register_parameter("weight", {dim}, Init::ones(), false);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
+
+Mlp::Mlp(int64_t dim, int64_t hidden, Init init) {
+  fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden, true, init));
+  fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim, true, init));
+}
+
+Tensor Mlp::forward(const Tensor& x) const { return fc2->forward(gelu(fc1->forward(x))); }
+
+SwiGLU::SwiGLU(int64_t dim, int64_t hidden, Init init) {
+  w1 = register_module("w1", std::make_shared<Linear>(dim, hidden, false, init));
+  w2 = register_module("w2", std::make_shared<Linear>(hidden, dim, false, init));
+  w3 = register_module("w3", std::make_shared<Linear>(dim, hidden, false, init));
+}
+
+Tensor SwiGLU::forward(const Tensor& x) const {
+  return w2->forward(swiglu(w1->forward(x), w3->forward(x)));
+}
+
+Attention::Attention(const AttentionConfig& c) : config(c) {
+  if (config.kv_heads == 0) config.kv_heads = config.heads;
+  LOOM_CHECK(config.heads > 0 && config.dim % config.heads == 0)
+      << "Attention: dim " << config.dim << " is not divisible by " << config.heads << " heads";
+  LOOM_CHECK(config.heads % config.kv_heads == 0)
+      << "Attention: " << config.heads << " heads are not a multiple of " << config.kv_heads
+      << " kv heads";
+  const int64_t head_dim = config.dim / config.heads;
+  const int64_t qkv_out = (config.heads + 2 * config.kv_heads) * head_dim;
+  qkv = register_module("qkv", std::make_shared<Linear>(config.dim, qkv_out, config.bias, config.init));
+  proj = register_module("proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, config.init));
+}
+
+Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = config.heads, Hkv = config.kv_heads, Dh = config.dim / config.heads;
+  Tensor qkv_out = qkv->forward(x);  // (B, T, (H + 2 Hkv) * Dh)
+  auto parts = split(qkv_out, std::vector<int64_t>{H * Dh, Hkv * Dh, Hkv * Dh}, -1);
+  auto heads = [&](const Tensor& t, int64_t n) {  // (B, T, n*Dh) -> (B, n, T, Dh)
+    return permute(reshape(contiguous(t), {B, T, n, Dh}), {0, 2, 1, 3});
+  };
+  Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
+  if (config.rope_theta > 0) {
+    LOOM_CHECK(positions.defined()) << "Attention: RoPE needs token positions";
+    q = rope(q, positions, config.rope_theta);
+    k = rope(k, positions, config.rope_theta);
+  }
+  Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, config.dim});
+  return proj->forward(o);
+}
+
+}  // namespace loom::nn

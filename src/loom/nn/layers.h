@@ -1,0 +1,74 @@
+// The standard layers, as plain single-device modules.
+#pragma once
+#include "loom/nn/module.h"
+
+namespace loom::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true, Init init = Init::xavier_uniform(),
+         Init bias_init = Init::zeros());
+  Tensor forward(const Tensor& x) const;  // (..., in) -> (..., out)
+  Tensor weight, bias;                    // (out, in), (out) or undefined
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Init init = Init::normal(0.02f));
+  Tensor forward(const Tensor& ids) const;  // (...) i64 -> (..., dim)
+  Tensor weight;                            // (num, dim)
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, bool affine = true, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;  // undefined without affine
+  float eps;
+};
+
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, float eps = 1e-6f);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight;
+  float eps;
+};
+
+// Linear -> GELU (tanh) -> Linear.
+class Mlp : public Module {
+ public:
+  Mlp(int64_t dim, int64_t hidden, Init init = Init::xavier_uniform());
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<Linear> fc1, fc2;
+};
+
+// Llama's gated MLP: w2(silu(w1 x) * w3 x), no biases.
+class SwiGLU : public Module {
+ public:
+  SwiGLU(int64_t dim, int64_t hidden, Init init = Init::normal(0.02f));
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<Linear> w1, w2, w3;
+};
+
+struct AttentionConfig {
+  int64_t dim = 0;
+  int64_t heads = 1;
+  int64_t kv_heads = 0;  // 0: same as heads (MHA); fewer: GQA
+  bool causal = false;
+  double rope_theta = 0.0;  // 0: no rotary embedding
+  bool bias = true;
+  Init init = Init::xavier_uniform();
+};
+
+// Multi-head (or grouped-query) self-attention with fused attention kernels.
+class Attention : public Module {
+ public:
+  explicit Attention(const AttentionConfig& config);
+  // x (B, T, dim); positions (T) i64 global positions, needed with RoPE.
+  Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
+  AttentionConfig config;
+  std::shared_ptr<Linear> qkv, proj;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,77 @@
+#include "loom/nn/module.h"
+
+#include <cmath>
+
+#include "loom/autograd/node.h"
+#include "loom/ops/creation.h"
+
+namespace loom::nn {
+
+Tensor Module::register_parameter(const std::string& name, const Shape& shape, Init init,
+                                  bool weight_decay) {
+  for (const Param& p : params_)
+    LOOM_CHECK(p.name != name) << "module: parameter '" << name << "' registered twice";
+  Tensor t = Tensor::empty(shape, DType::F32, cpu_device(), MemCategory::Parameters);
+  t.set_requires_grad(true);
+  params_.push_back(Param{name, t, init, weight_decay});
+  return t;
+}
+
+void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out,
+                     std::vector<const Param*>* params) const {
+  for (const Param& p : params_) {
+    out.push_back(NamedParameter{prefix + p.name, p.tensor, p.weight_decay});
+    if (params) params->push_back(&p);
+  }
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, params);
+}
+
+std::vector<NamedParameter> Module::named_parameters() const {
+  std::vector<NamedParameter> out;
+  collect("", out, nullptr);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& p : named_parameters()) out.push_back(p.tensor);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& p : named_parameters()) n += p.tensor.numel();
+  return n;
+}
+
+void Module::init_parameters(uint64_t seed) {
+  std::vector<NamedParameter> named;
+  std::vector<const Param*> params;
+  collect("", named, &params);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const Init& init = params[i]->init;
+    const Tensor& t = named[i].tensor;
+    const RngKey key{seed, "init", named[i].name};
+    switch (init.kind) {
+      case Init::Normal: fill_normal(t, key, 0, init.a, init.b); break;
+      case Init::Uniform: fill_uniform(t, key, 0, init.a, init.b); break;
+      case Init::XavierUniform: {
+        LOOM_CHECK(t.dim() == 2) << "xavier init of '" << named[i].name << "' needs a 2-D shape, got "
+                                 << t.shape();
+        const float bound = std::sqrt(6.0f / float(t.size(0) + t.size(1)));
+        fill_uniform(t, key, 0, -bound, bound);
+        break;
+      }
+      case Init::Zeros: fill_(t, 0.0); break;
+      case Init::Ones: fill_(t, 1.0); break;
+    }
+  }
+}
+
+void Module::set_training(bool training) {
+  training_ = training;
+  for (auto& [name, child] : children_) child->set_training(training);
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,73 @@
+// Module: a tree of layers with fully qualified parameter names ("blocks.3.attn.qkv.weight").
+//
+// Parameters are registered with an initialiser and created empty; init_parameters(seed)
+// fills each one from the Philox stream keyed by (seed, "init", its full name), so a model
+// gets the same initial weights however it is later sharded.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/core/tensor.h"
+
+namespace loom::nn {
+
+struct Init {
+  enum Kind { Normal, Uniform, XavierUniform, Zeros, Ones } kind = Normal;
+  float a = 0.0f;  // Normal: mean; Uniform: low
+  float b = 0.02f;  // Normal: std; Uniform: high
+  static Init normal(float std) { return {Normal, 0.0f, std}; }
+  static Init uniform(float lo, float hi) { return {Uniform, lo, hi}; }
+  static Init xavier_uniform() { return {XavierUniform, 0.0f, 0.0f}; }  // fan from a 2-D shape
+  static Init zeros() { return {Zeros, 0.0f, 0.0f}; }
+  static Init ones() { return {Ones, 0.0f, 0.0f}; }
+};
+
+struct NamedParameter {
+  std::string name;
+  Tensor tensor;
+  bool weight_decay;  // false for norms, biases and embeddings by default
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter of the tree, depth first in registration order, with full names.
+  std::vector<NamedParameter> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  int64_t num_parameters() const;
+  // Fills every parameter from its initialiser, keyed by (seed, "init", full name).
+  void init_parameters(uint64_t seed);
+
+  void set_training(bool training);  // recursively
+  bool training() const { return training_; }
+
+ protected:
+  Tensor register_parameter(const std::string& name, const Shape& shape, Init init,
+                            bool weight_decay = true);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    Init init;
+    bool weight_decay;
+  };
+  void collect(const std::string& prefix, std::vector<NamedParameter>& out,
+               std::vector<const Param*>* params) const;
+  std::vector<Param> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace loom::nn

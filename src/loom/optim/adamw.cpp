@@ -1,0 +1,68 @@
+#include "loom/optim/adamw.h"
+
+#include <cmath>
+
+#include "loom/backend/backend.h"
+#include "loom/ops/ops.h"
+
+namespace loom::optim {
+
+AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : config_(config) {
+  LOOM_CHECK(config.lr >= 0 && config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 &&
+             config.beta2 < 1 && config.eps > 0 && config.weight_decay >= 0)
+      << "adamw: bad hyper-parameters (lr " << config.lr << ", betas " << config.beta1 << ", "
+      << config.beta2 << ", eps " << config.eps << ", weight_decay " << config.weight_decay << ")";
+  MemCategoryScope scope(MemCategory::OptimizerState);
+  for (auto& p : params) {
+    LOOM_CHECK(p.tensor.dtype() == DType::F32 && p.tensor.is_contiguous())
+        << "adamw: parameter '" << p.name << "' must be contiguous f32 (master weights)";
+    slots_.push_back(Slot{p, zeros(p.tensor.shape()), zeros(p.tensor.shape())});
+  }
+}
+
+void AdamW::step(double lr) {
+  ++step_;
+  for (Slot& s : slots_) {
+    Tensor g = s.param.tensor.grad();
+    if (!g.defined()) continue;
+    const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
+    backend_for(s.param.tensor.device())
+        .adamw_step(s.param.tensor, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2,
+                    config_.eps, wd, step_);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (Slot& s : slots_) s.param.tensor.set_grad(Tensor());
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::named_state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Slot& s : slots_) {
+    out.emplace_back(s.param.name + ".exp_avg", s.exp_avg);
+    out.emplace_back(s.param.name + ".exp_avg_sq", s.exp_avg_sq);
+  }
+  return out;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  double total = 0.0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor g32 = to_dtype(g, DType::F32);
+    total += double(item(sum(mul(g32, g32))));
+  }
+  const double norm = std::sqrt(total);
+  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) backend_for(g.device()).axpby(g, g, scale, 0.0);
+    }
+  }
+  return norm;
+}
+
+}  // namespace loom::optim

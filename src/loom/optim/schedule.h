@@ -1,0 +1,19 @@
+// Learning-rate schedules: linear warmup, then constant, cosine, or warmup-stable-decay.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace loom::optim {
+
+struct LrSchedule {
+  std::string kind = "cosine";  // "constant", "cosine", "wsd"
+  double lr = 1e-3;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  double min_lr_ratio = 0.1;     // floor of cosine / end of the wsd decay, as a fraction of lr
+  double decay_fraction = 0.2;   // wsd: the final fraction of steps that decays linearly
+  void validate() const;
+  double lr_at(int64_t step) const;  // step counted from 0
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,157 @@
+#include "loom/train/config_file.h"
+
+#include <toml++/toml.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+struct ConfigFile::Impl {
+  toml::table table;
+  std::set<std::string> used;                                   // "section.key"
+  std::map<std::string, std::map<std::string, std::string>> resolved;  // for the run directory
+};
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::ostringstream os;
+  os << toml::value<std::string>(s);
+  return os.str();
+}
+
+// Parses the right-hand side of an override as a TOML value; a bare word becomes a string.
+toml::table parse_value(const std::string& text) {
+  try {
+    return toml::parse("v = " + text);
+  } catch (const toml::parse_error&) {
+    return toml::parse("v = " + quote(text));
+  }
+}
+
+}  // namespace
+
+ConfigFile::ConfigFile(const std::string& path, const std::vector<std::string>& overrides)
+    : impl_(std::make_unique<Impl>()), path_(path) {
+  try {
+    impl_->table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    LOOM_FAIL() << "config " << path << ":" << where.line << ":" << where.column << ": "
+                << e.description();
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('='), dot = o.find('.');
+    LOOM_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq)
+        << "--set " << o << ": expected section.key=value";
+    const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
+    toml::table value = parse_value(o.substr(eq + 1));
+    if (!impl_->table.contains(section)) impl_->table.insert(section, toml::table{});
+    toml::table* t = impl_->table[section].as_table();
+    LOOM_CHECK(t) << "--set " << o << ": '" << section << "' is not a section";
+    t->insert_or_assign(key, *value.get("v"));
+  }
+  for (auto&& [k, v] : impl_->table)
+    LOOM_CHECK(v.is_table()) << "config " << path << ": top-level key '" << k.str()
+                             << "' must be a [section]";
+}
+
+ConfigFile::~ConfigFile() = default;
+ConfigFile::ConfigFile(ConfigFile&&) noexcept = default;
+
+bool ConfigFile::has(const std::string& section, const std::string& key) const {
+  const toml::table* t = impl_->table[section].as_table();
+  return t && t->contains(key);
+}
+
+namespace {
+const toml::node* find(const toml::table& table, const std::string& section, const std::string& key) {
+  const toml::table* t = table[section].as_table();
+  return t ? t->get(key) : nullptr;
+}
+}  // namespace
+
+std::string ConfigFile::get_string(const std::string& section, const std::string& key,
+                                   const std::string& fallback) {
+  impl_->used.insert(section + "." + key);
+  const toml::node* n = find(impl_->table, section, key);
+  std::string v = fallback;
+  if (n) {
+    LOOM_CHECK(n->is_string()) << "config " << path_ << ": " << section << "." << key
+                               << " must be a string";
+    v = **n->as_string();
+  }
+  impl_->resolved[section][key] = quote(v);
+  return v;
+}
+
+int64_t ConfigFile::get_int(const std::string& section, const std::string& key, int64_t fallback) {
+  impl_->used.insert(section + "." + key);
+  const toml::node* n = find(impl_->table, section, key);
+  int64_t v = fallback;
+  if (n) {
+    LOOM_CHECK(n->is_integer()) << "config " << path_ << ": " << section << "." << key
+                                << " must be an integer";
+    v = **n->as_integer();
+  }
+  impl_->resolved[section][key] = std::to_string(v);
+  return v;
+}
+
+double ConfigFile::get_double(const std::string& section, const std::string& key, double fallback) {
+  impl_->used.insert(section + "." + key);
+  const toml::node* n = find(impl_->table, section, key);
+  double v = fallback;
+  if (n) {
+    LOOM_CHECK(n->is_number()) << "config " << path_ << ": " << section << "." << key
+                               << " must be a number";
+    v = n->is_integer() ? double(**n->as_integer()) : **n->as_floating_point();
+  }
+  std::ostringstream os;
+  os << toml::value<double>(v);
+  impl_->resolved[section][key] = os.str();
+  return v;
+}
+
+bool ConfigFile::get_bool(const std::string& section, const std::string& key, bool fallback) {
+  impl_->used.insert(section + "." + key);
+  const toml::node* n = find(impl_->table, section, key);
+  bool v = fallback;
+  if (n) {
+    LOOM_CHECK(n->is_boolean()) << "config " << path_ << ": " << section << "." << key
+                                << " must be true or false";
+    v = **n->as_boolean();
+  }
+  impl_->resolved[section][key] = v ? "true" : "false";
+  return v;
+}
+
+void ConfigFile::check_all_keys_used() const {
+  std::vector<std::string> unknown;
+  for (auto&& [section, node] : impl_->table)
+    for (auto&& [key, value] : *node.as_table()) {
+      const std::string name = std::string(section.str()) + "." + std::string(key.str());
+      if (!impl_->used.count(name)) unknown.push_back(name);
+    }
+  if (unknown.empty()) return;
+  std::ostringstream os;
+  for (size_t i = 0; i < unknown.size(); ++i) os << (i ? ", " : "") << unknown[i];
+  LOOM_FAIL() << "config " << path_ << ": unknown key" << (unknown.size() > 1 ? "s " : " ")
+              << os.str();
+}
+
+std::string ConfigFile::resolved() const {
+  std::ostringstream os;
+  for (const auto& [section, keys] : impl_->resolved) {
+    os << "[" << section << "]\n";
+    for (const auto& [k, v] : keys) os << k << " = " << v << "\n";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace loom::train

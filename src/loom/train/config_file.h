@@ -1,0 +1,35 @@
+// Reading a TOML config into typed values: every key must be read by someone, so a typo is
+// an error naming the key; every value must have the expected type and range.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom::train {
+
+class ConfigFile {
+ public:
+  // Parses `path` and applies overrides "section.key=value" (value in TOML syntax; bare
+  // words are taken as strings). Errors name the file, line and key.
+  ConfigFile(const std::string& path, const std::vector<std::string>& overrides);
+  ~ConfigFile();
+  ConfigFile(ConfigFile&&) noexcept;
+
+  bool has(const std::string& section, const std::string& key) const;
+  std::string get_string(const std::string& section, const std::string& key, const std::string& fallback);
+  int64_t get_int(const std::string& section, const std::string& key, int64_t fallback);
+  double get_double(const std::string& section, const std::string& key, double fallback);
+  bool get_bool(const std::string& section, const std::string& key, bool fallback);
+  // Throws naming every key that no getter asked for (unknown keys and typos).
+  void check_all_keys_used() const;
+  // The resolved config as TOML text (all values read, defaults included).
+  std::string resolved() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+};
+
+}  // namespace loom::train

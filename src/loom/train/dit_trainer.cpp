@@ -1,0 +1,212 @@
+#include "loom/train/dit_trainer.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "loom/core/atomic_file.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/data/idx.h"
+#include "loom/data/npy.h"
+#include "loom/data/prefetch.h"
+#include "loom/data/sampler.h"
+#include "loom/diffusion/png.h"
+#include "loom/ops/ops.h"
+#include "loom/optim/ema.h"
+#include "loom/train/checkpoint_dir.h"
+#include "loom/train/progress.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Batch {
+  Tensor images, labels;
+  Sampler::State next;  // sampler position after this batch (what a checkpoint must record)
+};
+
+Tensor sample_grid_labels(int64_t classes, int64_t per_class) {
+  std::vector<int64_t> y;
+  for (int64_t c = 0; c < classes; ++c)
+    for (int64_t i = 0; i < per_class; ++i) y.push_back(c);
+  return from_vector(y, {classes * per_class});
+}
+
+diffusion::VelocityFn velocity_of(const models::Dit& model) {
+  return [&model](const Tensor& x, const Tensor& t, const Tensor& y) { return model.forward(x, t, y); };
+}
+
+// Samples in chunks (bounded memory) and returns (N, C, H, W) in [-1, 1].
+Tensor sample_images(const models::Dit& model, const Tensor& labels, const DitSampleOptions& o) {
+  const auto& c = model.config;
+  const int64_t N = labels.size(0), chunk = 100;
+  std::vector<Tensor> parts;
+  diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes};
+  for (int64_t at = 0; at < N; at += chunk) {
+    const int64_t n = std::min(chunk, N - at);
+    Tensor x = diffusion::sample(velocity_of(model), {n, c.channels, c.image_size, c.image_size},
+                                 narrow(labels, 0, at, n), sc, o.seed + uint64_t(at));
+    parts.push_back(x);
+  }
+  NoGradGuard no_grad;
+  Tensor all = cat(parts, 0);
+  // Clamp to the data range.
+  std::vector<float> v = to_vector(all);
+  for (float& e : v) e = std::max(-1.0f, std::min(1.0f, e));
+  return from_vector(v, all.shape());
+}
+
+void write_samples(const models::Dit& model, const DitSampleOptions& o) {
+  const int64_t classes = model.config.num_classes;
+  Tensor labels = sample_grid_labels(classes, o.per_class);
+  Tensor images = sample_images(model, labels, o);
+  if (!o.png_path.empty()) {
+    ImageGrid grid = image_grid(images, int(classes), int(o.per_class));
+    write_png(o.png_path, grid.pixels, grid.width, grid.height, grid.channels);
+  }
+  if (!o.npy_prefix.empty()) {
+    write_npy(o.npy_prefix + "_images.npy", images);
+    write_npy(o.npy_prefix + "_labels.npy", labels);
+  }
+}
+
+}  // namespace
+
+void train_dit(const Config& cfg, bool resume) {
+  const auto& tc = cfg.train;
+  const std::string run_dir = cfg.run_dir();
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+
+  ImageDataset data = fashion_mnist(cfg.data.path, /*train=*/true);
+  LOOM_CHECK(data.images.size(1) == cfg.dit.channels && data.images.size(2) == cfg.dit.image_size)
+      << "dataset images " << data.images.shape() << " do not match model.channels "
+      << cfg.dit.channels << " and model.image_size " << cfg.dit.image_size;
+  LOOM_CHECK(data.num_classes <= cfg.dit.num_classes)
+      << "dataset has " << data.num_classes << " classes, model.num_classes is " << cfg.dit.num_classes;
+
+  models::Dit model(cfg.dit);
+  model.init_parameters(cfg.run.seed);
+  const auto params = model.named_parameters();
+  optim::AdamW opt(params, cfg.adamw);
+  optim::Ema ema(params, tc.ema_decay);
+  Sampler sampler(data.images.size(0), tc.batch_size, cfg.run.seed);
+
+  int64_t start_step = 0;
+  if (resume) {
+    const std::string ckpt = latest_checkpoint(run_dir);
+    if (ckpt.empty()) {
+      std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
+    } else {
+      Json state = read_trainer_state(ckpt);
+      LOOM_CHECK(state.at("model_kind").as_string() == "dit")
+          << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string();
+      load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
+      load_named(ema.named_weights(), read_tensors(ckpt, "ema"), ckpt + "/ema.safetensors");
+      load_named(opt.named_state(), read_tensors(ckpt, "optimizer"), ckpt + "/optimizer.safetensors");
+      start_step = state.at("step").as_int();
+      opt.set_steps_taken(state.at("optimizer_steps").as_int());
+      sampler.set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+      std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
+    }
+  }
+  std::printf("dit: %lld parameters, %lld tokens per image, batch %lld x %lld, %d threads\n",
+              (long long)model.num_parameters(), (long long)cfg.dit.tokens(),
+              (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads());
+
+  // Batches are gathered on a background thread so the step never waits for data.
+  Prefetcher<Batch> prefetch([&] {
+    std::vector<int64_t> idx = sampler.next_batch();
+    Tensor index = from_vector(idx, {int64_t(idx.size())});
+    NoGradGuard no_grad;
+    return Batch{index_select(data.images, 0, index), index_select(data.labels, 0, index),
+                 sampler.state()};
+  });
+
+  auto save = [&](int64_t step, const Sampler::State& pos) {
+    Json state = Json::object({{"model_kind", "dit"},
+                               {"step", step},
+                               {"optimizer_steps", opt.steps_taken()},
+                               {"sampler_epoch", pos.epoch},
+                               {"sampler_position", pos.position},
+                               {"seed", int64_t(cfg.run.seed)}});
+    CheckpointContents contents{{{"model", state_dict(model)},
+                                 {"ema", ema.named_weights()},
+                                 {"optimizer", opt.named_state()}},
+                                state};
+    return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
+  };
+
+  Progress progress(run_dir + "/metrics.jsonl", tc.steps, "img", tc.batch_size * tc.grad_accum,
+                    /*append=*/start_step > 0);
+  diffusion::VelocityFn velocity = velocity_of(model);
+  Sampler::State position = sampler.state();
+  int64_t step = start_step;
+  for (; step < tc.steps; ++step) {
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+      Batch b = prefetch.next();
+      position = b.next;
+      Tensor loss = diffusion::flow_matching_loss(velocity, b.images, b.labels, cfg.flow,
+                                                  cfg.run.seed, step, micro * tc.batch_size);
+      if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
+      backward(loss);
+      loss_sum += double(item(loss));
+    }
+    const double grad_norm = optim::clip_grad_norm(model.parameters(), tc.grad_clip);
+    const double lr = cfg.schedule.lr_at(step);
+    opt.step(lr);
+    opt.zero_grad();
+    // Until ema_start the EMA just follows the weights.
+    if (step < tc.ema_start) {
+      ema.reset_to_params();
+    } else {
+      ema.update();
+    }
+    const bool last = step + 1 == tc.steps;
+    if ((step + 1) % tc.log_every == 0 || last || step == start_step) {
+      progress.log(step, loss_sum, lr, Json::object({{"grad_norm", grad_norm}}));
+    }
+    const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || out_of_time) {
+      const std::string dir = save(step + 1, position);
+      std::printf("checkpoint %s\n", dir.c_str());
+    }
+    if (out_of_time) {
+      std::printf("time budget of %.1f minutes used: stopping after step %lld\n", tc.max_minutes,
+                  (long long)(step + 1));
+      ++step;
+      break;
+    }
+  }
+
+  // Samples from the EMA weights: one row per class.
+  models::Dit ema_model(cfg.dit);
+  load_state_dict(ema_model, as_map(ema.named_weights()), "ema");
+  DitSampleOptions so{cfg.sample.per_class, cfg.sample.steps, cfg.sample.cfg_scale, cfg.sample.heun,
+                      cfg.run.seed, run_dir + "/samples.png", ""};
+  write_samples(ema_model, so);
+  std::printf("samples: %s (EMA weights, %lld Euler%s steps, cfg %.1f)\n", so.png_path.c_str(),
+              (long long)so.steps, so.heun ? "/Heun" : "", so.cfg_scale);
+}
+
+void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
+  const fs::path run_dir = fs::path(ckpt_dir).parent_path();
+  const std::string config_path = (run_dir / "config.toml").string();
+  LOOM_CHECK(fs::exists(config_path)) << "sample: " << config_path
+                                      << " not found (expected beside the checkpoint directory)";
+  Config cfg = load_config(config_path);
+  Json state = read_trainer_state(ckpt_dir);
+  LOOM_CHECK(state.at("model_kind").as_string() == "dit")
+      << "sample: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
+      << " model, not a DiT";
+  models::Dit model(cfg.dit);
+  load_state_dict(model, read_tensors(ckpt_dir, "ema"), ckpt_dir + "/ema.safetensors");
+  write_samples(model, options);
+}
+
+}  // namespace loom::train

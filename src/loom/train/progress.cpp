@@ -1,0 +1,67 @@
+#include "loom/train/progress.h"
+
+#include <cmath>
+
+#include "loom/core/allocator.h"
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+std::string format_duration(double s) {
+  char buf[32];
+  const long t = long(s + 0.5);
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  } else if (t >= 60) {
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lds", t);
+  }
+  return buf;
+}
+
+Progress::Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
+                   int64_t items_per_step, bool append)
+    : total_steps_(total_steps), items_per_step_(items_per_step), unit_(unit) {
+  metrics_ = std::fopen(metrics_path.c_str(), append ? "a" : "w");
+  LOOM_CHECK(metrics_) << "cannot open " << metrics_path << " for writing";
+  start_ = last_time_ = std::chrono::steady_clock::now();
+}
+
+Progress::~Progress() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+double Progress::elapsed_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+namespace {
+Json number(double v) { return std::isfinite(v) ? Json(v) : Json(std::to_string(v)); }
+}  // namespace
+
+void Progress::log(int64_t step, double loss, double lr, Json extra) {
+  Json metrics = Json::object({{"step", step + 1}, {"loss", number(loss)}, {"lr", lr}});
+  for (const auto& [k, v] : extra.items()) metrics.set(k, v.is_double() ? number(v.as_double()) : v);
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - last_time_).count();
+  const int64_t steps_done = last_step_ < 0 ? 0 : step - last_step_;
+  const double rate = steps_done > 0 && dt > 0 ? double(steps_done * items_per_step_) / dt : 0.0;
+  const double step_time = steps_done > 0 ? dt / double(steps_done) : 0.0;
+  last_time_ = now;
+  last_step_ = step;
+  const MemStats mem = host_allocator().stats();
+  metrics.set(std::string(unit_) + "_per_s", Json(rate));
+  metrics.set("elapsed_s", Json(elapsed_seconds()));
+  metrics.set("mem_live_bytes", Json(mem.live_total));
+  metrics.set("mem_peak_bytes", Json(mem.peak_total));
+  std::fprintf(metrics_, "%s\n", metrics.dump().c_str());
+  std::fflush(metrics_);
+  const double eta = step_time * double(total_steps_ - step - 1);
+  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s | %s elapsed | ETA %s | mem %.0f MB\n",
+              (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_, format_duration(elapsed_seconds()).c_str(),
+              steps_done > 0 ? format_duration(eta).c_str() : "-", double(mem.live_total) / 1e6);
+  std::fflush(stdout);
+}
+
+}  // namespace loom::train

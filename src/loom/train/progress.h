@@ -1,0 +1,32 @@
+// The console progress line and metrics.jsonl, one JSON object per logged step.
+#pragma once
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "loom/checkpoint/json.h"
+
+namespace loom::train {
+
+class Progress {
+ public:
+  // unit: "img" or "tok"; items_per_step: images or tokens consumed per optimizer step.
+  Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
+           int64_t items_per_step, bool append);
+  ~Progress();
+  // Logs step (0-based, completed) with its loss, lr and further metrics; prints one console
+  // line. Non-finite values are recorded as strings ("nan"), which JSON can hold.
+  void log(int64_t step, double loss, double lr, Json extra = Json::object());
+  double elapsed_seconds() const;
+
+ private:
+  std::FILE* metrics_ = nullptr;
+  int64_t total_steps_, items_per_step_;
+  const char* unit_;
+  std::chrono::steady_clock::time_point start_, last_time_;
+  int64_t last_step_ = -1;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m12s", "45s"
+
+}  // namespace loom::train
