@@ -17,10 +17,13 @@ namespace detail {
 // Collects the message of a failed check and throws it when the statement ends.
 class CheckFailure {
  public:
-  CheckFailure(const char* cond, const char* file, int line) {
-    stream_ << "check failed: " << cond << " (" << file << ":" << line << "): ";
+  CheckFailure(const char* cond, const char* file, int line)
+      : cond_(cond), file_(file), line_(line) {}
+  // Throws the message first (what the user reads), then where the check sits.
+  [[noreturn]] ~CheckFailure() noexcept(false) {
+    stream_ << " [" << (cond_ ? cond_ : "error") << " at " << file_ << ":" << line_ << "]";
+    throw Error(stream_.str());
   }
-  [[noreturn]] ~CheckFailure() noexcept(false) { throw Error(stream_.str()); }
   template <typename T>
   CheckFailure& operator<<(const T& value) {
     stream_ << value;
@@ -36,6 +39,9 @@ class CheckFailure {
 
  private:
   std::ostringstream stream_;
+  const char* cond_;
+  const char* file_;
+  int line_;
 };
 }  // namespace detail
 
@@ -48,4 +54,4 @@ class CheckFailure {
     ::loom::detail::CheckFailure(#cond, __FILE__, __LINE__)
 
 // For errors without a condition (unreachable switch arms, bad enum values).
-#define LOOM_FAIL() ::loom::detail::CheckFailure("unreachable", __FILE__, __LINE__)
+#define LOOM_FAIL() ::loom::detail::CheckFailure(nullptr, __FILE__, __LINE__)

@@ -16,13 +16,6 @@ Tensor as_batched(const Tensor& t) {
   return t.as_strided({1, t.size(0), t.size(1)}, {0, t.stride(0), t.stride(1)}, t.offset());
 }
 
-// A 2-D/3-D operand whose matrix dims are addressable by oneDNN (one of them unit-stride).
-Tensor gemm_ready(const Tensor& t) {
-  const int64_t r = t.stride(-2), c = t.stride(-1);
-  if ((c == 1 && r >= t.size(-1)) || (r == 1 && c >= t.size(-2))) return t;
-  return detail::raw_contiguous(t);
-}
-
 Tensor mT(const Tensor& t) { return transpose(t, -2, -1); }
 
 struct MatmulBackward : Node {
@@ -64,8 +57,8 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op
   Shape out_shape = {a.size(-2), b.size(-1)};
   if (a.dim() == 3 || b.dim() == 3) out_shape.insert(out_shape.begin(), batch);
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  Tensor ra = gemm_ready(a), rb = gemm_ready(b);
-  backend_of(a).matmul(as_batched(ra), as_batched(rb), bias,
+  // Any strides go to the kernel as they are: it packs only layouts the GEMM cannot read.
+  backend_of(a).matmul(as_batched(a), as_batched(b), bias,
                        out.as_strided({batch, out_shape[out_shape.size() - 2],
                                        out_shape.back()},
                                       {out_shape.size() == 3 ? out.stride(0) : 0,

@@ -38,13 +38,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   t.ckpt_every = f.get_int("train", "ckpt_every", t.ckpt_every);
   t.keep_checkpoints = f.get_int("train", "keep_checkpoints", t.keep_checkpoints);
   t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
+  t.stop_after = f.get_int("train", "stop_after", t.stop_after);
   t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
   t.ema_decay = f.get_double("train", "ema_decay", t.ema_decay);
   t.ema_start = f.get_int("train", "ema_start", t.ema_start);
   LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
-             t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0)
+             t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
       << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
-      << "keep_checkpoints must be positive; ckpt_every and max_minutes non-negative";
+      << "keep_checkpoints must be positive; ckpt_every, max_minutes and stop_after non-negative";
   LOOM_CHECK(t.ema_decay >= 0 && t.ema_decay < 1)
       << "config " << path << ": train.ema_decay must be in [0, 1), got " << t.ema_decay;
 

@@ -29,6 +29,7 @@ struct TrainLoopConfig {
   int64_t ckpt_every = 0;       // 0: only at the end
   int64_t keep_checkpoints = 2;
   double max_minutes = 0;       // > 0: stop (and checkpoint) when the time budget runs out
+  int64_t stop_after = 0;       // > 0: stop (and checkpoint) once this global step is done
   double grad_clip = 1.0;       // <= 0: no clipping
   double ema_decay = 0.999;
   int64_t ema_start = 0;        // steps before the EMA starts tracking (it copies until then)

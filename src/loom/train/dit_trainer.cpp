@@ -172,13 +172,14 @@ void train_dit(const Config& cfg, bool resume) {
       progress.log(step, loss_sum, lr, Json::object({{"grad_norm", grad_norm}}));
     }
     const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
-    if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || out_of_time) {
+    const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       const std::string dir = save(step + 1, position);
       std::printf("checkpoint %s\n", dir.c_str());
     }
-    if (out_of_time) {
-      std::printf("time budget of %.1f minutes used: stopping after step %lld\n", tc.max_minutes,
-                  (long long)(step + 1));
+    if (stop) {
+      std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
+                  out_of_time ? "time budget used" : "train.stop_after");
       ++step;
       break;
     }
@@ -195,15 +196,15 @@ void train_dit(const Config& cfg, bool resume) {
 }
 
 void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
+  Json state = read_trainer_state(ckpt_dir);
+  LOOM_CHECK(state.at("model_kind").as_string() == "dit")
+      << "sample: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
+      << " model, not a DiT";
   const fs::path run_dir = fs::path(ckpt_dir).parent_path();
   const std::string config_path = (run_dir / "config.toml").string();
   LOOM_CHECK(fs::exists(config_path)) << "sample: " << config_path
                                       << " not found (expected beside the checkpoint directory)";
   Config cfg = load_config(config_path);
-  Json state = read_trainer_state(ckpt_dir);
-  LOOM_CHECK(state.at("model_kind").as_string() == "dit")
-      << "sample: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
-      << " model, not a DiT";
   models::Dit model(cfg.dit);
   load_state_dict(model, read_tensors(ckpt_dir, "ema"), ckpt_dir + "/ema.safetensors");
   write_samples(model, options);

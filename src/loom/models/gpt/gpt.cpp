@@ -1,0 +1,141 @@
+#include "loom/models/gpt/gpt.h"
+
+#include "loom/ops/ops.h"
+
+namespace loom::models {
+
+namespace {
+
+// Linear weights and embeddings: normal(0.02), as GPT-2 and Llama.
+// GPT-2 also scales the residual output projections (attn.proj, mlp.fc2 / mlp.w2) to
+// 0.02 / sqrt(2 depth); nn::AttentionConfig, nn::Mlp and nn::SwiGLU take one init for all their
+// linears, so those keep 0.02 until the layers accept a separate output init.
+const nn::Init kInit = nn::Init::normal(0.02f);
+
+std::shared_ptr<nn::Module> make_norm(const GptConfig& c) {
+  if (c.is_llama()) return std::make_shared<nn::RMSNorm>(c.width);
+  return std::make_shared<nn::LayerNorm>(c.width);
+}
+
+Tensor apply_norm(const nn::Module& norm, bool llama, const Tensor& x) {
+  if (llama) return static_cast<const nn::RMSNorm&>(norm).forward(x);
+  return static_cast<const nn::LayerNorm&>(norm).forward(x);
+}
+
+}  // namespace
+
+void GptConfig::validate() const {
+  LOOM_CHECK(style == "gpt2" || style == "llama")
+      << "gpt: unknown style '" << style << "' (expected \"gpt2\" or \"llama\")";
+  LOOM_CHECK(vocab_size > 0) << "gpt: vocab_size must be positive, got " << vocab_size;
+  LOOM_CHECK(context > 0) << "gpt: context must be positive, got " << context;
+  LOOM_CHECK(width > 0) << "gpt: width must be positive, got " << width;
+  LOOM_CHECK(depth > 0) << "gpt: depth must be positive, got " << depth;
+  LOOM_CHECK(heads > 0) << "gpt: heads must be positive, got " << heads;
+  LOOM_CHECK(width % heads == 0) << "gpt: width " << width << " is not divisible by heads "
+                                 << heads;
+  LOOM_CHECK(kv_heads >= 0) << "gpt: kv_heads must be >= 0 (0: same as heads), got " << kv_heads;
+  LOOM_CHECK(heads % num_kv_heads() == 0)
+      << "gpt: heads " << heads << " is not a multiple of kv_heads " << kv_heads;
+  if (is_llama()) {
+    LOOM_CHECK(rope_theta > 0) << "gpt: llama style needs rope_theta > 0, got " << rope_theta;
+    LOOM_CHECK(head_dim() % 2 == 0) << "gpt: llama style (RoPE) needs an even head dim, got width "
+                                    << width << " / heads " << heads << " = " << head_dim();
+    LOOM_CHECK(swiglu_hidden >= 0)
+        << "gpt: swiglu_hidden must be >= 0 (0: 8/3 width rounded up to 64), got " << swiglu_hidden;
+  } else {
+    LOOM_CHECK(mlp_ratio > 0 && int64_t(mlp_ratio * double(width)) > 0)
+        << "gpt: mlp_ratio " << mlp_ratio << " gives no MLP hidden units at width " << width;
+    LOOM_CHECK(swiglu_hidden == 0)
+        << "gpt: swiglu_hidden " << swiglu_hidden << " is only used by style \"llama\", not \""
+        << style << "\" (which uses mlp_ratio)";
+  }
+}
+
+int64_t GptConfig::mlp_hidden() const {
+  if (!is_llama()) return int64_t(mlp_ratio * double(width));
+  if (swiglu_hidden > 0) return swiglu_hidden;
+  const int64_t h = (8 * width + 2) / 3;  // ceil(8/3 width)
+  return (h + 63) / 64 * 64;
+}
+
+GptBlock::GptBlock(const GptConfig& c) : llama_(c.is_llama()) {
+  nn::AttentionConfig ac;
+  ac.dim = c.width;
+  ac.heads = c.heads;
+  ac.kv_heads = c.num_kv_heads();
+  ac.causal = true;
+  ac.rope_theta = llama_ ? c.rope_theta : 0.0;
+  ac.bias = !llama_;
+  ac.init = kInit;
+  norm1 = register_module("norm1", make_norm(c));
+  attn = register_module("attn", std::make_shared<nn::Attention>(ac));
+  norm2 = register_module("norm2", make_norm(c));
+  if (llama_)
+    mlp = register_module("mlp", std::make_shared<nn::SwiGLU>(c.width, c.mlp_hidden(), kInit));
+  else
+    mlp = register_module("mlp", std::make_shared<nn::Mlp>(c.width, c.mlp_hidden(), kInit));
+}
+
+Tensor GptBlock::forward(const Tensor& x, const Tensor& positions) const {
+  Tensor h = add(x, attn->forward(apply_norm(*norm1, llama_, x), positions));  // (B, T, C)
+  Tensor n = apply_norm(*norm2, llama_, h);                                    // (B, T, C)
+  Tensor m = llama_ ? static_cast<const nn::SwiGLU&>(*mlp).forward(n)
+                    : static_cast<const nn::Mlp&>(*mlp).forward(n);  // (B, T, C)
+  return add(h, m);
+}
+
+Gpt::Gpt(const GptConfig& c) : config(c) {
+  config.validate();
+  const int64_t V = c.vocab_size, C = c.width;
+  tok_embed = register_module("tok_embed", std::make_shared<nn::Embedding>(V, C, kInit));
+  if (!c.is_llama())
+    pos_embed = register_module("pos_embed", std::make_shared<nn::Embedding>(c.context, C, kInit));
+  for (int64_t i = 0; i < c.depth; ++i)
+    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(c)));
+  norm_f = register_module("norm_f", make_norm(c));
+  if (!c.tie_embeddings)
+    lm_head = register_module("lm_head", std::make_shared<nn::Linear>(C, V, false, kInit));
+}
+
+Tensor Gpt::default_positions(int64_t T) const {
+  LOOM_CHECK(T > 0 && T <= config.context)
+      << "gpt: sequence length " << T << " must be in [1, context = " << config.context << "]";
+  return arange(T);
+}
+
+Tensor Gpt::embed(const Tensor& ids, const Tensor& positions) const {
+  LOOM_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64)
+      << "gpt: expected token ids (B, T) i64, got " << ids.shape() << " "
+      << dtype_name(ids.dtype());
+  const int64_t T = ids.size(1);
+  LOOM_CHECK(T <= config.context) << "gpt: sequence length " << T << " exceeds context "
+                                  << config.context;
+  LOOM_CHECK(positions.defined() && positions.shape() == Shape{T})
+      << "gpt: positions must be (" << T << ") i64, got "
+      << (positions.defined() ? shape_str(positions.shape()) : std::string("undefined"));
+  Tensor h = tok_embed->forward(ids);                        // (B, T, C)
+  if (pos_embed) h = add(h, pos_embed->forward(positions));  // + (T, C)
+  return h;
+}
+
+Tensor Gpt::head(const Tensor& h) const {
+  Tensor n = apply_norm(*norm_f, config.is_llama(), h);                 // (B, T, C)
+  return lm_head ? lm_head->forward(n) : linear(n, tok_embed->weight);  // (B, T, V)
+}
+
+Tensor Gpt::forward(const Tensor& ids, const Tensor& positions) const {
+  LOOM_CHECK(ids.dim() == 2) << "gpt: expected token ids (B, T), got " << ids.shape();
+  const Tensor pos = positions.defined() ? positions : default_positions(ids.size(1));
+  Tensor h = embed(ids, pos);  // (B, T, C)
+  for (const auto& block : blocks) h = block->forward(h, pos);
+  return head(h);
+}
+
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const Tensor& positions) const {
+  LOOM_CHECK(targets.shape() == ids.shape())
+      << "gpt: targets " << targets.shape() << " must have the shape of ids " << ids.shape();
+  return cross_entropy(forward(ids, positions), targets);
+}
+
+}  // namespace loom::models

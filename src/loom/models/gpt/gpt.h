@@ -1,0 +1,86 @@
+// A decoder-only language model in two styles, as plain single-device code:
+//   "gpt2":  learned position embedding, LayerNorm, GELU MLP, biases, tied output embedding;
+//   "llama": RoPE (no position embedding), RMSNorm, SwiGLU MLP, GQA via kv_heads, no biases,
+//            and (by convention, see GptConfig::llama) an untied output head.
+// Blocks are pre-norm: x + attn(norm1(x)), then x + mlp(norm2(x)).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/nn/layers.h"
+
+namespace loom::models {
+
+struct GptConfig {
+  int64_t vocab_size = 256;
+  int64_t context = 256;  // longest sequence (size of the learned position table for gpt2)
+  int64_t width = 384;
+  int64_t depth = 6;
+  int64_t heads = 6;
+  int64_t kv_heads = 0;         // 0: same as heads (MHA); fewer: grouped-query attention
+  double mlp_ratio = 4.0;       // gpt2: MLP hidden = mlp_ratio * width
+  std::string style = "gpt2";   // or "llama"
+  double rope_theta = 10000.0;  // llama only
+  // Style and tying are independent: GptConfig::llama() unties, the plain struct ties.
+  bool tie_embeddings = true;
+  int64_t swiglu_hidden = 0;  // llama: 0 means 8/3 * width rounded up to a multiple of 64
+  void validate() const;
+
+  // Presets: the plain struct is gpt2; llama() sets style "llama" and an untied head.
+  static GptConfig gpt2() { return GptConfig{}; }
+  static GptConfig llama() {
+    GptConfig c;
+    c.style = "llama";
+    c.tie_embeddings = false;
+    return c;
+  }
+
+  bool is_llama() const { return style == "llama"; }
+  int64_t num_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
+  int64_t head_dim() const { return width / heads; }
+  int64_t mlp_hidden() const;  // the MLP's hidden size for the style (see the fields above)
+};
+
+// One pre-norm transformer block.
+class GptBlock : public nn::Module {
+ public:
+  explicit GptBlock(const GptConfig& c);
+  // x (B, T, C); positions (T) i64 global token positions (used by RoPE; may be undefined for
+  // gpt2) -> (B, T, C).
+  Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
+  std::shared_ptr<nn::Module> norm1, norm2;  // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
+  std::shared_ptr<nn::Attention> attn;       // causal; RoPE for llama
+  std::shared_ptr<nn::Module> mlp;           // nn::Mlp (gpt2) or nn::SwiGLU (llama)
+
+ private:
+  bool llama_;
+};
+
+class Gpt : public nn::Module {
+ public:
+  explicit Gpt(const GptConfig& config);
+  // ids (B, T) i64 with T <= context; positions (T) i64 defaults to 0..T-1 (a sequence shard
+  // passes its own global positions) -> logits (B, T, vocab_size) f32.
+  Tensor forward(const Tensor& ids, const Tensor& positions = Tensor()) const;
+  // Mean cross-entropy over all tokens of forward(ids) against targets (B, T) i64 (entries
+  // equal to -100 are ignored); a f32 scalar.
+  Tensor loss(const Tensor& ids, const Tensor& targets, const Tensor& positions = Tensor()) const;
+
+  // The pieces of forward, for pipeline stages applied from outside:
+  // forward(ids) = head(blocks[D-1](... blocks[0](embed(ids), positions) ...)).
+  Tensor embed(const Tensor& ids, const Tensor& positions) const;  // -> (B, T, C)
+  Tensor head(const Tensor& h) const;  // (B, T, C) -> final norm -> logits (B, T, V)
+  // 0..T-1 after checking T against the context; the default positions of forward.
+  Tensor default_positions(int64_t T) const;
+
+  const GptConfig config;
+  std::shared_ptr<nn::Embedding> tok_embed;  // (V, C)
+  std::shared_ptr<nn::Embedding> pos_embed;  // (context, C); null for llama
+  // The transformer blocks, for activation checkpointing and sharding applied from outside.
+  std::vector<std::shared_ptr<GptBlock>> blocks;
+  std::shared_ptr<nn::Module> norm_f;   // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
+  std::shared_ptr<nn::Linear> lm_head;  // (V, C), no bias; null when tied to tok_embed
+};
+
+}  // namespace loom::models

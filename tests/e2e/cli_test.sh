@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `loom` CLI on the tiny DiT config:
+#   - a run of 2N steps equals a run of N steps + --resume + N steps, bit for bit;
+#   - bad input ends with one clear error line and exit status 1, never a crash.
+# Usage: cli_test.sh LOOM_BINARY WORK_DIR
+set -euo pipefail
+loom=$1
+work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+cfg=$here/tiny_dit.toml
+rm -rf "$work"
+mkdir -p "$work"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# --- resume is bit-identical ---
+"$loom" train "$cfg" --set run.out_dir="$work/a" > "$work/a.log"
+"$loom" train "$cfg" --set run.out_dir="$work/b" --set train.stop_after=3 > "$work/b1.log"
+"$loom" train "$cfg" --set run.out_dir="$work/b" --resume > "$work/b2.log"
+grep -q "resumed from .*step-000003 at step 3" "$work/b2.log" || fail "second run did not resume at step 3"
+for f in model ema optimizer; do
+  if cmp -s "$work/a/tiny_dit/step-000006/$f.safetensors" "$work/b/tiny_dit/step-000006/$f.safetensors"; then
+    echo "ok: $f.safetensors identical after 6 steps and after 3 + resume + 3"
+  else
+    fail "$f.safetensors differs between the uninterrupted and the resumed run"
+  fi
+done
+[ -s "$work/a/tiny_dit/samples.png" ] || fail "no samples.png"
+[ "$(wc -l < "$work/a/tiny_dit/metrics.jsonl")" -ge 3 ] || fail "metrics.jsonl too short"
+
+# --- sample from a checkpoint, as PNG and .npy ---
+"$loom" sample "$work/a/tiny_dit/step-000006" --per-class 2 --steps 2 --png "$work/s.png" --npy "$work/s" > /dev/null
+[ -s "$work/s.png" ] && [ -s "$work/s_images.npy" ] && [ -s "$work/s_labels.npy" ] || fail "loom sample wrote no files"
+
+# --- bad input: one error line naming the problem, exit status 1 ---
+expect_error() {  # expect_error WHAT PATTERN -- command...
+  local what=$1 pattern=$2
+  shift 3
+  set +e
+  "$@" > "$work/out.log" 2> "$work/err.log"
+  local status=$?
+  set -e
+  if [ $status -ne 1 ]; then fail "$what: exit status $status, expected 1"; return; fi
+  if [ "$(wc -l < "$work/err.log")" -ne 1 ]; then fail "$what: expected one error line, got: $(cat "$work/err.log")"; return; fi
+  if ! grep -q -- "$pattern" "$work/err.log"; then fail "$what: error does not mention '$pattern': $(cat "$work/err.log")"; return; fi
+  echo "ok: $what -> $(cat "$work/err.log")"
+}
+expect_error "missing dataset" "/nonexistent" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set data.path=/nonexistent
+mkdir -p "$work/trunc"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte; do
+  zcat "/usr/share/datasets/fashion-mnist/$f.gz" > "$work/trunc/$f"
+done
+truncate -s 1000000 "$work/trunc/train-images-idx3-ubyte"
+expect_error "truncated IDX file" "train-images-idx3-ubyte" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set data.path="$work/trunc"
+expect_error "unknown config key" "train.stepz" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.stepz=5
+expect_error "wrong-type value" "train.steps must be an integer" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set 'train.steps="many"'
+expect_error "bad value" "train.steps" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.steps=-4
+expect_error "missing config file" "nope.toml" -- "$loom" train "$work/nope.toml"
+expect_error "checkpoint of another model" "another model" -- "$loom" train "$cfg" --set run.out_dir="$work/a" --set model.width=48 --resume
+expect_error "sample: not a checkpoint" "trainer_state.json" -- "$loom" sample "$work"
+
+if [ $failures -ne 0 ]; then echo "$failures failed"; exit 1; fi
+echo "all CLI checks passed"

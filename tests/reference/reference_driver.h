@@ -1,0 +1,102 @@
+// Shared part of the reference drivers (tests/reference/*_driver.cpp): each driver builds a
+// Loom model, fixes a batch and a loss closure, and hands them to write_reference_case(), which
+// writes everything an independent PyTorch implementation needs to recompute the run:
+//
+//   <dir>/meta.json               model name + config, optimiser hyper-parameters, and every
+//                                 parameter's name, shape and weight-decay flag (in
+//                                 named_parameters() order)
+//   <dir>/weights.safetensors     the initial weights
+//   <dir>/grads.safetensors       d loss / d parameter at the initial weights
+//   <dir>/step_grads.safetensors  "<name>@<step>": the gradient each of the `steps` AdamW
+//                                 updates used (absent where a parameter had none), so the
+//                                 reference can replay the optimiser alone on Loom's gradients
+//   <dir>/losses.npy              (steps) f32: the loss before each of `steps` AdamW updates
+//   <dir>/final_weights.safetensors  the weights after those updates
+//
+// The batch itself is the driver's business (it writes its own .npy files and names them in
+// the "batch" entry of meta.json). A GPT driver reuses this unchanged with its own closure.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/checkpoint/json_file.h"
+#include "loom/checkpoint/safetensors.h"
+#include "loom/data/npy.h"
+#include "loom/nn/module.h"
+#include "loom/ops/ops.h"
+#include "loom/optim/adamw.h"
+
+namespace loom::reference {
+
+struct TrainSpec {
+  int64_t steps = 20;
+  optim::AdamWConfig adamw{1e-3, 0.9, 0.999, 1e-8, 0.01};
+};
+
+inline std::vector<std::pair<std::string, Tensor>> named_values(const nn::Module& model) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& p : model.named_parameters()) out.emplace_back(p.name, p.tensor.detach());
+  return out;
+}
+
+// `meta` is the driver's description (at least "model", "config" and "batch"); the training
+// hyper-parameters and the parameter list are added here. `loss` computes the scalar training
+// loss from the model's current weights, recording autograd.
+inline void write_reference_case(const std::string& dir, const nn::Module& model, Json meta,
+                                 const std::function<Tensor()>& loss, const TrainSpec& spec) {
+  std::filesystem::create_directories(dir);
+  const auto params = model.named_parameters();
+  Json plist = Json::array();
+  for (const auto& p : params) {
+    Json shape = Json::array();
+    for (int64_t s : p.tensor.shape()) shape.push_back(s);
+    plist.push_back(
+        Json::object({{"name", p.name}, {"shape", shape}, {"weight_decay", p.weight_decay}}));
+  }
+  const auto& a = spec.adamw;
+  meta.set("train", Json::object({{"steps", spec.steps},
+                                  {"optimizer", "adamw"},
+                                  {"lr", a.lr},
+                                  {"beta1", a.beta1},
+                                  {"beta2", a.beta2},
+                                  {"eps", a.eps},
+                                  {"weight_decay", a.weight_decay}}));
+  meta.set("parameters", plist);
+  save_safetensors(dir + "/weights.safetensors", named_values(model));
+
+  optim::AdamW opt(params, spec.adamw);
+  opt.zero_grad();
+  std::vector<float> losses;
+  std::vector<std::pair<std::string, Tensor>> step_grads;
+  for (int64_t step = 0; step < spec.steps; ++step) {
+    Tensor l = loss();
+    losses.push_back(item(l));
+    backward(l);
+    if (step == 0) {
+      std::vector<std::pair<std::string, Tensor>> grads;
+      for (const auto& p : params) {
+        Tensor g = p.tensor.grad();
+        // A parameter the loss does not reach has no gradient: its reference gradient is 0.
+        grads.emplace_back(p.name, g.defined() ? g.detach() : zeros(p.tensor.shape()));
+      }
+      save_safetensors(dir + "/grads.safetensors", grads);
+    }
+    for (const auto& p : params) {
+      Tensor g = p.tensor.grad();
+      if (g.defined())  // a copy: the optimiser must not see (or change) what is recorded
+        step_grads.emplace_back(p.name + "@" + std::to_string(step),
+                                from_vector(to_vector(g), g.shape()));
+    }
+    opt.step(a.lr);
+    opt.zero_grad();
+  }
+  save_safetensors(dir + "/step_grads.safetensors", step_grads);
+  write_npy(dir + "/losses.npy", from_vector(losses, {int64_t(losses.size())}));
+  save_safetensors(dir + "/final_weights.safetensors", named_values(model));
+  write_json_file(dir + "/meta.json", meta);  // last: its presence marks a complete case
+}
+
+}  // namespace loom::reference
