@@ -11,6 +11,7 @@ packages=(
   libtomlplusplus-dev   # TOML configs
   dataset-fashion-mnist # the main job's data
   bible-kjv bible-kjv-text  # the text corpus (the `bible` program prints it)
+  python3-torch python3-pil # independent references in tests (PyTorch models, PNG decoding)
 )
 
 missing=()

@@ -23,6 +23,8 @@ fi
 
 # One thread each: the run is tiny, the machine is shared, and results stay deterministic.
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE MKL_NUM_THREADS=1
+# Keep the source tree clean of __pycache__.
+export PYTHONDONTWRITEBYTECODE=1
 
 rm -rf "$out"
 mkdir -p "$out"

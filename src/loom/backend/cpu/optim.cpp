@@ -29,13 +29,14 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
   const float b1 = float(beta1), b2 = float(beta2);
   const float c1 = float(1.0 / (1.0 - std::pow(beta1, double(step))));
   const float c2_sqrt = float(1.0 / std::sqrt(1.0 - std::pow(beta2, double(step))));
-  const float step_size = float(lr), decay = float(1.0 - lr * weight_decay), e = float(eps);
+  // Decay as p - (lr wd) p: 1 - lr wd rounded to f32 would be off by up to 1% for small lr wd.
+  const float step_size = float(lr), decay = float(lr * weight_decay), e = float(eps);
   cpu::parallel_for(param.numel(), 12, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       m[i] = b1 * m[i] + (1.0f - b1) * g[i];
       v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
       const float denom = std::sqrt(v[i]) * c2_sqrt + e;
-      p[i] = p[i] * decay - step_size * (m[i] * c1) / denom;
+      p[i] = p[i] - decay * p[i] - step_size * (m[i] * c1) / denom;
     }
   });
 }

@@ -16,14 +16,14 @@ void DitConfig::validate() const {
       << "dit: depth, channels, num_classes and mlp_ratio must be positive";
 }
 
-Tensor timestep_embedding(const Tensor& t, int64_t dim, double max_period) {
+Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale, double max_period) {
   const std::vector<float> ts = to_vector(t);
   const int64_t B = int64_t(ts.size()), half = dim / 2;
   std::vector<float> out(size_t(B * dim), 0.0f);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < half; ++i) {
       const double freq = std::exp(-std::log(max_period) * double(i) / double(half));
-      const double arg = double(ts[size_t(b)]) * freq;
+      const double arg = double(ts[size_t(b)]) * scale * freq;
       out[size_t(b * dim + i)] = float(std::cos(arg));
       out[size_t(b * dim + half + i)] = float(std::sin(arg));
     }
@@ -98,7 +98,7 @@ Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
                            {B, g * g, C * p * p});
   Tensor h = add(patch_embed->forward(patches), pos_embed);
   // Conditioning: timestep (scaled to DiT's 0..1000 range) MLP plus class embedding.
-  Tensor temb = t_fc2->forward(silu(t_fc1->forward(timestep_embedding(mul_scalar(t, 1000.0), 256))));
+  Tensor temb = t_fc2->forward(silu(t_fc1->forward(timestep_embedding(t, 256, 1000.0))));
   Tensor c = add(temb, y_embed->forward(y));
   for (const auto& block : blocks) h = block->forward(h, c);
   auto mod = split(final_ada->forward(silu(c)), D, -1);  // shift, scale

@@ -50,8 +50,10 @@ class Dit : public nn::Module {
   Tensor pos_embed;  // (T, D) fixed 2-D sin-cos, not a parameter
 };
 
-// Sinusoidal embedding of (B) scalars into (B, dim), as in DiT's timestep embedder.
-Tensor timestep_embedding(const Tensor& t, int64_t dim, double max_period = 10000.0);
+// Sinusoidal embedding of (B) scalars t * scale into (B, dim), as in DiT's timestep embedder
+// (t in [0, 1] scaled to DiT's 0..1000); computed in f64.
+Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale = 1.0,
+                          double max_period = 10000.0);
 // Fixed 2-D sin-cos position embedding for a grid x grid of tokens, (grid*grid, dim).
 Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid);
 
