@@ -1,17 +1,22 @@
 // Fused flash-style attention (forward + backward) against the naive composition of Loom ops
 // that materialises the S x S scores: matmul(q, k^T) * scale + causal mask -> softmax ->
 // matmul(p, v), backward through autograd. Both run in the same process on the same inputs.
-// Prints per sequence length: median time of forward+backward, and the peak extra memory
-// (allocator peak above the inputs, kernel scratch included) — linear in S for the fused
-// kernel, quadratic for the composition.
+// Google Benchmark cases per sequence length report the time of forward+backward and a
+// counter extra_MB: the allocator's peak above the inputs, kernel scratch included — linear
+// in S for the fused kernel, quadratic for the composition. A table of speedups (naive time /
+// fused time, same run) follows.
 //
-//   ./build/attention_bench [--reps N] [--max-seq S]
+//   ./build/attention_bench [--benchmark_filter=...] [--max-seq S]
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "loom/ops/ops.h"
@@ -58,52 +63,65 @@ void run_naive(const Inputs& in, const Tensor& causal_mask) {
   loom::backward(out, in.gout);
 }
 
-struct Measure {
-  double median_ms;
-  double peak_extra_mb;
-};
+Tensor causal_mask(int64_t S) {
+  std::vector<float> mask(size_t(S * S));
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j) mask[size_t(i * S + j)] = j > i ? -INFINITY : 0.0f;
+  return loom::from_vector(mask, {S, S});
+}
 
+// Times fn and records the allocator's peak above what was live before as extra_MB.
 template <typename Fn>
-Measure measure(int reps, Fn fn) {
+void run_case(benchmark::State& state, Fn fn) {
   auto& alloc = loom::host_allocator();
   fn();  // warm-up: primitive creation, allocator cache
   alloc.reset_peak();
   const int64_t base = alloc.stats().live_total;
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], double(alloc.stats().peak_total - base) / 1e6};
+  for (auto _ : state) fn();
+  state.counters["extra_MB"] = double(alloc.stats().peak_total - base) / 1e6;
 }
+
+void BM_fused(benchmark::State& state) {
+  Inputs in = make_inputs(state.range(0));
+  run_case(state, [&] { run_fused(in); });
+}
+
+void BM_naive(benchmark::State& state) {
+  Inputs in = make_inputs(state.range(0));
+  Tensor mask = causal_mask(state.range(0));
+  run_case(state, [&] { run_naive(in, mask); });
+}
+
+// Keeps each case's time so the speedups can be printed after the run.
+class RecordingReporter : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, double> seconds;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) seconds[r.benchmark_name()] = r.GetAdjustedRealTime();
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 5;
   int64_t max_seq = 2048;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  for (int i = 1; i + 1 < argc; ++i)
     if (!std::strcmp(argv[i], "--max-seq")) max_seq = std::atoll(argv[i + 1]);
-  }
-  std::printf("attention forward+backward, B=%lld H=%lld D=%lld, causal, f32, %d reps (median)\n",
-              (long long)B, (long long)H, (long long)D, reps);
-  std::printf("%6s  %12s  %12s  %8s  %16s  %16s\n", "S", "fused ms", "naive ms", "speedup",
-              "fused extra MB", "naive extra MB");
   for (int64_t S = 256; S <= max_seq; S *= 2) {
-    Inputs in = make_inputs(S);
-    std::vector<float> mask(size_t(S * S));
-    for (int64_t i = 0; i < S; ++i)
-      for (int64_t j = 0; j < S; ++j) mask[size_t(i * S + j)] = j > i ? -INFINITY : 0.0f;
-    Tensor causal_mask = loom::from_vector(mask, {S, S});
-    const Measure fused = measure(reps, [&] { run_fused(in); });
-    const Measure naive = measure(reps, [&] { run_naive(in, causal_mask); });
-    std::printf("%6lld  %12.1f  %12.1f  %7.2fx  %16.1f  %16.1f\n", (long long)S, fused.median_ms,
-                naive.median_ms, naive.median_ms / fused.median_ms, fused.peak_extra_mb,
-                naive.peak_extra_mb);
-    std::fflush(stdout);
+    benchmark::RegisterBenchmark("attention_fused_causal", BM_fused)->Arg(S)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("attention_naive_causal", BM_naive)->Arg(S)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+  }
+  benchmark::Initialize(&argc, argv);
+  RecordingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  std::printf("\nforward+backward, B=%lld H=%lld D=%lld, causal, f32: naive / fused time\n",
+              (long long)B, (long long)H, (long long)D);
+  for (int64_t S = 256; S <= max_seq; S *= 2) {
+    const std::string s = "/" + std::to_string(S) + "/min_time:1.000/real_time";
+    auto f = reporter.seconds.find("attention_fused_causal" + s), n = reporter.seconds.find("attention_naive_causal" + s);
+    if (f != reporter.seconds.end() && n != reporter.seconds.end())
+      std::printf("  S=%-5lld speedup %.2fx\n", (long long)S, n->second / f->second);
   }
   return 0;
 }
