@@ -1,4 +1,5 @@
 // The `loom` command line.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,8 +8,11 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/data/bpe.h"
+#include "loom/data/text.h"
 #include "loom/train/config.h"
 #include "loom/train/dit_trainer.h"
+#include "loom/train/lm_trainer.h"
 
 namespace {
 
@@ -16,10 +20,20 @@ int usage() {
   std::fprintf(stderr,
                "usage: loom <command> [args]\n"
                "  train CONFIG.toml [--set section.key=value ...] [--resume]\n"
-               "      train a model; the run directory is <run.out_dir>/<run.name>\n"
+               "      train a model (model.kind dit or gpt); the run directory is\n"
+               "      <run.out_dir>/<run.name>\n"
                "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
                "         [--seed N] [--png PATH] [--npy PREFIX]\n"
                "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
+               "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
+               "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
+               "  eval CHECKPOINT_DIR [--windows N]\n"
+               "      held-out loss of a GPT checkpoint (nats/token, nats/byte, bits/byte) over\n"
+               "      the whole held-out text, or N evenly spread windows of it\n"
+               "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
+               "      learn a byte-level BPE tokenizer with N tokens and save it\n"
+               "  tokenizer check --tokenizer PATH --input FILE\n"
+               "      encode FILE, decode it again and compare (round trip)\n"
                "  version\n");
   return 2;
 }
@@ -64,12 +78,58 @@ int train(int argc, char** argv) {
   }
   LOOM_CHECK(!config_path.empty()) << "train: no config file given";
   loom::train::Config config = loom::train::load_config(config_path, overrides);
-  loom::train::train_dit(config, resume);
+  if (config.model_kind == "gpt") {
+    loom::train::train_gpt(config, resume);
+  } else {
+    loom::train::train_dit(config, resume);
+  }
+  return 0;
+}
+
+// The checkpoint directory: the one argument that is not a flag (flags with a value are
+// skipped); fails naming the command if there is none.
+std::string checkpoint_arg(const char* command, int argc, char** argv,
+                           const std::vector<std::string>& valued_flags) {
+  std::string ckpt;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      for (const auto& f : valued_flags)
+        if (a == f) ++i;
+      continue;
+    }
+    LOOM_CHECK(ckpt.empty()) << command << ": more than one checkpoint directory given (" << ckpt
+                             << ", " << a << ")";
+    ckpt = a;
+  }
+  LOOM_CHECK(!ckpt.empty()) << command << ": no checkpoint directory given";
+  return ckpt;
+}
+
+int sample_gpt(int argc, char** argv) {
+  loom::train::GptSampleOptions o;
+  std::string ckpt;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--prompt") o.prompt = value_of(argc, argv, i);
+    else if (a == "--tokens") o.tokens = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--temperature") o.temperature = parse_double(argv[i], value_of(argc, argv, i));
+    else if (a == "--seed") o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
+    else if (a.rfind("--", 0) == 0) LOOM_FAIL() << "sample: unknown option " << a << " for a GPT checkpoint";
+    else ckpt = a;
+  }
+  const std::string text = loom::train::sample_gpt(ckpt, o);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::printf("\n");
   return 0;
 }
 
 int sample(int argc, char** argv) {
-  LOOM_CHECK(argc >= 1) << "sample: no checkpoint directory given";
+  const std::string ckpt_dir =
+      checkpoint_arg("sample", argc, argv,
+                     {"--per-class", "--steps", "--cfg", "--seed", "--png", "--npy", "--prompt",
+                      "--tokens", "--temperature"});
+  if (loom::train::checkpoint_model_kind(ckpt_dir) == "gpt") return sample_gpt(argc, argv);
   loom::train::DitSampleOptions o;
   o.png_path = "samples.png";
   std::string ckpt;
@@ -90,6 +150,94 @@ int sample(int argc, char** argv) {
   return 0;
 }
 
+int eval(int argc, char** argv) {
+  int64_t windows = 0;
+  std::string ckpt;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--windows") windows = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a.rfind("--", 0) == 0) LOOM_FAIL() << "eval: unknown option " << a;
+    else {
+      LOOM_CHECK(ckpt.empty()) << "eval: more than one checkpoint directory given (" << ckpt
+                               << ", " << a << ")";
+      ckpt = a;
+    }
+  }
+  LOOM_CHECK(!ckpt.empty()) << "eval: no checkpoint directory given";
+  LOOM_CHECK(windows >= 0) << "eval: --windows must be non-negative (0: all), got " << windows;
+  const std::string kind = loom::train::checkpoint_model_kind(ckpt);
+  LOOM_CHECK(kind == "gpt") << "eval of " << (kind == "dit" ? "DiT" : kind)
+                            << " checkpoints: not available yet (" << ckpt << ")";
+  const loom::train::LmEvalResult r = loom::train::eval_gpt(ckpt, windows);
+  std::printf("held-out loss of %s: %.4f nats/token, %.4f nats/byte, %.4f bits/byte "
+              "(%lld windows, %lld tokens, %lld bytes)\n",
+              ckpt.c_str(), r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(),
+              (long long)r.windows, (long long)r.tokens, (long long)r.bytes);
+  return 0;
+}
+
+int tokenizer_train(int argc, char** argv) {
+  std::string input, out, cache_dir;
+  bool kjv = false;
+  int64_t vocab = 0;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--input") input = value_of(argc, argv, i);
+    else if (a == "--kjv") kjv = true;
+    else if (a == "--cache-dir") cache_dir = value_of(argc, argv, i);
+    else if (a == "--vocab") vocab = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--out") out = value_of(argc, argv, i);
+    else LOOM_FAIL() << "tokenizer train: unknown argument " << a;
+  }
+  LOOM_CHECK(kjv != !input.empty()) << "tokenizer train: give exactly one of --input FILE and --kjv";
+  LOOM_CHECK(!out.empty()) << "tokenizer train: no --out PATH given";
+  LOOM_CHECK(vocab >= loom::BpeTokenizer::kByteTokens && vocab <= (int64_t(1) << 24))
+      << "tokenizer train: --vocab " << vocab << " must be at least "
+      << loom::BpeTokenizer::kByteTokens << " (the byte tokens)";
+  if (kjv) input = loom::kjv_corpus(cache_dir.empty() ? loom::train::default_cache_dir(".") : cache_dir);
+  const std::string text = loom::read_text_file(input);
+  const loom::BpeTokenizer tok = loom::BpeTokenizer::train(text, int(vocab));
+  tok.save(out);
+  const size_t tokens = tok.encode(text).size();
+  std::printf("tokenizer: %d tokens (%zu merges) learned from %s (%zu bytes) -> %s\n"
+              "%s encodes to %zu tokens, %.3f bytes/token; set model.vocab_size = %d\n",
+              tok.vocab_size(), tok.merges().size(), input.c_str(), text.size(), out.c_str(),
+              input.c_str(), tokens, double(text.size()) / double(std::max<size_t>(tokens, 1)),
+              tok.vocab_size());
+  return 0;
+}
+
+int tokenizer_check(int argc, char** argv) {
+  std::string path, input;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tokenizer") path = value_of(argc, argv, i);
+    else if (a == "--input") input = value_of(argc, argv, i);
+    else LOOM_FAIL() << "tokenizer check: unknown argument " << a;
+  }
+  LOOM_CHECK(!path.empty() && !input.empty())
+      << "tokenizer check: needs --tokenizer PATH and --input FILE";
+  const loom::BpeTokenizer tok = loom::BpeTokenizer::load(path);
+  const std::string text = loom::read_text_file(input);
+  const std::vector<int32_t> ids = tok.encode(text);
+  LOOM_CHECK(tok.decode(ids) == text)
+      << "tokenizer check: decode(encode(" << input << ")) differs from the file (" << path << ")";
+  std::printf("round trip ok: %s (%zu bytes) -> %zu tokens of %s (%d tokens) -> the same bytes "
+              "(%.3f bytes/token)\n",
+              input.c_str(), text.size(), ids.size(), path.c_str(), tok.vocab_size(),
+              double(text.size()) / double(std::max<size_t>(ids.size(), 1)));
+  return 0;
+}
+
+int tokenizer(int argc, char** argv) {
+  LOOM_CHECK(argc >= 1) << "tokenizer: expected a subcommand (train or check)";
+  const std::string sub = argv[0];
+  if (sub == "train") return tokenizer_train(argc - 1, argv + 1);
+  if (sub == "check") return tokenizer_check(argc - 1, argv + 1);
+  LOOM_FAIL() << "tokenizer: unknown subcommand '" << sub << "' (expected train or check)";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +246,8 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "train") return train(argc - 2, argv + 2);
     if (cmd == "sample") return sample(argc - 2, argv + 2);
+    if (cmd == "eval") return eval(argc - 2, argv + 2);
+    if (cmd == "tokenizer") return tokenizer(argc - 2, argv + 2);
     if (cmd == "version") {
       std::printf("loom 0.1.0\n");
       return 0;

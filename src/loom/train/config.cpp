@@ -1,19 +1,15 @@
 #include "loom/train/config.h"
 
+#include <cstdlib>
+
 #include "loom/train/config_file.h"
 
 namespace loom::train {
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  ConfigFile f(path, overrides);
-  Config c;
-  c.run.name = f.get_string("run", "name", c.run.name);
-  c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);
-  c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
+namespace {
 
-  c.model_kind = f.get_string("model", "kind", c.model_kind);
-  LOOM_CHECK(c.model_kind == "dit") << "config " << path << ": model.kind '" << c.model_kind
-                                    << "' is not known (expected dit)";
+void read_dit(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
   auto& d = c.dit;
   d.image_size = f.get_int("model", "image_size", d.image_size);
   d.channels = f.get_int("model", "channels", d.channels);
@@ -25,44 +21,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   d.num_classes = f.get_int("model", "num_classes", d.num_classes);
   d.validate();
 
-  c.data.dataset = f.get_string("data", "dataset", c.data.dataset);
+  c.data.dataset = f.get_string("data", "dataset", "fashion_mnist");
   c.data.path = f.get_string("data", "path", c.data.path);
   LOOM_CHECK(c.data.dataset == "fashion_mnist")
-      << "config " << path << ": data.dataset '" << c.data.dataset << "' is not known";
+      << "config " << path << ": data.dataset '" << c.data.dataset
+      << "' is not known for model.kind dit (expected fashion_mnist)";
 
   auto& t = c.train;
-  t.steps = f.get_int("train", "steps", t.steps);
-  t.batch_size = f.get_int("train", "batch_size", t.batch_size);
-  t.grad_accum = f.get_int("train", "grad_accum", t.grad_accum);
-  t.log_every = f.get_int("train", "log_every", t.log_every);
-  t.ckpt_every = f.get_int("train", "ckpt_every", t.ckpt_every);
-  t.keep_checkpoints = f.get_int("train", "keep_checkpoints", t.keep_checkpoints);
-  t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
-  t.stop_after = f.get_int("train", "stop_after", t.stop_after);
-  t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
   t.ema_decay = f.get_double("train", "ema_decay", t.ema_decay);
   t.ema_start = f.get_int("train", "ema_start", t.ema_start);
-  LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
-             t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
-      << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
-      << "keep_checkpoints must be positive; ckpt_every, max_minutes and stop_after non-negative";
   LOOM_CHECK(t.ema_decay >= 0 && t.ema_decay < 1)
       << "config " << path << ": train.ema_decay must be in [0, 1), got " << t.ema_decay;
-
-  auto& o = c.adamw;
-  o.lr = f.get_double("optim", "lr", 1e-3);
-  o.beta1 = f.get_double("optim", "beta1", o.beta1);
-  o.beta2 = f.get_double("optim", "beta2", o.beta2);
-  o.eps = f.get_double("optim", "eps", o.eps);
-  o.weight_decay = f.get_double("optim", "weight_decay", o.weight_decay);
-  auto& s = c.schedule;
-  s.lr = o.lr;
-  s.kind = f.get_string("optim", "schedule", s.kind);
-  s.warmup_steps = f.get_int("optim", "warmup_steps", s.warmup_steps);
-  s.min_lr_ratio = f.get_double("optim", "min_lr_ratio", s.min_lr_ratio);
-  s.decay_fraction = f.get_double("optim", "decay_fraction", s.decay_fraction);
-  s.total_steps = t.steps;
-  s.validate();
 
   c.flow.label_dropout = f.get_double("diffusion", "label_dropout", c.flow.label_dropout);
   c.flow.logit_normal_mean = f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
@@ -81,10 +50,136 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
   c.eval.classifier = f.get_string("eval", "classifier", c.eval.classifier);
   c.eval.num_samples = f.get_int("eval", "num_samples", c.eval.num_samples);
+}
+
+void read_gpt(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
+  auto& g = c.gpt;
+  g.style = f.get_string("model", "style", g.style);
+  LOOM_CHECK(g.style == "gpt2" || g.style == "llama")
+      << "config " << path << ": model.style '" << g.style << "' is not known (expected gpt2 or llama)";
+  g.vocab_size = f.get_int("model", "vocab_size", g.vocab_size);
+  g.context = f.get_int("model", "context", g.context);
+  g.width = f.get_int("model", "width", g.width);
+  g.depth = f.get_int("model", "depth", g.depth);
+  g.heads = f.get_int("model", "heads", g.heads);
+  g.kv_heads = f.get_int("model", "kv_heads", g.kv_heads);
+  g.mlp_ratio = f.get_double("model", "mlp_ratio", g.mlp_ratio);
+  g.rope_theta = f.get_double("model", "rope_theta", g.rope_theta);
+  // The style's convention (GptConfig::llama unties the head) unless the config says otherwise.
+  g.tie_embeddings = f.get_bool("model", "tie_embeddings", !g.is_llama());
+  g.swiglu_hidden = f.get_int("model", "swiglu_hidden", g.swiglu_hidden);
+  g.validate();
+
+  auto& d = c.data;
+  d.dataset = f.get_string("data", "dataset", "kjv");
+  d.path = f.get_string("data", "path", "");
+  d.val_fraction = f.get_double("data", "val_fraction", d.val_fraction);
+  d.tokenizer = f.get_string("data", "tokenizer", d.tokenizer);
+  d.cache_dir = f.get_string("data", "cache_dir", d.cache_dir);
+  LOOM_CHECK(d.dataset == "kjv" || d.dataset == "text")
+      << "config " << path << ": data.dataset '" << d.dataset
+      << "' is not known for model.kind gpt (expected kjv or text)";
+  if (d.dataset == "text") {
+    LOOM_CHECK(!d.path.empty()) << "config " << path
+                                << ": data.dataset \"text\" needs data.path (a UTF-8 text file)";
+  } else {
+    LOOM_CHECK(d.path.empty()) << "config " << path << ": data.path '" << d.path
+                               << "' is not used by data.dataset \"kjv\" (use dataset = \"text\" "
+                                  "to train on a file)";
+  }
+  LOOM_CHECK(d.val_fraction > 0 && d.val_fraction < 1)
+      << "config " << path << ": data.val_fraction must be in (0, 1), got " << d.val_fraction;
+  LOOM_CHECK(!d.tokenizer.empty())
+      << "config " << path << ": data.tokenizer must be \"bytes\" or the path of a BPE file";
+  if (d.tokenizer == "bytes") {
+    LOOM_CHECK(g.vocab_size == 256)
+        << "config " << path << ": data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is "
+        << g.vocab_size;
+  }
+
+  c.eval.every = f.get_int("eval", "every", c.eval.every);
+  c.eval.windows = f.get_int("eval", "windows", c.eval.windows);
+  LOOM_CHECK(c.eval.every >= 0 && c.eval.windows > 0)
+      << "config " << path << ": eval.every must be non-negative and eval.windows positive";
+
+  auto& s = c.lm_sample;
+  s.prompt = f.get_string("sample", "prompt", s.prompt);
+  s.tokens = f.get_int("sample", "tokens", s.tokens);
+  s.temperature = f.get_double("sample", "temperature", s.temperature);
+  LOOM_CHECK(s.tokens >= 0 && s.temperature >= 0)
+      << "config " << path << ": sample.tokens and sample.temperature must be non-negative";
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  ConfigFile f(path, overrides);
+  Config c;
+  c.run.name = f.get_string("run", "name", c.run.name);
+  c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);
+  c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
+
+  c.model_kind = f.get_string("model", "kind", c.model_kind);
+  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
+      << "config " << path << ": model.kind '" << c.model_kind
+      << "' is not known (expected dit or gpt)";
+
+  auto& t = c.train;
+  t.steps = f.get_int("train", "steps", t.steps);
+  t.batch_size = f.get_int("train", "batch_size", t.batch_size);
+  t.grad_accum = f.get_int("train", "grad_accum", t.grad_accum);
+  t.log_every = f.get_int("train", "log_every", t.log_every);
+  t.ckpt_every = f.get_int("train", "ckpt_every", t.ckpt_every);
+  t.keep_checkpoints = f.get_int("train", "keep_checkpoints", t.keep_checkpoints);
+  t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
+  t.stop_after = f.get_int("train", "stop_after", t.stop_after);
+  t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
+  LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
+             t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
+      << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
+      << "keep_checkpoints must be positive; ckpt_every, max_minutes and stop_after non-negative";
+
+  if (c.model_kind == "dit") {
+    read_dit(f, c);
+  } else {
+    read_gpt(f, c);
+  }
+
+  auto& o = c.adamw;
+  o.lr = f.get_double("optim", "lr", 1e-3);
+  o.beta1 = f.get_double("optim", "beta1", o.beta1);
+  o.beta2 = f.get_double("optim", "beta2", o.beta2);
+  o.eps = f.get_double("optim", "eps", o.eps);
+  o.weight_decay = f.get_double("optim", "weight_decay", o.weight_decay);
+  LOOM_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0 &&
+             o.weight_decay >= 0)
+      << "config " << path << ": optim.lr must be non-negative, eps positive, beta1 and beta2 in [0, 1), "
+      << "weight_decay non-negative";
+  auto& s = c.schedule;
+  s.lr = o.lr;
+  s.kind = f.get_string("optim", "schedule", s.kind);
+  s.warmup_steps = f.get_int("optim", "warmup_steps", s.warmup_steps);
+  s.min_lr_ratio = f.get_double("optim", "min_lr_ratio", s.min_lr_ratio);
+  s.decay_fraction = f.get_double("optim", "decay_fraction", s.decay_fraction);
+  s.total_steps = t.steps;
+  s.validate();
 
   f.check_all_keys_used();
   c.resolved_toml = f.resolved();
   return c;
+}
+
+std::string default_cache_dir(const std::string& out_dir) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && *xdg != 0) return std::string(xdg) + "/loom";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != 0) return std::string(home) + "/.cache/loom";
+  return out_dir + "/cache";
+}
+
+std::string resolved_cache_dir(const Config& config) {
+  return config.data.cache_dir.empty() ? default_cache_dir(config.run.out_dir) : config.data.cache_dir;
 }
 
 }  // namespace loom::train

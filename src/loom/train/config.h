@@ -5,6 +5,7 @@
 
 #include "loom/diffusion/flow_matching.h"
 #include "loom/models/dit/dit.h"
+#include "loom/models/gpt/gpt.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/schedule.h"
 
@@ -16,9 +17,13 @@ struct RunConfig {
   uint64_t seed = 0;
 };
 
+// Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // "fashion_mnist"
-  std::string path = "/usr/share/datasets/fashion-mnist";
+  std::string dataset = "fashion_mnist";  // dit: "fashion_mnist"; gpt: "kjv" or "text"
+  std::string path = "/usr/share/datasets/fashion-mnist";  // gpt: the text file (dataset "text")
+  double val_fraction = 0.05;  // gpt: the held-out tail of the text (see split_text)
+  std::string tokenizer = "bytes";  // gpt: "bytes" or the path of a saved BPE tokenizer
+  std::string cache_dir;  // gpt, dataset "kjv": where kjv.txt is produced ("" = default_cache_dir)
 };
 
 struct TrainLoopConfig {
@@ -31,8 +36,8 @@ struct TrainLoopConfig {
   double max_minutes = 0;       // > 0: stop (and checkpoint) when the time budget runs out
   int64_t stop_after = 0;       // > 0: stop (and checkpoint) once this global step is done
   double grad_clip = 1.0;       // <= 0: no clipping
-  double ema_decay = 0.999;
-  int64_t ema_start = 0;        // steps before the EMA starts tracking (it copies until then)
+  double ema_decay = 0.999;     // dit only
+  int64_t ema_start = 0;        // dit only: steps before the EMA starts tracking (it copies until then)
 };
 
 struct SampleConfig {
@@ -43,27 +48,48 @@ struct SampleConfig {
 };
 
 struct EvalConfig {
+  // dit:
   std::string classifier;   // checkpoint directory of the Fashion-MNIST classifier ("" = none)
   int64_t num_samples = 1000;
+  // gpt: held-out loss every `every` steps (0 = only at the end) on `windows` fixed validation
+  // windows spread over the held-out text; the final evaluation covers all of it.
+  int64_t every = 100;
+  int64_t windows = 64;
+};
+
+// gpt: text printed at the end of training (tokens = 0: none).
+struct LmSampleConfig {
+  std::string prompt = "\n";
+  int64_t tokens = 0;
+  double temperature = 0.8;  // 0: greedy
 };
 
 struct Config {
   RunConfig run;
-  std::string model_kind = "dit";
+  std::string model_kind = "dit";  // "dit" or "gpt"; only that kind's keys are accepted
   models::DitConfig dit;
+  models::GptConfig gpt;
   DataConfig data;
   TrainLoopConfig train;
   optim::AdamWConfig adamw;
   optim::LrSchedule schedule;
   diffusion::FlowMatchingConfig flow;
-  SampleConfig sample;
+  SampleConfig sample;      // dit
+  LmSampleConfig lm_sample;  // gpt ([sample] section)
   EvalConfig eval;
   std::string resolved_toml;  // what was read, defaults included (saved in the run directory)
   std::string run_dir() const { return run.out_dir + "/" + run.name; }
 };
 
 // Reads and validates a config; unknown keys, wrong types and bad values are errors naming
-// the key.
+// the key. Only the keys of the chosen model.kind are read, so a key of the other kind (say
+// model.patch in a gpt config) is an unknown key.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Where dataset "kjv" puts kjv.txt when data.cache_dir is empty: $XDG_CACHE_HOME/loom, else
+// $HOME/.cache/loom, else <run.out_dir>/cache.
+std::string default_cache_dir(const std::string& out_dir);
+// data.cache_dir, or default_cache_dir(run.out_dir) when it is empty.
+std::string resolved_cache_dir(const Config& config);
 
 }  // namespace loom::train

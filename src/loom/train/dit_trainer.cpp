@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "loom/core/atomic_file.h"
+#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
 #include "loom/data/idx.h"
 #include "loom/data/npy.h"
@@ -40,8 +41,9 @@ diffusion::VelocityFn velocity_of(const models::Dit& model) {
   return [&model](const Tensor& x, const Tensor& t, const Tensor& y) { return model.forward(x, t, y); };
 }
 
-// Samples in chunks (bounded memory) and returns (N, C, H, W) in [-1, 1].
-Tensor sample_images(const models::Dit& model, const Tensor& labels, const DitSampleOptions& o) {
+}  // namespace
+
+Tensor sample_dit_images(const models::Dit& model, const Tensor& labels, const DitSampleOptions& o) {
   const auto& c = model.config;
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
@@ -60,10 +62,12 @@ Tensor sample_images(const models::Dit& model, const Tensor& labels, const DitSa
   return from_vector(v, all.shape());
 }
 
+namespace {
+
 void write_samples(const models::Dit& model, const DitSampleOptions& o) {
   const int64_t classes = model.config.num_classes;
   Tensor labels = sample_grid_labels(classes, o.per_class);
-  Tensor images = sample_images(model, labels, o);
+  Tensor images = sample_dit_images(model, labels, o);
   if (!o.png_path.empty()) {
     ImageGrid grid = image_grid(images, int(classes), int(o.per_class));
     write_png(o.png_path, grid.pixels, grid.width, grid.height, grid.channels);
@@ -185,6 +189,12 @@ void train_dit(const Config& cfg, bool resume) {
     }
   }
 
+  const double train_seconds = progress.elapsed_seconds();
+  const double images_per_second =
+      double((step - start_step) * tc.batch_size * tc.grad_accum) / std::max(train_seconds, 1e-9);
+  std::printf("trained %lld steps in %s (%.1f images/s)\n", (long long)(step - start_step),
+              format_duration(train_seconds).c_str(), images_per_second);
+
   // Samples from the EMA weights: one row per class.
   models::Dit ema_model(cfg.dit);
   load_state_dict(ema_model, as_map(ema.named_weights()), "ema");
@@ -193,6 +203,26 @@ void train_dit(const Config& cfg, bool resume) {
   write_samples(ema_model, so);
   std::printf("samples: %s (EMA weights, %lld Euler%s steps, cfg %.1f)\n", so.png_path.c_str(),
               (long long)so.steps, so.heun ? "/Heun" : "", so.cfg_scale);
+
+  if (!cfg.eval.classifier.empty()) {
+    const DitQuality q =
+        evaluate_dit(ema_model, cfg.eval.classifier, cfg.data.path, cfg.eval.num_samples, so);
+    write_json_file(run_dir + "/eval.json",
+                    Json::object({{"step", step},
+                                  {"samples", q.samples},
+                                  {"class_accuracy", q.class_accuracy},
+                                  {"fid", q.fid},
+                                  {"fid_floor", q.fid_floor},
+                                  {"fid_over_floor", q.fid / q.fid_floor},
+                                  {"cfg_scale", so.cfg_scale},
+                                  {"sample_steps", so.steps},
+                                  {"train_seconds", train_seconds},
+                                  {"images_per_second", images_per_second}}));
+    std::printf("eval: class accuracy %.1f%% of %lld samples, FID %.3f (real-data floor %.3f, "
+                "ratio %.1f) -> %s/eval.json\n",
+                100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
+                q.fid / q.fid_floor, run_dir.c_str());
+  }
 }
 
 void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "loom/models/dit/dit.h"
 #include "loom/train/config.h"
 
 namespace loom::train {
@@ -21,5 +22,24 @@ struct DitSampleOptions {
 
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.
 void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options);
+
+// Samples images (N, C, H, W) in [-1, 1] for the given labels, in chunks of bounded memory.
+Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
+                         const DitSampleOptions& options);
+
+struct DitQuality {
+  int64_t samples = 0;
+  double class_accuracy = 0;  // of the samples, by the classifier, against their labels
+  double fid = 0;             // samples vs the test set, on the classifier's features
+  double fid_floor = 0;       // the same number of real training images vs the test set
+};
+
+// Class-balanced samples judged by the classifier in `classifier_dir`; writes nothing.
+DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_dir,
+                        const std::string& data_path, int64_t num_samples,
+                        const DitSampleOptions& options);
+// Loads the EMA weights of a checkpoint and evaluates them; writes <ckpt_dir>/eval.json.
+DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
+                                   int64_t num_samples, const DitSampleOptions& options);
 
 }  // namespace loom::train

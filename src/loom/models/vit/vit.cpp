@@ -1,0 +1,58 @@
+#include "loom/models/vit/vit.h"
+
+#include "loom/ops/ops.h"
+
+namespace loom::models {
+
+void VitConfig::validate() const {
+  LOOM_CHECK(image_size > 0 && patch > 0 && image_size % patch == 0)
+      << "vit: image_size " << image_size << " is not a multiple of patch " << patch;
+  LOOM_CHECK(width > 0 && heads > 0 && width % heads == 0)
+      << "vit: width " << width << " is not divisible by heads " << heads;
+  LOOM_CHECK(depth > 0 && channels > 0 && num_classes > 1 && mlp_ratio > 0)
+      << "vit: depth, channels, mlp_ratio must be positive and num_classes > 1";
+}
+
+VitBlock::VitBlock(const VitConfig& c) {
+  const int64_t D = c.width;
+  norm1 = register_module("norm1", std::make_shared<nn::LayerNorm>(D));
+  attn = register_module("attn", std::make_shared<nn::Attention>(nn::AttentionConfig{
+                                     D, c.heads, c.heads, false, 0.0, true, nn::Init::xavier_uniform()}));
+  norm2 = register_module("norm2", std::make_shared<nn::LayerNorm>(D));
+  mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, int64_t(double(D) * c.mlp_ratio)));
+}
+
+Tensor VitBlock::forward(const Tensor& x) const {
+  Tensor h = add(x, attn->forward(norm1->forward(x)));
+  return add(h, mlp->forward(norm2->forward(h)));
+}
+
+Vit::Vit(const VitConfig& c) : config(c) {
+  config.validate();
+  const int64_t g = c.image_size / c.patch;
+  patch_embed = register_module("patch_embed", std::make_shared<nn::Linear>(c.channels * c.patch * c.patch, c.width));
+  pos_embed = register_module("pos_embed", std::make_shared<nn::Embedding>(g * g, c.width));
+  for (int64_t i = 0; i < c.depth; ++i)
+    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<VitBlock>(c)));
+  norm_f = register_module("norm_f", std::make_shared<nn::LayerNorm>(c.width));
+  head = register_module("head", std::make_shared<nn::Linear>(c.width, c.num_classes));
+}
+
+Tensor Vit::features(const Tensor& x) const {
+  const int64_t B = x.size(0), C = config.channels, p = config.patch, g = config.image_size / p;
+  LOOM_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == config.image_size &&
+             x.size(3) == config.image_size)
+      << "vit: expected images (B, " << C << ", " << config.image_size << ", "
+      << config.image_size << "), got " << x.shape();
+  Tensor patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
+                           {B, g * g, C * p * p});
+  Tensor h = add(patch_embed->forward(patches), pos_embed->weight);
+  for (const auto& block : blocks) h = block->forward(h);
+  return mean(norm_f->forward(h), {1});  // (B, D)
+}
+
+Tensor Vit::logits_from_features(const Tensor& f) const { return head->forward(f); }
+
+Tensor Vit::forward(const Tensor& x) const { return logits_from_features(features(x)); }
+
+}  // namespace loom::models

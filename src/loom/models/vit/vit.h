@@ -1,0 +1,49 @@
+// A small Vision Transformer classifier (patch embedding, pre-norm blocks, mean pooling),
+// used to evaluate generated images: class accuracy, and FID on its penultimate features.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "loom/nn/layers.h"
+
+namespace loom::models {
+
+struct VitConfig {
+  int64_t image_size = 28;
+  int64_t channels = 1;
+  int64_t patch = 4;
+  int64_t width = 96;
+  int64_t depth = 4;
+  int64_t heads = 4;
+  double mlp_ratio = 2.0;
+  int64_t num_classes = 10;
+  void validate() const;
+};
+
+class VitBlock : public nn::Module {
+ public:
+  explicit VitBlock(const VitConfig& c);
+  Tensor forward(const Tensor& x) const;  // (B, T, D)
+  std::shared_ptr<nn::LayerNorm> norm1, norm2;
+  std::shared_ptr<nn::Attention> attn;
+  std::shared_ptr<nn::Mlp> mlp;
+};
+
+class Vit : public nn::Module {
+ public:
+  explicit Vit(const VitConfig& config);
+  // images (B, C, H, W) in [-1, 1] -> pooled, normalised features (B, width).
+  Tensor features(const Tensor& images) const;
+  // -> class logits (B, num_classes).
+  Tensor forward(const Tensor& images) const;
+  Tensor logits_from_features(const Tensor& features) const;
+  std::vector<std::shared_ptr<VitBlock>> blocks;
+  const VitConfig config;
+
+ private:
+  std::shared_ptr<nn::Linear> patch_embed, head;
+  std::shared_ptr<nn::Embedding> pos_embed;
+  std::shared_ptr<nn::LayerNorm> norm_f;
+};
+
+}  // namespace loom::models

@@ -1,0 +1,75 @@
+// Quality of a DiT: class accuracy of its samples and FID on the classifier's features.
+#include <cstdio>
+#include <filesystem>
+
+#include "loom/checkpoint/json_file.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/data/idx.h"
+#include "loom/data/sampler.h"
+#include "loom/diffusion/fid.h"
+#include "loom/ops/ops.h"
+#include "loom/train/checkpoint_dir.h"
+#include "loom/train/classifier.h"
+#include "loom/train/dit_trainer.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_dir,
+                        const std::string& data_path, int64_t num_samples,
+                        const DitSampleOptions& options) {
+  auto classifier = load_classifier(classifier_dir);
+  const int64_t classes = model.config.num_classes;
+  LOOM_CHECK(num_samples >= classes) << "eval: need at least " << classes << " samples, got "
+                                     << num_samples;
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < num_samples; ++i) y.push_back(i % classes);  // class-balanced
+  Tensor labels = from_vector(y, {num_samples});
+  Tensor samples = sample_dit_images(model, labels, options);
+
+  ImageDataset test = fashion_mnist(data_path, false), train = fashion_mnist(data_path, true);
+  DitQuality q;
+  q.samples = num_samples;
+  q.class_accuracy = classifier_accuracy(*classifier, samples, labels);
+  const diffusion::FeatureStats reference =
+      diffusion::feature_stats(classifier_features(*classifier, test.images));
+  q.fid = diffusion::frechet_distance(
+      diffusion::feature_stats(classifier_features(*classifier, samples)), reference);
+  // The floor: as many real (training) images as samples, against the same test statistics.
+  Sampler pick(train.images.size(0), num_samples, options.seed + 1);
+  const std::vector<int64_t> idx = pick.next_batch();
+  Tensor real;
+  {
+    NoGradGuard no_grad;
+    real = index_select(train.images, 0, from_vector(idx, {num_samples}));
+  }
+  q.fid_floor = diffusion::frechet_distance(
+      diffusion::feature_stats(classifier_features(*classifier, real)), reference);
+  return q;
+}
+
+DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
+                                   int64_t num_samples, const DitSampleOptions& options) {
+  Json state = read_trainer_state(ckpt_dir);
+  LOOM_CHECK(state.at("model_kind").as_string() == "dit")
+      << "eval: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
+      << " model, not a DiT";
+  const std::string config_path = (fs::path(ckpt_dir).parent_path() / "config.toml").string();
+  Config cfg = load_config(config_path);
+  models::Dit model(cfg.dit);
+  load_state_dict(model, read_tensors(ckpt_dir, "ema"), ckpt_dir + "/ema.safetensors");
+  DitQuality q = evaluate_dit(model, classifier_dir, cfg.data.path, num_samples, options);
+  write_json_file(ckpt_dir + "/eval.json",
+                  Json::object({{"samples", q.samples},
+                                {"class_accuracy", q.class_accuracy},
+                                {"fid", q.fid},
+                                {"fid_floor", q.fid_floor},
+                                {"fid_over_floor", q.fid / q.fid_floor},
+                                {"cfg_scale", options.cfg_scale},
+                                {"sample_steps", options.steps},
+                                {"classifier", classifier_dir}}));
+  return q;
+}
+
+}  // namespace loom::train

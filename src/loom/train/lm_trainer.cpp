@@ -1,0 +1,398 @@
+#include "loom/train/lm_trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "loom/checkpoint/json_file.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/core/atomic_file.h"
+#include "loom/core/rng.h"
+#include "loom/data/bpe.h"
+#include "loom/data/prefetch.h"
+#include "loom/data/text.h"
+#include "loom/models/gpt/gpt.h"
+#include "loom/ops/ops.h"
+#include "loom/train/checkpoint_dir.h"
+#include "loom/train/progress.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+double LmEvalResult::bits_per_byte() const { return nats_per_byte() / std::log(2.0); }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The tokenizer of a run: the plain byte tokenizer ("bytes") or a saved BPE.
+struct LmTokenizer {
+  bool bytes = true;
+  BpeTokenizer bpe;  // the 256 byte tokens when bytes
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    if (!bytes) return bpe.encode(text);
+    std::vector<int32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = int32_t(uint8_t(text[i]));
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const { return bpe.decode(ids); }
+  int64_t bytes_of(int32_t id) const {
+    return bytes ? 1 : int64_t(bpe.token_bytes(id).size());
+  }
+};
+
+// `bpe_copy`: the tokenizer file saved in the run directory, preferred when it exists (a run
+// directory stays usable if the original file moves).
+LmTokenizer load_tokenizer(const Config& cfg, const std::string& bpe_copy) {
+  LmTokenizer t;
+  if (cfg.data.tokenizer == "bytes") {
+    LOOM_CHECK(cfg.gpt.vocab_size == BpeTokenizer::kByteTokens)
+        << "data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is " << cfg.gpt.vocab_size;
+    return t;
+  }
+  t.bytes = false;
+  const std::string path =
+      !bpe_copy.empty() && fs::is_regular_file(bpe_copy) ? bpe_copy : cfg.data.tokenizer;
+  LOOM_CHECK(fs::is_regular_file(path))
+      << "data.tokenizer " << path << " does not exist (expected \"bytes\" or a BPE file made by "
+      << "`loom tokenizer train`)";
+  t.bpe = BpeTokenizer::load(path);
+  LOOM_CHECK(t.bpe.vocab_size() == cfg.gpt.vocab_size)
+      << "data.tokenizer " << path << " has " << t.bpe.vocab_size()
+      << " tokens but model.vocab_size is " << cfg.gpt.vocab_size;
+  return t;
+}
+
+struct LmData {
+  std::string source;  // the text file
+  std::vector<int32_t> train, val;
+};
+
+LmData load_lm_data(const Config& cfg, const LmTokenizer& tok) {
+  LmData d;
+  d.source = cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
+  const std::string text = read_text_file(d.source);
+  TextSplit split = split_text(text, cfg.data.val_fraction);
+  d.train = tok.encode(std::string(split.train.begin(), split.train.end()));
+  d.val = tok.encode(std::string(split.val.begin(), split.val.end()));
+  const int64_t need = cfg.gpt.context + 2;
+  LOOM_CHECK(int64_t(d.train.size()) >= need && int64_t(d.val.size()) >= need)
+      << "text " << d.source << " (" << text.size() << " bytes) is too short: its training and "
+      << "held-out parts have " << d.train.size() << " and " << d.val.size()
+      << " tokens, each needs at least model.context + 2 = " << need;
+  return d;
+}
+
+// Start of window g of `step`: uniform over [0, n - T), from Philox keyed by (seed, step).
+int64_t window_start(uint64_t key, int64_t g, int64_t n, int64_t T) {
+  const auto r = philox4x32_10(uint64_t(g), 0, key);
+  const uint64_t v = uint64_t(r[0]) << 32 | r[1];
+  return int64_t(v % uint64_t(n - T));
+}
+
+struct Batch {
+  Tensor ids, targets;  // (B, T) i64 each
+};
+
+// Windows of T + 1 tokens at `starts`: ids are the first T, targets the last T.
+Batch gather_windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
+                     int64_t T) {
+  const int64_t B = int64_t(starts.size());
+  std::vector<int64_t> ids(size_t(B * T)), targets(size_t(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      ids[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t)];
+      targets[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t + 1)];
+    }
+  return {from_vector(ids, {B, T}), from_vector(targets, {B, T})};
+}
+
+// Starts of the evaluation windows: `count` of the non-overlapping tiles i * T of the
+// held-out tokens, spread evenly (count = 0 or more than there are: all of them).
+std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
+  const int64_t tiles = (n - 1) / T;
+  std::vector<int64_t> starts;
+  if (count <= 0 || count >= tiles) {
+    for (int64_t i = 0; i < tiles; ++i) starts.push_back(i * T);
+  } else if (count == 1) {
+    starts.push_back(0);
+  } else {
+    for (int64_t i = 0; i < count; ++i) starts.push_back(i * (tiles - 1) / (count - 1) * T);
+  }
+  return starts;
+}
+
+LmEvalResult evaluate(const models::Gpt& model, const LmTokenizer& tok,
+                      const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
+                      int64_t batch) {
+  NoGradGuard no_grad;
+  const int64_t T = model.config.context;
+  LmEvalResult r;
+  for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
+    const size_t end = std::min(starts.size(), at + size_t(batch));
+    const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at), starts.begin() + ptrdiff_t(end));
+    Batch b = gather_windows(tokens, chunk, T);
+    const double mean = double(item(model.loss(b.ids, b.targets)));
+    const int64_t n = int64_t(chunk.size()) * T;
+    r.nats += mean * double(n);
+    r.tokens += n;
+    for (int64_t s : chunk)
+      for (int64_t t = 1; t <= T; ++t) r.bytes += tok.bytes_of(tokens[size_t(s + t)]);
+  }
+  r.windows = int64_t(starts.size());
+  return r;
+}
+
+Json eval_json(const LmEvalResult& r) {
+  return Json::object({{"nats_per_token", r.nats_per_token()},
+                       {"nats_per_byte", r.nats_per_byte()},
+                       {"bits_per_byte", r.bits_per_byte()},
+                       {"windows", r.windows},
+                       {"tokens", r.tokens},
+                       {"bytes", r.bytes}});
+}
+
+std::string eval_line(const LmEvalResult& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%.4f nats/token, %.4f nats/byte, %.4f bits/byte (%lld windows, %lld tokens, "
+                "%lld bytes)",
+                r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(), (long long)r.windows,
+                (long long)r.tokens, (long long)r.bytes);
+  return buf;
+}
+
+std::string generate(const models::Gpt& model, const LmTokenizer& tok, const GptSampleOptions& o) {
+  NoGradGuard no_grad;
+  LOOM_CHECK(!o.prompt.empty()) << "sample: the prompt is empty (it needs at least one token)";
+  LOOM_CHECK(o.tokens >= 0 && o.temperature >= 0)
+      << "sample: tokens and temperature must be non-negative";
+  std::vector<int32_t> ids = tok.encode(o.prompt);
+  const int64_t V = model.config.vocab_size, C = model.config.context;
+  const uint64_t key = RngKey{o.seed, "lm.sample", ""}.hash();
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    const int64_t W = std::min<int64_t>(int64_t(ids.size()), C);
+    std::vector<int64_t> window(ids.end() - W, ids.end());
+    const std::vector<float> logits = to_vector(model.forward(from_vector(window, {1, W})));
+    const float* last = logits.data() + (W - 1) * V;  // (V)
+    int32_t next = int32_t(std::max_element(last, last + V) - last);
+    if (o.temperature > 0) {
+      // Softmax of logits / temperature, then the inverse CDF at a Philox uniform.
+      std::vector<double> p(static_cast<size_t>(V));
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        p[size_t(v)] = std::exp(double(last[v] - last[next]) / o.temperature);
+        total += p[size_t(v)];
+      }
+      double u = double(uniform_at(key, uint64_t(i))) * total;
+      for (int64_t v = 0; v < V; ++v) {
+        u -= p[size_t(v)];
+        if (u < 0 || v == V - 1) {
+          next = int32_t(v);
+          break;
+        }
+      }
+    }
+    ids.push_back(next);
+  }
+  return tok.decode(ids);
+}
+
+// The run's config, read from config.toml beside a checkpoint directory.
+Config config_beside(const std::string& ckpt_dir, const char* what) {
+  const fs::path run_dir = fs::path(ckpt_dir).parent_path();
+  const std::string config_path = (run_dir / "config.toml").string();
+  LOOM_CHECK(fs::exists(config_path)) << what << ": " << config_path
+                                      << " not found (expected beside the checkpoint directory)";
+  return load_config(config_path);
+}
+
+// Loads a GPT checkpoint's model weights and its run's config and tokenizer.
+struct LoadedGpt {
+  Config cfg;
+  LmTokenizer tok;
+  std::unique_ptr<models::Gpt> model;
+};
+
+LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
+  const std::string kind = checkpoint_model_kind(ckpt_dir);
+  LOOM_CHECK(kind == "gpt") << what << ": " << ckpt_dir << " is a checkpoint of a " << kind
+                            << " model, not a GPT";
+  LoadedGpt g;
+  g.cfg = config_beside(ckpt_dir, what);
+  LOOM_CHECK(g.cfg.model_kind == "gpt")
+      << what << ": the config beside " << ckpt_dir << " is of model.kind " << g.cfg.model_kind;
+  const fs::path run_dir = fs::path(ckpt_dir).parent_path();
+  g.tok = load_tokenizer(g.cfg, (run_dir / "tokenizer.bpe").string());
+  g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
+  load_state_dict(*g.model, read_tensors(ckpt_dir, "model"), ckpt_dir + "/model.safetensors");
+  return g;
+}
+
+}  // namespace
+
+std::string checkpoint_model_kind(const std::string& ckpt_dir) {
+  return read_trainer_state(ckpt_dir).at("model_kind").as_string();
+}
+
+void train_gpt(const Config& cfg, bool resume) {
+  LOOM_CHECK(cfg.model_kind == "gpt") << "train_gpt: model.kind is " << cfg.model_kind;
+  const auto& tc = cfg.train;
+  const int64_t B = tc.batch_size, T = cfg.gpt.context;
+  const std::string run_dir = cfg.run_dir();
+
+  // Everything that can fail on bad input is read before the run directory is touched.
+  const LmTokenizer tok = load_tokenizer(cfg, "");
+  const LmData data = load_lm_data(cfg, tok);
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+  if (!tok.bytes) tok.bpe.save(run_dir + "/tokenizer.bpe");
+
+  models::Gpt model(cfg.gpt);
+  model.init_parameters(cfg.run.seed);
+  optim::AdamW opt(model.named_parameters(), cfg.adamw);
+
+  int64_t start_step = 0;
+  if (resume) {
+    const std::string ckpt = latest_checkpoint(run_dir);
+    if (ckpt.empty()) {
+      std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
+    } else {
+      Json state = read_trainer_state(ckpt);
+      LOOM_CHECK(state.at("model_kind").as_string() == "gpt")
+          << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string()
+          << ", not gpt";
+      load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
+      load_named(opt.named_state(), read_tensors(ckpt, "optimizer"), ckpt + "/optimizer.safetensors");
+      start_step = state.at("step").as_int();
+      opt.set_steps_taken(state.at("optimizer_steps").as_int());
+      std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
+    }
+  }
+  std::printf("gpt (%s): %lld parameters, context %lld, batch %lld x %lld, %d threads\n",
+              cfg.gpt.style.c_str(), (long long)model.num_parameters(), (long long)T, (long long)B,
+              (long long)tc.grad_accum, omp_get_max_threads());
+  std::printf("data: %s, %s tokens, %zu train / %zu held-out\n", data.source.c_str(),
+              tok.bytes ? "byte" : "BPE", data.train.size(), data.val.size());
+
+  // Batches are gathered on a background thread, in (step, micro) order from start_step.
+  const int64_t n_train = int64_t(data.train.size());
+  int64_t next_step = start_step, next_micro = 0;
+  Prefetcher<Batch> prefetch([&] {
+    const uint64_t key = RngKey{cfg.run.seed, "lm.windows", "step " + std::to_string(next_step)}.hash();
+    std::vector<int64_t> starts(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) starts[size_t(b)] = window_start(key, next_micro * B + b, n_train, T);
+    if (++next_micro == tc.grad_accum) {
+      next_micro = 0;
+      ++next_step;
+    }
+    return gather_windows(data.train, starts, T);
+  });
+
+  auto save = [&](int64_t step) {
+    Json state = Json::object({{"model_kind", "gpt"},
+                               {"step", step},
+                               {"optimizer_steps", opt.steps_taken()},
+                               {"tokens_seen", step * B * T * tc.grad_accum},
+                               {"seed", int64_t(cfg.run.seed)}});
+    CheckpointContents contents{{{"model", state_dict(model)}, {"optimizer", opt.named_state()}},
+                                state};
+    return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
+  };
+
+  const std::vector<int64_t> periodic_windows =
+      eval_window_starts(int64_t(data.val.size()), T, cfg.eval.windows);
+  Progress progress(run_dir + "/metrics.jsonl", tc.steps, "tok", B * T * tc.grad_accum,
+                    /*append=*/start_step > 0);
+  double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
+  int64_t step = start_step;
+  for (; step < tc.steps; ++step) {
+    const auto step_begin = Clock::now();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+      Batch b = prefetch.next();
+      Tensor loss = model.loss(b.ids, b.targets);
+      if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
+      backward(loss);
+      loss_sum += double(item(loss));
+    }
+    const double grad_norm = optim::clip_grad_norm(model.parameters(), tc.grad_clip);
+    const double lr = cfg.schedule.lr_at(step);
+    opt.step(lr);
+    opt.zero_grad();
+    train_seconds += seconds_since(step_begin);
+
+    const bool last = step + 1 == tc.steps;
+    Json extra = Json::object({{"grad_norm", grad_norm}});
+    const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
+    if (eval_now) {
+      const auto t0 = Clock::now();
+      const LmEvalResult r = evaluate(model, tok, data.val, periodic_windows, B);
+      extra.set("val", eval_json(r));
+      std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1),
+                  eval_line(r).c_str(), seconds_since(t0));
+    }
+    if ((step + 1) % tc.log_every == 0 || last || step == start_step || eval_now)
+      progress.log(step, loss_sum, lr, extra);
+    const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
+      const std::string dir = save(step + 1);
+      std::printf("checkpoint %s\n", dir.c_str());
+    }
+    if (stop) {
+      std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
+                  out_of_time ? "time budget used" : "train.stop_after");
+      ++step;
+      break;
+    }
+  }
+  const int64_t steps_run = step - start_step;
+  if (steps_run > 0)
+    std::printf("trained %lld steps, %lld tokens in %.1fs of steps: %.0f tok/s\n",
+                (long long)steps_run, (long long)(steps_run * B * T * tc.grad_accum), train_seconds,
+                double(steps_run * B * T * tc.grad_accum) / train_seconds);
+
+  // The final held-out loss, over the whole held-out split.
+  const auto t0 = Clock::now();
+  const LmEvalResult r = evaluate(model, tok, data.val,
+                                  eval_window_starts(int64_t(data.val.size()), T, 0), B);
+  Json result = eval_json(r);
+  result.set("step", Json(step));
+  result.set("source", Json(data.source));
+  result.set("train_seconds", Json(train_seconds));
+  write_json_file(run_dir + "/eval.json", result);
+  std::printf("final held-out loss at step %lld: %s [%.1fs] -> %s/eval.json\n", (long long)step,
+              eval_line(r).c_str(), seconds_since(t0), run_dir.c_str());
+
+  if (cfg.lm_sample.tokens > 0) {
+    GptSampleOptions so{cfg.lm_sample.prompt, cfg.lm_sample.tokens, cfg.lm_sample.temperature,
+                        cfg.run.seed};
+    std::printf("sample (%lld tokens, temperature %.2f):\n%s\n", (long long)so.tokens,
+                so.temperature, generate(model, tok, so).c_str());
+  }
+}
+
+LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
+  LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
+  const LmData data = load_lm_data(g.cfg, g.tok);
+  const auto starts = eval_window_starts(int64_t(data.val.size()), g.cfg.gpt.context, windows);
+  return evaluate(*g.model, g.tok, data.val, starts, g.cfg.train.batch_size);
+}
+
+std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options) {
+  LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "sample");
+  return generate(*g.model, g.tok, options);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,58 @@
+// Training, evaluation and sampling of the GPT language model on a text corpus (the King
+// James Bible by default, or any UTF-8 file), with byte-level or BPE tokens.
+//
+// Data: the text is split into a training head and a held-out tail (split_text), each
+// tokenized on its own. A training step draws B * grad_accum random windows of T + 1 tokens
+// (T = model.context) from the training tokens; window g of step s (g = micro * B + b, the
+// global sample index within the step) starts at
+//     philox(key = RngKey{seed, "lm.windows", "step <s>"}, counter = g) mod (N - T)
+// where N is the number of training tokens. The windows depend only on (seed, step, g), so a
+// resumed run draws exactly the windows the uninterrupted one would: no sampler state is kept.
+//
+// Evaluation: the held-out tokens are cut into non-overlapping windows of T + 1 tokens
+// (window i starts at i * T, so every held-out token but the first is predicted exactly once).
+// Periodic evaluations use eval.windows of them, spread evenly and fixed for the run; the
+// final one (and `loom eval`) uses all of them. Loss is reported in nats per token and, over
+// the bytes of the predicted tokens, in nats and bits per byte (the same numbers for
+// byte-level tokens; for BPE: total nats / total bytes of the evaluated text).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "loom/train/config.h"
+
+namespace loom::train {
+
+// Trains per `config` in config.run_dir(); resume = continue from the newest checkpoint there.
+// Writes checkpoints, metrics.jsonl and, at the end, eval.json with the held-out loss.
+void train_gpt(const Config& config, bool resume);
+
+struct LmEvalResult {
+  int64_t windows = 0;
+  int64_t tokens = 0;  // predicted tokens
+  int64_t bytes = 0;   // bytes of the predicted tokens
+  double nats = 0;     // summed cross-entropy
+  double nats_per_token() const { return tokens > 0 ? nats / double(tokens) : 0.0; }
+  double nats_per_byte() const { return bytes > 0 ? nats / double(bytes) : 0.0; }
+  double bits_per_byte() const;
+};
+
+// The held-out loss of a GPT checkpoint directory (config.toml is read beside it);
+// windows = 0: the whole held-out split, else that many evenly spread windows.
+LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows = 0);
+
+struct GptSampleOptions {
+  std::string prompt = "\n";
+  int64_t tokens = 200;
+  double temperature = 0.8;  // 0: greedy
+  uint64_t seed = 0;
+};
+
+// Continues `prompt` with options.tokens tokens from a GPT checkpoint directory; returns the
+// prompt and its continuation as text.
+std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options);
+
+// "dit" or "gpt", from the checkpoint's trainer_state.json.
+std::string checkpoint_model_kind(const std::string& ckpt_dir);
+
+}  // namespace loom::train
