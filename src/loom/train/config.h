@@ -57,9 +57,10 @@ struct EvalConfig {
   int64_t windows = 64;
 };
 
-// gpt: text printed at the end of training (tokens = 0: none).
+// gpt: text printed at the end of training (tokens = 0: none); an empty prompt starts the text
+// after a newline.
 struct LmSampleConfig {
-  std::string prompt = "\n";
+  std::string prompt;
   int64_t tokens = 0;
   double temperature = 0.8;  // 0: greedy
 };

@@ -174,10 +174,10 @@ std::string eval_line(const LmEvalResult& r) {
 
 std::string generate(const models::Gpt& model, const LmTokenizer& tok, const GptSampleOptions& o) {
   NoGradGuard no_grad;
-  LOOM_CHECK(!o.prompt.empty()) << "sample: the prompt is empty (it needs at least one token)";
   LOOM_CHECK(o.tokens >= 0 && o.temperature >= 0)
       << "sample: tokens and temperature must be non-negative";
-  std::vector<int32_t> ids = tok.encode(o.prompt);
+  const std::string start = o.prompt.empty() ? "\n" : o.prompt;
+  std::vector<int32_t> ids = tok.encode(start);
   const int64_t V = model.config.vocab_size, C = model.config.context;
   const uint64_t key = RngKey{o.seed, "lm.sample", ""}.hash();
   for (int64_t i = 0; i < o.tokens; ++i) {
@@ -205,7 +205,8 @@ std::string generate(const models::Gpt& model, const LmTokenizer& tok, const Gpt
     }
     ids.push_back(next);
   }
-  return tok.decode(ids);
+  const std::string text = tok.decode(ids);
+  return o.prompt.empty() ? text.substr(start.size()) : text;
 }
 
 // The run's config, read from config.toml beside a checkpoint directory.

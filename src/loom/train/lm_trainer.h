@@ -42,7 +42,7 @@ struct LmEvalResult {
 LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows = 0);
 
 struct GptSampleOptions {
-  std::string prompt = "\n";
+  std::string prompt;  // "": start after a newline (which is not part of the returned text)
   int64_t tokens = 200;
   double temperature = 0.8;  // 0: greedy
   uint64_t seed = 0;

@@ -1,0 +1,235 @@
+// The typed training config: defaults per model kind, --set overrides, and errors that name
+// the key (unknown keys, keys of the other model kind, wrong types, bad values).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/train/config.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using loom::train::Config;
+using loom::train::load_config;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("loom_config_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string gpt_file() { return write("gpt.toml", "[model]\nkind = \"gpt\"\n"); }
+  std::string dit_file() { return write("dit.toml", "[model]\nkind = \"dit\"\n"); }
+
+  fs::path dir_;
+};
+
+// Runs fn, which must throw a loom::Error whose message contains every one of `parts`.
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+  } catch (const loom::Error& e) {
+    const std::string what = e.what();
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    return;
+  }
+  ADD_FAILURE() << "no error thrown (expected one mentioning '" << parts.front() << "')";
+}
+
+TEST_F(ConfigTest, GptDefaults) {
+  const Config c = load_config(gpt_file());
+  EXPECT_EQ(c.model_kind, "gpt");
+  const loom::models::GptConfig d;
+  EXPECT_EQ(c.gpt.style, "gpt2");
+  EXPECT_EQ(c.gpt.vocab_size, 256);
+  EXPECT_EQ(c.gpt.context, d.context);
+  EXPECT_EQ(c.gpt.width, d.width);
+  EXPECT_EQ(c.gpt.depth, d.depth);
+  EXPECT_EQ(c.gpt.heads, d.heads);
+  EXPECT_EQ(c.gpt.kv_heads, 0);
+  EXPECT_TRUE(c.gpt.tie_embeddings);
+  EXPECT_EQ(c.data.dataset, "kjv");
+  EXPECT_EQ(c.data.path, "");
+  EXPECT_DOUBLE_EQ(c.data.val_fraction, 0.05);
+  EXPECT_EQ(c.data.tokenizer, "bytes");
+  EXPECT_EQ(c.data.cache_dir, "");
+  EXPECT_EQ(c.eval.every, 100);
+  EXPECT_EQ(c.eval.windows, 64);
+  EXPECT_EQ(c.lm_sample.tokens, 0);
+  EXPECT_EQ(c.schedule.total_steps, c.train.steps);
+  // The resolved config lists the gpt keys, and no DiT key.
+  EXPECT_NE(c.resolved_toml.find("vocab_size = 256"), std::string::npos) << c.resolved_toml;
+  EXPECT_NE(c.resolved_toml.find("val_fraction"), std::string::npos);
+  EXPECT_EQ(c.resolved_toml.find("patch"), std::string::npos);
+  EXPECT_EQ(c.resolved_toml.find("[diffusion]"), std::string::npos);
+  EXPECT_EQ(c.resolved_toml.find("ema_decay"), std::string::npos);
+}
+
+TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
+  for (const std::string& path : {dit_file(), write("empty.toml", "")}) {
+    const Config c = load_config(path);
+    EXPECT_EQ(c.model_kind, "dit");
+    EXPECT_EQ(c.data.dataset, "fashion_mnist");
+    EXPECT_EQ(c.data.path, "/usr/share/datasets/fashion-mnist");
+    EXPECT_EQ(c.dit.num_classes, c.flow.null_class);
+    EXPECT_EQ(c.resolved_toml.find("vocab_size"), std::string::npos);
+    EXPECT_EQ(c.resolved_toml.find("val_fraction"), std::string::npos);
+  }
+}
+
+TEST_F(ConfigTest, LlamaStyleUntiesTheHeadUnlessTold) {
+  const std::string path = write("llama.toml",
+                                 "[model]\nkind = \"gpt\"\nstyle = \"llama\"\nwidth = 64\nheads = 4\n"
+                                 "kv_heads = 2\nswiglu_hidden = 128\n");
+  Config c = load_config(path);
+  EXPECT_TRUE(c.gpt.is_llama());
+  EXPECT_FALSE(c.gpt.tie_embeddings);
+  EXPECT_EQ(c.gpt.kv_heads, 2);
+  EXPECT_EQ(c.gpt.mlp_hidden(), 128);
+  c = load_config(path, {"model.tie_embeddings=true"});
+  EXPECT_TRUE(c.gpt.tie_embeddings);
+}
+
+TEST_F(ConfigTest, SetOverridesFileValues) {
+  const std::string path = write("gpt.toml",
+                                 "[model]\nkind = \"gpt\"\nwidth = 128\nheads = 4\n"
+                                 "[train]\nsteps = 50\n[data]\ndataset = \"text\"\npath = \"a.txt\"\n");
+  const Config c = load_config(path, {"model.width=64", "train.steps=70", "data.path=b.txt",
+                                      "data.val_fraction=0.1", "optim.lr=3e-3", "run.name=x",
+                                      "eval.every=0"});
+  EXPECT_EQ(c.gpt.width, 64);
+  EXPECT_EQ(c.gpt.heads, 4);
+  EXPECT_EQ(c.train.steps, 70);
+  EXPECT_EQ(c.schedule.total_steps, 70);
+  EXPECT_EQ(c.data.dataset, "text");
+  EXPECT_EQ(c.data.path, "b.txt");  // a bare word is a string
+  EXPECT_DOUBLE_EQ(c.data.val_fraction, 0.1);
+  EXPECT_DOUBLE_EQ(c.adamw.lr, 3e-3);
+  EXPECT_DOUBLE_EQ(c.schedule.lr, 3e-3);
+  EXPECT_EQ(c.run_dir(), "runs/x");
+  EXPECT_EQ(c.eval.every, 0);
+  // --set can switch the model kind: then the other kind's keys are read.
+  const Config d = load_config(dit_file(), {"model.kind=gpt", "model.depth=2"});
+  EXPECT_EQ(d.model_kind, "gpt");
+  EXPECT_EQ(d.gpt.depth, 2);
+}
+
+TEST_F(ConfigTest, ResolvedConfigReadsBackTheSame) {
+  const Config c = load_config(gpt_file(), {"model.width=96", "model.heads=3",
+                                            "data.tokenizer=tok.bpe", "model.vocab_size=300",
+                                            "sample.prompt=\"And\\nGod\"", "sample.tokens=5"});
+  const Config r = load_config(write("resolved.toml", c.resolved_toml));
+  EXPECT_EQ(r.resolved_toml, c.resolved_toml);
+  EXPECT_EQ(r.gpt.width, 96);
+  EXPECT_EQ(r.gpt.vocab_size, 300);
+  EXPECT_EQ(r.data.tokenizer, "tok.bpe");
+  EXPECT_EQ(r.lm_sample.prompt, "And\nGod");
+}
+
+TEST_F(ConfigTest, UnknownKeyIsNamed) {
+  expect_error([&] { load_config(gpt_file(), {"train.stepz=5"}); }, {"unknown key train.stepz", "gpt.toml"});
+  expect_error([&] { load_config(gpt_file(), {"modle.width=5"}); }, {"unknown key modle.width"});
+  expect_error([&] { load_config(gpt_file(), {"train.stepz=5", "model.widht=3"}); },
+               {"unknown keys", "train.stepz", "model.widht"});
+}
+
+TEST_F(ConfigTest, KeysOfTheOtherModelKindAreUnknown) {
+  // DiT keys in a gpt config.
+  for (const std::string key : {"model.patch=2", "model.image_size=28", "model.num_classes=10",
+                                "train.ema_decay=0.9", "train.ema_start=3",
+                                "diffusion.label_dropout=0.1", "sample.cfg_scale=2.0",
+                                "sample.per_class=3", "eval.classifier=\"x\""}) {
+    SCOPED_TRACE(key);
+    expect_error([&] { load_config(gpt_file(), {key}); },
+                 {"unknown key " + key.substr(0, key.find('='))});
+  }
+  // gpt keys in a DiT config.
+  for (const std::string key : {"model.vocab_size=256", "model.context=64", "model.style=\"gpt2\"",
+                                "data.val_fraction=0.1", "data.tokenizer=\"bytes\"",
+                                "eval.every=10", "eval.windows=4", "sample.prompt=\"x\""}) {
+    SCOPED_TRACE(key);
+    expect_error([&] { load_config(dit_file(), {key}); },
+                 {"unknown key " + key.substr(0, key.find('='))});
+  }
+  // Keys both kinds share are fine in either.
+  EXPECT_NO_THROW(load_config(gpt_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
+  EXPECT_NO_THROW(load_config(dit_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
+}
+
+TEST_F(ConfigTest, WrongTypeIsNamed) {
+  expect_error([&] { load_config(gpt_file(), {"model.width=\"wide\""}); }, {"model.width must be an integer"});
+  expect_error([&] { load_config(gpt_file(), {"model.style=3"}); }, {"model.style must be a string"});
+  expect_error([&] { load_config(gpt_file(), {"model.tie_embeddings=1"}); },
+               {"model.tie_embeddings must be true or false"});
+  expect_error([&] { load_config(gpt_file(), {"data.val_fraction=\"some\""}); },
+               {"data.val_fraction must be a number"});
+  expect_error([&] { load_config(write("bad.toml", "[model]\nkind = \"gpt\"\nwidth = 1.5\n")); },
+               {"model.width must be an integer", "bad.toml"});
+}
+
+TEST_F(ConfigTest, BadValuesAreNamed) {
+  const std::string gpt = gpt_file();
+  expect_error([&] { load_config(gpt, {"model.kind=rnn"}); }, {"model.kind 'rnn'", "dit or gpt"});
+  expect_error([&] { load_config(gpt, {"model.style=rnn"}); }, {"model.style 'rnn'"});
+  expect_error([&] { load_config(gpt, {"model.width=100", "model.heads=3"}); },
+               {"width 100", "heads 3"});
+  expect_error([&] { load_config(gpt, {"model.context=0"}); }, {"context"});
+  expect_error([&] { load_config(gpt, {"model.swiglu_hidden=64"}); }, {"swiglu_hidden"});
+  expect_error([&] { load_config(gpt, {"data.dataset=mnist"}); }, {"data.dataset 'mnist'", "kjv or text"});
+  expect_error([&] { load_config(gpt, {"data.dataset=text"}); }, {"needs data.path"});
+  expect_error([&] { load_config(gpt, {"data.path=/tmp/x.txt"}); }, {"data.path", "not used"});
+  expect_error([&] { load_config(gpt, {"data.val_fraction=0"}); }, {"data.val_fraction", "(0, 1)"});
+  expect_error([&] { load_config(gpt, {"data.val_fraction=1.5"}); }, {"data.val_fraction"});
+  expect_error([&] { load_config(gpt, {"model.vocab_size=300"}); },
+               {"\"bytes\" has 256 tokens", "model.vocab_size is 300"});
+  expect_error([&] { load_config(gpt, {"eval.windows=0"}); }, {"eval.windows"});
+  expect_error([&] { load_config(gpt, {"train.steps=-4"}); }, {"train.steps"});
+  expect_error([&] { load_config(gpt, {"optim.schedule=linear"}); }, {"linear"});
+  expect_error([&] { load_config(gpt, {"sample.temperature=-1"}); }, {"sample.temperature"});
+  expect_error([&] { load_config(dit_file(), {"data.dataset=kjv"}); }, {"data.dataset 'kjv'", "fashion_mnist"});
+  // A BPE tokenizer path is accepted with any vocab size here; the trainer checks it against
+  // the file.
+  EXPECT_NO_THROW(load_config(gpt, {"data.tokenizer=tok.bpe", "model.vocab_size=300"}));
+}
+
+TEST_F(ConfigTest, MalformedInputNamesTheFile) {
+  expect_error([&] { load_config((dir_ / "nope.toml").string()); }, {"nope.toml"});
+  expect_error([&] { load_config(write("broken.toml", "[model\nkind = 1\n")); }, {"broken.toml:1"});
+  expect_error([&] { load_config(gpt_file(), {"width=3"}); }, {"--set width=3", "section.key=value"});
+}
+
+TEST_F(ConfigTest, DefaultCacheDir) {
+  const char* old_xdg = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old_xdg ? old_xdg : "";
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  EXPECT_EQ(loom::train::default_cache_dir("runs"), "/tmp/xdg/loom");
+  Config c = load_config(gpt_file());
+  EXPECT_EQ(loom::train::resolved_cache_dir(c), "/tmp/xdg/loom");
+  c = load_config(gpt_file(), {"data.cache_dir=/data/cache"});
+  EXPECT_EQ(loom::train::resolved_cache_dir(c), "/data/cache");
+  if (old_xdg) {
+    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+}
+
+}  // namespace
