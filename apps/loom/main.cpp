@@ -1,6 +1,7 @@
 // The `loom` command line.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -10,6 +11,7 @@
 #include "loom/core/error.h"
 #include "loom/data/bpe.h"
 #include "loom/data/text.h"
+#include "loom/train/classifier.h"
 #include "loom/train/config.h"
 #include "loom/train/dit_trainer.h"
 #include "loom/train/lm_trainer.h"
@@ -27,7 +29,7 @@ int usage() {
                "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
                "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
                "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
-               "  eval CHECKPOINT_DIR [--windows N]\n"
+               "  eval CHECKPOINT_DIR [--windows N] | [--samples N --steps N --cfg S --classifier DIR]\n"
                "      held-out loss of a GPT checkpoint (nats/token, nats/byte, bits/byte) over\n"
                "      the whole held-out text, or N evenly spread windows of it\n"
                "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
@@ -71,12 +73,16 @@ int train(int argc, char** argv) {
     } else if (a.rfind("--", 0) == 0) {
       LOOM_FAIL() << "train: unknown option " << a;
     } else {
-      LOOM_CHECK(config_path.empty()) << "train: more than one config given (" << config_path
-                                      << ", " << a << ")";
+      LOOM_CHECK(config_path.empty())
+          << "train: more than one config given (" << config_path << ", " << a << ")";
       config_path = a;
     }
   }
   LOOM_CHECK(!config_path.empty()) << "train: no config file given";
+  if (loom::train::config_model_kind(config_path, overrides) == "vit_classifier") {
+    loom::train::train_classifier(loom::train::load_classifier_config(config_path, overrides));
+    return 0;
+  }
   loom::train::Config config = loom::train::load_config(config_path, overrides);
   if (config.model_kind == "gpt") {
     loom::train::train_gpt(config, resume);
@@ -111,12 +117,18 @@ int sample_gpt(int argc, char** argv) {
   std::string ckpt;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--prompt") o.prompt = value_of(argc, argv, i);
-    else if (a == "--tokens") o.tokens = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--temperature") o.temperature = parse_double(argv[i], value_of(argc, argv, i));
-    else if (a == "--seed") o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
-    else if (a.rfind("--", 0) == 0) LOOM_FAIL() << "sample: unknown option " << a << " for a GPT checkpoint";
-    else ckpt = a;
+    if (a == "--prompt")
+      o.prompt = value_of(argc, argv, i);
+    else if (a == "--tokens")
+      o.tokens = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--temperature")
+      o.temperature = parse_double(argv[i], value_of(argc, argv, i));
+    else if (a == "--seed")
+      o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
+    else if (a.rfind("--", 0) == 0)
+      LOOM_FAIL() << "sample: unknown option " << a << " for a GPT checkpoint";
+    else
+      ckpt = a;
   }
   const std::string text = loom::train::sample_gpt(ckpt, o);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -125,25 +137,33 @@ int sample_gpt(int argc, char** argv) {
 }
 
 int sample(int argc, char** argv) {
-  const std::string ckpt_dir =
-      checkpoint_arg("sample", argc, argv,
-                     {"--per-class", "--steps", "--cfg", "--seed", "--png", "--npy", "--prompt",
-                      "--tokens", "--temperature"});
+  const std::string ckpt_dir = checkpoint_arg("sample", argc, argv,
+                                              {"--per-class", "--steps", "--cfg", "--seed", "--png",
+                                               "--npy", "--prompt", "--tokens", "--temperature"});
   if (loom::train::checkpoint_model_kind(ckpt_dir) == "gpt") return sample_gpt(argc, argv);
   loom::train::DitSampleOptions o;
   o.png_path = "samples.png";
   std::string ckpt;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--per-class") o.per_class = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--steps") o.steps = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--cfg") o.cfg_scale = parse_double(argv[i], value_of(argc, argv, i));
-    else if (a == "--seed") o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
-    else if (a == "--heun") o.heun = true;
-    else if (a == "--png") o.png_path = value_of(argc, argv, i);
-    else if (a == "--npy") o.npy_prefix = value_of(argc, argv, i);
-    else if (a.rfind("--", 0) == 0) LOOM_FAIL() << "sample: unknown option " << a;
-    else ckpt = a;
+    if (a == "--per-class")
+      o.per_class = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--steps")
+      o.steps = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--cfg")
+      o.cfg_scale = parse_double(argv[i], value_of(argc, argv, i));
+    else if (a == "--seed")
+      o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
+    else if (a == "--heun")
+      o.heun = true;
+    else if (a == "--png")
+      o.png_path = value_of(argc, argv, i);
+    else if (a == "--npy")
+      o.npy_prefix = value_of(argc, argv, i);
+    else if (a.rfind("--", 0) == 0)
+      LOOM_FAIL() << "sample: unknown option " << a;
+    else
+      ckpt = a;
   }
   LOOM_CHECK(!ckpt.empty()) << "sample: no checkpoint directory given";
   loom::train::sample_dit(ckpt, o);
@@ -151,28 +171,56 @@ int sample(int argc, char** argv) {
 }
 
 int eval(int argc, char** argv) {
-  int64_t windows = 0;
-  std::string ckpt;
+  int64_t windows = 0, samples = 1000, steps = 0;
+  double cfg_scale = -1;
+  std::string ckpt, classifier = "assets/fmnist_classifier";
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--windows") windows = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a.rfind("--", 0) == 0) LOOM_FAIL() << "eval: unknown option " << a;
+    if (a == "--windows")
+      windows = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--samples")
+      samples = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--steps")
+      steps = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--cfg")
+      cfg_scale = parse_double(argv[i], value_of(argc, argv, i));
+    else if (a == "--classifier")
+      classifier = value_of(argc, argv, i);
+    else if (a.rfind("--", 0) == 0)
+      LOOM_FAIL() << "eval: unknown option " << a;
     else {
-      LOOM_CHECK(ckpt.empty()) << "eval: more than one checkpoint directory given (" << ckpt
-                               << ", " << a << ")";
+      LOOM_CHECK(ckpt.empty()) << "eval: more than one checkpoint directory given (" << ckpt << ", "
+                               << a << ")";
       ckpt = a;
     }
   }
   LOOM_CHECK(!ckpt.empty()) << "eval: no checkpoint directory given";
   LOOM_CHECK(windows >= 0) << "eval: --windows must be non-negative (0: all), got " << windows;
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
-  LOOM_CHECK(kind == "gpt") << "eval of " << (kind == "dit" ? "DiT" : kind)
-                            << " checkpoints: not available yet (" << ckpt << ")";
+  if (kind == "dit") {
+    // Sampler settings default to the run's own [sample] section.
+    const loom::train::Config cfg = loom::train::load_config(
+        (std::filesystem::path(ckpt).parent_path() / "config.toml").string());
+    loom::train::DitSampleOptions o;
+    o.steps = steps > 0 ? steps : cfg.sample.steps;
+    o.cfg_scale = cfg_scale >= 0 ? cfg_scale : cfg.sample.cfg_scale;
+    o.heun = cfg.sample.heun;
+    o.seed = cfg.run.seed;
+    const auto q = loom::train::evaluate_dit_checkpoint(ckpt, classifier, samples, o);
+    std::printf("%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
+                "(ratio %.1f), cfg %.1f, %lld steps -> %s/eval.json\n",
+                ckpt.c_str(), 100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
+                q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, ckpt.c_str());
+    return 0;
+  }
+  LOOM_CHECK(kind == "gpt") << "eval: " << ckpt << " holds a checkpoint of model kind '" << kind
+                            << "', which loom eval does not know";
   const loom::train::LmEvalResult r = loom::train::eval_gpt(ckpt, windows);
-  std::printf("held-out loss of %s: %.4f nats/token, %.4f nats/byte, %.4f bits/byte "
-              "(%lld windows, %lld tokens, %lld bytes)\n",
-              ckpt.c_str(), r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(),
-              (long long)r.windows, (long long)r.tokens, (long long)r.bytes);
+  std::printf(
+      "held-out loss of %s: %.4f nats/token, %.4f nats/byte, %.4f bits/byte "
+      "(%lld windows, %lld tokens, %lld bytes)\n",
+      ckpt.c_str(), r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(), (long long)r.windows,
+      (long long)r.tokens, (long long)r.bytes);
   return 0;
 }
 
@@ -182,28 +230,36 @@ int tokenizer_train(int argc, char** argv) {
   int64_t vocab = 0;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--input") input = value_of(argc, argv, i);
-    else if (a == "--kjv") kjv = true;
-    else if (a == "--cache-dir") cache_dir = value_of(argc, argv, i);
-    else if (a == "--vocab") vocab = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--out") out = value_of(argc, argv, i);
-    else LOOM_FAIL() << "tokenizer train: unknown argument " << a;
+    if (a == "--input")
+      input = value_of(argc, argv, i);
+    else if (a == "--kjv")
+      kjv = true;
+    else if (a == "--cache-dir")
+      cache_dir = value_of(argc, argv, i);
+    else if (a == "--vocab")
+      vocab = parse_int(argv[i], value_of(argc, argv, i));
+    else if (a == "--out")
+      out = value_of(argc, argv, i);
+    else
+      LOOM_FAIL() << "tokenizer train: unknown argument " << a;
   }
-  LOOM_CHECK(kjv != !input.empty()) << "tokenizer train: give exactly one of --input FILE and --kjv";
+  LOOM_CHECK(kjv != !input.empty())
+      << "tokenizer train: give exactly one of --input FILE and --kjv";
   LOOM_CHECK(!out.empty()) << "tokenizer train: no --out PATH given";
   LOOM_CHECK(vocab >= loom::BpeTokenizer::kByteTokens && vocab <= (int64_t(1) << 24))
       << "tokenizer train: --vocab " << vocab << " must be at least "
       << loom::BpeTokenizer::kByteTokens << " (the byte tokens)";
-  if (kjv) input = loom::kjv_corpus(cache_dir.empty() ? loom::train::default_cache_dir(".") : cache_dir);
+  if (kjv)
+    input = loom::kjv_corpus(cache_dir.empty() ? loom::train::default_cache_dir(".") : cache_dir);
   const std::string text = loom::read_text_file(input);
   const loom::BpeTokenizer tok = loom::BpeTokenizer::train(text, int(vocab));
   tok.save(out);
   const size_t tokens = tok.encode(text).size();
-  std::printf("tokenizer: %d tokens (%zu merges) learned from %s (%zu bytes) -> %s\n"
-              "%s encodes to %zu tokens, %.3f bytes/token; set model.vocab_size = %d\n",
-              tok.vocab_size(), tok.merges().size(), input.c_str(), text.size(), out.c_str(),
-              input.c_str(), tokens, double(text.size()) / double(std::max<size_t>(tokens, 1)),
-              tok.vocab_size());
+  std::printf(
+      "tokenizer: %d tokens (%zu merges) learned from %s (%zu bytes) -> %s\n"
+      "%s encodes to %zu tokens, %.3f bytes/token; set model.vocab_size = %d\n",
+      tok.vocab_size(), tok.merges().size(), input.c_str(), text.size(), out.c_str(), input.c_str(),
+      tokens, double(text.size()) / double(std::max<size_t>(tokens, 1)), tok.vocab_size());
   return 0;
 }
 
@@ -211,9 +267,12 @@ int tokenizer_check(int argc, char** argv) {
   std::string path, input;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--tokenizer") path = value_of(argc, argv, i);
-    else if (a == "--input") input = value_of(argc, argv, i);
-    else LOOM_FAIL() << "tokenizer check: unknown argument " << a;
+    if (a == "--tokenizer")
+      path = value_of(argc, argv, i);
+    else if (a == "--input")
+      input = value_of(argc, argv, i);
+    else
+      LOOM_FAIL() << "tokenizer check: unknown argument " << a;
   }
   LOOM_CHECK(!path.empty() && !input.empty())
       << "tokenizer check: needs --tokenizer PATH and --input FILE";
@@ -222,10 +281,11 @@ int tokenizer_check(int argc, char** argv) {
   const std::vector<int32_t> ids = tok.encode(text);
   LOOM_CHECK(tok.decode(ids) == text)
       << "tokenizer check: decode(encode(" << input << ")) differs from the file (" << path << ")";
-  std::printf("round trip ok: %s (%zu bytes) -> %zu tokens of %s (%d tokens) -> the same bytes "
-              "(%.3f bytes/token)\n",
-              input.c_str(), text.size(), ids.size(), path.c_str(), tok.vocab_size(),
-              double(text.size()) / double(std::max<size_t>(ids.size(), 1)));
+  std::printf(
+      "round trip ok: %s (%zu bytes) -> %zu tokens of %s (%d tokens) -> the same bytes "
+      "(%.3f bytes/token)\n",
+      input.c_str(), text.size(), ids.size(), path.c_str(), tok.vocab_size(),
+      double(text.size()) / double(std::max<size_t>(ids.size(), 1)));
   return 0;
 }
 

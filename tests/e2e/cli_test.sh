@@ -33,6 +33,12 @@ done
 "$loom" sample "$work/a/tiny_dit/step-000006" --per-class 2 --steps 2 --png "$work/s.png" --npy "$work/s" > /dev/null
 [ -s "$work/s.png" ] && [ -s "$work/s_images.npy" ] && [ -s "$work/s_labels.npy" ] || fail "loom sample wrote no files"
 
+# --- evaluation with the shipped classifier: class accuracy and FID with its floor ---
+repo=$(cd "$here/../.." && pwd)
+"$loom" eval "$work/a/tiny_dit/step-000006" --samples 50 --steps 2 --classifier "$repo/assets/fmnist_classifier" > "$work/eval.log"
+grep -q "class accuracy .* FID .* real-data floor" "$work/eval.log" || fail "loom eval printed no metrics: $(cat "$work/eval.log")"
+grep -q '"fid_floor"' "$work/a/tiny_dit/step-000006/eval.json" || fail "no eval.json"
+
 # --- bad input: one error line naming the problem, exit status 1 ---
 expect_error() {  # expect_error WHAT PATTERN -- command...
   local what=$1 pattern=$2

@@ -108,7 +108,7 @@ expect_error "unknown dataset" "data.dataset 'mnist'" -- "$loom" train "$cfg" "$
 expect_error "wrong-type value" "model.width must be an integer" -- "$loom" train "$cfg" "${run[@]}" --set 'model.width="wide"'
 expect_error "bad value" "not divisible by heads" -- "$loom" train "$cfg" "${run[@]}" --set model.width=33
 expect_error "resume from a DiT run" "is of model kind dit" -- "$loom" train "$cfg" "${cache[@]}" --set run.out_dir="$work/dit" --set run.name=tiny_dit --resume
-expect_error "eval of a DiT checkpoint" "eval of DiT checkpoints: not available yet" -- "$loom" eval "$work/dit/tiny_dit/step-000001"
+expect_error "eval of a DiT checkpoint with a missing classifier" "classifier" -- "$loom" eval "$work/dit/tiny_dit/step-000001" --classifier "$work/no_classifier"
 expect_error "eval: not a checkpoint" "trainer_state.json" -- "$loom" eval "$work"
 expect_error "tokenizer train without input" "--input FILE and --kjv" -- "$loom" tokenizer train --vocab 300 --out "$work/x.bpe"
 expect_error "tokenizer train: missing input" "$work/missing.txt" -- "$loom" tokenizer train --input "$work/missing.txt" --vocab 300 --out "$work/x.bpe"

@@ -48,7 +48,8 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
     fn();
   } catch (const loom::Error& e) {
     const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
     return;
   }
   ADD_FAILURE() << "no error thrown (expected one mentioning '" << parts.front() << "')";
@@ -96,9 +97,10 @@ TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
 }
 
 TEST_F(ConfigTest, LlamaStyleUntiesTheHeadUnlessTold) {
-  const std::string path = write("llama.toml",
-                                 "[model]\nkind = \"gpt\"\nstyle = \"llama\"\nwidth = 64\nheads = 4\n"
-                                 "kv_heads = 2\nswiglu_hidden = 128\n");
+  const std::string path =
+      write("llama.toml",
+            "[model]\nkind = \"gpt\"\nstyle = \"llama\"\nwidth = 64\nheads = 4\n"
+            "kv_heads = 2\nswiglu_hidden = 128\n");
   Config c = load_config(path);
   EXPECT_TRUE(c.gpt.is_llama());
   EXPECT_FALSE(c.gpt.tie_embeddings);
@@ -109,12 +111,13 @@ TEST_F(ConfigTest, LlamaStyleUntiesTheHeadUnlessTold) {
 }
 
 TEST_F(ConfigTest, SetOverridesFileValues) {
-  const std::string path = write("gpt.toml",
-                                 "[model]\nkind = \"gpt\"\nwidth = 128\nheads = 4\n"
-                                 "[train]\nsteps = 50\n[data]\ndataset = \"text\"\npath = \"a.txt\"\n");
-  const Config c = load_config(path, {"model.width=64", "train.steps=70", "data.path=b.txt",
-                                      "data.val_fraction=0.1", "optim.lr=3e-3", "run.name=x",
-                                      "eval.every=0"});
+  const std::string path =
+      write("gpt.toml",
+            "[model]\nkind = \"gpt\"\nwidth = 128\nheads = 4\n"
+            "[train]\nsteps = 50\n[data]\ndataset = \"text\"\npath = \"a.txt\"\n");
+  const Config c =
+      load_config(path, {"model.width=64", "train.steps=70", "data.path=b.txt",
+                         "data.val_fraction=0.1", "optim.lr=3e-3", "run.name=x", "eval.every=0"});
   EXPECT_EQ(c.gpt.width, 64);
   EXPECT_EQ(c.gpt.heads, 4);
   EXPECT_EQ(c.train.steps, 70);
@@ -133,9 +136,9 @@ TEST_F(ConfigTest, SetOverridesFileValues) {
 }
 
 TEST_F(ConfigTest, ResolvedConfigReadsBackTheSame) {
-  const Config c = load_config(gpt_file(), {"model.width=96", "model.heads=3",
-                                            "data.tokenizer=tok.bpe", "model.vocab_size=300",
-                                            "sample.prompt=\"And\\nGod\"", "sample.tokens=5"});
+  const Config c = load_config(
+      gpt_file(), {"model.width=96", "model.heads=3", "data.tokenizer=tok.bpe",
+                   "model.vocab_size=300", "sample.prompt=\"And\\nGod\"", "sample.tokens=5"});
   const Config r = load_config(write("resolved.toml", c.resolved_toml));
   EXPECT_EQ(r.resolved_toml, c.resolved_toml);
   EXPECT_EQ(r.gpt.width, 96);
@@ -145,38 +148,46 @@ TEST_F(ConfigTest, ResolvedConfigReadsBackTheSame) {
 }
 
 TEST_F(ConfigTest, UnknownKeyIsNamed) {
-  expect_error([&] { load_config(gpt_file(), {"train.stepz=5"}); }, {"unknown key train.stepz", "gpt.toml"});
+  expect_error([&] { load_config(gpt_file(), {"train.stepz=5"}); },
+               {"unknown key train.stepz", "gpt.toml"});
   expect_error([&] { load_config(gpt_file(), {"modle.width=5"}); }, {"unknown key modle.width"});
-  expect_error([&] { load_config(gpt_file(), {"train.stepz=5", "model.widht=3"}); },
-               {"unknown keys", "train.stepz", "model.widht"});
+  expect_error(
+      [&] {
+        load_config(gpt_file(), {"train.stepz=5", "model.widht=3"});
+      },
+      {"unknown keys", "train.stepz", "model.widht"});
 }
 
 TEST_F(ConfigTest, KeysOfTheOtherModelKindAreUnknown) {
   // DiT keys in a gpt config.
-  for (const std::string key : {"model.patch=2", "model.image_size=28", "model.num_classes=10",
-                                "train.ema_decay=0.9", "train.ema_start=3",
-                                "diffusion.label_dropout=0.1", "sample.cfg_scale=2.0",
-                                "sample.per_class=3", "eval.classifier=\"x\""}) {
+  for (const std::string key :
+       {"model.patch=2", "model.image_size=28", "model.num_classes=10", "train.ema_decay=0.9",
+        "train.ema_start=3", "diffusion.label_dropout=0.1", "sample.cfg_scale=2.0",
+        "sample.per_class=3", "eval.classifier=\"x\""}) {
     SCOPED_TRACE(key);
     expect_error([&] { load_config(gpt_file(), {key}); },
                  {"unknown key " + key.substr(0, key.find('='))});
   }
   // gpt keys in a DiT config.
-  for (const std::string key : {"model.vocab_size=256", "model.context=64", "model.style=\"gpt2\"",
-                                "data.val_fraction=0.1", "data.tokenizer=\"bytes\"",
-                                "eval.every=10", "eval.windows=4", "sample.prompt=\"x\""}) {
+  for (const std::string key :
+       {"model.vocab_size=256", "model.context=64", "model.style=\"gpt2\"", "data.val_fraction=0.1",
+        "data.tokenizer=\"bytes\"", "eval.every=10", "eval.windows=4", "sample.prompt=\"x\""}) {
     SCOPED_TRACE(key);
     expect_error([&] { load_config(dit_file(), {key}); },
                  {"unknown key " + key.substr(0, key.find('='))});
   }
   // Keys both kinds share are fine in either.
-  EXPECT_NO_THROW(load_config(gpt_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
-  EXPECT_NO_THROW(load_config(dit_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
+  EXPECT_NO_THROW(
+      load_config(gpt_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
+  EXPECT_NO_THROW(
+      load_config(dit_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
 }
 
 TEST_F(ConfigTest, WrongTypeIsNamed) {
-  expect_error([&] { load_config(gpt_file(), {"model.width=\"wide\""}); }, {"model.width must be an integer"});
-  expect_error([&] { load_config(gpt_file(), {"model.style=3"}); }, {"model.style must be a string"});
+  expect_error([&] { load_config(gpt_file(), {"model.width=\"wide\""}); },
+               {"model.width must be an integer"});
+  expect_error([&] { load_config(gpt_file(), {"model.style=3"}); },
+               {"model.style must be a string"});
   expect_error([&] { load_config(gpt_file(), {"model.tie_embeddings=1"}); },
                {"model.tie_embeddings must be true or false"});
   expect_error([&] { load_config(gpt_file(), {"data.val_fraction=\"some\""}); },
@@ -189,11 +200,15 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
   const std::string gpt = gpt_file();
   expect_error([&] { load_config(gpt, {"model.kind=rnn"}); }, {"model.kind 'rnn'", "dit or gpt"});
   expect_error([&] { load_config(gpt, {"model.style=rnn"}); }, {"model.style 'rnn'"});
-  expect_error([&] { load_config(gpt, {"model.width=100", "model.heads=3"}); },
-               {"width 100", "heads 3"});
+  expect_error(
+      [&] {
+        load_config(gpt, {"model.width=100", "model.heads=3"});
+      },
+      {"width 100", "heads 3"});
   expect_error([&] { load_config(gpt, {"model.context=0"}); }, {"context"});
   expect_error([&] { load_config(gpt, {"model.swiglu_hidden=64"}); }, {"swiglu_hidden"});
-  expect_error([&] { load_config(gpt, {"data.dataset=mnist"}); }, {"data.dataset 'mnist'", "kjv or text"});
+  expect_error([&] { load_config(gpt, {"data.dataset=mnist"}); },
+               {"data.dataset 'mnist'", "kjv or text"});
   expect_error([&] { load_config(gpt, {"data.dataset=text"}); }, {"needs data.path"});
   expect_error([&] { load_config(gpt, {"data.path=/tmp/x.txt"}); }, {"data.path", "not used"});
   expect_error([&] { load_config(gpt, {"data.val_fraction=0"}); }, {"data.val_fraction", "(0, 1)"});
@@ -204,7 +219,8 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
   expect_error([&] { load_config(gpt, {"train.steps=-4"}); }, {"train.steps"});
   expect_error([&] { load_config(gpt, {"optim.schedule=linear"}); }, {"linear"});
   expect_error([&] { load_config(gpt, {"sample.temperature=-1"}); }, {"sample.temperature"});
-  expect_error([&] { load_config(dit_file(), {"data.dataset=kjv"}); }, {"data.dataset 'kjv'", "fashion_mnist"});
+  expect_error([&] { load_config(dit_file(), {"data.dataset=kjv"}); },
+               {"data.dataset 'kjv'", "fashion_mnist"});
   // A BPE tokenizer path is accepted with any vocab size here; the trainer checks it against
   // the file.
   EXPECT_NO_THROW(load_config(gpt, {"data.tokenizer=tok.bpe", "model.vocab_size=300"}));
@@ -213,7 +229,8 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
 TEST_F(ConfigTest, MalformedInputNamesTheFile) {
   expect_error([&] { load_config((dir_ / "nope.toml").string()); }, {"nope.toml"});
   expect_error([&] { load_config(write("broken.toml", "[model\nkind = 1\n")); }, {"broken.toml:1"});
-  expect_error([&] { load_config(gpt_file(), {"width=3"}); }, {"--set width=3", "section.key=value"});
+  expect_error([&] { load_config(gpt_file(), {"width=3"}); },
+               {"--set width=3", "section.key=value"});
 }
 
 TEST_F(ConfigTest, DefaultCacheDir) {

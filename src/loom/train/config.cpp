@@ -34,7 +34,8 @@ void read_dit(ConfigFile& f, Config& c) {
       << "config " << path << ": train.ema_decay must be in [0, 1), got " << t.ema_decay;
 
   c.flow.label_dropout = f.get_double("diffusion", "label_dropout", c.flow.label_dropout);
-  c.flow.logit_normal_mean = f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
+  c.flow.logit_normal_mean =
+      f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
   c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);
   c.flow.null_class = d.num_classes;
   LOOM_CHECK(c.flow.label_dropout >= 0 && c.flow.label_dropout <= 1 && c.flow.logit_normal_std > 0)
@@ -57,7 +58,8 @@ void read_gpt(ConfigFile& f, Config& c) {
   auto& g = c.gpt;
   g.style = f.get_string("model", "style", g.style);
   LOOM_CHECK(g.style == "gpt2" || g.style == "llama")
-      << "config " << path << ": model.style '" << g.style << "' is not known (expected gpt2 or llama)";
+      << "config " << path << ": model.style '" << g.style
+      << "' is not known (expected gpt2 or llama)";
   g.vocab_size = f.get_int("model", "vocab_size", g.vocab_size);
   g.context = f.get_int("model", "context", g.context);
   g.width = f.get_int("model", "width", g.width);
@@ -113,6 +115,11 @@ void read_gpt(ConfigFile& f, Config& c) {
 
 }  // namespace
 
+std::string config_model_kind(const std::string& path, const std::vector<std::string>& overrides) {
+  ConfigFile f(path, overrides);
+  return f.get_string("model", "kind", "dit");
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   ConfigFile f(path, overrides);
   Config c;
@@ -154,7 +161,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   o.weight_decay = f.get_double("optim", "weight_decay", o.weight_decay);
   LOOM_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0 &&
              o.weight_decay >= 0)
-      << "config " << path << ": optim.lr must be non-negative, eps positive, beta1 and beta2 in [0, 1), "
+      << "config " << path
+      << ": optim.lr must be non-negative, eps positive, beta1 and beta2 in [0, 1), "
       << "weight_decay non-negative";
   auto& s = c.schedule;
   s.lr = o.lr;
@@ -179,7 +187,8 @@ std::string default_cache_dir(const std::string& out_dir) {
 }
 
 std::string resolved_cache_dir(const Config& config) {
-  return config.data.cache_dir.empty() ? default_cache_dir(config.run.out_dir) : config.data.cache_dir;
+  return config.data.cache_dir.empty() ? default_cache_dir(config.run.out_dir)
+                                       : config.data.cache_dir;
 }
 
 }  // namespace loom::train

@@ -21,7 +21,7 @@ struct RunConfig {
 struct DataConfig {
   std::string dataset = "fashion_mnist";  // dit: "fashion_mnist"; gpt: "kjv" or "text"
   std::string path = "/usr/share/datasets/fashion-mnist";  // gpt: the text file (dataset "text")
-  double val_fraction = 0.05;  // gpt: the held-out tail of the text (see split_text)
+  double val_fraction = 0.05;       // gpt: the held-out tail of the text (see split_text)
   std::string tokenizer = "bytes";  // gpt: "bytes" or the path of a saved BPE tokenizer
   std::string cache_dir;  // gpt, dataset "kjv": where kjv.txt is produced ("" = default_cache_dir)
 };
@@ -29,15 +29,15 @@ struct DataConfig {
 struct TrainLoopConfig {
   int64_t steps = 1000;
   int64_t batch_size = 64;
-  int64_t grad_accum = 1;       // micro-batches per step (batch_size is per micro-batch)
+  int64_t grad_accum = 1;  // micro-batches per step (batch_size is per micro-batch)
   int64_t log_every = 10;
-  int64_t ckpt_every = 0;       // 0: only at the end
+  int64_t ckpt_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 2;
-  double max_minutes = 0;       // > 0: stop (and checkpoint) when the time budget runs out
-  int64_t stop_after = 0;       // > 0: stop (and checkpoint) once this global step is done
-  double grad_clip = 1.0;       // <= 0: no clipping
-  double ema_decay = 0.999;     // dit only
-  int64_t ema_start = 0;        // dit only: steps before the EMA starts tracking (it copies until then)
+  double max_minutes = 0;    // > 0: stop (and checkpoint) when the time budget runs out
+  int64_t stop_after = 0;    // > 0: stop (and checkpoint) once this global step is done
+  double grad_clip = 1.0;    // <= 0: no clipping
+  double ema_decay = 0.999;  // dit only
+  int64_t ema_start = 0;  // dit only: steps before the EMA starts tracking (it copies until then)
 };
 
 struct SampleConfig {
@@ -49,7 +49,7 @@ struct SampleConfig {
 
 struct EvalConfig {
   // dit:
-  std::string classifier;   // checkpoint directory of the Fashion-MNIST classifier ("" = none)
+  std::string classifier;  // checkpoint directory of the Fashion-MNIST classifier ("" = none)
   int64_t num_samples = 1000;
   // gpt: held-out loss every `every` steps (0 = only at the end) on `windows` fixed validation
   // windows spread over the held-out text; the final evaluation covers all of it.
@@ -75,7 +75,7 @@ struct Config {
   optim::AdamWConfig adamw;
   optim::LrSchedule schedule;
   diffusion::FlowMatchingConfig flow;
-  SampleConfig sample;      // dit
+  SampleConfig sample;       // dit
   LmSampleConfig lm_sample;  // gpt ([sample] section)
   EvalConfig eval;
   std::string resolved_toml;  // what was read, defaults included (saved in the run directory)
@@ -86,6 +86,9 @@ struct Config {
 // the key. Only the keys of the chosen model.kind are read, so a key of the other kind (say
 // model.patch in a gpt config) is an unknown key.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// model.kind of a config file (after overrides), without validating the rest: which loader
+// and trainer the file is for ("dit", "gpt", "vit_classifier").
+std::string config_model_kind(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Where dataset "kjv" puts kjv.txt when data.cache_dir is empty: $XDG_CACHE_HOME/loom, else
 // $HOME/.cache/loom, else <run.out_dir>/cache.

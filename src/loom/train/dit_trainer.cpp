@@ -83,9 +83,6 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
 void train_dit(const Config& cfg, bool resume) {
   const auto& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
-  fs::create_directories(run_dir);
-  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
-
   ImageDataset data = fashion_mnist(cfg.data.path, /*train=*/true);
   LOOM_CHECK(data.images.size(1) == cfg.dit.channels && data.images.size(2) == cfg.dit.image_size)
       << "dataset images " << data.images.shape() << " do not match model.channels "
@@ -118,6 +115,10 @@ void train_dit(const Config& cfg, bool resume) {
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
+  // Only a run that starts (or validly resumes) records its config: a failed --resume must
+  // not overwrite the config of the run it refused.
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
   std::printf("dit: %lld parameters, %lld tokens per image, batch %lld x %lld, %d threads\n",
               (long long)model.num_parameters(), (long long)cfg.dit.tokens(),
               (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads());

@@ -24,7 +24,9 @@ namespace loom::train {
 
 namespace fs = std::filesystem;
 
-double LmEvalResult::bits_per_byte() const { return nats_per_byte() / std::log(2.0); }
+double LmEvalResult::bits_per_byte() const {
+  return nats_per_byte() / std::log(2.0);
+}
 
 namespace {
 
@@ -46,9 +48,7 @@ struct LmTokenizer {
     return ids;
   }
   std::string decode(const std::vector<int32_t>& ids) const { return bpe.decode(ids); }
-  int64_t bytes_of(int32_t id) const {
-    return bytes ? 1 : int64_t(bpe.token_bytes(id).size());
-  }
+  int64_t bytes_of(int32_t id) const { return bytes ? 1 : int64_t(bpe.token_bytes(id).size()); }
 };
 
 // `bpe_copy`: the tokenizer file saved in the run directory, preferred when it exists (a run
@@ -140,7 +140,8 @@ LmEvalResult evaluate(const models::Gpt& model, const LmTokenizer& tok,
   LmEvalResult r;
   for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
     const size_t end = std::min(starts.size(), at + size_t(batch));
-    const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at), starts.begin() + ptrdiff_t(end));
+    const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at),
+                                     starts.begin() + ptrdiff_t(end));
     Batch b = gather_windows(tokens, chunk, T);
     const double mean = double(item(model.loss(b.ids, b.targets)));
     const int64_t n = int64_t(chunk.size()) * T;
@@ -213,8 +214,8 @@ std::string generate(const models::Gpt& model, const LmTokenizer& tok, const Gpt
 Config config_beside(const std::string& ckpt_dir, const char* what) {
   const fs::path run_dir = fs::path(ckpt_dir).parent_path();
   const std::string config_path = (run_dir / "config.toml").string();
-  LOOM_CHECK(fs::exists(config_path)) << what << ": " << config_path
-                                      << " not found (expected beside the checkpoint directory)";
+  LOOM_CHECK(fs::exists(config_path))
+      << what << ": " << config_path << " not found (expected beside the checkpoint directory)";
   return load_config(config_path);
 }
 
@@ -255,10 +256,6 @@ void train_gpt(const Config& cfg, bool resume) {
   // Everything that can fail on bad input is read before the run directory is touched.
   const LmTokenizer tok = load_tokenizer(cfg, "");
   const LmData data = load_lm_data(cfg, tok);
-  fs::create_directories(run_dir);
-  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
-  if (!tok.bytes) tok.bpe.save(run_dir + "/tokenizer.bpe");
-
   models::Gpt model(cfg.gpt);
   model.init_parameters(cfg.run.seed);
   optim::AdamW opt(model.named_parameters(), cfg.adamw);
@@ -274,12 +271,18 @@ void train_gpt(const Config& cfg, bool resume) {
           << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string()
           << ", not gpt";
       load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
-      load_named(opt.named_state(), read_tensors(ckpt, "optimizer"), ckpt + "/optimizer.safetensors");
+      load_named(opt.named_state(), read_tensors(ckpt, "optimizer"),
+                 ckpt + "/optimizer.safetensors");
       start_step = state.at("step").as_int();
       opt.set_steps_taken(state.at("optimizer_steps").as_int());
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
+  // Only a run that starts (or validly resumes) records its config: a failed --resume must
+  // not overwrite the config of the run it refused.
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+  if (!tok.bytes) tok.bpe.save(run_dir + "/tokenizer.bpe");
   std::printf("gpt (%s): %lld parameters, context %lld, batch %lld x %lld, %d threads\n",
               cfg.gpt.style.c_str(), (long long)model.num_parameters(), (long long)T, (long long)B,
               (long long)tc.grad_accum, omp_get_max_threads());
@@ -290,9 +293,11 @@ void train_gpt(const Config& cfg, bool resume) {
   const int64_t n_train = int64_t(data.train.size());
   int64_t next_step = start_step, next_micro = 0;
   Prefetcher<Batch> prefetch([&] {
-    const uint64_t key = RngKey{cfg.run.seed, "lm.windows", "step " + std::to_string(next_step)}.hash();
+    const uint64_t key =
+        RngKey{cfg.run.seed, "lm.windows", "step " + std::to_string(next_step)}.hash();
     std::vector<int64_t> starts(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) starts[size_t(b)] = window_start(key, next_micro * B + b, n_train, T);
+    for (int64_t b = 0; b < B; ++b)
+      starts[size_t(b)] = window_start(key, next_micro * B + b, n_train, T);
     if (++next_micro == tc.grad_accum) {
       next_micro = 0;
       ++next_step;
@@ -366,8 +371,8 @@ void train_gpt(const Config& cfg, bool resume) {
 
   // The final held-out loss, over the whole held-out split.
   const auto t0 = Clock::now();
-  const LmEvalResult r = evaluate(model, tok, data.val,
-                                  eval_window_starts(int64_t(data.val.size()), T, 0), B);
+  const LmEvalResult r =
+      evaluate(model, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
   Json result = eval_json(r);
   result.set("step", Json(step));
   result.set("source", Json(data.source));
