@@ -1,5 +1,7 @@
 // AtomicFile: readers see the old file or the whole new one; an abandoned write leaves nothing.
 #include <gtest/gtest.h>
+
+#include "temp_dir_test.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -23,18 +25,7 @@ size_t entries_in(const fs::path& dir) {
   return size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
-class CheckpointAtomicFile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_atomic_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class CheckpointAtomicFile : public TempDirTest {};
 
 TEST_F(CheckpointAtomicFile, AbandonedWriteKeepsTheOldFile) {
   const fs::path p = dir_ / "state.json";

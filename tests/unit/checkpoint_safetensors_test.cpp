@@ -2,6 +2,8 @@
 // the spec states it, independent of Loom's writer), strict rejection of corrupt files, and
 // atomic writes that never clobber the previous file.
 #include <gtest/gtest.h>
+
+#include "temp_dir_test.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,24 +34,14 @@ void expect_error(Fn fn, const std::vector<std::string>& parts) {
 }
 
 // A fresh directory per test, removed afterwards.
-class CheckpointSafetensors : public ::testing::Test {
+class CheckpointSafetensors : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_safetensors_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::vector<std::string> listing() const {
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
     std::sort(names.begin(), names.end());
     return names;
   }
-  fs::path dir_;
 };
 
 std::string read_bytes(const std::string& path) {

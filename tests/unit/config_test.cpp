@@ -2,6 +2,8 @@
 // the key (unknown keys, keys of the other model kind, wrong types, bad values).
 #include <gtest/gtest.h>
 
+#include "temp_dir_test.h"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -20,17 +22,8 @@ namespace fs = std::filesystem;
 using loom::train::Config;
 using loom::train::load_config;
 
-class ConfigTest : public ::testing::Test {
+class ConfigTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_config_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& text) {
     const std::string path = (dir_ / name).string();
     std::ofstream(path) << text;
@@ -38,8 +31,6 @@ class ConfigTest : public ::testing::Test {
   }
   std::string gpt_file() { return write("gpt.toml", "[model]\nkind = \"gpt\"\n"); }
   std::string dit_file() { return write("dit.toml", "[model]\nkind = \"dit\"\n"); }
-
-  fs::path dir_;
 };
 
 // Runs fn, which must throw a loom::Error whose message contains every one of `parts`.

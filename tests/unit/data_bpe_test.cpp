@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir_test.h"
+
 #include "loom/core/error.h"
 #include "loom/data/bpe.h"
 
@@ -40,20 +42,7 @@ std::string random_bytes(size_t n, std::mt19937& rng) {
   return s;
 }
 
-class DataBpe : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_data_bpe_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+class DataBpe : public TempDirTest {};
 
 TEST_F(DataBpe, LearnsGreedyMergesWithDeterministicTies) {
   // Pairs in "aaabdaaabac": aa x4 is merged first (to 256), giving Z a b d Z a b a c; then

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir_test.h"
+
 #include "loom/data/idx.h"
 #include "loom/ops/creation.h"
 
@@ -62,20 +64,7 @@ void expect_error(Fn fn, const std::vector<std::string>& parts) {
   }
 }
 
-class DataIdx : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_data_idx_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+class DataIdx : public TempDirTest {};
 
 // 3 images of 2 x 4 pixels covering 0 and 255.
 const std::vector<uint8_t> kPixels = [] {

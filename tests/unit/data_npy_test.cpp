@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir_test.h"
+
 #include "loom/data/npy.h"
 #include "loom/ops/creation.h"
 
@@ -20,20 +22,7 @@ std::string read_bytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-class DataNpy : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_data_npy_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+class DataNpy : public TempDirTest {};
 
 TEST_F(DataNpy, RoundTripsF32AndI64) {
   const loom::Tensor f = loom::randn({2, 3, 4}, loom::RngKey{1, "test", "npy"});

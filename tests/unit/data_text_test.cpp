@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir_test.h"
+
 #include "loom/core/error.h"
 #include "loom/data/text.h"
 
@@ -14,19 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class DataText : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_data_text_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
+class DataText : public TempDirTest {};
 
 TEST_F(DataText, ReadsBytesExactly) {
   const std::string bytes("line one\r\nzero\0byte \xff\xfe end", 26);

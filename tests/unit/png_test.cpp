@@ -1,6 +1,8 @@
 // PNG: every chunk checked byte by byte (CRCs via zlib, IDAT inflated via zlib), an optional
 // decode by Pillow when the system has it, and the grid layout of image_grid.
 #include <gtest/gtest.h>
+
+#include "temp_dir_test.h"
 #include <unistd.h>
 #include <zlib.h>
 
@@ -16,19 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Png : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("loom_png_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class Png : public TempDirTest {};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
