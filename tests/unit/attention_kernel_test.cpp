@@ -155,6 +155,9 @@ struct Case {
   MaskKind mask;
   DType dtype = DType::F32;
   double scale = 0;  // 0: 1/sqrt(D)
+  // Every operand stored as (B, S, H, D + 3) and seen as (B, H, S, D): contiguous rows, all
+  // other strides unusual (the layout of q/k/v sliced from a fused projection).
+  bool interleaved = false;
 };
 
 std::string describe(const Case& c) {
@@ -162,7 +165,7 @@ std::string describe(const Case& c) {
          " Hkv=" + std::to_string(c.heads_kv) + " Sq=" + std::to_string(c.seq_q) +
          " Skv=" + std::to_string(c.seq_kv) + " D=" + std::to_string(c.dim) +
          (c.causal ? " causal" : "") + " mask=" + std::to_string(int(c.mask)) + " " +
-         dtype_name(c.dtype);
+         dtype_name(c.dtype) + (c.interleaved ? " interleaved" : "");
 }
 
 // Fresh random inputs per case: the seed mixes a per-test counter.
@@ -250,7 +253,12 @@ Tensor to_tensor(const std::vector<double>& x, const Shape& shape, DType dtype) 
   return t;
 }
 
-std::vector<double> from_tensor(const Tensor& t) {
+std::vector<double> from_tensor(const Tensor& strided) {
+  Tensor t = strided;
+  if (!t.is_contiguous()) {
+    t = Tensor::empty(strided.shape(), strided.dtype());
+    cpu_backend().copy(strided, t);
+  }
   std::vector<double> x(t.numel());
   for (size_t i = 0; i < x.size(); ++i) {
     if (t.dtype() == DType::F32)
@@ -301,16 +309,43 @@ struct KernelResult {
   std::vector<double> out, lse, gq, gk, gv;
 };
 
+// t (B, H, S, D) copied into a NaN-filled (B, S, H, D + 3) buffer and seen as (B, H, S, D).
+Tensor interleave(const Tensor& t) {
+  const int64_t B = t.size(0), H = t.size(1), S = t.size(2), D = t.size(3), P = D + 3;
+  Tensor buf = poisoned({B, S, H, P}, t.dtype());
+  Tensor view = buf.as_strided({B, H, S, D}, {S * H * P, P, H * P, 1}, 0);
+  cpu_backend().copy(t, view);
+  return view;
+}
+
+// The padding of an interleaved operand must still be NaN: nothing wrote past a row.
+void expect_padding_untouched(const Tensor& view, const char* what) {
+  const int64_t D = view.size(3), P = view.stride(1);
+  const std::vector<double> all =
+      from_tensor(view.as_strided({view.size(0) * view.stride(0)}, {1}, 0));
+  for (size_t i = 0; i < all.size(); ++i)
+    if (int64_t(i) % P >= D) ASSERT_TRUE(std::isnan(all[i])) << what << ": padding written at " << i;
+}
+
 KernelResult run_kernel(const Case& c, const Problem& p, DType dtype) {
   const Shape qs{c.batch, c.heads_q, c.seq_q, c.dim}, ks{c.batch, c.heads_kv, c.seq_kv, c.dim};
-  const Tensor q = to_tensor(p.q, qs, dtype), k = to_tensor(p.k, ks, dtype),
-               v = to_tensor(p.v, ks, dtype), gout = to_tensor(p.gout, qs, dtype);
+  auto layout = [&](const Tensor& t) { return c.interleaved ? interleave(t) : t; };
+  const Tensor q = layout(to_tensor(p.q, qs, dtype)), k = layout(to_tensor(p.k, ks, dtype)),
+               v = layout(to_tensor(p.v, ks, dtype)), gout = layout(to_tensor(p.gout, qs, dtype));
   const Tensor mask = make_mask(c, p);
-  const Tensor out = poisoned(qs, dtype), lse = poisoned({c.batch, c.heads_q, c.seq_q}, DType::F32);
-  const Tensor gq = poisoned(qs, dtype), gk = poisoned(ks, dtype), gv = poisoned(ks, dtype);
+  const Tensor out = layout(poisoned(qs, dtype)),
+               lse = poisoned({c.batch, c.heads_q, c.seq_q}, DType::F32);
+  const Tensor gq = layout(poisoned(qs, dtype)), gk = layout(poisoned(ks, dtype)),
+               gv = layout(poisoned(ks, dtype));
   Backend& be = cpu_backend();
   be.attention_forward(q, k, v, mask, float(p.scale), c.causal, out, lse);
   be.attention_backward(q, k, v, mask, float(p.scale), c.causal, out, lse, gout, gq, gk, gv);
+  if (c.interleaved) {
+    expect_padding_untouched(out, "out");
+    expect_padding_untouched(gq, "gq");
+    expect_padding_untouched(gk, "gk");
+    expect_padding_untouched(gv, "gv");
+  }
   return {from_tensor(out), from_tensor(lse), from_tensor(gq), from_tensor(gk), from_tensor(gv)};
 }
 
@@ -418,6 +453,12 @@ TEST(AttentionKernel, AdditiveMask) {
 TEST(AttentionKernel, CustomScaleAndOddHeadDim) {
   check_case({1, 2, 2, 65, 65, 8, true, MaskKind::None, DType::F32, 0.9}, next_seed());
   check_case({1, 2, 1, 33, 40, 5, true, MaskKind::Full}, next_seed());
+}
+
+TEST(AttentionKernel, InterleavedLayoutsReadAndWrittenInPlace) {
+  check_case({2, 4, 2, 130, 130, 8, true, MaskKind::None, DType::F32, 0, true}, next_seed());
+  check_case({1, 2, 2, 65, 257, 64, false, MaskKind::Full, DType::F32, 0, true}, next_seed());
+  check_case({2, 4, 1, 65, 130, 64, true, MaskKind::None, DType::BF16, 0, true}, next_seed());
 }
 
 TEST(AttentionKernel, BitwiseIdenticalForAnyThreadCount) {

@@ -42,6 +42,31 @@ TEST(Tensor, ViewsShareStorageWithoutCopies) {
   EXPECT_EQ(loom::to_vector(t)[4], 4.0f);
 }
 
+TEST(Tensor, ReshapeOfAStridedTensorIsAViewWhenItsChunksAllowIt) {
+  std::vector<float> v(36);
+  std::iota(v.begin(), v.end(), 0.0f);
+  Tensor t = loom::from_vector(v, {3, 12});
+  // Columns [2, 10): rows of 8 contiguous values, 12 apart.
+  Tensor slice = loom::narrow(t, 1, 2, 8);
+  Tensor split = loom::reshape(slice, {3, 2, 4});  // splits the contiguous last dim: a view
+  EXPECT_EQ(split.storage().get(), t.storage().get());
+  EXPECT_EQ(split.strides(), (loom::Shape{12, 4, 1}));
+  EXPECT_EQ(loom::to_vector(split), loom::to_vector(loom::contiguous(slice)));
+  Tensor merged = loom::reshape(slice, {24});  // rows are 12 apart, not 8: needs a copy
+  EXPECT_NE(merged.storage().get(), t.storage().get());
+  EXPECT_EQ(loom::to_vector(merged), loom::to_vector(loom::contiguous(slice)));
+  // A permutation of whole dims, with size-1 dims added: (4, 3) -> (4, 1, 3, 1) is a view.
+  Tensor p = loom::transpose(loom::reshape(t, {3, 12}), 0, 1);
+  Tensor p4 = loom::reshape(p, {12, 1, 3, 1});
+  EXPECT_EQ(p4.storage().get(), t.storage().get());
+  EXPECT_EQ(loom::to_vector(p4), loom::to_vector(loom::contiguous(p)));
+  // Heads of a fused projection: (B, T, 3 * H * D) sliced, split into (B, T, H, D).
+  Tensor qkv = loom::from_vector(std::vector<float>(2 * 5 * 24, 1.0f), {2, 5, 24});
+  Tensor k = loom::reshape(loom::narrow(qkv, 2, 8, 8), {2, 5, 2, 4});
+  EXPECT_EQ(k.storage().get(), qkv.storage().get());
+  EXPECT_EQ(k.strides(), (loom::Shape{120, 24, 4, 1}));
+}
+
 TEST(Tensor, AsStridedRefusesViewsOutsideTheStorage) {
   Tensor t = loom::zeros({4});
   EXPECT_THROW(t.as_strided({3}, {2}, 0), loom::Error);

@@ -97,7 +97,12 @@ void register_reductions() {
              {"all", {3, 4}, {}, false},
              {"last dim", {2, 3, 5}, {-1}, false},
              {"first dim keepdim", {4, 3}, {0}, true},
-             {"two dims", {2, 3, 4}, {0, 2}, false}}) {
+             {"two dims", {2, 3, 4}, {0, 2}, false},
+             // Contiguous runs of reduced dims before kept ones (summed in place, no transpose),
+             // including more columns than one 256-wide column block.
+             {"middle dim", {2, 5, 3}, {1}, false},
+             {"leading dims", {3, 4, 5}, {0, 1}, false},
+             {"first dim, wide", {3, 600}, {0}, false}}) {
       std::vector<int64_t> d = dims;
       const bool k = keep;
       cs.push_back(OpCase{label, {F(shape)}, [f, d, k](const TV& x) { return f(x[0], d, k); },

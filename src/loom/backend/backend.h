@@ -46,6 +46,10 @@ class Backend {
   // out: (rows). argmax (i64, rows) is written for Max when defined.
   virtual void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out,
                            const Tensor& argmax) = 0;
+  // Sum over the middle dim of a contiguous (outer, n, inner) tensor into (outer, inner):
+  // reduces leading or middle dims (a bias gradient, a broadcast gate's gradient) in place,
+  // without first transposing them to the end.
+  virtual void sum_middle(const Tensor& x, const Tensor& out) = 0;
 
   // --- GEMM: out(b) = a(b) @ b(b) (+ bias) for 3-D (batch, rows, cols) operands ---
   // a, b may have any strides (a transpose is a stride swap) and batch 1 broadcasts

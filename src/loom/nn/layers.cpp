@@ -68,8 +68,8 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
   const int64_t H = config.heads, Hkv = config.kv_heads, Dh = config.dim / config.heads;
   Tensor qkv_out = qkv->forward(x);  // (B, T, (H + 2 Hkv) * Dh)
   auto parts = split(qkv_out, std::vector<int64_t>{H * Dh, Hkv * Dh, Hkv * Dh}, -1);
-  auto heads = [&](const Tensor& t, int64_t n) {  // (B, T, n*Dh) -> (B, n, T, Dh)
-    return permute(reshape(contiguous(t), {B, T, n, Dh}), {0, 2, 1, 3});
+  auto heads = [&](const Tensor& t, int64_t n) {  // (B, T, n*Dh) -> (B, n, T, Dh), a view
+    return permute(reshape(t, {B, T, n, Dh}), {0, 2, 1, 3});
   };
   Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
   if (config.rope_theta > 0) {

@@ -10,15 +10,33 @@ using detail::backend_of;
 
 namespace {
 
+// The kernel reads (B, H, S, D) operands through their strides as long as each row of D values
+// is contiguous; only other layouts are copied.
+Tensor rows_contiguous(const Tensor& t) {
+  return t.size(3) == 1 || t.stride(3) == 1 ? t : detail::raw_contiguous(t);
+}
+
+// An uninitialised (B, H, S, D) gradient, stored as (B, S, H, D) when `like` is (heads
+// interleaved within each position, as q/k/v sliced from one projection are), so the
+// permute and reshape backwards towards that projection stay views.
+Tensor empty_heads_like(const Tensor& like) {
+  const int64_t B = like.size(0), H = like.size(1), S = like.size(2), D = like.size(3);
+  if (H > 1 && S > 1 && like.stride(1) < like.stride(2)) {
+    Tensor bshd = Tensor::empty({B, S, H, D}, like.dtype(), like.device());
+    return bshd.as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
+  }
+  return detail::empty_like(like);
+}
+
 struct AttentionBackward : Node {
   Tensor q, k, v, mask, out, lse;
   float scale;
   bool causal;
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    Tensor gq = detail::empty_like(q), gk = detail::empty_like(k), gv = detail::empty_like(v);
+    Tensor gq = empty_heads_like(q), gk = empty_heads_like(k), gv = empty_heads_like(v);
     backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse,
-                                     detail::raw_contiguous(g[0]), gq, gk, gv);
+                                     rows_contiguous(g[0]), gq, gk, gv);
     return {gq, gk, gv, Tensor()};
   }
   void release() override { q = k = v = mask = out = lse = Tensor(); }
@@ -64,12 +82,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       << "attention: causal with more queries (" << q.size(2) << ") than keys (" << k.size(2)
       << ")";
   if (scale <= 0) scale = 1.0f / std::sqrt(float(q.size(3)));
-  Tensor qc = detail::raw_contiguous(q), kc = detail::raw_contiguous(k),
-         vc = detail::raw_contiguous(v);
+  Tensor qc = rows_contiguous(q), kc = rows_contiguous(k), vc = rows_contiguous(v);
   Tensor m = mask.defined()
                  ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
                  : Tensor();
-  Tensor out = detail::empty_like(qc);
+  // The output always as (B, S, H, D) memory: attention is followed by merging the heads.
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
+  Tensor out = Tensor::empty({B, S, H, D}, q.dtype(), q.device())
+                   .as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
   Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::F32, q.device());
   backend_of(q).attention_forward(qc, kc, vc, m, scale, causal, out, lse);
   if (any_requires_grad({q, k, v})) {

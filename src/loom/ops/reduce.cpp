@@ -1,6 +1,7 @@
 #include "loom/ops/reduce.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "loom/ops/creation.h"
 #include "loom/ops/detail.h"
@@ -17,6 +18,7 @@ namespace {
 // reduced dims come last, made contiguous, and viewed as (rows, n).
 struct ReductionPlan {
   std::vector<int64_t> perm;   // kept dims, then reduced dims
+  std::vector<bool> reduced;   // per dim of x
   Shape out_shape;             // with or without the kept-size-1 dims
   Shape keepdim_shape;         // reduced dims as 1
   int64_t rows = 1, n = 1;
@@ -31,6 +33,7 @@ ReductionPlan plan_reduction(const char* op, const Tensor& x, std::vector<int64_
     LOOM_CHECK(!reduced[size_t(w)]) << op << ": dim " << d << " repeated for shape " << x.shape();
     reduced[size_t(w)] = true;
   }
+  p.reduced = reduced;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (!reduced[size_t(d)]) {
       p.perm.push_back(d);
@@ -60,6 +63,28 @@ Tensor as_rows(const Tensor& x, const ReductionPlan& p) {
   }
   Tensor permuted = detail::raw_contiguous(x.as_strided(shape, strides, x.offset()));
   return permuted.as_strided({p.rows, p.n}, {p.n, 1}, permuted.offset());
+}
+
+// When x is contiguous and its reduced dims are one run of adjacent dims followed by kept
+// dims, x is already (outer, n, inner): the sum needs no transposing copy.
+struct MiddleBlock {
+  int64_t outer, inner;
+};
+std::optional<MiddleBlock> middle_block(const Tensor& x, const ReductionPlan& p) {
+  if (!x.is_contiguous()) return std::nullopt;
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (p.reduced[size_t(d)]) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  for (int64_t d = first; d <= last; ++d)
+    if (!p.reduced[size_t(d)]) return std::nullopt;
+  MiddleBlock m{1, 1};
+  for (int64_t d = 0; d < first; ++d) m.outer *= x.size(d);
+  for (int64_t d = last + 1; d < x.dim(); ++d) m.inner *= x.size(d);
+  if (m.inner == 1) return std::nullopt;  // already (rows, n): the row kernel applies
+  return m;
 }
 
 struct SumBackward : Node {
@@ -99,6 +124,10 @@ Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   Tensor out = Tensor::empty(p.out_shape, x.dtype(), x.device());
   if (p.n == 0) {
     backend_of(x).fill(out, 0.0);
+  } else if (const auto m = middle_block(x, p)) {
+    backend_of(x).sum_middle(x.as_strided({m->outer, p.n, m->inner}, {p.n * m->inner, m->inner, 1},
+                                          x.offset()),
+                             out);
   } else {
     backend_of(x).reduce_rows(ReduceOp::Sum, as_rows(x, p), out, Tensor());
   }

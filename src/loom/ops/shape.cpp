@@ -69,7 +69,34 @@ bool view_strides(const Tensor& x, const Shape& shape, Shape& strides) {
     strides = contiguous_strides(shape);
     return true;
   }
-  return false;
+  if (x.numel() == 0) return false;
+  // Split x's dims into chunks that are each contiguous within themselves (a slice of the last
+  // dim, a permutation of whole dims...). Walking from the last dim, every chunk must be
+  // covered exactly by a run of the new dims, which then take strides inside that chunk.
+  const Shape& old_shape = x.shape();
+  const Shape& old_strides = x.strides();
+  strides.assign(shape.size(), 0);
+  int64_t view_d = int64_t(shape.size()) - 1;
+  int64_t chunk_stride = old_strides.back();  // stride of the chunk's innermost element
+  int64_t chunk_numel = 1, view_numel = 1;
+  for (int64_t d = x.dim() - 1; d >= 0; --d) {
+    chunk_numel *= old_shape[size_t(d)];
+    const bool chunk_ends =
+        d == 0 || (old_shape[size_t(d - 1)] != 1 &&
+                   old_strides[size_t(d - 1)] != chunk_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < chunk_numel || shape[size_t(view_d)] == 1)) {
+      strides[size_t(view_d)] = view_numel * chunk_stride;
+      view_numel *= shape[size_t(view_d)];
+      --view_d;
+    }
+    if (view_numel != chunk_numel) return false;
+    if (d > 0) {
+      chunk_stride = old_strides[size_t(d - 1)];
+      chunk_numel = view_numel = 1;
+    }
+  }
+  return view_d == -1;
 }
 
 }  // namespace

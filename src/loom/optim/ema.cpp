@@ -1,5 +1,7 @@
 #include "loom/optim/ema.h"
 
+#include <algorithm>
+
 #include "loom/backend/backend.h"
 #include "loom/ops/ops.h"
 
@@ -16,9 +18,15 @@ Ema::Ema(const std::vector<nn::NamedParameter>& params, double decay)
   }
 }
 
-void Ema::update() {
+double Ema::decay_at(int64_t n) const {
+  LOOM_CHECK(n >= 0) << "ema: update number must be non-negative, got " << n;
+  return std::min(decay_, double(1 + n) / double(10 + n));
+}
+
+void Ema::update(int64_t n) {
+  const double d = decay_at(n);
   for (size_t i = 0; i < params_.size(); ++i)
-    backend_for(params_[i].tensor.device()).axpby(weights_[i].second, params_[i].tensor, decay_, 1.0 - decay_);
+    backend_for(params_[i].tensor.device()).axpby(weights_[i].second, params_[i].tensor, d, 1.0 - d);
 }
 
 void Ema::reset_to_params() {

@@ -166,11 +166,11 @@ void train_dit(const Config& cfg, bool resume) {
     const double lr = cfg.schedule.lr_at(step);
     opt.step(lr);
     opt.zero_grad();
-    // Until ema_start the EMA just follows the weights.
+    // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
     if (step < tc.ema_start) {
       ema.reset_to_params();
     } else {
-      ema.update();
+      ema.update(step - tc.ema_start);
     }
     const bool last = step + 1 == tc.steps;
     if ((step + 1) % tc.log_every == 0 || last || step == start_step) {

@@ -11,6 +11,10 @@
 // One task per (batch, kv head) walks every query head of its GQA group, so the dK/dV rows it
 // accumulates belong to it alone: no atomics, no per-thread copies of dK/dV.
 //
+// q, k, v, out and the gradients are (B, H, S, D) with any strides except that each row of D
+// values is contiguous: a (B, S, H, D) buffer seen through a permutation, or the q/k/v slices
+// of one fused projection output, are read and written in place (tile GEMMs take row strides).
+//
 // Tile products go through oneDNN's dnnl_sgemm; inside our OpenMP region it runs on the calling
 // thread. bf16/f16 tiles are widened to f32 on the way in and rounded once on the way out.
 #include <omp.h>
@@ -57,21 +61,43 @@ void gemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha
   LOOM_CHECK(status == dnnl_success) << "attention: dnnl_sgemm failed with status " << status;
 }
 
-// Returns `count` values of src as f32: src itself for f32 tensors (no copy), else the
-// widened values written into buf.
+// A (B, H, S, D) operand whose rows of D values are contiguous.
 template <typename T>
-const float* as_f32(const T* src, int64_t count, float* buf) {
+struct Heads {
+  T* data;
+  int64_t sb, sh, ss;  // strides of batch, head and sequence position (elements)
+  T* row(int64_t b, int64_t h, int64_t s) const { return data + b * sb + h * sh + s * ss; }
+};
+
+template <typename T>
+Heads<T> heads_of(const Tensor& t) {
+  return {static_cast<T*>(t.data_ptr()), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// f32 rows: a pointer and its row stride.
+struct Rows {
+  const float* data;
+  int64_t ld;
+};
+
+// m rows of `dim` values at src (row stride ld) as f32: src itself for f32 tensors (no copy),
+// else the widened values written densely into buf.
+template <typename T>
+Rows as_f32(const T* src, int64_t m, int64_t dim, int64_t ld, float* buf) {
   if constexpr (std::is_same_v<T, float>) {
-    return src;
+    return {src, ld};
   } else {
-    for (int64_t i = 0; i < count; ++i) buf[i] = to_f32(src[i]);
-    return buf;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < dim; ++c) buf[i * dim + c] = to_f32(src[i * ld + c]);
+    return {buf, dim};
   }
 }
 
+// Dense f32 rows (m x dim) stored into rows of stride ld.
 template <typename T>
-void store(const float* src, int64_t count, T* dst) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = from_f32<T>(src[i]);
+void store(const float* src, int64_t m, int64_t dim, T* dst, int64_t ld) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < dim; ++c) dst[i * ld + c] = from_f32<T>(src[i * dim + c]);
 }
 
 // Key range [0, end) that query block [i0, i0 + m) may see.
@@ -82,9 +108,10 @@ int64_t key_end(const Dims& d, bool causal, int64_t i0, int64_t m) {
 
 // s (m, n; row stride ld) = scale * q_tile k_tile^T + mask, -inf where causality forbids.
 void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, int64_t b, int64_t h,
-                int64_t i0, int64_t m, int64_t j0, int64_t n, const float* q_tile,
-                const float* k_tile, float* s, int64_t ld) {
-  gemm('N', 'T', m, n, d.head_dim, scale, q_tile, d.head_dim, k_tile, d.head_dim, 0.0f, s, ld);
+                int64_t i0, int64_t m, int64_t j0, int64_t n, Rows q_tile, Rows k_tile, float* s,
+                int64_t ld) {
+  gemm('N', 'T', m, n, d.head_dim, scale, q_tile.data, q_tile.ld, k_tile.data, k_tile.ld, 0.0f, s,
+       ld);
   if (mask.data != nullptr) {
     const float* base = mask.data + b * mask.stride_b + h * mask.stride_h;
     const int64_t sj = mask.stride_j;
@@ -142,15 +169,14 @@ struct ForwardScratch {
 };
 
 template <typename T>
-void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal, const T* q,
-                   const T* k, const T* v, T* out, float* lse, int64_t b, int64_t h, int64_t qb,
+void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal,
+                   const Heads<const T>& q, const Heads<const T>& k, const Heads<const T>& v,
+                   const Heads<T>& out, float* lse, int64_t b, int64_t h, int64_t qb,
                    ForwardScratch& w) {
   const int64_t dim = d.head_dim;
   const int64_t i0 = qb * kBlockQ, m = std::min(kBlockQ, d.seq_q - i0);
-  const int64_t bh = b * d.heads_q + h, bkv = b * d.heads_kv + h / d.group;
-  const float* q_tile = as_f32(q + (bh * d.seq_q + i0) * dim, m * dim, w.q.data());
-  const T* k_head = k + bkv * d.seq_kv * dim;
-  const T* v_head = v + bkv * d.seq_kv * dim;
+  const int64_t hkv = h / d.group;
+  const Rows q_tile = as_f32(q.row(b, h, i0), m, dim, q.ss, w.q.data());
   float* s = w.s.data();
   float* acc = w.acc.data();
   float* row_m = w.row_m.data();
@@ -162,8 +188,8 @@ void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal
   const int64_t end = key_end(d, causal, i0, m);
   for (int64_t j0 = 0; j0 < end; j0 += kBlockK) {
     const int64_t n = std::min(kBlockK, end - j0);
-    const float* k_tile = as_f32(k_head + j0 * dim, n * dim, w.k.data());
-    const float* v_tile = as_f32(v_head + j0 * dim, n * dim, w.v.data());
+    const Rows k_tile = as_f32(k.row(b, hkv, j0), n, dim, k.ss, w.k.data());
+    const Rows v_tile = as_f32(v.row(b, hkv, j0), n, dim, v.ss, w.v.data());
     score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, s, kBlockK);
     for (int64_t i = 0; i < m; ++i) {
       float* row = s + i * kBlockK;
@@ -182,18 +208,18 @@ void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal
         for (int64_t c = 0; c < dim; ++c) acc_row[c] *= correction;
       }
     }
-    gemm('N', 'N', m, dim, n, 1.0f, s, kBlockK, v_tile, dim, 1.0f, acc, dim);
+    gemm('N', 'N', m, dim, n, 1.0f, s, kBlockK, v_tile.data, v_tile.ld, 1.0f, acc, dim);
   }
 
   // Fully masked rows (l == 0) produce out = 0 and lse = -inf, never NaN.
-  float* lse_rows = lse + bh * d.seq_q + i0;
+  float* lse_rows = lse + (b * d.heads_q + h) * d.seq_q + i0;
   for (int64_t i = 0; i < m; ++i) {
     const float inv = row_l[i] > 0.0f ? 1.0f / row_l[i] : 0.0f;
     float* acc_row = acc + i * dim;
     for (int64_t c = 0; c < dim; ++c) acc_row[c] *= inv;
     lse_rows[i] = row_l[i] > 0.0f ? row_m[i] + std::log(row_l[i]) : kNegInf;
   }
-  store(acc, m * dim, out + (bh * d.seq_q + i0) * dim);
+  store(acc, m, dim, out.row(b, h, i0), out.ss);
 }
 
 struct BackwardScratch {
@@ -218,42 +244,47 @@ struct BackwardScratch {
 };
 
 template <typename T>
-void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool causal, const T* q,
-                         const T* k, const T* v, const T* out, const float* lse, const T* gout,
-                         T* gq, T* gk, T* gv, int64_t b, int64_t kvh, BackwardScratch& w) {
+void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool causal,
+                         const Heads<const T>& q, const Heads<const T>& k, const Heads<const T>& v,
+                         const Heads<const T>& out, const float* lse, const Heads<const T>& gout,
+                         const Heads<T>& gq, const Heads<T>& gk, const Heads<T>& gv, int64_t b,
+                         int64_t kvh, BackwardScratch& w) {
   constexpr bool kF32 = std::is_same_v<T, float>;
   const int64_t dim = d.head_dim;
-  const int64_t bkv = b * d.heads_kv + kvh;
-  const int64_t head_elems = d.seq_kv * dim;
-  const float* k_head = as_f32(k + bkv * head_elems, head_elems, w.k.data());
-  const float* v_head = as_f32(v + bkv * head_elems, head_elems, w.v.data());
+  const Rows k_head = as_f32(k.row(b, kvh, 0), d.seq_kv, dim, k.ss, w.k.data());
+  const Rows v_head = as_f32(v.row(b, kvh, 0), d.seq_kv, dim, v.ss, w.v.data());
+  // dK/dV accumulate in place for f32, in dense f32 scratch otherwise.
   float* dk_head;
   float* dv_head;
+  int64_t dk_ld = dim, dv_ld = dim;
   if constexpr (kF32) {
-    dk_head = gk + bkv * head_elems;
-    dv_head = gv + bkv * head_elems;
+    dk_head = gk.row(b, kvh, 0);
+    dv_head = gv.row(b, kvh, 0);
+    dk_ld = gk.ss;
+    dv_ld = gv.ss;
   } else {
     dk_head = w.dk.data();
     dv_head = w.dv.data();
   }
-  std::fill_n(dk_head, head_elems, 0.0f);
-  std::fill_n(dv_head, head_elems, 0.0f);
+  for (int64_t j = 0; j < d.seq_kv; ++j) {
+    std::fill_n(dk_head + j * dk_ld, dim, 0.0f);
+    std::fill_n(dv_head + j * dv_ld, dim, 0.0f);
+  }
 
   float* p = w.p.data();
   float* ds = w.ds.data();
   float* dq = w.dq.data();
   float delta[kBlockQ];
   for (int64_t g = 0; g < d.group; ++g) {
-    const int64_t h = kvh * d.group + g, bh = b * d.heads_q + h;
+    const int64_t h = kvh * d.group + g;
     for (int64_t i0 = 0; i0 < d.seq_q; i0 += kBlockQ) {
       const int64_t m = std::min(kBlockQ, d.seq_q - i0);
-      const int64_t row0 = (bh * d.seq_q + i0) * dim;
-      const float* q_tile = as_f32(q + row0, m * dim, w.q.data());
-      const float* dout_tile = as_f32(gout + row0, m * dim, w.dout.data());
-      const float* lse_rows = lse + bh * d.seq_q + i0;
+      const Rows q_tile = as_f32(q.row(b, h, i0), m, dim, q.ss, w.q.data());
+      const Rows dout_tile = as_f32(gout.row(b, h, i0), m, dim, gout.ss, w.dout.data());
+      const float* lse_rows = lse + (b * d.heads_q + h) * d.seq_q + i0;
       for (int64_t i = 0; i < m; ++i) {
-        const T* o_row = out + row0 + i * dim;
-        const float* g_row = dout_tile + i * dim;
+        const T* o_row = out.row(b, h, i0 + i);
+        const float* g_row = dout_tile.data + i * dout_tile.ld;
         float sum = 0.0f;
         for (int64_t c = 0; c < dim; ++c) sum += to_f32(o_row[c]) * g_row[c];
         delta[i] = sum;
@@ -263,8 +294,8 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
       const int64_t end = key_end(d, causal, i0, m);
       for (int64_t j0 = 0; j0 < end; j0 += kBlockK) {
         const int64_t n = std::min(kBlockK, end - j0);
-        const float* k_tile = k_head + j0 * dim;
-        const float* v_tile = v_head + j0 * dim;
+        const Rows k_tile{k_head.data + j0 * k_head.ld, k_head.ld};
+        const Rows v_tile{v_head.data + j0 * v_head.ld, v_head.ld};
         score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, p, kBlockK);
         for (int64_t i = 0; i < m; ++i) {
           float* row = p + i * kBlockK;
@@ -276,9 +307,11 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
           }
         }
         // dV[j0:j0+n] += P^T dO
-        gemm('T', 'N', n, dim, m, 1.0f, p, kBlockK, dout_tile, dim, 1.0f, dv_head + j0 * dim, dim);
+        gemm('T', 'N', n, dim, m, 1.0f, p, kBlockK, dout_tile.data, dout_tile.ld, 1.0f,
+             dv_head + j0 * dv_ld, dv_ld);
         // dP = dO V^T, then dS = P * (dP - Delta) in place.
-        gemm('N', 'T', m, n, dim, 1.0f, dout_tile, dim, v_tile, dim, 0.0f, ds, kBlockK);
+        gemm('N', 'T', m, n, dim, 1.0f, dout_tile.data, dout_tile.ld, v_tile.data, v_tile.ld, 0.0f,
+             ds, kBlockK);
         for (int64_t i = 0; i < m; ++i) {
           const float* p_row = p + i * kBlockK;
           float* ds_row = ds + i * kBlockK;
@@ -286,15 +319,16 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
           for (int64_t j = 0; j < n; ++j) ds_row[j] = p_row[j] * (ds_row[j] - delta_i);
         }
         // dQ += scale * dS K ;  dK[j0:j0+n] += scale * dS^T Q
-        gemm('N', 'N', m, dim, n, scale, ds, kBlockK, k_tile, dim, 1.0f, dq, dim);
-        gemm('T', 'N', n, dim, m, scale, ds, kBlockK, q_tile, dim, 1.0f, dk_head + j0 * dim, dim);
+        gemm('N', 'N', m, dim, n, scale, ds, kBlockK, k_tile.data, k_tile.ld, 1.0f, dq, dim);
+        gemm('T', 'N', n, dim, m, scale, ds, kBlockK, q_tile.data, q_tile.ld, 1.0f,
+             dk_head + j0 * dk_ld, dk_ld);
       }
-      store(dq, m * dim, gq + row0);
+      store(dq, m, dim, gq.row(b, h, i0), gq.ss);
     }
   }
   if constexpr (!kF32) {
-    store(dk_head, head_elems, gk + bkv * head_elems);
-    store(dv_head, head_elems, gv + bkv * head_elems);
+    store(dk_head, d.seq_kv, dim, gk.row(b, kvh, 0), gk.ss);
+    store(dv_head, d.seq_kv, dim, gv.row(b, kvh, 0), gv.ss);
   }
 }
 
@@ -304,8 +338,9 @@ void check_same(const Tensor& t, const char* name, const Shape& shape, DType dty
                                  << ", expected " << shape_str(shape);
   LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype " << dtype_name(t.dtype())
                                  << ", expected " << dtype_name(dtype);
-  LOOM_CHECK(t.is_contiguous()) << "attention: " << name << " " << shape_str(t.shape())
-                                << " must be contiguous";
+  LOOM_CHECK(t.size(-1) == 1 || t.stride(-1) == 1)
+      << "attention: " << name << " " << shape_str(t.shape())
+      << " must have contiguous rows (last stride 1)";
 }
 
 // Validates q/k/v/mask/out/lse and returns the problem dims.
@@ -337,7 +372,10 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   check_same(k, "k", k.shape(), dtype);
   check_same(v, "v", k.shape(), dtype);
   check_same(out, "out", q.shape(), dtype);
-  check_same(lse, "lse", {d.batch, d.heads_q, d.seq_q}, DType::F32);
+  LOOM_CHECK(lse.defined() && lse.shape() == Shape({d.batch, d.heads_q, d.seq_q}) &&
+             lse.dtype() == DType::F32 && lse.is_contiguous())
+      << "attention: lse must be contiguous f32 (" << d.batch << ", " << d.heads_q << ", "
+      << d.seq_q << ")";
 
   mask_view = MaskView{};
   if (mask.defined()) {
@@ -405,17 +443,15 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
   const int64_t tasks = d.batch * d.heads_q * q_blocks;
   cpu::dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    const T* qp = static_cast<const T*>(q.data_ptr());
-    const T* kp = static_cast<const T*>(k.data_ptr());
-    const T* vp = static_cast<const T*>(v.data_ptr());
-    T* outp = static_cast<T*>(out.data_ptr());
+    const auto qh = heads_of<const T>(q), kh = heads_of<const T>(k), vh = heads_of<const T>(v);
+    const auto outh = heads_of<T>(out);
     float* lsep = lse.data<float>();
     run_tasks(
         tasks, [&] { return ForwardScratch(d.head_dim); },
         [&](ForwardScratch& scratch, int64_t t) {
           const int64_t qb = t % q_blocks, bh = t / q_blocks;
-          forward_block(d, mask_view, scale, causal, qp, kp, vp, outp, lsep, bh / d.heads_q,
-                        bh % d.heads_q, qb, scratch);
+          forward_block<T>(d, mask_view, scale, causal, qh, kh, vh, outh, lsep, bh / d.heads_q,
+                           bh % d.heads_q, qb, scratch);
         });
   });
 }
@@ -433,20 +469,15 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
   const int64_t tasks = d.batch * d.heads_kv;
   cpu::dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    const T* qp = static_cast<const T*>(q.data_ptr());
-    const T* kp = static_cast<const T*>(k.data_ptr());
-    const T* vp = static_cast<const T*>(v.data_ptr());
-    const T* outp = static_cast<const T*>(out.data_ptr());
-    const T* goutp = static_cast<const T*>(gout.data_ptr());
-    T* gqp = static_cast<T*>(gq.data_ptr());
-    T* gkp = static_cast<T*>(gk.data_ptr());
-    T* gvp = static_cast<T*>(gv.data_ptr());
+    const auto qh = heads_of<const T>(q), kh = heads_of<const T>(k), vh = heads_of<const T>(v);
+    const auto outh = heads_of<const T>(out), gouth = heads_of<const T>(gout);
+    const auto gqh = heads_of<T>(gq), gkh = heads_of<T>(gk), gvh = heads_of<T>(gv);
     const float* lsep = lse.data<float>();
     run_tasks(
         tasks, [&] { return BackwardScratch(d.head_dim, d.seq_kv, !std::is_same_v<T, float>); },
         [&](BackwardScratch& scratch, int64_t t) {
-          backward_head_group(d, mask_view, scale, causal, qp, kp, vp, outp, lsep, goutp, gqp, gkp,
-                              gvp, t / d.heads_kv, t % d.heads_kv, scratch);
+          backward_head_group<T>(d, mask_view, scale, causal, qh, kh, vh, outh, lsep, gouth, gqh,
+                                 gkh, gvh, t / d.heads_kv, t % d.heads_kv, scratch);
         });
   });
 }

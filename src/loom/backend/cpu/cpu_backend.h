@@ -14,6 +14,7 @@ class CpuBackend final : public Backend {
   void unary_backward(UnaryOp op, double alpha, const Tensor& x, const Tensor& gout, const Tensor& gx) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out, const Tensor& argmax) override;
+  void sum_middle(const Tensor& x, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& gy, const Tensor& gx, const Tensor& gweight, const Tensor& gbias) override;

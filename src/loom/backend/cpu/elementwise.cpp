@@ -20,7 +20,9 @@ void map1(const Tensor& x, const Tensor& out, int64_t cost, F f) {
   auto L = cpu::coalesce<2>(out.shape(), {&x.strides(), &out.strides()});
   const T* xs = static_cast<const T*>(x.data_ptr());
   T* os = static_cast<T*>(out.data_ptr());
-  cpu::for_each_row(L, cost, [&](auto off, int64_t n, auto st) {
+  // flatten: the element function must be inlined into these loops, or they cannot be
+  // vectorised (GCC otherwise calls it once per element when it is used in several loops).
+  cpu::for_each_row(L, cost, [&](auto off, int64_t n, auto st) __attribute__((flatten)) {
     const T* xp = xs + off[0];
     T* op = os + off[1];
     if (st[0] == 1 && st[1] == 1) {
@@ -38,7 +40,9 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
   const T* as = static_cast<const T*>(a.data_ptr());
   const T* bs = static_cast<const T*>(b.data_ptr());
   T* os = static_cast<T*>(out.data_ptr());
-  cpu::for_each_row(L, cost, [&](auto off, int64_t n, auto st) {
+  // flatten: the element function must be inlined into these loops, or they cannot be
+  // vectorised (GCC otherwise calls it once per element when it is used in several loops).
+  cpu::for_each_row(L, cost, [&](auto off, int64_t n, auto st) __attribute__((flatten)) {
     const T* ap = as + off[0];
     const T* bp = bs + off[1];
     T* op = os + off[2];
@@ -54,16 +58,16 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
   });
 }
 
-inline float gelu_tanh(float x) {
+[[gnu::always_inline]] inline float gelu_tanh(float x) {
   const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
   return 0.5f * x * (1.0f + cpu::fast_tanh(u));
 }
-inline float gelu_tanh_grad(float x) {
+[[gnu::always_inline]] inline float gelu_tanh_grad(float x) {
   const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
   const float t = cpu::fast_tanh(u);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
 }
-inline float silu_grad(float x) {
+[[gnu::always_inline]] inline float silu_grad(float x) {
   const float s = cpu::fast_sigmoid(x);
   return s * (1.0f + x * (1.0f - s));
 }

@@ -1,5 +1,6 @@
-// Row reductions of a contiguous (rows, n) tensor, accumulated in f64 for sums (exact enough
+// Reductions of contiguous tensors (over the last dim, or over the middle of three), accumulated in f64 for sums (exact enough
 // that reduction order never matters at f32 precision).
+#include <algorithm>
 #include <cmath>
 
 #include "loom/backend/cpu/cpu_backend.h"
@@ -58,6 +59,36 @@ void CpuBackend::reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out,
         }
       });
     }
+  });
+}
+
+void CpuBackend::sum_middle(const Tensor& x, const Tensor& out) {
+  LOOM_CHECK(x.dim() == 3 && x.is_contiguous())
+      << "sum_middle: expected contiguous (outer, n, inner), got " << x.shape();
+  const int64_t outer = x.size(0), n = x.size(1), inner = x.size(2);
+  LOOM_CHECK(out.numel() == outer * inner && out.dtype() == x.dtype() && out.is_contiguous())
+      << "sum_middle: output " << out.shape() << " for input " << x.shape();
+  // Work items: (outer index, column block); each sums its n rows into f64 accumulators.
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  cpu::dispatch_float(x.dtype(), "sum_middle", [&](auto z) {
+    using T = decltype(z);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    cpu::parallel_for(outer * blocks, n * kBlock, [&](int64_t b, int64_t e) {
+      double acc[kBlock];
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t i = item / blocks, c0 = (item % blocks) * kBlock;
+        const int64_t w = std::min(kBlock, inner - c0);
+        std::fill_n(acc, w, 0.0);
+        const T* base = xp + i * n * inner + c0;
+        for (int64_t r = 0; r < n; ++r) {
+          const T* row = base + r * inner;
+          for (int64_t c = 0; c < w; ++c) acc[c] += double(to_f32(row[c]));
+        }
+        for (int64_t c = 0; c < w; ++c) o[i * inner + c0 + c] = from_f32<T>(float(acc[c]));
+      }
+    });
   });
 }
 

@@ -10,7 +10,7 @@ namespace loom::cpu {
 
 // exp(x) with about 2 ulp error over the f32 range; exp(-inf) = 0, large x saturates.
 // Cody-Waite range reduction x = n ln2 + r, degree-6 polynomial for e^r on |r| <= ln2/2.
-inline float fast_exp(float x) {
+[[gnu::always_inline]] inline float fast_exp(float x) {
   x = std::min(std::max(x, -104.0f), 88.7f);  // std::fmin/fmax would not vectorise
   const float n = std::nearbyint(x * 1.44269504088896341f);
   float r = std::fma(n, -0.693145751953125f, x);
@@ -32,7 +32,7 @@ inline float fast_exp(float x) {
   return p * s1 * s2;
 }
 
-inline float fast_tanh(float x) {
+[[gnu::always_inline]] inline float fast_tanh(float x) {
   // tanh(x) = 1 - 2 / (exp(2x) + 1), accurate to a few ulp away from 0; near 0 use x - x^3/3.
   const float e = fast_exp(2.0f * x);
   const float t = 1.0f - 2.0f / (e + 1.0f);
@@ -41,6 +41,6 @@ inline float fast_tanh(float x) {
   return std::fabs(x) < 0.0625f ? small : t;
 }
 
-inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+[[gnu::always_inline]] inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 
 }  // namespace loom::cpu
