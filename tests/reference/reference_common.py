@@ -1,8 +1,8 @@
 """Shared harness of the PyTorch references (tests/reference/<model>_reference.py).
 
 A Loom driver (reference_driver.h) writes, per case directory: meta.json, weights.safetensors,
-grads.safetensors, losses.npy, final_weights.safetensors and the batch (.npy). A model module
-gives this harness three things:
+grads.safetensors, step_grads.safetensors, losses.npy, grad_norms.npy, final_weights.safetensors
+and the batch (.npy). A model module gives this harness three things:
 
     expected_parameters(config) -> {name: (shape, weight_decay)}   Loom's parameters, from the
                                                     source, in registration order
@@ -16,7 +16,16 @@ and run_cases() recomputes every case in float64 (Loom's f32 weights cast up) an
     step-0 gradients       max|loom - ref| / max|ref|, per tensor <= 1e-4
     20 AdamW step losses   max over steps |loom - ref| / |ref|   <= 1e-3
 
-using torch.optim.AdamW with Loom's hyper-parameters and its weight-decay mask, plus
+training as Loom's trainers do: each step clips the global gradient norm to train.grad_clip
+(torch.nn.utils.clip_grad_norm_; none when it is 0) and then steps torch.optim.AdamW with Loom's
+hyper-parameters and weight-decay mask at the learning rate of train.schedule (written here
+from its definition, optim/schedule.h). Also checked:
+
+    the learning rates     Loom's per-step lr vs the schedule recomputed here  <= 1e-12 rel.
+    gradient norms         the global norm Loom measured before each step's clipping: step 0
+                           <= 1e-4, later steps <= 1e-3 (relative)
+    step-0 clipped grads   the gradients Loom's first AdamW step used (after clipping) vs the
+                           reference's, per tensor                           <= 1e-4
 
     the optimiser alone    torch's AdamW replayed from Loom's initial weights on the
                            gradients Loom's 20 steps used vs Loom's final weights, per tensor,
@@ -24,9 +33,10 @@ using torch.optim.AdamW with Loom's hyper-parameters and its weight-decay mask, 
     the parameter list     names, shapes and weight-decay flags as the model module expects
 
 The loss tolerances alone cannot see a weight-decay or beta2 bug (lr * wd = 1e-5 per step;
-beta2 barely matters in 20 steps); the replay does. The final weights of the two independent
-runs are compared too, for information only (Adam divides each step by the gradient's size, so
-elements whose gradient is ~0 may differ by up to ~lr).
+beta2 barely matters in 20 steps); the replay does. Nor can they see much of a clipping bug
+(Adam divides each update by the gradient's size); the step-0 clipped gradients do. The final
+weights of the two independent runs are compared too, for information only (so, for the same
+reason, elements whose gradient is ~0 may differ by up to ~lr).
 
 Only the Python standard library and torch are needed (safetensors and .npy are parsed here).
 """
@@ -44,6 +54,7 @@ LOSS_TOL = 1e-5
 GRAD_TOL = 1e-4
 CURVE_TOL = 1e-3
 UPDATE_TOL = 1e-3
+LR_TOL = 1e-12
 
 _ST_DTYPES = {
     "F64": torch.float64,
@@ -152,6 +163,34 @@ def _check_parameters(meta, expected, case):
         )
 
 
+def schedule_lr(train, step):
+    """The learning rate of `step` (from 0), from the definition of optim::LrSchedule: linear
+    warmup to lr over warmup_steps ((step + 1) / warmup_steps), then constant, or a half cosine
+    from lr down to min_lr_ratio * lr over the remaining steps of the run (train.steps)."""
+    sched = train.get("schedule", {"kind": "constant", "warmup_steps": 0})
+    lr, warmup, total = train["lr"], sched["warmup_steps"], train["steps"]
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if sched["kind"] == "constant":
+        return lr
+    if sched["kind"] == "cosine":
+        floor = lr * sched["min_lr_ratio"]
+        progress = min(1.0, (step - warmup) / max(total - warmup, 1))
+        return floor + (lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"schedule kind '{sched['kind']}' is not implemented by the reference")
+
+
+def _set_lr(opt, lr):
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def _grad_norm(params):
+    """The global L2 norm of the gradients present (float64)."""
+    total = sum(float((p.grad.to(torch.float64) ** 2).sum()) for p in params if p.grad is not None)
+    return math.sqrt(total)
+
+
 def _adamw(params, meta):
     """torch.optim.AdamW over {name: tensor} with Loom's hyper-parameters and decay mask."""
     train = meta["train"]
@@ -185,6 +224,16 @@ def run_case(case_dir, model, verbose=True):
 
     order = [p["name"] for p in meta["parameters"]]
     failures = []
+    steps = train["steps"]
+    grad_clip = train.get("grad_clip", 0.0)
+    lrs = [schedule_lr(train, step) for step in range(steps)]
+    loom_lrs = train.get("lrs", [train["lr"]] * steps)
+    if len(loom_lrs) != steps:
+        raise MismatchError(f"[{case}] Loom wrote {len(loom_lrs)} learning rates for {steps} steps")
+    for step in range(steps):
+        if not abs(loom_lrs[step] - lrs[step]) <= LR_TOL * abs(lrs[step]):
+            failures.append(f"[{case}] learning rate at step {step}: Loom {loom_lrs[step]!r} vs the "
+                            f"schedule's {lrs[step]!r}")
 
     # The optimiser alone: torch's AdamW replayed from Loom's initial weights on the gradients
     # Loom's own steps used must end at Loom's final weights. Measured per tensor against the
@@ -194,12 +243,13 @@ def run_case(case_dir, model, verbose=True):
     w0 = {n: weights[n].to(torch.float64) for n in order}
     replay = {n: w0[n].clone().requires_grad_(True) for n in order}
     opt_replay = _adamw(replay, meta)
-    for step in range(train["steps"]):
+    for step in range(steps):
         for n in order:
             g = step_grads.get(f"{n}@{step}")
             replay[n].grad = None if g is None else g.to(torch.float64).clone()
+        _set_lr(opt_replay, lrs[step])
         opt_replay.step()
-    update_errs = {n: update_err(loom_final[n], w0[n], replay[n].detach(), train["steps"]) for n in order}
+    update_errs = {n: update_err(loom_final[n], w0[n], replay[n].detach(), steps) for n in order}
     worst_update = max(update_errs, key=lambda n: update_errs[n])
     for n in order:
         if not update_errs[n] <= UPDATE_TOL:
@@ -208,11 +258,12 @@ def run_case(case_dir, model, verbose=True):
                 f"max|ref| = {update_errs[n]:.3g} > {UPDATE_TOL:g}"
             )
 
+    # The training run: loss, backward, clip, AdamW at the schedule's lr.
     params = {n: w0[n].clone().requires_grad_(True) for n in order}
     opt = _adamw(params, meta)
-    ref_losses = []
-    grad_errs, grad_scale = {}, {}
-    for step in range(train["steps"]):
+    ref_losses, ref_norms = [], []
+    grad_errs, grad_scale, clipped_errs = {}, {}, {}
+    for step in range(steps):
         opt.zero_grad(set_to_none=True)
         loss = model.loss(params, batch, config)
         ref_losses.append(loss.item())
@@ -222,6 +273,15 @@ def run_case(case_dir, model, verbose=True):
                 g = params[n].grad if params[n].grad is not None else torch.zeros_like(params[n])
                 grad_errs[n] = rel_err(loom_grads[n], g)
                 grad_scale[n] = g.abs().max().item() if g.numel() else 0.0
+        ref_norms.append(_grad_norm(params.values()))
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), grad_clip)
+        if step == 0:  # what the first update used, after clipping
+            for n in order:
+                g = params[n].grad if params[n].grad is not None else torch.zeros_like(params[n])
+                loom_g = step_grads.get(f"{n}@0", torch.zeros_like(loom_grads[n]))
+                clipped_errs[n] = rel_err(loom_g, g)
+        _set_lr(opt, lrs[step])
         opt.step()
 
     ref_losses = torch.tensor(ref_losses, dtype=torch.float64)
@@ -230,6 +290,13 @@ def run_case(case_dir, model, verbose=True):
     loss0_err = abs(loom_losses[0].item() - ref_losses[0].item()) / abs(ref_losses[0].item())
     curve_errs = ((loom_losses - ref_losses).abs() / ref_losses.abs()).tolist()
     worst_grad = max(grad_errs, key=lambda n: grad_errs[n])
+    worst_clipped = max(clipped_errs, key=lambda n: clipped_errs[n])
+    loom_norms = read_npy(os.path.join(case_dir, "grad_norms.npy")).to(torch.float64)
+    ref_norms = torch.tensor(ref_norms, dtype=torch.float64)
+    if loom_norms.shape != ref_norms.shape:
+        raise MismatchError(f"[{case}] Loom wrote {loom_norms.numel()} gradient norms, expected {ref_norms.numel()}")
+    norm_errs = [rel_err(loom_norms[i : i + 1], ref_norms[i : i + 1]) for i in range(steps)]
+    clipped_steps = sum(1 for x in ref_norms.tolist() if grad_clip > 0 and x > grad_clip)
     final_errs = {n: rel_err(loom_final[n], params[n].detach()) for n in order}
     worst_final = max(final_errs, key=lambda n: final_errs[n])
 
@@ -244,6 +311,19 @@ def run_case(case_dir, model, verbose=True):
                 f"[{case}] gradient of '{n}': max|loom - ref| / max|ref| = {grad_errs[n]:.3g} > {GRAD_TOL:g} "
                 f"(max|ref| = {grad_scale[n]:.3g})"
             )
+    for n in order:
+        if not clipped_errs[n] <= GRAD_TOL:
+            failures.append(
+                f"[{case}] gradient of '{n}' used by the first AdamW step (after clipping to "
+                f"{grad_clip:g}): max|loom - ref| / max|ref| = {clipped_errs[n]:.3g} > {GRAD_TOL:g}"
+            )
+    for step, e in enumerate(norm_errs):
+        tol = GRAD_TOL if step == 0 else CURVE_TOL
+        if not e <= tol:
+            failures.append(
+                f"[{case}] gradient norm at step {step}: Loom {loom_norms[step].item():.9g} vs reference "
+                f"{ref_norms[step].item():.9g} (relative error {e:.3g} > {tol:g})"
+            )
     for step, e in enumerate(curve_errs):
         if not e <= CURVE_TOL:
             failures.append(
@@ -255,14 +335,20 @@ def run_case(case_dir, model, verbose=True):
         zero = sum(1 for n in order if loom_grads[n].abs().max().item() == 0.0)
         print(f"case {case}: {len(order)} parameters ({sum(1 for p in meta['parameters'] if p['weight_decay'])} with weight decay), "
               f"{zero} with an all-zero step-0 gradient")
-        print(f"  {'step':>4}  {'loom loss':>14}  {'reference loss':>16}  {'rel err':>9}")
+        if grad_clip > 0:
+            print(f"  gradient norm clipped to {grad_clip:g} at {clipped_steps} of {steps} steps")
+        print(f"  {'step':>4}  {'lr':>9}  {'loom loss':>14}  {'reference loss':>16}  {'rel err':>9}"
+              f"  {'grad norm':>10}  {'rel err':>9}")
         for step in range(len(curve_errs)):
             if step < 3 or step == len(curve_errs) - 1 or step % 5 == 4:
-                print(f"  {step:>4}  {loom_losses[step].item():>14.9f}  {ref_losses[step].item():>16.9f}"
-                      f"  {curve_errs[step]:>9.2e}")
+                print(f"  {step:>4}  {lrs[step]:>9.3g}  {loom_losses[step].item():>14.9f}  {ref_losses[step].item():>16.9f}"
+                      f"  {curve_errs[step]:>9.2e}  {ref_norms[step].item():>10.4g}  {norm_errs[step]:>9.2e}")
         print(f"  {'check':<34} {'max rel err':>11}  {'tol':>7}")
         print(f"  {'step-0 loss':<34} {loss0_err:>11.2e}  {LOSS_TOL:>7.0e}")
         print(f"  {'step-0 gradients (worst tensor)':<34} {grad_errs[worst_grad]:>11.2e}  {GRAD_TOL:>7.0e}   {worst_grad}")
+        print(f"  {'step-0 clipped gradients':<34} {clipped_errs[worst_clipped]:>11.2e}  {GRAD_TOL:>7.0e}   {worst_clipped}")
+        print(f"  {'step-0 gradient norm':<34} {norm_errs[0]:>11.2e}  {GRAD_TOL:>7.0e}")
+        print(f"  {'gradient norms, all steps':<34} {max(norm_errs):>11.2e}  {CURVE_TOL:>7.0e}")
         print(f"  {'loss over %d AdamW steps' % len(curve_errs):<34} {max(curve_errs):>11.2e}  {CURVE_TOL:>7.0e}")
         print(f"  {'AdamW replay on Loom gradients':<34} {update_errs[worst_update]:>11.2e}  {UPDATE_TOL:>7.0e}   {worst_update}")
         print(f"  {'final weights (information only)':<34} {final_errs[worst_final]:>11.2e}  {'-':>7}   {worst_final}")
@@ -272,6 +358,8 @@ def run_case(case_dir, model, verbose=True):
         "grad": grad_errs[worst_grad],
         "grad_name": worst_grad,
         "curve": max(curve_errs),
+        "clipped": clipped_errs[worst_clipped],
+        "norms": max(norm_errs),
         "final": final_errs[worst_final],
         "update": update_errs[worst_update],
     }

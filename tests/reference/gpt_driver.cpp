@@ -1,0 +1,170 @@
+// Writes small Loom GPT runs for tests/reference/gpt_reference.py to recompute in PyTorch:
+// initial weights, a fixed batch of next-token windows, the step-0 loss and gradients, and the
+// losses of 20 training steps on that batch as train/lm_trainer.cpp takes them (cross-entropy,
+// backward, global grad-norm clipping, AdamW with warmup + cosine; see reference_driver.h).
+//
+//   reference_gpt_driver OUT_DIR    ->  OUT_DIR/cases.json, OUT_DIR/<case>/...
+//
+// Four cases, both styles of models/gpt:
+//   gpt2              GPT-2 style (learned positions, LayerNorm, GELU MLP, biases, tied
+//                     embedding), weights exactly as init_parameters() leaves them, targets
+//                     the next tokens of each window (as the trainer gathers them).
+//   llama             Llama style (RoPE, RMSNorm, SwiGLU, no biases, untied head) with
+//                     grouped-query attention (2 kv heads for 4 query heads), likewise.
+//   gpt2_perturbed,   the same, with every parameter that init leaves constant (norm weights
+//   llama_perturbed   at 1, biases at 0) moved by N(0, 0.3^2), so a norm's scale or shift, or a
+//                     bias, that is dropped or misapplied changes the step-0 loss; and a few
+//                     targets set to the ignore index -100, which the mean must skip.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "loom/models/gpt/gpt.h"
+#include "reference_driver.h"
+
+namespace {
+
+using namespace loom;
+
+constexpr uint64_t kSeed = 4321;
+constexpr int64_t kSeq = 16;  // tokens per window (= the context)
+
+models::GptConfig gpt2_config() {
+  models::GptConfig c = models::GptConfig::gpt2();
+  c.vocab_size = 96;
+  c.context = kSeq;
+  c.width = 48;
+  c.depth = 2;
+  c.heads = 4;  // head dim 12
+  c.mlp_ratio = 4.0;
+  return c;
+}
+
+models::GptConfig llama_config() {
+  models::GptConfig c = models::GptConfig::llama();
+  c.vocab_size = 128;
+  c.context = kSeq;
+  c.width = 64;
+  c.depth = 2;
+  c.heads = 4;     // head dim 16
+  c.kv_heads = 2;  // GQA: query heads 2g and 2g+1 share kv head g
+  c.rope_theta = 10000.0;
+  return c;  // swiglu_hidden 0: 8/3 * 64 rounded up to a multiple of 64 = 192
+}
+
+// The training setup of configs/gpt_kjv.toml, scaled to 20 steps: AdamW (beta2 0.95, weight
+// decay 0.1), linear warmup then cosine to 0.1 lr, and a gradient-norm clip between the norms
+// of the first steps and the last (about 2.2 -> 1.0 here), so both branches of the clip run.
+reference::TrainSpec train_spec() {
+  reference::TrainSpec spec;
+  spec.steps = 20;
+  spec.adamw = optim::AdamWConfig{3e-3, 0.9, 0.95, 1e-8, 0.1};
+  spec.grad_clip = 1.5;
+  spec.schedule.kind = "cosine";
+  spec.schedule.warmup_steps = 5;
+  spec.schedule.min_lr_ratio = 0.1;
+  return spec;
+}
+
+// Moves every parameter whose elements are all equal (the constant inits) by N(0, 0.3^2).
+void perturb_constant_parameters(const nn::Module& model) {
+  NoGradGuard no_grad;
+  for (const auto& p : model.named_parameters()) {
+    const std::vector<float> v = to_vector(p.tensor);
+    bool constant = true;
+    for (float x : v) constant = constant && x == v[0];
+    if (constant)
+      fill_normal(p.tensor, RngKey{kSeed, "reference.perturb", p.name}, 0, v[0], 0.3f);
+  }
+}
+
+Json config_json(const models::GptConfig& c) {
+  return Json::object({{"style", c.style},
+                       {"vocab_size", c.vocab_size},
+                       {"context", c.context},
+                       {"width", c.width},
+                       {"depth", c.depth},
+                       {"heads", c.heads},
+                       {"kv_heads", c.kv_heads},
+                       {"mlp_ratio", c.mlp_ratio},
+                       {"rope_theta", c.rope_theta},
+                       {"tie_embeddings", c.tie_embeddings},
+                       {"swiglu_hidden", c.swiglu_hidden}});
+}
+
+void write_case(const std::string& out, const std::string& name, const models::GptConfig& c,
+                int64_t batch, bool perturb) {
+  const std::string dir = out + "/" + name;
+  models::Gpt model(c);
+  model.init_parameters(kSeed);
+  if (perturb) perturb_constant_parameters(model);
+
+  // The fixed batch: B windows of T + 1 uniform random tokens; ids are the first T, targets the
+  // last T (lm_trainer.cpp's gather_windows).
+  const int64_t B = batch, T = kSeq;
+  Tensor u = Tensor::empty({B, T + 1});
+  fill_uniform(u, RngKey{kSeed, "reference.tokens", name});
+  const std::vector<float> uv = to_vector(u);
+  std::vector<int64_t> ids, targets;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      auto token = [&](int64_t i) {
+        return std::min<int64_t>(int64_t(uv[size_t(b * (T + 1) + i)] * float(c.vocab_size)),
+                                 c.vocab_size - 1);
+      };
+      ids.push_back(token(t));
+      targets.push_back(token(t + 1));
+    }
+  if (perturb) {
+    // Ignored targets: the first three of window 0 (a prompt) and the last of window 1.
+    for (int64_t t = 0; t < 3; ++t) targets[size_t(t)] = -100;
+    targets[size_t(T + T - 1)] = -100;
+  }
+  Tensor ids_t = from_vector(ids, {B, T}), targets_t = from_vector(targets, {B, T});
+  write_npy(dir + "/ids.npy", ids_t);
+  write_npy(dir + "/targets.npy", targets_t);
+
+  auto loss = [&]() { return model.loss(ids_t, targets_t); };
+
+  Json meta = Json::object({{"model", "gpt"},
+                            {"case", name},
+                            {"seed", kSeed},
+                            {"config", config_json(c)},
+                            {"batch", Json::object({{"ids", "ids.npy"}, {"targets", "targets.npy"}})}});
+  reference::write_reference_case(dir, model, meta, loss, train_spec());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  try {
+    const std::string out = argv[1];
+    struct Case {
+      const char* name;
+      models::GptConfig config;
+      int64_t batch;
+      bool perturb;
+    };
+    const std::vector<Case> cases = {{"gpt2", gpt2_config(), 4, false},
+                                     {"llama", llama_config(), 3, false},
+                                     {"gpt2_perturbed", gpt2_config(), 4, true},
+                                     {"llama_perturbed", llama_config(), 3, true}};
+    Json names = Json::array();
+    for (const Case& k : cases) {
+      std::filesystem::create_directories(out + "/" + k.name);
+      write_case(out, k.name, k.config, k.batch, k.perturb);
+      names.push_back(k.name);
+    }
+    write_json_file(out + "/cases.json", Json::object({{"model", "gpt"}, {"cases", names}}));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reference_gpt_driver: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
