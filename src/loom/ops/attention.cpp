@@ -11,9 +11,11 @@ using detail::backend_of;
 namespace {
 
 // The kernel reads (B, H, S, D) operands through their strides as long as each row of D values
-// is contiguous; only other layouts are copied.
+// is contiguous and rows do not overlap; only other layouts are copied.
 Tensor rows_contiguous(const Tensor& t) {
-  return t.size(3) == 1 || t.stride(3) == 1 ? t : detail::raw_contiguous(t);
+  const bool rows_ok = (t.size(3) == 1 || t.stride(3) == 1) &&
+                       (t.size(2) == 1 || t.stride(2) >= t.size(3));
+  return rows_ok ? t : detail::raw_contiguous(t);
 }
 
 // An uninitialised (B, H, S, D) gradient, stored as (B, S, H, D) when `like` is (heads

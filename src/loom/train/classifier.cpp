@@ -70,6 +70,32 @@ Tensor random_flip(const Tensor& images, uint64_t seed, int64_t step) {
   return from_vector(px, images.shape());
 }
 
+// Moves every image by its own Philox-drawn (dy, dx) in [-max_shift, max_shift], filling the
+// uncovered border with the background value (-1: black in the [-1, 1] data range).
+Tensor random_shift(const Tensor& images, uint64_t seed, int64_t step, int64_t max_shift) {
+  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  Tensor u = Tensor::empty({B, 2});
+  fill_uniform(u, RngKey{seed, "classifier.shift", std::to_string(step)});
+  const std::vector<float> draw = to_vector(u);
+  const std::vector<float> px = to_vector(images);
+  std::vector<float> out(px.size(), -1.0f);
+  const int64_t span = 2 * max_shift + 1;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t dy = std::min(int64_t(draw[size_t(2 * b)] * float(span)), span - 1) - max_shift;
+    const int64_t dx = std::min(int64_t(draw[size_t(2 * b + 1)] * float(span)), span - 1) - max_shift;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < H; ++y) {
+        const int64_t sy = y - dy;
+        if (sy < 0 || sy >= H) continue;
+        for (int64_t x = 0; x < W; ++x) {
+          const int64_t sx = x - dx;
+          if (sx >= 0 && sx < W) out[size_t(((b * C + c) * H + y) * W + x)] = px[size_t(((b * C + c) * H + sy) * W + sx)];
+        }
+      }
+  }
+  return from_vector(out, images.shape());
+}
+
 }  // namespace
 
 double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels) {
@@ -117,7 +143,7 @@ double train_classifier(const ClassifierConfig& c) {
       x = index_select(train.images, 0, index);
       y = index_select(train.labels, 0, index);
     }
-    if (c.augment) x = random_flip(x, c.seed, step);
+    if (c.augment) x = random_shift(random_flip(x, c.seed, step), c.seed, step, 2);
     Tensor loss = cross_entropy(model.forward(x), y);
     backward(loss);
     optim::clip_grad_norm(model.parameters(), 1.0);

@@ -18,7 +18,7 @@ struct ClassifierConfig {
   double weight_decay = 0.05;
   int64_t warmup_steps = 100;
   uint64_t seed = 0;
-  bool augment = true;  // random horizontal flips
+  bool augment = true;  // random horizontal flips and shifts by up to 2 pixels
   std::string resolved_toml;
 };
 

@@ -69,9 +69,11 @@ struct Heads {
   T* row(int64_t b, int64_t h, int64_t s) const { return data + b * sb + h * sh + s * ss; }
 };
 
+// A single position may carry any stride; the tile GEMMs still need a row stride >= D.
 template <typename T>
 Heads<T> heads_of(const Tensor& t) {
-  return {static_cast<T*>(t.data_ptr()), t.stride(0), t.stride(1), t.stride(2)};
+  const int64_t ss = t.size(2) == 1 ? t.size(3) : t.stride(2);
+  return {static_cast<T*>(t.data_ptr()), t.stride(0), t.stride(1), ss};
 }
 
 // f32 rows: a pointer and its row stride.
@@ -338,9 +340,9 @@ void check_same(const Tensor& t, const char* name, const Shape& shape, DType dty
                                  << ", expected " << shape_str(shape);
   LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype " << dtype_name(t.dtype())
                                  << ", expected " << dtype_name(dtype);
-  LOOM_CHECK(t.size(-1) == 1 || t.stride(-1) == 1)
+  LOOM_CHECK((t.size(3) == 1 || t.stride(3) == 1) && (t.size(2) == 1 || t.stride(2) >= t.size(3)))
       << "attention: " << name << " " << shape_str(t.shape())
-      << " must have contiguous rows (last stride 1)";
+      << " must have contiguous, non-overlapping rows (last stride 1, row stride >= D)";
 }
 
 // Validates q/k/v/mask/out/lse and returns the problem dims.
