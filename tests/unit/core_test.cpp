@@ -67,6 +67,17 @@ TEST(Tensor, ReshapeOfAStridedTensorIsAViewWhenItsChunksAllowIt) {
   EXPECT_EQ(k.strides(), (loom::Shape{120, 24, 4, 1}));
 }
 
+TEST(Tensor, EmptyAndZeroDimEdgeCases) {
+  // No rows, long rows (the path that cuts long rows into pieces for threads).
+  Tensor e = loom::add(loom::zeros({0, 8192}), loom::zeros({8192}));
+  EXPECT_EQ(e.shape(), (loom::Shape{0, 8192}));
+  EXPECT_EQ(loom::exp(loom::narrow(loom::zeros({0, 10000}), 1, 0, 9000)).numel(), 0);
+  // The sum of a 0-dim tensor is itself.
+  Tensor s = loom::sum(loom::from_vector(std::vector<float>{3.5f}, {}));
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(loom::item(s), 3.5f);
+}
+
 TEST(Tensor, AsStridedRefusesViewsOutsideTheStorage) {
   Tensor t = loom::zeros({4});
   EXPECT_THROW(t.as_strided({3}, {2}, 0), loom::Error);

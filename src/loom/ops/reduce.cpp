@@ -78,6 +78,7 @@ std::optional<MiddleBlock> middle_block(const Tensor& x, const ReductionPlan& p)
       if (first < 0) first = d;
       last = d;
     }
+  if (first < 0) return std::nullopt;  // nothing reduced (a 0-dim tensor)
   for (int64_t d = first; d <= last; ++d)
     if (!p.reduced[size_t(d)]) return std::nullopt;
   MiddleBlock m{1, 1};

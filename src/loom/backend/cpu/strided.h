@@ -58,7 +58,7 @@ void for_each_row(const StridedLayout<N>& L, int64_t cost_per_element, Fn fn) {
   for (size_t k = 0; k < N; ++k) inner[k] = L.strides[k].back();
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   constexpr int64_t kMinPiece = 4096;  // elements; below this a fork costs more than it saves
-  if (rows < threads && len >= 2 * kMinPiece) {
+  if (rows > 0 && rows < threads && len >= 2 * kMinPiece) {
     const int64_t pieces_per_row = std::min((threads + rows - 1) / rows, len / kMinPiece);
     const int64_t piece = (len + pieces_per_row - 1) / pieces_per_row;
     parallel_for(rows * pieces_per_row, piece * cost_per_element, [&](int64_t begin, int64_t end) {
