@@ -89,7 +89,8 @@ Tensor random_shift(const Tensor& images, uint64_t seed, int64_t step, int64_t m
         if (sy < 0 || sy >= H) continue;
         for (int64_t x = 0; x < W; ++x) {
           const int64_t sx = x - dx;
-          if (sx >= 0 && sx < W) out[size_t(((b * C + c) * H + y) * W + x)] = px[size_t(((b * C + c) * H + sy) * W + sx)];
+          if (sx >= 0 && sx < W)
+            out[size_t(((b * C + c) * H + y) * W + x)] = px[size_t(((b * C + c) * H + sy) * W + sx)];
         }
       }
   }

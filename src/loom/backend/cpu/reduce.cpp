@@ -1,4 +1,5 @@
-// Reductions of contiguous tensors (over the last dim, or over the middle of three), accumulated in f64 for sums (exact enough
+// Reductions of contiguous tensors (over the last dim, or over the middle of three dims),
+// accumulated in f64 for sums (exact enough
 // that reduction order never matters at f32 precision).
 #include <algorithm>
 #include <cmath>
