@@ -1,6 +1,6 @@
 // Reductions of contiguous tensors (over the last dim, or over the middle of three dims),
-// accumulated in f64 for sums (exact enough
-// that reduction order never matters at f32 precision).
+// accumulated in f64 for sums (exact enough that reduction order never matters at f32
+// precision).
 #include <algorithm>
 #include <cmath>
 
