@@ -9,6 +9,7 @@ packages=(
   libbenchmark-dev      # kernel benchmarks
   zlib1g-dev            # gzip-compressed datasets, PNG
   libtomlplusplus-dev   # TOML configs
+  openmpi-bin libopenmpi-dev  # processes across cores and machines (mpirun, MPI)
   dataset-fashion-mnist # the main job's data
   bible-kjv bible-kjv-text  # the text corpus (the `bible` program prints it)
   python3-torch python3-pil # independent references in tests (PyTorch models, PNG decoding)

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "launch.h"
 #include "loom/core/error.h"
+#include "loom/dist/world.h"
+#include "rank_log.h"
 #include "loom/data/bpe.h"
 #include "loom/data/text.h"
 #include "loom/train/classifier.h"
@@ -36,6 +39,9 @@ int usage() {
                "      learn a byte-level BPE tokenizer with N tokens and save it\n"
                "  tokenizer check --tokenizer PATH --input FILE\n"
                "      encode FILE, decode it again and compare (round trip)\n"
+               "  launch -n N [--hostfile FILE] -- COMMAND ARGS...\n"
+               "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
+               "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well\n"
                "  version\n");
   return 2;
 }
@@ -84,6 +90,8 @@ int train(int argc, char** argv) {
     return 0;
   }
   loom::train::Config config = loom::train::load_config(config_path, overrides);
+  loom::dist::init_world({config.parallel.timeout_s});
+  loom::cli::start_rank_logs(config.run_dir());
   if (config.model_kind == "gpt") {
     loom::train::train_gpt(config, resume);
   } else {
@@ -300,21 +308,36 @@ int tokenizer(int argc, char** argv) {
 
 }  // namespace
 
+int run(int argc, char** argv) {
+  const std::string cmd = argv[1];
+  if (cmd == "train") return train(argc - 2, argv + 2);
+  if (cmd == "sample") return sample(argc - 2, argv + 2);
+  if (cmd == "eval") return eval(argc - 2, argv + 2);
+  if (cmd == "tokenizer") return tokenizer(argc - 2, argv + 2);
+  if (cmd == "launch") return loom::cli::launch(argc - 2, argv + 2);
+  if (cmd == "version") {
+    std::printf("loom 0.1.0\n");
+    return 0;
+  }
+  return usage();
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
+  int code = 1;
   try {
-    const std::string cmd = argv[1];
-    if (cmd == "train") return train(argc - 2, argv + 2);
-    if (cmd == "sample") return sample(argc - 2, argv + 2);
-    if (cmd == "eval") return eval(argc - 2, argv + 2);
-    if (cmd == "tokenizer") return tokenizer(argc - 2, argv + 2);
-    if (cmd == "version") {
-      std::printf("loom 0.1.0\n");
-      return 0;
-    }
-    return usage();
+    code = run(argc, argv);
   } catch (const std::exception& e) {
+    if (loom::dist::world_size() > 1) {
+      // The other ranks may be waiting for this one in a collective: end the whole job now.
+      std::fprintf(stderr, "loom: error (rank %d): %s\n", loom::dist::world_rank(), e.what());
+      std::printf("loom: error: %s\n", e.what());  // into this rank's log as well
+      loom::cli::stop_rank_logs();
+      loom::dist::abort_job(1);
+    }
     std::fprintf(stderr, "loom: error: %s\n", e.what());
-    return 1;
   }
+  loom::cli::stop_rank_logs();
+  loom::dist::shutdown_world();
+  return code;
 }

@@ -93,7 +93,7 @@ TEST(DataSampler, RankSplitTilesTheGlobalBatch) {
     for (int64_t r = 0; r < world; ++r) {
       const std::vector<int64_t> mine = ranks[size_t(r)].next_batch();
       ASSERT_EQ(int64_t(mine.size()), batch);
-      for (int64_t i = 0; i < batch; ++i) tiled[size_t(r + i * world)] = mine[size_t(i)];
+      for (int64_t i = 0; i < batch; ++i) tiled[size_t(r * batch + i)] = mine[size_t(i)];
       EXPECT_EQ(ranks[size_t(r)].state(), global.state()) << "rank " << r;
     }
     EXPECT_EQ(tiled, g) << "step " << step;

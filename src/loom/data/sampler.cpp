@@ -44,7 +44,7 @@ std::vector<int64_t> Sampler::next_batch() {
   batch.reserve(size_t(batch_size_));
   const int64_t global = batch_size_ * world_;
   for (int64_t k = 0; k < global; ++k) {
-    if (k % world_ == rank_) batch.push_back(order_[size_t(position_)]);
+    if (k / batch_size_ == rank_) batch.push_back(order_[size_t(position_)]);
     if (++position_ == dataset_size_) {  // crossing into the next epoch mid-batch
       position_ = 0;
       order_ = epoch_order(++epoch_);

@@ -173,6 +173,24 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   s.total_steps = t.steps;
   s.validate();
 
+  auto& p = c.parallel;
+  p.dims.pp = f.get_int("parallel", "pp", p.dims.pp);
+  p.dims.dp_replicate = f.get_int("parallel", "dp_replicate", p.dims.dp_replicate);
+  p.dims.dp_shard = f.get_int("parallel", "dp_shard", p.dims.dp_shard);
+  p.dims.cp = f.get_int("parallel", "cp", p.dims.cp);
+  p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
+  p.data_parallel = f.get_string("parallel", "data_parallel", p.data_parallel);
+  p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
+  p.timeout_s = f.get_double("dist", "timeout_s", p.timeout_s);
+  LOOM_CHECK(p.data_parallel == "ddp")
+      << "config " << path << ": parallel.data_parallel '" << p.data_parallel
+      << "' is not known (expected ddp)";
+  LOOM_CHECK(p.dims.pp == 1 && p.dims.cp == 1 && p.dims.tp == 1)
+      << "config " << path << ": parallel.pp, cp and tp must be 1 (" << p.dims.str()
+      << "): pipeline, context and tensor parallelism are not built yet";
+  LOOM_CHECK(p.bucket_mb > 0 && p.timeout_s > 0)
+      << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
+
   f.check_all_keys_used();
   c.resolved_toml = f.resolved();
   return c;

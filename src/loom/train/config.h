@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "loom/diffusion/flow_matching.h"
+#include "loom/dist/device_mesh.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/optim/adamw.h"
@@ -65,8 +66,18 @@ struct LmSampleConfig {
   double temperature = 0.8;  // 0: greedy
 };
 
+// [parallel]: the mesh degrees and the data-parallel strategy; [dist]: the backend.
+// train.batch_size is the global batch of one micro-step, split evenly over the dp ranks.
+struct ParallelConfig {
+  dist::ParallelDims dims;             // dp_shard = -1: every rank not used by other axes
+  std::string data_parallel = "ddp";   // "ddp"
+  double bucket_mb = 25;               // ddp: gradient bucket size
+  double timeout_s = 600;              // [dist] timeout_s: a collective older than this aborts
+};
+
 struct Config {
   RunConfig run;
+  ParallelConfig parallel;
   std::string model_kind = "dit";  // "dit" or "gpt"; only that kind's keys are accepted
   models::DitConfig dit;
   models::GptConfig gpt;

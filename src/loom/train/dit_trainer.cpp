@@ -17,6 +17,7 @@
 #include "loom/ops/ops.h"
 #include "loom/optim/ema.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/parallel_run.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -83,6 +84,7 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
 void train_dit(const Config& cfg, bool resume) {
   const auto& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
+  ParallelRun par(cfg);
   ImageDataset data = fashion_mnist(cfg.data.path, /*train=*/true);
   LOOM_CHECK(data.images.size(1) == cfg.dit.channels && data.images.size(2) == cfg.dit.image_size)
       << "dataset images " << data.images.shape() << " do not match model.channels "
@@ -95,7 +97,8 @@ void train_dit(const Config& cfg, bool resume) {
   const auto params = model.named_parameters();
   optim::AdamW opt(params, cfg.adamw);
   optim::Ema ema(params, tc.ema_decay);
-  Sampler sampler(data.images.size(0), tc.batch_size, cfg.run.seed);
+  Sampler sampler(data.images.size(0), par.local_batch(), cfg.run.seed, /*shuffle=*/true,
+                  par.dp_rank(), par.dp_size());
 
   int64_t start_step = 0;
   if (resume) {
@@ -115,13 +118,17 @@ void train_dit(const Config& cfg, bool resume) {
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
+  par.attach(params);
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
   // not overwrite the config of the run it refused.
-  fs::create_directories(run_dir);
-  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
-  std::printf("dit: %lld parameters, %lld tokens per image, batch %lld x %lld, %d threads\n",
+  if (par.main()) {
+    fs::create_directories(run_dir);
+    write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+  }
+  std::printf("dit: %lld parameters, %lld tokens per image, batch %lld x %lld, %d threads, %s\n",
               (long long)model.num_parameters(), (long long)cfg.dit.tokens(),
-              (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads());
+              (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
+              par.describe().c_str());
 
   // Batches are gathered on a background thread so the step never waits for data.
   Prefetcher<Batch> prefetch([&] {
@@ -146,7 +153,7 @@ void train_dit(const Config& cfg, bool resume) {
     return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
   };
 
-  Progress progress(run_dir + "/metrics.jsonl", tc.steps, "img", tc.batch_size * tc.grad_accum,
+  Progress progress(par.main() ? run_dir + "/metrics.jsonl" : "", tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
   diffusion::VelocityFn velocity = velocity_of(model);
   Sampler::State position = sampler.state();
@@ -156,12 +163,21 @@ void train_dit(const Config& cfg, bool resume) {
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       Batch b = prefetch.next();
       position = b.next;
+      // This rank's samples are entries dp_rank * local_batch.. of the micro-batch.
+      const int64_t first = micro * tc.batch_size + par.dp_rank() * par.local_batch();
       Tensor loss = diffusion::flow_matching_loss(velocity, b.images, b.labels, cfg.flow,
-                                                  cfg.run.seed, step, micro * tc.batch_size);
+                                                  cfg.run.seed, step, first);
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
+      par.begin_micro_step(micro, tc.grad_accum);
       backward(loss);
       loss_sum += double(item(loss));
     }
+    par.finish_gradients();
+    // The loss over the global batch, and whether any rank ran out of time (all must agree).
+    const bool local_out_of_time =
+        tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    const std::vector<double> agreed = par.sum_over_dp({loss_sum, local_out_of_time ? 1.0 : 0.0});
+    loss_sum = agreed[0] / double(par.dp_size());
     const double grad_norm = optim::clip_grad_norm(model.parameters(), tc.grad_clip);
     const double lr = cfg.schedule.lr_at(step);
     opt.step(lr);
@@ -176,11 +192,10 @@ void train_dit(const Config& cfg, bool resume) {
     if ((step + 1) % tc.log_every == 0 || last || step == start_step) {
       progress.log(step, loss_sum, lr, Json::object({{"grad_norm", grad_norm}}));
     }
-    const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      const std::string dir = save(step + 1, position);
-      std::printf("checkpoint %s\n", dir.c_str());
+      if (par.main()) std::printf("checkpoint %s\n", save(step + 1, position).c_str());
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
@@ -195,6 +210,7 @@ void train_dit(const Config& cfg, bool resume) {
       double((step - start_step) * tc.batch_size * tc.grad_accum) / std::max(train_seconds, 1e-9);
   std::printf("trained %lld steps in %s (%.1f images/s)\n", (long long)(step - start_step),
               format_duration(train_seconds).c_str(), images_per_second);
+  if (!par.main()) return;  // samples and evaluation: the main rank alone
 
   // Samples from the EMA weights: one row per class.
   models::Dit ema_model(cfg.dit);

@@ -18,6 +18,7 @@
 #include "loom/models/gpt/gpt.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/parallel_run.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -154,6 +155,23 @@ LmEvalResult evaluate(const models::Gpt& model, const LmTokenizer& tok,
   return r;
 }
 
+// evaluate() with the windows split over the data-parallel ranks and the sums combined.
+LmEvalResult evaluate_over_dp(const ParallelRun& par, const models::Gpt& model,
+                              const LmTokenizer& tok, const std::vector<int32_t>& tokens,
+                              const std::vector<int64_t>& starts, int64_t batch) {
+  const size_t n = starts.size(), P = size_t(par.dp_size()), r = size_t(par.dp_rank());
+  const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
+                                  starts.begin() + ptrdiff_t((r + 1) * n / P));
+  LmEvalResult result = evaluate(model, tok, tokens, mine, batch);
+  const std::vector<double> total =
+      par.sum_over_dp({result.nats, double(result.tokens), double(result.bytes)});
+  result.nats = total[0];
+  result.tokens = int64_t(total[1]);
+  result.bytes = int64_t(total[2]);
+  result.windows = int64_t(n);
+  return result;
+}
+
 Json eval_json(const LmEvalResult& r) {
   return Json::object({{"nats_per_token", r.nats_per_token()},
                        {"nats_per_byte", r.nats_per_byte()},
@@ -252,6 +270,8 @@ void train_gpt(const Config& cfg, bool resume) {
   const auto& tc = cfg.train;
   const int64_t B = tc.batch_size, T = cfg.gpt.context;
   const std::string run_dir = cfg.run_dir();
+  ParallelRun par(cfg);
+  const int64_t local_B = par.local_batch();
 
   // Everything that can fail on bad input is read before the run directory is touched.
   const LmTokenizer tok = load_tokenizer(cfg, "");
@@ -278,14 +298,17 @@ void train_gpt(const Config& cfg, bool resume) {
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
+  par.attach(model.named_parameters());
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
   // not overwrite the config of the run it refused.
-  fs::create_directories(run_dir);
-  write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
-  if (!tok.bytes) tok.bpe.save(run_dir + "/tokenizer.bpe");
-  std::printf("gpt (%s): %lld parameters, context %lld, batch %lld x %lld, %d threads\n",
+  if (par.main()) {
+    fs::create_directories(run_dir);
+    write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+    if (!tok.bytes) tok.bpe.save(run_dir + "/tokenizer.bpe");
+  }
+  std::printf("gpt (%s): %lld parameters, context %lld, batch %lld x %lld, %d threads, %s\n",
               cfg.gpt.style.c_str(), (long long)model.num_parameters(), (long long)T, (long long)B,
-              (long long)tc.grad_accum, omp_get_max_threads());
+              (long long)tc.grad_accum, omp_get_max_threads(), par.describe().c_str());
   std::printf("data: %s, %s tokens, %zu train / %zu held-out\n", data.source.c_str(),
               tok.bytes ? "byte" : "BPE", data.train.size(), data.val.size());
 
@@ -295,9 +318,11 @@ void train_gpt(const Config& cfg, bool resume) {
   Prefetcher<Batch> prefetch([&] {
     const uint64_t key =
         RngKey{cfg.run.seed, "lm.windows", "step " + std::to_string(next_step)}.hash();
-    std::vector<int64_t> starts(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b)
-      starts[size_t(b)] = window_start(key, next_micro * B + b, n_train, T);
+    // This rank's windows are entries dp_rank * local_B.. of the micro-batch's B.
+    std::vector<int64_t> starts(static_cast<size_t>(local_B));
+    const int64_t first = next_micro * B + par.dp_rank() * local_B;
+    for (int64_t b = 0; b < local_B; ++b)
+      starts[size_t(b)] = window_start(key, first + b, n_train, T);
     if (++next_micro == tc.grad_accum) {
       next_micro = 0;
       ++next_step;
@@ -318,7 +343,7 @@ void train_gpt(const Config& cfg, bool resume) {
 
   const std::vector<int64_t> periodic_windows =
       eval_window_starts(int64_t(data.val.size()), T, cfg.eval.windows);
-  Progress progress(run_dir + "/metrics.jsonl", tc.steps, "tok", B * T * tc.grad_accum,
+  Progress progress(par.main() ? run_dir + "/metrics.jsonl" : "", tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
@@ -329,9 +354,16 @@ void train_gpt(const Config& cfg, bool resume) {
       Batch b = prefetch.next();
       Tensor loss = model.loss(b.ids, b.targets);
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
+      par.begin_micro_step(micro, tc.grad_accum);
       backward(loss);
       loss_sum += double(item(loss));
     }
+    par.finish_gradients();
+    // The loss over the global batch, and whether any rank ran out of time (all must agree).
+    const bool local_out_of_time =
+        tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    const std::vector<double> agreed = par.sum_over_dp({loss_sum, local_out_of_time ? 1.0 : 0.0});
+    loss_sum = agreed[0] / double(par.dp_size());
     const double grad_norm = optim::clip_grad_norm(model.parameters(), tc.grad_clip);
     const double lr = cfg.schedule.lr_at(step);
     opt.step(lr);
@@ -343,18 +375,17 @@ void train_gpt(const Config& cfg, bool resume) {
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     if (eval_now) {
       const auto t0 = Clock::now();
-      const LmEvalResult r = evaluate(model, tok, data.val, periodic_windows, B);
+      const LmEvalResult r = evaluate_over_dp(par, model, tok, data.val, periodic_windows, B);
       extra.set("val", eval_json(r));
       std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1),
                   eval_line(r).c_str(), seconds_since(t0));
     }
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || eval_now)
       progress.log(step, loss_sum, lr, extra);
-    const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      const std::string dir = save(step + 1);
-      std::printf("checkpoint %s\n", dir.c_str());
+      if (par.main()) std::printf("checkpoint %s\n", save(step + 1).c_str());
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
@@ -371,8 +402,9 @@ void train_gpt(const Config& cfg, bool resume) {
 
   // The final held-out loss, over the whole held-out split.
   const auto t0 = Clock::now();
-  const LmEvalResult r =
-      evaluate(model, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
+  const LmEvalResult r = evaluate_over_dp(
+      par, model, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
+  if (!par.main()) return;  // the report, the file and the text sample: the main rank alone
   Json result = eval_json(r);
   result.set("step", Json(step));
   result.set("source", Json(data.source));

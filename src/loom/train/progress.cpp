@@ -23,8 +23,10 @@ std::string format_duration(double s) {
 Progress::Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
                    int64_t items_per_step, bool append)
     : total_steps_(total_steps), items_per_step_(items_per_step), unit_(unit) {
-  metrics_ = std::fopen(metrics_path.c_str(), append ? "a" : "w");
-  LOOM_CHECK(metrics_) << "cannot open " << metrics_path << " for writing";
+  if (!metrics_path.empty()) {
+    metrics_ = std::fopen(metrics_path.c_str(), append ? "a" : "w");
+    LOOM_CHECK(metrics_) << "cannot open " << metrics_path << " for writing";
+  }
   start_ = last_time_ = std::chrono::steady_clock::now();
 }
 
@@ -55,8 +57,10 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   metrics.set("elapsed_s", Json(elapsed_seconds()));
   metrics.set("mem_live_bytes", Json(mem.live_total));
   metrics.set("mem_peak_bytes", Json(mem.peak_total));
-  std::fprintf(metrics_, "%s\n", metrics.dump().c_str());
-  std::fflush(metrics_);
+  if (metrics_) {
+    std::fprintf(metrics_, "%s\n", metrics.dump().c_str());
+    std::fflush(metrics_);
+  }
   const double eta = step_time * double(total_steps_ - step - 1);
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s | %s elapsed | ETA %s | mem %.0f MB\n",
               (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_, format_duration(elapsed_seconds()).c_str(),

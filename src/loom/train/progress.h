@@ -10,7 +10,8 @@ namespace loom::train {
 
 class Progress {
  public:
-  // unit: "img" or "tok"; items_per_step: images or tokens consumed per optimizer step.
+  // metrics_path "": console only (ranks other than the main one). unit: "img" or "tok";
+  // items_per_step: images or tokens consumed per optimizer step.
   Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
            int64_t items_per_step, bool append);
   ~Progress();

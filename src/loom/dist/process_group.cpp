@@ -1,0 +1,129 @@
+#include "loom/dist/process_group.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "loom/core/error.h"
+
+namespace loom::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+ProcessGroup::ProcessGroup(std::string name, int rank, std::vector<int> world_ranks)
+    : name_(std::move(name)), rank_(rank), world_ranks_(std::move(world_ranks)) {
+  LOOM_CHECK(rank_ >= 0 && rank_ < int(world_ranks_.size()))
+      << "process group " << name_ << ": rank " << rank_ << " of " << world_ranks_.size();
+}
+
+std::string ProcessGroup::describe() const {
+  std::ostringstream s;
+  s << name_ << " (world ranks ";
+  for (size_t i = 0; i < world_ranks_.size(); ++i) s << (i ? ", " : "") << world_ranks_[i];
+  s << ")";
+  return s.str();
+}
+
+void ProcessGroup::check_tensor(const Tensor& t, const char* what) const {
+  LOOM_CHECK(t.defined()) << what << " on group " << name_ << ": undefined tensor";
+  LOOM_CHECK(t.device().type == DeviceType::CPU) << what << " on group " << name_
+                                  << ": the MPI backend takes CPU tensors";
+  LOOM_CHECK(t.is_contiguous()) << what << " on group " << name_ << ": tensor of shape "
+                                << t.shape() << " is not contiguous";
+  const DType d = t.dtype();
+  LOOM_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::I64)
+      << what << " on group " << name_ << ": dtype " << dtype_name(d)
+      << " (expected f32, bf16 or i64)";
+}
+
+void ProcessGroup::check_peer(int peer, const char* what) const {
+  LOOM_CHECK(peer >= 0 && peer < size())
+      << what << " on group " << name_ << ": peer " << peer << " is not a member (size "
+      << size() << ")";
+}
+
+void ProcessGroup::check_chunked(const Tensor& whole, const Tensor& chunk, const char* what) const {
+  check_tensor(whole, what);
+  check_tensor(chunk, what);
+  LOOM_CHECK(whole.dtype() == chunk.dtype())
+      << what << " on group " << name_ << ": dtypes " << dtype_name(whole.dtype()) << " and "
+      << dtype_name(chunk.dtype()) << " differ";
+  LOOM_CHECK(whole.numel() == chunk.numel() * size())
+      << what << " on group " << name_ << ": " << whole.numel() << " elements are not "
+      << size() << " chunks of " << chunk.numel();
+}
+
+namespace {
+
+void copy_bytes(const Tensor& from, const Tensor& to) {
+  if (from.data_ptr() != to.data_ptr()) std::memcpy(to.data_ptr(), from.data_ptr(), from.nbytes());
+}
+
+}  // namespace
+
+SingleProcessGroup::SingleProcessGroup(std::string name, int world_rank)
+    : ProcessGroup(std::move(name), 0, {world_rank}) {}
+
+WorkPtr SingleProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor(t, "all_reduce");
+  LOOM_CHECK(!(op == ReduceOp::Avg && t.dtype() == DType::I64))
+      << "all_reduce on group " << name() << ": avg of i64 is not defined";
+  return finished_work("all_reduce");
+}
+
+WorkPtr SingleProcessGroup::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  check_chunked(in, out, "reduce_scatter");
+  copy_bytes(in, out);
+  return finished_work("reduce_scatter");
+}
+
+WorkPtr SingleProcessGroup::all_gather(const Tensor& in, const Tensor& out) {
+  check_chunked(out, in, "all_gather");
+  copy_bytes(in, out);
+  return finished_work("all_gather");
+}
+
+WorkPtr SingleProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor(t, "broadcast");
+  check_peer(root, "broadcast");
+  return finished_work("broadcast");
+}
+
+WorkPtr SingleProcessGroup::all_to_all(const Tensor& in, const Tensor& out) {
+  check_chunked(in, out, "all_to_all");
+  copy_bytes(in, out);
+  return finished_work("all_to_all");
+}
+
+WorkPtr SingleProcessGroup::all_to_all_v(const Tensor& in, const std::vector<int64_t>& in_counts,
+                                         const Tensor& out, const std::vector<int64_t>& out_counts) {
+  check_tensor(in, "all_to_all_v");
+  check_tensor(out, "all_to_all_v");
+  LOOM_CHECK(in_counts.size() == 1 && out_counts.size() == 1 && in_counts[0] == out_counts[0] &&
+             in_counts[0] <= in.numel() && out_counts[0] <= out.numel())
+      << "all_to_all_v on group " << name() << ": counts do not match the tensors";
+  std::memcpy(out.data_ptr(), in.data_ptr(), size_t(in_counts[0]) * dtype_size(in.dtype()));
+  return finished_work("all_to_all_v");
+}
+
+WorkPtr SingleProcessGroup::send(const Tensor& t, int dst, int tag) {
+  LOOM_FAIL() << "send on group " << name() << ": a single-process group has no peer";
+}
+
+WorkPtr SingleProcessGroup::recv(const Tensor& t, int src, int tag) {
+  LOOM_FAIL() << "recv on group " << name() << ": a single-process group has no peer";
+}
+
+WorkPtr SingleProcessGroup::barrier() { return finished_work("barrier"); }
+
+std::shared_ptr<ProcessGroup> SingleProcessGroup::split(int color, int key, const std::string& name) {
+  return std::make_shared<SingleProcessGroup>(name, world_ranks()[0]);
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,82 @@
+"""Compares two Loom runs: the loss at every logged step (metrics.jsonl) and the final model
+weights (the newest checkpoint's model.safetensors), each to a relative tolerance.
+
+Usage: compare_runs.py RUN_DIR_A RUN_DIR_B RTOL
+Prints the largest differences; exits 1 if any exceeds RTOL (or the runs do not line up).
+
+One part of the weights is left out of the check and only reported: the key bias of attention
+(the middle third of each attn.qkv.bias; the test configs use as many key as query heads).
+Softmax does not change when the same amount is added to every score of a query, so the exact
+gradient of the key bias is zero and what reaches it is rounding noise, which Adam scales up to
+steps of about the learning rate: its values are noise in any run, not a parity signal."""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+
+def losses(run):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        return {m["step"]: float(m["loss"]) for m in map(json.loads, f)}
+
+
+def newest_checkpoint(run):
+    steps = sorted(d for d in os.listdir(run) if d.startswith("step-"))
+    if not steps:
+        sys.exit(f"no checkpoint in {run}")
+    return os.path.join(run, steps[-1])
+
+
+def read_safetensors(path):
+    """The safetensors format read from its specification: u64 header length, JSON header,
+    then the raw little-endian data."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    dtypes = {"F32": np.float32, "I64": np.int64, "BF16": np.uint16}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        out[name] = np.frombuffer(data[lo:hi], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def main():
+    a, b, rtol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    la, lb = losses(a), losses(b)
+    if sorted(la) != sorted(lb):
+        sys.exit(f"logged steps differ: {sorted(la)} vs {sorted(lb)}")
+    worst_loss = max(abs(la[s] - lb[s]) / max(abs(la[s]), 1e-12) for s in la)
+    ca, cb = newest_checkpoint(a), newest_checkpoint(b)
+    if os.path.basename(ca) != os.path.basename(cb):
+        sys.exit(f"final checkpoints differ: {ca} vs {cb}")
+    wa = read_safetensors(os.path.join(ca, "model.safetensors"))
+    wb = read_safetensors(os.path.join(cb, "model.safetensors"))
+    if sorted(wa) != sorted(wb):
+        sys.exit("the checkpoints hold different tensors")
+    worst_w, worst_name, key_bias = 0.0, "", 0.0
+    for name in wa:
+        x, y = wa[name].astype(np.float64), wb[name].astype(np.float64)
+        if name.endswith("attn.qkv.bias"):
+            n = x.size // 3
+            key_bias = max(key_bias, np.abs(x[n:2 * n] - y[n:2 * n]).max())
+            x, y = np.delete(x, np.s_[n:2 * n]), np.delete(y, np.s_[n:2 * n])
+        scale = max(np.abs(x).max(), 1e-12)
+        d = np.abs(x - y).max() / scale
+        if d > worst_w:
+            worst_w, worst_name = d, name
+    print(f"{len(la)} steps: max relative loss difference {worst_loss:.2e}; "
+          f"final weights ({len(wa)} tensors): max difference / tensor max {worst_w:.2e} ({worst_name}); "
+          f"key bias (noise, not checked): max difference {key_bias:.1e}")
+    if worst_loss > rtol or worst_w > rtol:
+        print(f"FAIL: above {rtol}")
+        sys.exit(1)
+
+
+main()
