@@ -4,8 +4,10 @@ weights (the newest checkpoint's model.safetensors), each to a relative toleranc
 Usage: compare_runs.py RUN_DIR_A RUN_DIR_B RTOL
 Prints the largest differences; exits 1 if any exceeds RTOL (or the runs do not line up).
 
+The optimizer state (optimizer.safetensors: AdamW moments) is compared the same way.
 One part of the weights is left out of the check and only reported: the key bias of attention
-(the middle third of each attn.qkv.bias; the test configs use as many key as query heads).
+(the middle third of each attn.qkv.bias and of its moments; the test configs use as many key as
+query heads).
 Softmax does not change when the same amount is added to every score of a query, so the exact
 gradient of the key bias is zero and what reaches it is rounding noise, which Adam scales up to
 steps of about the learning rate: its values are noise in any run, not a parity signal."""
@@ -56,24 +58,25 @@ def main():
     ca, cb = newest_checkpoint(a), newest_checkpoint(b)
     if os.path.basename(ca) != os.path.basename(cb):
         sys.exit(f"final checkpoints differ: {ca} vs {cb}")
-    wa = read_safetensors(os.path.join(ca, "model.safetensors"))
-    wb = read_safetensors(os.path.join(cb, "model.safetensors"))
-    if sorted(wa) != sorted(wb):
-        sys.exit("the checkpoints hold different tensors")
-    worst_w, worst_name, key_bias = 0.0, "", 0.0
-    for name in wa:
-        x, y = wa[name].astype(np.float64), wb[name].astype(np.float64)
-        if name.endswith("attn.qkv.bias"):
-            n = x.size // 3
-            key_bias = max(key_bias, np.abs(x[n:2 * n] - y[n:2 * n]).max())
-            x, y = np.delete(x, np.s_[n:2 * n]), np.delete(y, np.s_[n:2 * n])
-        scale = max(np.abs(x).max(), 1e-12)
-        d = np.abs(x - y).max() / scale
-        if d > worst_w:
-            worst_w, worst_name = d, name
+    worst_w, worst_name, key_bias, count = 0.0, "", 0.0, 0
+    for part in ("model", "optimizer"):
+        wa = read_safetensors(os.path.join(ca, part + ".safetensors"))
+        wb = read_safetensors(os.path.join(cb, part + ".safetensors"))
+        if sorted(wa) != sorted(wb):
+            sys.exit(f"the {part} files hold different tensors")
+        count += len(wa)
+        for name in wa:
+            x, y = wa[name].astype(np.float64).ravel(), wb[name].astype(np.float64).ravel()
+            if "attn.qkv.bias" in name:
+                n = x.size // 3
+                key_bias = max(key_bias, np.abs(x[n:2 * n] - y[n:2 * n]).max())
+                x, y = np.delete(x, np.s_[n:2 * n]), np.delete(y, np.s_[n:2 * n])
+            d = np.abs(x - y).max() / max(np.abs(x).max(), 1e-12)
+            if d > worst_w:
+                worst_w, worst_name = d, f"{part}: {name}"
     print(f"{len(la)} steps: max relative loss difference {worst_loss:.2e}; "
-          f"final weights ({len(wa)} tensors): max difference / tensor max {worst_w:.2e} ({worst_name}); "
-          f"key bias (noise, not checked): max difference {key_bias:.1e}")
+          f"final weights and optimizer state ({count} tensors): max difference / tensor max "
+          f"{worst_w:.2e} ({worst_name}); key bias (noise, not checked): max difference {key_bias:.1e}")
     if worst_loss > rtol or worst_w > rtol:
         print(f"FAIL: above {rtol}")
         sys.exit(1)

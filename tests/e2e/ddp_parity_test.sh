@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Data parallelism changes nothing but speed: the tiny DiT and GPT configs (depth 2), 20 steps,
-# on 1 process vs 2 and 4 processes with DDP, and 2 processes with gradient accumulation, all
-# at the same global batch: the loss at every step and the final weights agree to 1e-5
-# relative (not bitwise: the all-reduce sums the ranks' gradients in another order than the
-# single process's batch reduction).
-# Also: rank-0-only console, per-rank logs, `loom launch`, and a batch that does not split.
+# Data parallelism changes nothing but speed and memory: the tiny DiT and GPT configs (depth 2),
+# 20 steps, on 1 process vs DDP (2 and 4 processes, and with gradient accumulation), ZeRO-1,
+# ZeRO-2 and HSDP (2 replicas x 2 shards), all at the same global batch: the loss at every step,
+# the final weights and the optimizer state agree to 1e-5 relative (not bitwise: the ranks'
+# gradients are summed in another order than the single process's batch reduction).
+# Resharding: a ZeRO-2 run on 4 processes stopped at step 10 and resumed by DDP on 2 processes
+# ends where the uninterrupted 1-process run ends.
+# Also: rank-0-only console, per-rank logs, `loom launch`, bad layouts.
 # Usage: ddp_parity_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -22,18 +24,35 @@ for model in dit gpt; do
   "$loom" train "$cfg" "${common[@]}" --set run.out_dir="$work/$model-np1" > "$work/$model-np1.log" 2>&1 ||
     fail "$model: single-process run failed"
   run_dir=$work/$model-np1/tiny_$model
-  for layout in np2 np4 np2-accum; do
+  for layout in np2 np4 np2-accum zero1-np2 zero2-np4 zero2-np2-accum hsdp-np4; do
     out=$work/$model-$layout
+    extra=()
     case $layout in
-      np2) args=(-np 2) extra=() ;;
-      np4) args=(-np 4) extra=() ;;
-      np2-accum) args=(-np 2) extra=(--set train.batch_size=4 --set train.grad_accum=2) ;;
+      *np2*) np=2 ;;
+      *np4*) np=4 ;;
     esac
-    "$mpirun" --oversubscribe "${args[@]}" "$loom" train "$cfg" "${common[@]}" "${extra[@]}" \
+    case $layout in
+      zero1*) extra+=(--set parallel.data_parallel=zero1) ;;
+      zero2*) extra+=(--set parallel.data_parallel=zero2) ;;
+      hsdp*) extra+=(--set parallel.data_parallel=zero2 --set parallel.dp_replicate=2) ;;
+    esac
+    case $layout in
+      *accum) extra+=(--set train.batch_size=4 --set train.grad_accum=2) ;;
+    esac
+    "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" \
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; cat "$out.log"; continue; }
     echo -n "$model $layout vs 1 process: "
     /usr/bin/python3 "$here/compare_runs.py" "$run_dir" "$out/tiny_$model" 1e-5 || fail "$model $layout: not equal to 1 process"
   done
+  # Save under one layout, resume under another.
+  out=$work/$model-reshard
+  "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" --set train.stop_after=10 \
+    --set parallel.data_parallel=zero2 --set run.out_dir="$out" > "$out-a.log" 2>&1 || fail "$model reshard: first half failed"
+  "$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" --resume \
+    --set run.out_dir="$out" > "$out-b.log" 2>&1 || fail "$model reshard: second half failed"
+  grep -q "resumed from .*step-000010 at step 10" "$out-b.log" || fail "$model reshard: did not resume at step 10"
+  echo -n "$model zero2 x4 to step 10, then ddp x2 to 20, vs 1 process: "
+  /usr/bin/python3 "$here/compare_runs.py" "$run_dir" "$out/tiny_$model" 1e-5 || fail "$model reshard: differs"
 done
 
 # Console from rank 0 only; every rank has its log.

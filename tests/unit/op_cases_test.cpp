@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "loom/ops/conv.h"
 #include "op_harness.h"
 
 using harness::F;
@@ -24,6 +25,7 @@ const char* kRequiredOps[] = {
     "transpose", "narrow", "expand", "contiguous", "cat", "split", "stack", "index_select",
     "gather", "scatter_add", "embedding", "layer_norm", "rms_norm", "gelu", "silu", "swiglu",
     "softmax", "log_softmax", "cross_entropy", "mse", "rope", "modulate", "attention",
+    "conv2d",
 };
 
 std::vector<int64_t> as_ints(const R& r) { return std::vector<int64_t>(r.v.begin(), r.v.end()); }
@@ -285,6 +287,36 @@ void register_transformer_ops() {
                         return loom::rope(x[0], pos, 10000.0);
                       },
                       [](const RV& x) { return ref::rope(x[0], {7, 8, 9, 10, 11}, 10000.0); }}});
+  // conv2d: a direct float64 convolution (zero padding, channels last) as the reference.
+  auto conv_ref = [](const RV& x, int64_t k, bool has_bias) {
+    const R& in = x[0];
+    const int64_t B = in.size(0), H = in.size(1), W = in.size(2), C = in.size(3);
+    const int64_t Co = x[1].size(0), r = k / 2;
+    R o = ref::zeros({B, H, W, Co});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t xx = 0; xx < W; ++xx)
+          for (int64_t co = 0; co < Co; ++co) {
+            double acc = has_bias ? x[2].v[size_t(co)] : 0.0;
+            for (int64_t dy = -r; dy <= r; ++dy)
+              for (int64_t dx = -r; dx <= r; ++dx) {
+                const int64_t sy = y + dy, sx = xx + dx;
+                if (sy < 0 || sy >= H || sx < 0 || sx >= W) continue;
+                for (int64_t c = 0; c < C; ++c)
+                  acc += in.v[size_t(((b * H + sy) * W + sx) * C + c)] *
+                         x[1].v[size_t(co * k * k * C + ((dy + r) * k + (dx + r)) * C + c)];
+              }
+            o.v[size_t(((b * H + y) * W + xx) * Co + co)] = acc;
+          }
+    return o;
+  };
+  harness::register_op(
+      "conv2d", {OpCase{"3x3, (2,5,4,3) -> 4 channels", {F({2, 5, 4, 3}), F({4, 27}), F({4})},
+                        [](const TV& x) { return loom::conv2d(x[0], x[1], x[2], 3); },
+                        [conv_ref](const RV& x) { return conv_ref(x, 3, true); }},
+                 OpCase{"5x5 without bias, (1,3,6,2) -> 3", {F({1, 3, 6, 2}), F({3, 50})},
+                        [](const TV& x) { return loom::conv2d(x[0], x[1], Tensor(), 5); },
+                        [conv_ref](const RV& x) { return conv_ref(x, 5, false); }}});
   harness::register_op(
       "modulate", {OpCase{"(2,5,6)", {F({2, 5, 6}), F({2, 6}), F({2, 6})},
                           [](const TV& x) { return loom::modulate(x[0], x[1], x[2]); },

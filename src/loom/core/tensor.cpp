@@ -99,6 +99,16 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offs
   return Tensor(std::move(impl));
 }
 
+void Tensor::rebind_storage(const Tensor& view) const {
+  LOOM_CHECK(is_leaf()) << "rebind_storage: only leaf tensors move to another storage";
+  LOOM_CHECK(view.shape() == shape() && view.dtype() == dtype())
+      << "rebind_storage: view of shape " << view.shape() << " " << dtype_name(view.dtype())
+      << " for a tensor of shape " << shape() << " " << dtype_name(dtype());
+  impl_->storage = view.impl().storage;
+  impl_->strides = view.impl().strides;
+  impl_->offset = view.impl().offset;
+}
+
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = this->impl().storage;

@@ -113,6 +113,9 @@ class Tensor {
   Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
   // Same storage and geometry, cut from the graph.
   Tensor detach() const;
+  // Makes this tensor (a leaf) use `view`'s storage and geometry from now on, keeping its
+  // identity and autograd metadata: how a parameter moves into a flat buffer (FSDP/ZeRO).
+  void rebind_storage(const Tensor& view) const;
 
   // --- autograd metadata (the engine lives in autograd/) ---
   bool requires_grad() const { return impl().requires_grad; }

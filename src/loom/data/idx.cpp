@@ -124,11 +124,12 @@ ImageDataset load_idx(const std::string& images_path, const std::string& labels_
 
   ImageDataset ds;
   ds.num_classes = num_classes;
-  ds.images = Tensor::empty({int64_t(n), 1, int64_t(h), int64_t(w)}, DType::F32);  // (N, 1, H, W)
+  ds.images = Tensor::empty({int64_t(n), 1, int64_t(h), int64_t(w)}, DType::F32, cpu_device(),
+                            MemCategory::Other);  // (N, 1, H, W): data, not activations
   float* img = ds.images.data<float>();
   for (size_t i = 0; i < pixels.size(); ++i) img[i] = float(pixels[i]) / 127.5f - 1.0f;
 
-  ds.labels = Tensor::empty({int64_t(n)}, DType::I64);  // (N)
+  ds.labels = Tensor::empty({int64_t(n)}, DType::I64, cpu_device(), MemCategory::Other);  // (N)
   int64_t* lab = ds.labels.data<int64_t>();
   for (size_t i = 0; i < label_bytes.size(); ++i) {
     LOOM_CHECK(label_bytes[i] < num_classes)

@@ -397,9 +397,13 @@ class MpiGroup final : public ProcessGroup {
     const int n = mpi_count(in.numel(), "all_gather");
     const MPI_Datatype type = mpi_type(in.dtype());
     MPI_Comm comm = comm_;
+    // `in` may be this rank's chunk of `out` (an in-place gather, as ZeRO does).
+    const bool in_place =
+        in.data_ptr() == static_cast<char*>(out.data_ptr()) + size_t(rank()) * in.nbytes();
     o->start = [=](std::vector<MPI_Request>& r) {
       r.resize(1);
-      MPI_Iallgather(in.data_ptr(), n, type, out.data_ptr(), n, type, comm, &r[0]);
+      MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, type, out.data_ptr(), n, type,
+                     comm, &r[0]);
     };
     return g_thread->submit(std::move(o));
   }

@@ -38,7 +38,7 @@ class ProcessGroup {
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op) = 0;
   // in: size() equal chunks along its flat order; member r receives the reduction of chunk r.
   virtual WorkPtr reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
-  // out: size() chunks, chunk r = member r's in.
+  // out: size() chunks, chunk r = member r's in (which may be this member's chunk of out).
   virtual WorkPtr all_gather(const Tensor& in, const Tensor& out) = 0;
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
   // in and out: size() equal chunks; chunk r of in goes to member r, whose chunk (my rank) of

@@ -1,5 +1,7 @@
 #include "loom/nn/layers.h"
 
+#include "loom/ops/conv.h"
+
 #include "loom/ops/ops.h"
 
 namespace loom::nn {
@@ -11,6 +13,16 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Init init, Init bias_init
 }
 
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k) : kernel(k) {
+  LOOM_CHECK(in > 0 && out > 0 && k > 0 && k % 2 == 1)
+      << "Conv2d: channels must be positive and the kernel odd, got " << in << " -> " << out
+      << ", kernel " << k;
+  weight = register_parameter("weight", {out, k * k * in}, Init::xavier_uniform());
+  bias = register_parameter("bias", {out}, Init::zeros(), /*weight_decay=*/false);
+}
+
+Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, kernel); }
 
 Embedding::Embedding(int64_t num, int64_t dim, Init init) {
   weight = register_parameter("weight", {num, dim}, init, /*weight_decay=*/false);

@@ -12,6 +12,15 @@ class Linear : public Module {
   Tensor weight, bias;                    // (out, in), (out) or undefined
 };
 
+// Channels-last 2-D convolution, stride 1, "same" zero padding (ops/conv.h).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel);
+  Tensor forward(const Tensor& x) const;  // (B, H, W, in) -> (B, H, W, out)
+  Tensor weight, bias;                    // (out, kernel * kernel * in), (out)
+  int64_t kernel;
+};
+
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Init init = Init::normal(0.02f));

@@ -7,16 +7,41 @@
 
 namespace loom::optim {
 
-AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : config_(config) {
+namespace {
+void check_config(const AdamWConfig& config) {
   LOOM_CHECK(config.lr >= 0 && config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 &&
              config.beta2 < 1 && config.eps > 0 && config.weight_decay >= 0)
       << "adamw: bad hyper-parameters (lr " << config.lr << ", betas " << config.beta1 << ", "
       << config.beta2 << ", eps " << config.eps << ", weight_decay " << config.weight_decay << ")";
+}
+void check_param(const nn::NamedParameter& p) {
+  LOOM_CHECK(p.tensor.dtype() == DType::F32 && p.tensor.is_contiguous())
+      << "adamw: parameter '" << p.name << "' must be contiguous f32 (master weights)";
+}
+}  // namespace
+
+AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : config_(config) {
+  check_config(config);
   MemCategoryScope scope(MemCategory::OptimizerState);
   for (auto& p : params) {
-    LOOM_CHECK(p.tensor.dtype() == DType::F32 && p.tensor.is_contiguous())
-        << "adamw: parameter '" << p.name << "' must be contiguous f32 (master weights)";
+    check_param(p);
     slots_.push_back(Slot{p, zeros(p.tensor.shape()), zeros(p.tensor.shape())});
+  }
+}
+
+AdamW::AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg,
+             std::vector<Tensor> exp_avg_sq, AdamWConfig config)
+    : config_(config) {
+  check_config(config);
+  LOOM_CHECK(exp_avg.size() == params.size() && exp_avg_sq.size() == params.size())
+      << "adamw: " << params.size() << " parameters but " << exp_avg.size() << " and "
+      << exp_avg_sq.size() << " moments";
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_param(params[i]);
+    LOOM_CHECK(exp_avg[i].shape() == params[i].tensor.shape() &&
+               exp_avg_sq[i].shape() == params[i].tensor.shape())
+        << "adamw: moments of '" << params[i].name << "' do not have its shape";
+    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i]});
   }
 }
 

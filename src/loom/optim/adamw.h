@@ -17,6 +17,10 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config);
+  // With the moments given (views into buffers someone else owns, e.g. ZeRO's flat shards):
+  // exp_avg[i] and exp_avg_sq[i] belong to params[i] and have its shape.
+  AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg,
+        std::vector<Tensor> exp_avg_sq, AdamWConfig config);
   // One update with learning rate lr for every parameter that has a gradient.
   void step(double lr);
   void zero_grad();  // drops the gradients (the next backward allocates fresh ones)

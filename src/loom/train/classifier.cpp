@@ -35,6 +35,7 @@ ClassifierConfig load_classifier_config(const std::string& path,
   v.heads = f.get_int("model", "heads", v.heads);
   v.mlp_ratio = f.get_double("model", "mlp_ratio", v.mlp_ratio);
   v.num_classes = f.get_int("model", "num_classes", v.num_classes);
+  v.stem_channels = f.get_int("model", "stem_channels", v.stem_channels);
   v.validate();
   c.data_path = f.get_string("data", "path", c.data_path);
   c.out_dir = f.get_string("run", "out_dir", "runs") + "/" + f.get_string("run", "name", "fmnist_classifier");

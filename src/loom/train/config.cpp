@@ -182,9 +182,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.data_parallel = f.get_string("parallel", "data_parallel", p.data_parallel);
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   p.timeout_s = f.get_double("dist", "timeout_s", p.timeout_s);
-  LOOM_CHECK(p.data_parallel == "ddp")
+  LOOM_CHECK(p.data_parallel == "ddp" || p.data_parallel == "zero1" || p.data_parallel == "zero2")
       << "config " << path << ": parallel.data_parallel '" << p.data_parallel
-      << "' is not known (expected ddp)";
+      << "' is not known (expected ddp, zero1 or zero2)";
   LOOM_CHECK(p.dims.pp == 1 && p.dims.cp == 1 && p.dims.tp == 1)
       << "config " << path << ": parallel.pp, cp and tp must be 1 (" << p.dims.str()
       << "): pipeline, context and tensor parallelism are not built yet";

@@ -95,7 +95,7 @@ void train_dit(const Config& cfg, bool resume) {
   models::Dit model(cfg.dit);
   model.init_parameters(cfg.run.seed);
   const auto params = model.named_parameters();
-  optim::AdamW opt(params, cfg.adamw);
+  optim::AdamW& opt = par.setup(params, model.block_names(), cfg.adamw);
   optim::Ema ema(params, tc.ema_decay);
   Sampler sampler(data.images.size(0), par.local_batch(), cfg.run.seed, /*shuffle=*/true,
                   par.dp_rank(), par.dp_size());
@@ -111,14 +111,13 @@ void train_dit(const Config& cfg, bool resume) {
           << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string();
       load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
       load_named(ema.named_weights(), read_tensors(ckpt, "ema"), ckpt + "/ema.safetensors");
-      load_named(opt.named_state(), read_tensors(ckpt, "optimizer"), ckpt + "/optimizer.safetensors");
+      par.load_optimizer_state(read_tensors(ckpt, "optimizer"), ckpt + "/optimizer.safetensors");
       start_step = state.at("step").as_int();
       opt.set_steps_taken(state.at("optimizer_steps").as_int());
       sampler.set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
-  par.attach(params);
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
   // not overwrite the config of the run it refused.
   if (par.main()) {
@@ -139,7 +138,8 @@ void train_dit(const Config& cfg, bool resume) {
                  sampler.state()};
   });
 
-  auto save = [&](int64_t step, const Sampler::State& pos) {
+  // optimizer_state: collective under ZeRO, so every rank gathers it and the main rank writes.
+  auto save = [&](int64_t step, const Sampler::State& pos, const NamedTensors& optimizer_state) {
     Json state = Json::object({{"model_kind", "dit"},
                                {"step", step},
                                {"optimizer_steps", opt.steps_taken()},
@@ -148,7 +148,7 @@ void train_dit(const Config& cfg, bool resume) {
                                {"seed", int64_t(cfg.run.seed)}});
     CheckpointContents contents{{{"model", state_dict(model)},
                                  {"ema", ema.named_weights()},
-                                 {"optimizer", opt.named_state()}},
+                                 {"optimizer", optimizer_state}},
                                 state};
     return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
   };
@@ -170,18 +170,19 @@ void train_dit(const Config& cfg, bool resume) {
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
       par.begin_micro_step(micro, tc.grad_accum);
       backward(loss);
+      par.after_backward(micro, tc.grad_accum);
       loss_sum += double(item(loss));
     }
-    par.finish_gradients();
     // The loss over the global batch, and whether any rank ran out of time (all must agree).
     const bool local_out_of_time =
         tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
     const std::vector<double> agreed = par.sum_over_dp({loss_sum, local_out_of_time ? 1.0 : 0.0});
     loss_sum = agreed[0] / double(par.dp_size());
-    const double grad_norm = optim::clip_grad_norm(model.parameters(), tc.grad_clip);
+    const double grad_norm = par.clip_grad_norm(tc.grad_clip);
     const double lr = cfg.schedule.lr_at(step);
     opt.step(lr);
-    opt.zero_grad();
+    par.after_optimizer_step();
+    par.zero_grad();
     // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
     if (step < tc.ema_start) {
       ema.reset_to_params();
@@ -195,7 +196,8 @@ void train_dit(const Config& cfg, bool resume) {
     const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      if (par.main()) std::printf("checkpoint %s\n", save(step + 1, position).c_str());
+      const NamedTensors optimizer_state = par.optimizer_state();
+      if (par.main()) std::printf("checkpoint %s\n", save(step + 1, position, optimizer_state).c_str());
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),

@@ -278,7 +278,7 @@ void train_gpt(const Config& cfg, bool resume) {
   const LmData data = load_lm_data(cfg, tok);
   models::Gpt model(cfg.gpt);
   model.init_parameters(cfg.run.seed);
-  optim::AdamW opt(model.named_parameters(), cfg.adamw);
+  optim::AdamW& opt = par.setup(model.named_parameters(), model.block_names(), cfg.adamw);
 
   int64_t start_step = 0;
   if (resume) {
@@ -291,14 +291,13 @@ void train_gpt(const Config& cfg, bool resume) {
           << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string()
           << ", not gpt";
       load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
-      load_named(opt.named_state(), read_tensors(ckpt, "optimizer"),
+      par.load_optimizer_state(read_tensors(ckpt, "optimizer"),
                  ckpt + "/optimizer.safetensors");
       start_step = state.at("step").as_int();
       opt.set_steps_taken(state.at("optimizer_steps").as_int());
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
-  par.attach(model.named_parameters());
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
   // not overwrite the config of the run it refused.
   if (par.main()) {
@@ -330,13 +329,14 @@ void train_gpt(const Config& cfg, bool resume) {
     return gather_windows(data.train, starts, T);
   });
 
-  auto save = [&](int64_t step) {
+  // optimizer_state: collective under ZeRO, so every rank gathers it and the main rank writes.
+  auto save = [&](int64_t step, const NamedTensors& optimizer_state) {
     Json state = Json::object({{"model_kind", "gpt"},
                                {"step", step},
                                {"optimizer_steps", opt.steps_taken()},
                                {"tokens_seen", step * B * T * tc.grad_accum},
                                {"seed", int64_t(cfg.run.seed)}});
-    CheckpointContents contents{{{"model", state_dict(model)}, {"optimizer", opt.named_state()}},
+    CheckpointContents contents{{{"model", state_dict(model)}, {"optimizer", optimizer_state}},
                                 state};
     return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
   };
@@ -356,18 +356,19 @@ void train_gpt(const Config& cfg, bool resume) {
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
       par.begin_micro_step(micro, tc.grad_accum);
       backward(loss);
+      par.after_backward(micro, tc.grad_accum);
       loss_sum += double(item(loss));
     }
-    par.finish_gradients();
     // The loss over the global batch, and whether any rank ran out of time (all must agree).
     const bool local_out_of_time =
         tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
     const std::vector<double> agreed = par.sum_over_dp({loss_sum, local_out_of_time ? 1.0 : 0.0});
     loss_sum = agreed[0] / double(par.dp_size());
-    const double grad_norm = optim::clip_grad_norm(model.parameters(), tc.grad_clip);
+    const double grad_norm = par.clip_grad_norm(tc.grad_clip);
     const double lr = cfg.schedule.lr_at(step);
     opt.step(lr);
-    opt.zero_grad();
+    par.after_optimizer_step();
+    par.zero_grad();
     train_seconds += seconds_since(step_begin);
 
     const bool last = step + 1 == tc.steps;
@@ -385,7 +386,8 @@ void train_gpt(const Config& cfg, bool resume) {
     const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      if (par.main()) std::printf("checkpoint %s\n", save(step + 1).c_str());
+      const NamedTensors optimizer_state = par.optimizer_state();
+      if (par.main()) std::printf("checkpoint %s\n", save(step + 1, optimizer_state).c_str());
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),

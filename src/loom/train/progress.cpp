@@ -39,6 +39,8 @@ double Progress::elapsed_seconds() const {
 }
 
 namespace {
+// Console names of the memory categories, in MemCategory order.
+constexpr const char* kShortNames[kNumMemCategories] = {"param", "grad", "optim", "act", "comm", "other"};
 Json number(double v) { return std::isfinite(v) ? Json(v) : Json(std::to_string(v)); }
 }  // namespace
 
@@ -57,14 +59,29 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   metrics.set("elapsed_s", Json(elapsed_seconds()));
   metrics.set("mem_live_bytes", Json(mem.live_total));
   metrics.set("mem_peak_bytes", Json(mem.peak_total));
+  // Per category (this rank): {"parameters": {"live": bytes, "peak": bytes}, ...}.
+  Json by_category = Json::object();
+  std::string breakdown;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const char* name = mem_category_name(MemCategory(c));
+    by_category.set(name, Json::object({{"live", mem.live[size_t(c)]}, {"peak", mem.peak[size_t(c)]}}));
+    char part[48];
+    std::snprintf(part, sizeof part, "%s%s %.0f", c ? " " : "", kShortNames[c],
+                  double(mem.live[size_t(c)]) / 1e6);
+    breakdown += part;
+  }
+  metrics.set("mem", by_category);
   if (metrics_) {
     std::fprintf(metrics_, "%s\n", metrics.dump().c_str());
     std::fflush(metrics_);
   }
   const double eta = step_time * double(total_steps_ - step - 1);
-  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s | %s elapsed | ETA %s | mem %.0f MB\n",
-              (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_, format_duration(elapsed_seconds()).c_str(),
-              steps_done > 0 ? format_duration(eta).c_str() : "-", double(mem.live_total) / 1e6);
+  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s | %s elapsed | ETA %s | mem %.0f MB "
+              "(%s; peak %.0f)\n",
+              (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_,
+              format_duration(elapsed_seconds()).c_str(),
+              steps_done > 0 ? format_duration(eta).c_str() : "-", double(mem.live_total) / 1e6,
+              breakdown.c_str(), double(mem.peak_total) / 1e6);
   std::fflush(stdout);
 }
 

@@ -41,6 +41,12 @@ class Dit : public nn::Module {
   Tensor forward(const Tensor& x, const Tensor& t, const Tensor& y) const;
   // The transformer blocks, for activation checkpointing and sharding applied from outside.
   std::vector<std::shared_ptr<DitBlock>> blocks;
+  // Their parameter-name prefixes ("blocks.0", ...): the units FSDP/ZeRO flatten and shard.
+  std::vector<std::string> block_names() const {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < blocks.size(); ++i) names.push_back("blocks." + std::to_string(i));
+    return names;
+  }
   const DitConfig config;
 
  private:

@@ -79,6 +79,12 @@ class Gpt : public nn::Module {
   std::shared_ptr<nn::Embedding> pos_embed;  // (context, C); null for llama
   // The transformer blocks, for activation checkpointing and sharding applied from outside.
   std::vector<std::shared_ptr<GptBlock>> blocks;
+  // Their parameter-name prefixes ("blocks.0", ...): the units FSDP/ZeRO flatten and shard.
+  std::vector<std::string> block_names() const {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < blocks.size(); ++i) names.push_back("blocks." + std::to_string(i));
+    return names;
+  }
   std::shared_ptr<nn::Module> norm_f;   // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Linear> lm_head;  // (V, C), no bias; null when tied to tok_embed
 };

@@ -9,8 +9,9 @@ void VitConfig::validate() const {
       << "vit: image_size " << image_size << " is not a multiple of patch " << patch;
   LOOM_CHECK(width > 0 && heads > 0 && width % heads == 0)
       << "vit: width " << width << " is not divisible by heads " << heads;
-  LOOM_CHECK(depth > 0 && channels > 0 && num_classes > 1 && mlp_ratio > 0)
-      << "vit: depth, channels, mlp_ratio must be positive and num_classes > 1";
+  LOOM_CHECK(depth > 0 && channels > 0 && num_classes > 1 && mlp_ratio > 0 && stem_channels >= 0)
+      << "vit: depth, channels, mlp_ratio must be positive, stem_channels non-negative and "
+      << "num_classes > 1";
 }
 
 VitBlock::VitBlock(const VitConfig& c) {
@@ -30,7 +31,15 @@ Tensor VitBlock::forward(const Tensor& x) const {
 Vit::Vit(const VitConfig& c) : config(c) {
   config.validate();
   const int64_t g = c.image_size / c.patch;
-  patch_embed = register_module("patch_embed", std::make_shared<nn::Linear>(c.channels * c.patch * c.patch, c.width));
+  const int64_t S = c.stem_channels;
+  if (S > 0) {
+    stem1 = register_module("stem.conv1", std::make_shared<nn::Conv2d>(c.channels, S, 3));
+    stem_norm1 = register_module("stem.norm1", std::make_shared<nn::LayerNorm>(S));
+    stem2 = register_module("stem.conv2", std::make_shared<nn::Conv2d>(S, S, 3));
+    stem_norm2 = register_module("stem.norm2", std::make_shared<nn::LayerNorm>(S));
+  }
+  const int64_t patch_in = (S > 0 ? S : c.channels) * c.patch * c.patch;
+  patch_embed = register_module("patch_embed", std::make_shared<nn::Linear>(patch_in, c.width));
   pos_embed = register_module("pos_embed", std::make_shared<nn::Embedding>(g * g, c.width));
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<VitBlock>(c)));
@@ -44,8 +53,18 @@ Tensor Vit::features(const Tensor& x) const {
              x.size(3) == config.image_size)
       << "vit: expected images (B, " << C << ", " << config.image_size << ", "
       << config.image_size << "), got " << x.shape();
-  Tensor patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
-                           {B, g * g, C * p * p});
+  Tensor patches;
+  if (stem1) {
+    const int64_t S = config.stem_channels;
+    Tensor h = permute(x, {0, 2, 3, 1});  // (B, H, W, C)
+    h = gelu(stem_norm1->forward(stem1->forward(h)));
+    h = gelu(stem_norm2->forward(stem2->forward(h)));  // (B, H, W, S)
+    patches = reshape(permute(reshape(h, {B, g, p, g, p, S}), {0, 1, 3, 2, 4, 5}),
+                      {B, g * g, p * p * S});
+  } else {
+    patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
+                      {B, g * g, C * p * p});
+  }
   Tensor h = add(patch_embed->forward(patches), pos_embed->weight);
   for (const auto& block : blocks) h = block->forward(h);
   return mean(norm_f->forward(h), {1});  // (B, D)

@@ -17,6 +17,10 @@ struct VitConfig {
   int64_t heads = 4;
   double mlp_ratio = 2.0;
   int64_t num_classes = 10;
+  // > 0: a convolutional stem of two 3x3 convolutions with this many channels (each followed
+  // by LayerNorm and GELU) in front of the patch embedding; early convolutions give a ViT the
+  // local features a small one learns slowly from patches alone.
+  int64_t stem_channels = 0;
   void validate() const;
 };
 
@@ -42,6 +46,8 @@ class Vit : public nn::Module {
 
  private:
   std::shared_ptr<nn::Linear> patch_embed, head;
+  std::shared_ptr<nn::Conv2d> stem1, stem2;
+  std::shared_ptr<nn::LayerNorm> stem_norm1, stem_norm2;
   std::shared_ptr<nn::Embedding> pos_embed;
   std::shared_ptr<nn::LayerNorm> norm_f;
 };
