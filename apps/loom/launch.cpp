@@ -28,15 +28,18 @@ int launch(int argc, char** argv) {
       np = argv[++i];
       char* end = nullptr;
       const long n = std::strtol(np.c_str(), &end, 10);
-      LOOM_CHECK(end && *end == 0 && n > 0) << "launch: -n '" << np << "' is not a positive integer";
+      LOOM_CHECK(end && *end == 0 && n > 0)
+          << "launch: -n '" << np << "' is not a positive integer";
     } else if (a == "--hostfile") {
       hostfile = argv[++i];
     } else {
-      LOOM_FAIL() << "launch: unknown option " << a << " (expected -n N [--hostfile FILE] -- COMMAND ...)";
+      LOOM_FAIL() << "launch: unknown option " << a
+                  << " (expected -n N [--hostfile FILE] -- COMMAND ...)";
     }
   }
   LOOM_CHECK(!np.empty()) << "launch: -n N is required";
-  LOOM_CHECK(i + 1 < argc) << "launch: nothing to run (expected -- COMMAND ARGS..., e.g. -- train cfg.toml)";
+  LOOM_CHECK(i + 1 < argc)
+      << "launch: nothing to run (expected -- COMMAND ARGS..., e.g. -- train cfg.toml)";
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
 
   std::vector<std::string> args = {LOOM_MPIRUN, "-np", np, "--oversubscribe"};

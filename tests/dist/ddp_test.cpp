@@ -29,7 +29,8 @@ Params make_params() {
     fill_normal(*t, RngKey{3, "ddp_test", std::to_string(k++)}, 0, 0.0f, 0.5f);
     t->set_requires_grad(true);
   }
-  p.named = {{"w1", p.w1, true}, {"b1", p.b1, false}, {"w2", p.w2, true}, {"unused", p.unused, true}};
+  p.named = {
+      {"w1", p.w1, true}, {"b1", p.b1, false}, {"w2", p.w2, true}, {"unused", p.unused, true}};
   return p;
 }
 
@@ -55,7 +56,8 @@ void expect_same_grads(const Params& got, const Params& want, const std::string&
     std::vector<float> rv = r.defined() ? to_vector(r) : std::vector<float>(gv.size(), 0.0f);
     ASSERT_EQ(gv.size(), rv.size());
     for (size_t k = 0; k < gv.size(); ++k)
-      ASSERT_NEAR(gv[k], rv[k], 1e-5 * (1 + std::abs(rv[k]))) << what << " " << got.named[i].name << "[" << k << "]";
+      ASSERT_NEAR(gv[k], rv[k], 1e-5 * (1 + std::abs(rv[k])))
+          << what << " " << got.named[i].name << "[" << k << "]";
   }
 }
 
@@ -93,7 +95,8 @@ TEST_P(DdpTest, NoSyncMicroStepsAccumulateLocally) {
   expect_same_grads(mine, ref, "accumulated");
 }
 
-INSTANTIATE_TEST_SUITE_P(BucketSizes, DdpTest, testing::Values(int64_t(16), int64_t(200), int64_t(1) << 20));
+INSTANTIATE_TEST_SUITE_P(BucketSizes, DdpTest,
+                         testing::Values(int64_t(16), int64_t(200), int64_t(1) << 20));
 
 TEST(Ddp, BroadcastMakesReplicasEqual) {
   auto w = dist::world();

@@ -66,7 +66,8 @@ TEST(DeviceMesh, WorldSizeMismatchIsAnError) {
     DeviceMesh mesh(w, bad);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("world has " + std::to_string(w->size())), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("world has " + std::to_string(w->size())),
+              std::string::npos)
         << e.what();
   }
 }

@@ -2,8 +2,8 @@
 // with a message naming the operation and the missing rank, within the timeout, not hang.
 // Usage: mpirun -np N dist_timeout_probe collective|stopped|recv
 // (stopped: rank 1 is stopped by SIGSTOP, so it cannot even answer the diagnosis)
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <thread>

@@ -12,29 +12,23 @@ run() {  # $1: np, $2: mode; sets out, rc, secs
   secs=$((SECONDS - start))
 }
 
-run 3 collective
-echo "$out" | grep "loom: error" | head -3
-[ "$rc" -ne 0 ] || fail "collective: job exited 0"
-[ "$secs" -lt 40 ] || fail "collective: took ${secs}s (timeout is 2s)"
-echo "$out" | grep -q "all_reduce #2 on group world (world ranks 0, 1, 2) did not finish within 2 s" ||
-  fail "collective: no message naming the operation: $out"
-echo "$out" | grep -q "ranks that had not arrived: 1 (last reached #1)" ||
-  fail "collective: rank 1 not named: $out"
-echo "$out" | grep -q "not aborted" && fail "collective: a rank went on"
+# expect NP MODE PATTERN...: the job fails within 40 s and its output holds every pattern.
+expect() {
+  local np=$1 mode=$2
+  shift 2
+  run "$np" "$mode"
+  echo "$out" | grep "loom: error" | head -3
+  [ "$rc" -ne 0 ] || fail "$mode: job exited 0"
+  [ "$secs" -lt 40 ] || fail "$mode: took ${secs}s (timeout is 2s)"
+  for pattern in "$@"; do
+    echo "$out" | grep -qF "$pattern" || fail "$mode: no '$pattern' in: $out"
+  done
+  echo "$out" | grep -q "not aborted" && fail "$mode: a rank went on"
+}
 
-run 3 stopped
-echo "$out" | grep "loom: error" | head -3
-[ "$rc" -ne 0 ] || fail "stopped: job exited 0"
-[ "$secs" -lt 40 ] || fail "stopped: took ${secs}s"
-echo "$out" | grep -q "ranks that did not answer (stopped, hung or dead): 1" ||
-  fail "stopped: rank 1 not named: $out"
-
-run 2 recv
-echo "$out" | grep "loom: error" | head -3
-[ "$rc" -ne 0 ] || fail "recv: job exited 0"
-[ "$secs" -lt 40 ] || fail "recv: took ${secs}s"
-echo "$out" | grep -q "recv from rank 1 (tag 5) on group world (world ranks 0, 1) did not finish" ||
-  fail "recv: no message naming the transfer: $out"
-echo "$out" | grep -q "the peer is alive but has not posted the matching call" ||
-  fail "recv: diagnosis missing: $out"
+expect 3 collective "all_reduce #2 on group world (world ranks 0, 1, 2) did not finish within 2 s" \
+  "ranks that had not arrived: 1 (last reached #1)"
+expect 3 stopped "ranks that did not answer (stopped, hung or dead): 1"
+expect 2 recv "recv from rank 1 (tag 5) on group world (world ranks 0, 1) did not finish" \
+  "the peer is alive but has not posted the matching call"
 echo "PASS"

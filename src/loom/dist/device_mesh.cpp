@@ -36,9 +36,8 @@ ParallelDims ParallelDims::resolved(int64_t world_size) const {
     *infer = world_size / product;
     product = world_size;
   }
-  LOOM_CHECK(product == world_size)
-      << "parallel: degrees " << d.str() << " multiply to " << product << " but the world has "
-      << world_size << " processes";
+  LOOM_CHECK(product == world_size) << "parallel: degrees " << d.str() << " multiply to " << product
+                                    << " but the world has " << world_size << " processes";
   return d;
 }
 
@@ -61,7 +60,8 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, const ParallelDims& 
     return int(color);
   };
   for (int a = 0; a < 5; ++a)
-    groups_[size_t(a)] = world_->split(color_without({a}), int(coords_[size_t(a)]), kAxes[size_t(a)]);
+    groups_[size_t(a)] =
+        world_->split(color_without({a}), int(coords_[size_t(a)]), kAxes[size_t(a)]);
   const int dp_key = int(coords_[1] * degrees_[2] + coords_[2]);
   groups_[5] = world_->split(color_without({1, 2}), dp_key, "dp");
 }

@@ -25,7 +25,8 @@ struct ParallelDims {
 
 class DeviceMesh {
  public:
-  static constexpr std::array<const char*, 5> kAxes = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+  static constexpr std::array<const char*, 5> kAxes = {"pp", "dp_replicate", "dp_shard", "cp",
+                                                       "tp"};
 
   // Collective over `world`: splits it into one group per axis (and "dp").
   DeviceMesh(std::shared_ptr<ProcessGroup> world, const ParallelDims& dims);

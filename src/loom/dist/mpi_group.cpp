@@ -31,19 +31,25 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 MPI_Datatype mpi_type(DType d) {
   switch (d) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::BF16: return MPI_UINT16_T;  // moved as bits; reduced after widening to f32
-    case DType::I64: return MPI_INT64_T;
-    default: LOOM_FAIL() << "dist: no MPI type for dtype " << dtype_name(d);
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::BF16:
+      return MPI_UINT16_T;  // moved as bits; reduced after widening to f32
+    case DType::I64:
+      return MPI_INT64_T;
+    default:
+      LOOM_FAIL() << "dist: no MPI type for dtype " << dtype_name(d);
   }
   return MPI_BYTE;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
+}
 
 int mpi_count(int64_t n, const char* what) {
-  LOOM_CHECK(n >= 0 && n <= INT_MAX) << what << ": " << n
-                                     << " elements is more than one MPI call can move (2^31 - 1)";
+  LOOM_CHECK(n >= 0 && n <= INT_MAX)
+      << what << ": " << n << " elements is more than one MPI call can move (2^31 - 1)";
   return int(n);
 }
 
@@ -74,9 +80,9 @@ void store_divided(const Tensor& src, const Tensor& dst, double divisor) {
 struct Op {
   WorkPtr work;
   int group_id = 0;
-  int64_t seq = 0;                 // collectives: the group's sequence number; p2p: 0
-  std::vector<int> waits_for;      // world ranks whose participation completes it
-  std::string where;               // "group dp (world ranks 0, 1)"
+  int64_t seq = 0;             // collectives: the group's sequence number; p2p: 0
+  std::vector<int> waits_for;  // world ranks whose participation completes it
+  std::string where;           // "group dp (world ranks 0, 1)"
   std::function<void(std::vector<MPI_Request>&)> start;
   std::function<void()> complete;
   std::vector<MPI_Request> requests;
@@ -162,10 +168,11 @@ class CommThread {
       {
         std::unique_lock<std::mutex> lock(mutex_);
         // Idle: look for diagnostic queries every 2 ms. Busy: poll every ~50 us.
-        const auto nap = running.empty() ? std::chrono::microseconds(2000)
-                                         : std::chrono::microseconds(50);
+        const auto nap =
+            running.empty() ? std::chrono::microseconds(2000) : std::chrono::microseconds(50);
         if (queue_.empty() && abort_code_ < 0 && !(stopping_ && running.empty()))
-          wake_.wait_for(lock, nap, [&] { return !queue_.empty() || abort_code_ >= 0 || stopping_; });
+          wake_.wait_for(lock, nap,
+                         [&] { return !queue_.empty() || abort_code_ >= 0 || stopping_; });
         fresh.swap(queue_);
         stopping = stopping_;
         if (abort_code_ >= 0) {
@@ -283,7 +290,8 @@ class CommThread {
       return s;
     };
     if (!late.empty()) msg << "; ranks that had not arrived: " << list(late);
-    if (!silent.empty()) msg << "; ranks that did not answer (stopped, hung or dead): " << list(silent);
+    if (!silent.empty())
+      msg << "; ranks that did not answer (stopped, hung or dead): " << list(silent);
     if (late.empty() && silent.empty())
       msg << (op.seq > 0 ? "; every member had arrived: the transfer itself is stuck"
                          : "; the peer is alive but has not posted the matching call");
@@ -374,7 +382,8 @@ class MpiGroup final : public ProcessGroup {
       auto wide_out = std::make_shared<Tensor>();
       o->start = [=](std::vector<MPI_Request>& r) {
         *wide_in = widened(in);
-        *wide_out = Tensor::empty(out.shape(), DType::F32, out.device(), MemCategory::Communication);
+        *wide_out =
+            Tensor::empty(out.shape(), DType::F32, out.device(), MemCategory::Communication);
         r.resize(1);
         MPI_Ireduce_scatter_block(wide_in->data_ptr(), wide_out->data_ptr(), n, MPI_FLOAT,
                                   mpi_op(op), comm, &r[0]);
@@ -426,8 +435,8 @@ class MpiGroup final : public ProcessGroup {
     check_tensor(in, "all_to_all");
     check_tensor(out, "all_to_all");
     LOOM_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel() && in.numel() % size() == 0)
-        << "all_to_all on group " << name() << ": in (" << in.numel() << " " << dtype_name(in.dtype())
-        << ") and out (" << out.numel() << " " << dtype_name(out.dtype())
+        << "all_to_all on group " << name() << ": in (" << in.numel() << " "
+        << dtype_name(in.dtype()) << ") and out (" << out.numel() << " " << dtype_name(out.dtype())
         << ") must have the same dtype and a number of elements divisible by " << size();
     auto o = collective("all_to_all");
     const int n = mpi_count(in.numel() / size(), "all_to_all");
@@ -444,7 +453,8 @@ class MpiGroup final : public ProcessGroup {
                        const std::vector<int64_t>& out_counts) override {
     check_tensor(in, "all_to_all_v");
     check_tensor(out, "all_to_all_v");
-    LOOM_CHECK(in.dtype() == out.dtype()) << "all_to_all_v on group " << name() << ": dtypes differ";
+    LOOM_CHECK(in.dtype() == out.dtype())
+        << "all_to_all_v on group " << name() << ": dtypes differ";
     LOOM_CHECK(int(in_counts.size()) == size() && int(out_counts.size()) == size())
         << "all_to_all_v on group " << name() << ": expected " << size() << " counts each, got "
         << in_counts.size() << " and " << out_counts.size();
@@ -480,8 +490,8 @@ class MpiGroup final : public ProcessGroup {
     check_tensor(t, "send");
     check_peer(dst, "send");
     LOOM_CHECK(dst != rank()) << "send on group " << name() << ": to itself";
-    LOOM_CHECK(tag >= 0 && tag < 32768) << "send on group " << name() << ": tag " << tag
-                                        << " (expected 0 <= tag < 32768)";
+    LOOM_CHECK(tag >= 0 && tag < 32768)
+        << "send on group " << name() << ": tag " << tag << " (expected 0 <= tag < 32768)";
     auto o = point_to_point("send", dst, tag);
     const int n = mpi_count(t.numel(), "send");
     const MPI_Datatype type = mpi_type(t.dtype());
@@ -497,8 +507,8 @@ class MpiGroup final : public ProcessGroup {
     check_tensor(t, "recv");
     check_peer(src, "recv");
     LOOM_CHECK(src != rank()) << "recv on group " << name() << ": from itself";
-    LOOM_CHECK(tag >= 0 && tag < 32768) << "recv on group " << name() << ": tag " << tag
-                                        << " (expected 0 <= tag < 32768)";
+    LOOM_CHECK(tag >= 0 && tag < 32768)
+        << "recv on group " << name() << ": tag " << tag << " (expected 0 <= tag < 32768)";
     auto o = point_to_point("recv", src, tag);
     const int n = mpi_count(t.numel(), "recv");
     const MPI_Datatype type = mpi_type(t.dtype());
@@ -554,9 +564,9 @@ class MpiGroup final : public ProcessGroup {
   std::unique_ptr<Op> point_to_point(const char* what, int peer, int tag) {
     auto o = std::make_unique<Op>();
     o->group_id = group_id_;
-    o->work = std::make_shared<Work>(std::string(what) + (what[0] == 's' ? " to" : " from") +
-                                     " rank " + std::to_string(peer) + " (tag " +
-                                     std::to_string(tag) + ")");
+    o->work =
+        std::make_shared<Work>(std::string(what) + (what[0] == 's' ? " to" : " from") + " rank " +
+                               std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     o->where = "group " + describe();
     o->waits_for.push_back(world_ranks()[size_t(peer)]);
     return o;

@@ -9,9 +9,12 @@ namespace loom::dist {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
   }
   return "?";
 }
@@ -32,8 +35,8 @@ std::string ProcessGroup::describe() const {
 
 void ProcessGroup::check_tensor(const Tensor& t, const char* what) const {
   LOOM_CHECK(t.defined()) << what << " on group " << name_ << ": undefined tensor";
-  LOOM_CHECK(t.device().type == DeviceType::CPU) << what << " on group " << name_
-                                  << ": the MPI backend takes CPU tensors";
+  LOOM_CHECK(t.device().type == DeviceType::CPU)
+      << what << " on group " << name_ << ": the MPI backend takes CPU tensors";
   LOOM_CHECK(t.is_contiguous()) << what << " on group " << name_ << ": tensor of shape "
                                 << t.shape() << " is not contiguous";
   const DType d = t.dtype();
@@ -43,9 +46,8 @@ void ProcessGroup::check_tensor(const Tensor& t, const char* what) const {
 }
 
 void ProcessGroup::check_peer(int peer, const char* what) const {
-  LOOM_CHECK(peer >= 0 && peer < size())
-      << what << " on group " << name_ << ": peer " << peer << " is not a member (size "
-      << size() << ")";
+  LOOM_CHECK(peer >= 0 && peer < size()) << what << " on group " << name_ << ": peer " << peer
+                                         << " is not a member (size " << size() << ")";
 }
 
 void ProcessGroup::check_chunked(const Tensor& whole, const Tensor& chunk, const char* what) const {
@@ -55,8 +57,8 @@ void ProcessGroup::check_chunked(const Tensor& whole, const Tensor& chunk, const
       << what << " on group " << name_ << ": dtypes " << dtype_name(whole.dtype()) << " and "
       << dtype_name(chunk.dtype()) << " differ";
   LOOM_CHECK(whole.numel() == chunk.numel() * size())
-      << what << " on group " << name_ << ": " << whole.numel() << " elements are not "
-      << size() << " chunks of " << chunk.numel();
+      << what << " on group " << name_ << ": " << whole.numel() << " elements are not " << size()
+      << " chunks of " << chunk.numel();
 }
 
 namespace {
@@ -102,7 +104,8 @@ WorkPtr SingleProcessGroup::all_to_all(const Tensor& in, const Tensor& out) {
 }
 
 WorkPtr SingleProcessGroup::all_to_all_v(const Tensor& in, const std::vector<int64_t>& in_counts,
-                                         const Tensor& out, const std::vector<int64_t>& out_counts) {
+                                         const Tensor& out,
+                                         const std::vector<int64_t>& out_counts) {
   check_tensor(in, "all_to_all_v");
   check_tensor(out, "all_to_all_v");
   LOOM_CHECK(in_counts.size() == 1 && out_counts.size() == 1 && in_counts[0] == out_counts[0] &&
@@ -120,9 +123,12 @@ WorkPtr SingleProcessGroup::recv(const Tensor& t, int src, int tag) {
   LOOM_FAIL() << "recv on group " << name() << ": a single-process group has no peer";
 }
 
-WorkPtr SingleProcessGroup::barrier() { return finished_work("barrier"); }
+WorkPtr SingleProcessGroup::barrier() {
+  return finished_work("barrier");
+}
 
-std::shared_ptr<ProcessGroup> SingleProcessGroup::split(int color, int key, const std::string& name) {
+std::shared_ptr<ProcessGroup> SingleProcessGroup::split(int color, int key,
+                                                        const std::string& name) {
   return std::make_shared<SingleProcessGroup>(name, world_ranks()[0]);
 }
 

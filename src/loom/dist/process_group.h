@@ -74,8 +74,8 @@ class SingleProcessGroup final : public ProcessGroup {
   WorkPtr all_gather(const Tensor& in, const Tensor& out) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr all_to_all(const Tensor& in, const Tensor& out) override;
-  WorkPtr all_to_all_v(const Tensor& in, const std::vector<int64_t>& in_counts,
-                       const Tensor& out, const std::vector<int64_t>& out_counts) override;
+  WorkPtr all_to_all_v(const Tensor& in, const std::vector<int64_t>& in_counts, const Tensor& out,
+                       const std::vector<int64_t>& out_counts) override;
   WorkPtr send(const Tensor& t, int dst, int tag) override;
   WorkPtr recv(const Tensor& t, int src, int tag) override;
   WorkPtr barrier() override;

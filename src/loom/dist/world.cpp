@@ -26,8 +26,8 @@ std::shared_ptr<ProcessGroup> init_world(const DistOptions& options) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_world) {
     g_mpi = launched_by_mpi();
-    g_world = g_mpi ? mpi_start_world(options.timeout_s)
-                    : std::make_shared<SingleProcessGroup>("world");
+    g_world =
+        g_mpi ? mpi_start_world(options.timeout_s) : std::make_shared<SingleProcessGroup>("world");
   } else if (g_mpi) {
     mpi_set_timeout(options.timeout_s);
   }
@@ -42,8 +42,12 @@ std::shared_ptr<ProcessGroup> world() {
   return init_world();
 }
 
-int world_rank() { return world()->rank(); }
-int world_size() { return world()->size(); }
+int world_rank() {
+  return world()->rank();
+}
+int world_size() {
+  return world()->size();
+}
 
 void shutdown_world() {
   std::lock_guard<std::mutex> lock(g_mutex);

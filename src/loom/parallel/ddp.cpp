@@ -8,7 +8,7 @@ namespace loom::parallel {
 
 struct DistributedDataParallel::State {
   struct Bucket {
-    std::vector<size_t> params;  // indices into State::params
+    std::vector<size_t> params;    // indices into State::params
     std::vector<int64_t> offsets;  // element offset of each in `flat`
     Tensor flat;                   // (numel) the packed gradients, then their average
     int64_t ready = 0;
@@ -26,7 +26,8 @@ struct DistributedDataParallel::State {
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params[b.params[k]];
       Tensor g = p.grad();
-      char* dst = static_cast<char*>(b.flat.data_ptr()) + b.offsets[k] * int64_t(dtype_size(p.dtype()));
+      char* dst =
+          static_cast<char*>(b.flat.data_ptr()) + b.offsets[k] * int64_t(dtype_size(p.dtype()));
       if (g.defined()) {
         LOOM_CHECK(g.is_contiguous() && g.dtype() == p.dtype())
             << "ddp: gradient of a parameter of shape " << p.shape() << " is not contiguous "
@@ -74,7 +75,8 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<nn::NamedPara
       bytes = 0;
     }
     State::Bucket& b = s.buckets.back();
-    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + s.params[b.params.back()].numel());
+    b.offsets.push_back(b.params.empty() ? 0
+                                         : b.offsets.back() + s.params[b.params.back()].numel());
     b.params.push_back(i);
     s.bucket_of[i] = s.buckets.size() - 1;
     bytes += int64_t(p.nbytes());
@@ -92,9 +94,13 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<nn::NamedPara
   }
 }
 
-DistributedDataParallel::~DistributedDataParallel() { state_->active = false; }
+DistributedDataParallel::~DistributedDataParallel() {
+  state_->active = false;
+}
 
-int64_t DistributedDataParallel::num_buckets() const { return int64_t(state_->buckets.size()); }
+int64_t DistributedDataParallel::num_buckets() const {
+  return int64_t(state_->buckets.size());
+}
 
 void DistributedDataParallel::broadcast_parameters(int root) {
   std::vector<dist::WorkPtr> works;
@@ -102,7 +108,9 @@ void DistributedDataParallel::broadcast_parameters(int root) {
   for (auto& w : works) w->wait();
 }
 
-void DistributedDataParallel::set_gradient_sync(bool sync) { state_->sync = sync; }
+void DistributedDataParallel::set_gradient_sync(bool sync) {
+  state_->sync = sync;
+}
 
 void DistributedDataParallel::finish_gradient_sync() {
   State& s = *state_;
@@ -125,8 +133,8 @@ void DistributedDataParallel::finish_gradient_sync() {
         g = Tensor::empty(p.shape(), p.dtype(), p.device(), MemCategory::Gradients);
         p.set_grad(g);
       }
-      const char* src =
-          static_cast<const char*>(b.flat.data_ptr()) + b.offsets[k] * int64_t(dtype_size(p.dtype()));
+      const char* src = static_cast<const char*>(b.flat.data_ptr()) +
+                        b.offsets[k] * int64_t(dtype_size(p.dtype()));
       std::memcpy(g.data_ptr(), src, g.nbytes());
     }
     b.ready = 0;

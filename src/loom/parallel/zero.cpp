@@ -48,9 +48,9 @@ void add_into(const Tensor& acc, const Tensor& x) {
 
 struct ZeroDataParallel::Group {
   std::vector<nn::NamedParameter> params;
-  std::vector<int64_t> offsets;  // of each parameter in the flat buffers
+  std::vector<int64_t> offsets;   // of each parameter in the flat buffers
   int64_t padded = 0, shard = 0;  // padded length (a multiple of the shard count), shard length S
-  Tensor flat_param;  // (padded) the parameters; the model's tensors are views of it
+  Tensor flat_param;              // (padded) the parameters; the model's tensors are views of it
   Tensor flat_grad;   // (padded) full gradients: stage 1 always; stage 2 while being reduced
   Tensor grad_shard;  // (S) the reduced gradients of the owned elements
   Tensor scratch;     // (S) stage 2: reduce-scatter output, added into grad_shard
@@ -188,7 +188,9 @@ ZeroDataParallel::ZeroDataParallel(const std::vector<std::vector<nn::NamedParame
       });
 }
 
-ZeroDataParallel::~ZeroDataParallel() { shared_->active = false; }
+ZeroDataParallel::~ZeroDataParallel() {
+  shared_->active = false;
+}
 
 void ZeroDataParallel::broadcast_parameters() {
   for (auto* group : {&shard_, &replicate_}) {
@@ -226,7 +228,8 @@ void ZeroDataParallel::after_backward(int64_t micro, int64_t grad_accum) {
   }
   if (micro + 1 == grad_accum && replicate_->size() > 1) {
     std::vector<dist::WorkPtr> works;
-    for (auto& g : s.groups) works.push_back(replicate_->all_reduce(g.grad_shard, dist::ReduceOp::Avg));
+    for (auto& g : s.groups)
+      works.push_back(replicate_->all_reduce(g.grad_shard, dist::ReduceOp::Avg));
     for (auto& w : works) w->wait();
   }
 }
@@ -291,7 +294,8 @@ void ZeroDataParallel::load_full_optimizer_state(const std::map<std::string, Ten
     const int64_t lo = r * g.shard, hi = lo + g.shard;
     for (size_t k = 0; k < g.params.size(); ++k) {
       const auto& p = g.params[k];
-      for (auto [suffix, moments] : {std::pair{".exp_avg", &g.exp_avg}, {".exp_avg_sq", &g.exp_avg_sq}}) {
+      for (auto [suffix, moments] :
+           {std::pair{".exp_avg", &g.exp_avg}, {".exp_avg_sq", &g.exp_avg_sq}}) {
         auto it = state.find(p.name + suffix);
         LOOM_CHECK(it != state.end()) << source << ": no tensor " << p.name << suffix;
         const Tensor& t = it->second;

@@ -56,7 +56,8 @@ class ZeroDataParallel {
   // full shapes), gathered from the shards: collective over the shard group.
   std::vector<std::pair<std::string, Tensor>> full_optimizer_state();
   // Takes this rank's shard of a full (single-process layout) optimizer state.
-  void load_full_optimizer_state(const std::map<std::string, Tensor>& state, const std::string& source);
+  void load_full_optimizer_state(const std::map<std::string, Tensor>& state,
+                                 const std::string& source);
 
   struct Group;
 

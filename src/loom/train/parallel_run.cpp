@@ -24,9 +24,11 @@ ParallelRun::ParallelRun(const Config& cfg)
 std::string ParallelRun::describe() const {
   std::ostringstream s;
   const int n = mesh_.world()->size();
-  s << n << (n == 1 ? " process" : " processes") << " (dp " << dp_size_;
+  if (n == 1) return "1 process";
+  s << n << " processes (dp " << dp_size_;
   if (mesh_.degree("dp_replicate") > 1)
-    s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard") << " shards";
+    s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard")
+      << " shards";
   s << ": " << cfg_.parallel.data_parallel << ")";
   return s.str();
 }
