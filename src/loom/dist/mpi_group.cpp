@@ -486,40 +486,8 @@ class MpiGroup final : public ProcessGroup {
     return g_thread->submit(std::move(o));
   }
 
-  WorkPtr send(const Tensor& t, int dst, int tag) override {
-    check_tensor(t, "send");
-    check_peer(dst, "send");
-    LOOM_CHECK(dst != rank()) << "send on group " << name() << ": to itself";
-    LOOM_CHECK(tag >= 0 && tag < 32768)
-        << "send on group " << name() << ": tag " << tag << " (expected 0 <= tag < 32768)";
-    auto o = point_to_point("send", dst, tag);
-    const int n = mpi_count(t.numel(), "send");
-    const MPI_Datatype type = mpi_type(t.dtype());
-    MPI_Comm comm = comm_;
-    o->start = [=](std::vector<MPI_Request>& r) {
-      r.resize(1);
-      MPI_Isend(t.data_ptr(), n, type, dst, tag, comm, &r[0]);
-    };
-    return g_thread->submit(std::move(o));
-  }
-
-  WorkPtr recv(const Tensor& t, int src, int tag) override {
-    check_tensor(t, "recv");
-    check_peer(src, "recv");
-    LOOM_CHECK(src != rank()) << "recv on group " << name() << ": from itself";
-    LOOM_CHECK(tag >= 0 && tag < 32768)
-        << "recv on group " << name() << ": tag " << tag << " (expected 0 <= tag < 32768)";
-    auto o = point_to_point("recv", src, tag);
-    const int n = mpi_count(t.numel(), "recv");
-    const MPI_Datatype type = mpi_type(t.dtype());
-    MPI_Comm comm = comm_;
-    o->start = [=](std::vector<MPI_Request>& r) {
-      r.resize(1);
-      MPI_Irecv(t.data_ptr(), n, type, src, tag, comm, &r[0]);
-    };
-    o->complete = nullptr;
-    return g_thread->submit(std::move(o));
-  }
+  WorkPtr send(const Tensor& t, int dst, int tag) override { return transfer(true, t, dst, tag); }
+  WorkPtr recv(const Tensor& t, int src, int tag) override { return transfer(false, t, src, tag); }
 
   WorkPtr barrier() override {
     auto o = collective("barrier");
@@ -561,15 +529,33 @@ class MpiGroup final : public ProcessGroup {
     return o;
   }
 
-  std::unique_ptr<Op> point_to_point(const char* what, int peer, int tag) {
+  // A send to `peer` or a receive from it: checks, description and the nonblocking call.
+  WorkPtr transfer(bool sending, const Tensor& t, int peer, int tag) {
+    const char* what = sending ? "send" : "recv";
+    check_tensor(t, what);
+    check_peer(peer, what);
+    LOOM_CHECK(peer != rank()) << what << " on group " << name() << (sending ? ": to" : ": from")
+                               << " itself";
+    LOOM_CHECK(tag >= 0 && tag < 32768)
+        << what << " on group " << name() << ": tag " << tag << " (expected 0 <= tag < 32768)";
     auto o = std::make_unique<Op>();
     o->group_id = group_id_;
-    o->work =
-        std::make_shared<Work>(std::string(what) + (what[0] == 's' ? " to" : " from") + " rank " +
-                               std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
+    o->work = std::make_shared<Work>(std::string(what) + (sending ? " to" : " from") + " rank " +
+                                     std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     o->where = "group " + describe();
     o->waits_for.push_back(world_ranks()[size_t(peer)]);
-    return o;
+    const int n = mpi_count(t.numel(), what);
+    const MPI_Datatype type = mpi_type(t.dtype());
+    MPI_Comm comm = comm_;
+    o->start = [=](std::vector<MPI_Request>& r) {
+      r.resize(1);
+      if (sending) {
+        MPI_Isend(t.data_ptr(), n, type, peer, tag, comm, &r[0]);
+      } else {
+        MPI_Irecv(t.data_ptr(), n, type, peer, tag, comm, &r[0]);
+      }
+    };
+    return g_thread->submit(std::move(o));
   }
 
   MPI_Comm comm_;
