@@ -10,9 +10,11 @@ packages=(
   zlib1g-dev            # gzip-compressed datasets, PNG
   libtomlplusplus-dev   # TOML configs
   openmpi-bin libopenmpi-dev  # processes across cores and machines (mpirun, MPI)
+  libxxhash-dev         # checkpoint checksums (xxhash64)
   dataset-fashion-mnist # the main job's data
   bible-kjv bible-kjv-text  # the text corpus (the `bible` program prints it)
-  python3-torch python3-pil # independent references in tests (PyTorch models, PNG decoding)
+  python3-torch python3-pil python3-xxhash # independent references in tests (PyTorch models,
+                            # PNG decoding, checkpoint checksums)
 )
 
 missing=()

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "launch.h"
+#include "loom/checkpoint/safetensors.h"
+#include "loom/checkpoint/sharded.h"
 #include "loom/core/error.h"
 #include "loom/dist/world.h"
 #include "rank_log.h"
@@ -39,6 +41,10 @@ int usage() {
                "      learn a byte-level BPE tokenizer with N tokens and save it\n"
                "  tokenizer check --tokenizer PATH --input FILE\n"
                "      encode FILE, decode it again and compare (round trip)\n"
+               "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
+               "      write one part of a (sharded) checkpoint as one consolidated file\n"
+               "  ckpt verify CHECKPOINT_DIR\n"
+               "      read every tensor of a checkpoint, checking each piece against its manifest\n"
                "  launch -n N [--hostfile FILE] -- COMMAND ARGS...\n"
                "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
                "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well\n"
@@ -306,6 +312,54 @@ int tokenizer(int argc, char** argv) {
   return 1;
 }
 
+int ckpt_export(int argc, char** argv) {
+  std::vector<std::string> positional;
+  std::string part = "model";
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--part")
+      part = value_of(argc, argv, i);
+    else if (a.rfind("--", 0) == 0)
+      LOOM_FAIL() << "ckpt export: unknown option " << a;
+    else
+      positional.push_back(a);
+  }
+  LOOM_CHECK(positional.size() == 2)
+      << "ckpt export: expected CHECKPOINT_DIR OUT.safetensors, got " << positional.size()
+      << " paths";
+  const loom::CheckpointReader ckpt(positional[0]);
+  const auto tensors = ckpt.read_all(part);
+  LOOM_CHECK(!tensors.empty()) << "ckpt export: " << positional[0] << " has no tensors under '"
+                               << part << "/'";
+  int64_t bytes = 0;
+  for (const auto& [name, t] : tensors) bytes += int64_t(t.nbytes());
+  loom::save_safetensors(positional[1], tensors, {{"loom_checkpoint", positional[0]}, {"part", part}});
+  std::printf("%s: %zu tensors, %lld bytes (%s of %s)\n", positional[1].c_str(), tensors.size(),
+              (long long)bytes, part.c_str(), positional[0].c_str());
+  return 0;
+}
+
+int ckpt_verify(int argc, char** argv) {
+  LOOM_CHECK(argc == 1) << "ckpt verify: expected CHECKPOINT_DIR";
+  const loom::CheckpointReader ckpt(argv[0]);
+  int64_t bytes = 0;
+  const auto names = ckpt.names("");
+  for (const auto& name : names) bytes += int64_t(ckpt.read_full(name).nbytes());
+  ckpt.read_text("trainer_state.json");
+  std::printf("%s: %zu tensors, %lld bytes, every checksum matches\n", argv[0], names.size(),
+              (long long)bytes);
+  return 0;
+}
+
+int ckpt(int argc, char** argv) {
+  LOOM_CHECK(argc >= 1) << "ckpt: expected a subcommand (export or verify)";
+  const std::string sub = argv[0];
+  if (sub == "export") return ckpt_export(argc - 1, argv + 1);
+  if (sub == "verify") return ckpt_verify(argc - 1, argv + 1);
+  LOOM_FAIL() << "ckpt: unknown subcommand '" << sub << "' (expected export or verify)";
+  return 1;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -314,6 +368,7 @@ int run(int argc, char** argv) {
   if (cmd == "sample") return sample(argc - 2, argv + 2);
   if (cmd == "eval") return eval(argc - 2, argv + 2);
   if (cmd == "tokenizer") return tokenizer(argc - 2, argv + 2);
+  if (cmd == "ckpt") return ckpt(argc - 2, argv + 2);
   if (cmd == "launch") return loom::cli::launch(argc - 2, argv + 2);
   if (cmd == "version") {
     std::printf("loom 0.1.0\n");

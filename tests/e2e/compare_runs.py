@@ -1,10 +1,11 @@
 """Compares two Loom runs: the loss at every logged step (metrics.jsonl) and the final model
-weights (the newest checkpoint's model.safetensors), each to a relative tolerance.
+weights (the newest checkpoint's "model" tensors, read by sharded_checkpoint.py, which also
+checks every piece's checksum), each to a relative tolerance.
 
-Usage: compare_runs.py RUN_DIR_A RUN_DIR_B RTOL
+Usage: compare_runs.py RUN_DIR_A RUN_DIR_B RTOL [--losses-only]
 Prints the largest differences; exits 1 if any exceeds RTOL (or the runs do not line up).
 
-The optimizer state (optimizer.safetensors: AdamW moments) is compared the same way.
+The optimizer state (the "optimizer" tensors: AdamW moments) is compared the same way.
 One part of the weights is left out of the check and only reported: the key bias of attention
 (the middle third of each attn.qkv.bias and of its moments; the test configs use as many key as
 query heads).
@@ -13,10 +14,11 @@ gradient of the key bias is zero and what reaches it is rounding noise, which Ad
 steps of about the learning rate: its values are noise in any run, not a parity signal."""
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+from sharded_checkpoint import read_checkpoint
 
 
 def losses(run):
@@ -31,39 +33,27 @@ def newest_checkpoint(run):
     return os.path.join(run, steps[-1])
 
 
-def read_safetensors(path):
-    """The safetensors format read from its specification: u64 header length, JSON header,
-    then the raw little-endian data."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    dtypes = {"F32": np.float32, "I64": np.int64, "BF16": np.uint16}
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        lo, hi = info["data_offsets"]
-        out[name] = np.frombuffer(data[lo:hi], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
-    return out
-
-
 def main():
     a, b, rtol = sys.argv[1], sys.argv[2], float(sys.argv[3])
     la, lb = losses(a), losses(b)
     if sorted(la) != sorted(lb):
         sys.exit(f"logged steps differ: {sorted(la)} vs {sorted(lb)}")
     worst_loss = max(abs(la[s] - lb[s]) / max(abs(la[s]), 1e-12) for s in la)
+    if "--losses-only" in sys.argv[4:]:
+        print(f"{len(la)} steps: max relative loss difference {worst_loss:.2e}")
+        if worst_loss > rtol:
+            print(f"FAIL: above {rtol}")
+            sys.exit(1)
+        return
     ca, cb = newest_checkpoint(a), newest_checkpoint(b)
     if os.path.basename(ca) != os.path.basename(cb):
         sys.exit(f"final checkpoints differ: {ca} vs {cb}")
     worst_w, worst_name, key_bias, count = 0.0, "", 0.0, 0
+    ra, rb = read_checkpoint(ca), read_checkpoint(cb)
     for part in ("model", "optimizer"):
-        wa = read_safetensors(os.path.join(ca, part + ".safetensors"))
-        wb = read_safetensors(os.path.join(cb, part + ".safetensors"))
+        wa, wb = ra[part], rb[part]
         if sorted(wa) != sorted(wb):
-            sys.exit(f"the {part} files hold different tensors")
+            sys.exit(f"the {part} parts hold different tensors")
         count += len(wa)
         for name in wa:
             x, y = wa[name].astype(np.float64).ravel(), wb[name].astype(np.float64).ravel()

@@ -36,7 +36,26 @@ Storage::Storage(size_t nbytes, Device device, MemCategory category)
   data_ = allocator_for(device.type).allocate(nbytes, category);
 }
 
-Storage::~Storage() { allocator_for(device_.type).deallocate(data_, nbytes_, category_); }
+Storage::~Storage() {
+  if (data_) allocator_for(device_.type).deallocate(data_, nbytes_, category_);
+}
+
+void Storage::release() {
+  if (!data_) return;
+  allocator_for(device_.type).deallocate(data_, nbytes_, category_);
+  data_ = nullptr;
+}
+
+void Storage::materialize() {
+  if (!data_) data_ = allocator_for(device_.type).allocate(nbytes_, category_);
+}
+
+void Storage::released_error() const {
+  LOOM_FAIL() << "use of released storage (" << nbytes_ << " bytes of "
+             << mem_category_name(category_)
+             << "): a ZeRO-3 parameter read outside the forward of its block (call the block "
+                "through Module::call)";
+}
 
 void Storage::set_category(MemCategory category) {
   allocator_for(device_.type).retag(nbytes_, category_, category);

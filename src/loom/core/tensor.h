@@ -33,13 +33,23 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const {
+    if (!data_ && nbytes_ != 0) released_error();
+    return data_;
+  }
   size_t nbytes() const { return nbytes_; }
+  // Frees the memory but keeps the storage (and every view of it) alive; materialize() gets
+  // new memory of the same size. ZeRO-3 frees gathered parameters this way between uses, even
+  // while autograd still holds views of them. Touching released data is an error.
+  void release();
+  void materialize();
+  bool released() const { return !data_ && nbytes_ != 0; }
   Device device() const { return device_; }
   MemCategory category() const { return category_; }
   void set_category(MemCategory category);  // re-counts the bytes under the new category
 
  private:
+  [[noreturn]] void released_error() const;
   void* data_;
   size_t nbytes_;
   Device device_;

@@ -1,5 +1,6 @@
 #include "loom/nn/module.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "loom/autograd/node.h"
@@ -72,6 +73,32 @@ void Module::init_parameters(uint64_t seed) {
 void Module::set_training(bool training) {
   training_ = training;
   for (auto& [name, child] : children_) child->set_training(training);
+}
+
+Module& Module::submodule(const std::string& path) const {
+  // Child names may contain dots themselves ("blocks.3"): match whole name prefixes.
+  const Module* m = this;
+  std::string rest = path;
+  while (!rest.empty()) {
+    const Module* next = nullptr;
+    size_t used = 0;
+    for (const auto& [name, child] : m->children_)
+      if (rest == name || rest.rfind(name + ".", 0) == 0) {
+        next = child.get();
+        used = name.size();
+      }
+    LOOM_CHECK(next) << "module has no submodule " << path;
+    m = next;
+    rest = rest.substr(std::min(rest.size(), used + 1));
+  }
+  return const_cast<Module&>(*m);
+}
+
+Tensor Module::call(const ForwardRun& run) const {
+  // Wrapper i runs around wrappers 0..i-1, which run around run().
+  ForwardRun inner = run;
+  for (const auto& wrap : wrappers_) inner = [&wrap, inner] { return wrap(inner); };
+  return inner();
 }
 
 }  // namespace loom::nn

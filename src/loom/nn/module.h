@@ -4,6 +4,7 @@
 // fills each one from the Philox stream keyed by (seed, "init", its full name), so a model
 // gets the same initial weights however it is later sharded.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,6 +48,20 @@ class Module {
   void set_training(bool training);  // recursively
   bool training() const { return training_; }
 
+  // The submodule at a dotted path ("blocks.3"); throws naming the path if there is none.
+  Module& submodule(const std::string& path) const;
+
+  // Forward wrappers let parallelism act around a module from outside (ZeRO-3 gathers its
+  // parameters before and frees them after; activation checkpointing recomputes it). A
+  // wrapper must call run() exactly once and return its result (or that result routed through
+  // an identity op). Models call the modules that may be wrapped -- their blocks -- as
+  //   h = block->call([&] { return block->forward(h, c); });
+  using ForwardRun = std::function<Tensor()>;
+  using ForwardWrapper = std::function<Tensor(const ForwardRun& run)>;
+  void add_forward_wrapper(ForwardWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
+  void clear_forward_wrappers() { wrappers_.clear(); }
+  Tensor call(const ForwardRun& run) const;  // the wrappers added last run outermost
+
  protected:
   Tensor register_parameter(const std::string& name, const Shape& shape, Init init,
                             bool weight_decay = true);
@@ -67,6 +82,7 @@ class Module {
                std::vector<const Param*>* params) const;
   std::vector<Param> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<ForwardWrapper> wrappers_;
   bool training_ = true;
 };
 

@@ -3,39 +3,24 @@
 #include <cmath>
 #include <cstring>
 
+#include "loom/autograd/backward_hook.h"
+#include "loom/autograd/node.h"
 #include "loom/backend/backend.h"
 #include "loom/core/error.h"
 
 namespace loom::parallel {
 
-std::vector<std::vector<nn::NamedParameter>> group_by_prefix(
-    const std::vector<nn::NamedParameter>& params, const std::vector<std::string>& prefixes) {
-  std::vector<std::vector<nn::NamedParameter>> groups(prefixes.size() + 1);
-  for (const auto& p : params) {
-    size_t g = prefixes.size();
-    for (size_t i = 0; i < prefixes.size(); ++i)
-      if (p.name.rfind(prefixes[i] + ".", 0) == 0) g = i;
-    groups[g].push_back(p);
-  }
-  std::vector<std::vector<nn::NamedParameter>> out;
-  for (auto& g : groups)
-    if (!g.empty()) out.push_back(std::move(g));
-  return out;
-}
-
 namespace {
 
-Tensor zeros_of(int64_t n, MemCategory category) {
-  Tensor t = Tensor::empty({n}, DType::F32, cpu_device(), category);
+Tensor zeros_of(int64_t n, MemCategory category, DType dtype = DType::F32) {
+  Tensor t = Tensor::empty({n}, dtype, cpu_device(), category);
   std::memset(t.data_ptr(), 0, t.nbytes());
   return t;
 }
 
-// Elements [at, at + n) of a flat f32 buffer as a tensor of `shape`.
+// Elements [at, at + n) of a flat buffer as a tensor of `shape`.
 Tensor flat_view(const Tensor& flat, int64_t at, const Shape& shape) {
-  Shape strides(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
-  return flat.as_strided(shape, strides, flat.offset() + at);
+  return flat.as_strided(shape, contiguous_strides(shape), flat.offset() + at);
 }
 
 void add_into(const Tensor& acc, const Tensor& x) {
@@ -44,17 +29,25 @@ void add_into(const Tensor& acc, const Tensor& x) {
   for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
 }
 
+void convert(const Tensor& from, const Tensor& to) { backend_for(to.device()).copy(from, to); }
+
 }  // namespace
 
 struct ZeroDataParallel::Group {
   std::vector<nn::NamedParameter> params;
   std::vector<int64_t> offsets;   // of each parameter in the flat buffers
   int64_t padded = 0, shard = 0;  // padded length (a multiple of the shard count), shard length S
-  Tensor flat_param;              // (padded) the parameters; the model's tensors are views of it
-  Tensor flat_grad;   // (padded) full gradients: stage 1 always; stage 2 while being reduced
+  bool block = false;             // a wrapped block (else: the non-block parameters)
+  Tensor full;    // (padded) the parameters; the model's tensors are views of it
+  Tensor master;  // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
+  Tensor flat_grad;   // (padded) full gradients: stage 1 always; stages 2-3 while in flight
   Tensor grad_shard;  // (S) the reduced gradients of the owned elements
-  Tensor scratch;     // (S) stage 2: reduce-scatter output, added into grad_shard
+  Tensor scratch;     // (S) stages 2-3: reduce-scatter output while in flight
   Tensor exp_avg, exp_avg_sq;  // (S) AdamW moments of the owned elements
+  // Stage 3: whether `full` holds the parameters.
+  enum class Params { Released, Gathering, Ready } state = Params::Ready;
+  dist::WorkPtr gather_work;
+  Tensor gather_send, gather_recv;  // bf16 gathers: the wire buffers
   // Per backward:
   std::vector<bool> seen;
   int64_t ready = 0;
@@ -70,36 +63,109 @@ struct ZeroDataParallel::Group {
 struct ZeroDataParallel::Shared {
   std::vector<Group> groups;
   std::shared_ptr<dist::ProcessGroup> shard;
-  int stage = 1;
+  ZeroOptions options;
+  int last_block = -1;
   bool sync = false, active = true;
 
-  // Stage 1: the bound full gradients go straight into the shard. Stage 2: the parameters'
-  // gradients are packed into a fresh flat buffer and dropped, and the result lands in
-  // `scratch`, to be added into the shard (harvest) -- so a group's full gradients live only
-  // from the end of its backward to the end of its reduce-scatter.
-  void launch(Group& g) {
-    if (stage == 2) {
-      g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
-      for (size_t k = 0; k < g.params.size(); ++k) {
-        const Tensor& p = g.params[k].tensor;
-        Tensor grad = p.grad();
-        if (!grad.defined()) continue;  // unused this step: contributes zero
-        LOOM_CHECK(grad.is_contiguous() && grad.dtype() == DType::F32)
-            << "zero: gradient of " << g.params[k].name << " is not contiguous f32";
-        std::memcpy(g.flat_grad.data<float>() + g.offsets[k], grad.data_ptr(), grad.nbytes());
-        p.set_grad(Tensor());
-      }
+  // --- stage 3: the full parameters of a group ---
+  void start_gather(Group& g) {
+    g.full.storage()->materialize();
+    if (options.gather_dtype == DType::BF16) {
+      g.gather_send = Tensor::empty({g.shard}, DType::BF16, cpu_device(), MemCategory::Communication);
+      g.gather_recv = Tensor::empty({g.padded}, DType::BF16, cpu_device(), MemCategory::Communication);
+      convert(g.master, g.gather_send);
+      g.gather_work = shard->all_gather(g.gather_send, g.gather_recv);
+    } else {
+      g.gather_work = shard->all_gather(g.master, g.full);
     }
-    g.work = shard->reduce_scatter(g.flat_grad, stage == 2 ? g.scratch : g.grad_shard,
+    g.state = Group::Params::Gathering;
+  }
+
+  void finish_gather(Group& g) {
+    if (g.state == Group::Params::Released) start_gather(g);
+    if (g.state != Group::Params::Gathering) return;
+    g.gather_work->wait();
+    if (g.gather_recv.defined()) convert(g.gather_recv, g.full);
+    g.gather_send = g.gather_recv = Tensor();
+    g.gather_work.reset();
+    g.state = Group::Params::Ready;
+  }
+
+  void release(Group& g) {
+    if (options.stage != 3 || !g.block || g.state == Group::Params::Released) return;
+    if (g.state == Group::Params::Gathering) finish_gather(g);  // never free under a transfer
+    g.full.storage()->release();
+    g.state = Group::Params::Released;
+  }
+
+  // The forward wrapper of block group gi (stages 2 and 3).
+  Tensor forward(size_t gi, const nn::Module::ForwardRun& run, const std::weak_ptr<Shared>& self) {
+    Group& g = groups[gi];
+    if (options.stage == 3) {
+      finish_gather(g);
+      if (gi + 1 < groups.size() && groups[gi + 1].block &&
+          groups[gi + 1].state == Group::Params::Released)
+        start_gather(groups[gi + 1]);
+    }
+    Tensor out = run();
+    const bool backward_follows = grad_mode_enabled() && out.requires_grad();
+    if (!(backward_follows && int(gi) == last_block)) release(g);
+    if (!backward_follows) return out;
+    return with_backward_hook(out, [self, gi] {
+      if (auto s = self.lock()) s->pre_backward(gi);
+    });
+  }
+
+  // Backward has reached block gi's output: its parameters and a gradient buffer must exist.
+  void pre_backward(size_t gi) {
+    if (!active) return;
+    Group& g = groups[gi];
+    if (options.stage == 3) {
+      finish_gather(g);
+      if (gi > 0 && groups[gi - 1].block && groups[gi - 1].state == Group::Params::Released)
+        start_gather(groups[gi - 1]);
+    }
+    if (sync && !g.launched && !g.flat_grad.defined()) {
+      g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
+      g.bind_gradients();
+    }
+  }
+
+  // --- gradients ---
+  // Stage 1: the bound full gradients go straight into the shard. Stages 2-3: the group's
+  // flat buffer (bound at pre_backward, or packed here from the parameters' own gradients when
+  // no hook bound it) is reduce-scattered into `scratch`, added into the shard at harvest.
+  void launch(Group& g) {
+    if (options.stage >= 2) {
+      // One reduce-scatter in flight at a time: it has the next block's backward to finish
+      // in, and full gradient buffers stay bounded at two (this group's and the next one's).
+      for (auto& other : groups)
+        if (other.launched && !other.harvested) harvest(other);
+      if (!g.flat_grad.defined()) {
+        g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
+        for (size_t k = 0; k < g.params.size(); ++k) {
+          Tensor grad = g.params[k].tensor.grad();
+          if (!grad.defined()) continue;  // unused this step: contributes zero
+          LOOM_CHECK(grad.is_contiguous() && grad.dtype() == DType::F32)
+              << "zero: gradient of " << g.params[k].name << " is not contiguous f32";
+          std::memcpy(g.flat_grad.data<float>() + g.offsets[k], grad.data_ptr(), grad.nbytes());
+        }
+      }
+      for (auto& p : g.params) p.tensor.set_grad(Tensor());
+      g.scratch = Tensor::empty({g.shard}, DType::F32, cpu_device(), MemCategory::Communication);
+    }
+    g.work = shard->reduce_scatter(g.flat_grad, options.stage >= 2 ? g.scratch : g.grad_shard,
                                    dist::ReduceOp::Avg);
     g.launched = true;
     g.harvested = false;
+    release(g);  // stage 3: its backward is over
   }
 
   void harvest(Group& g) {
     g.work->wait();
-    if (stage == 2 && !g.harvested) {
+    if (options.stage >= 2 && !g.harvested) {
       add_into(g.grad_shard, g.scratch);
+      g.scratch = Tensor();
       g.flat_grad = Tensor();
     }
     g.harvested = true;
@@ -115,31 +181,46 @@ struct ZeroDataParallel::Shared {
     if (g.seen[k]) return;
     g.seen[k] = true;
     if (++g.ready == int64_t(g.params.size())) launch(g);
-    if (stage == 2)  // free what has arrived meanwhile
+    if (options.stage >= 2)  // free what has arrived meanwhile
       for (auto& other : groups)
         if (other.launched && !other.harvested && other.work->completed()) harvest(other);
   }
 };
 
-ZeroDataParallel::ZeroDataParallel(const std::vector<std::vector<nn::NamedParameter>>& groups,
-                                   int stage, std::shared_ptr<dist::ProcessGroup> shard,
+ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
+                                   ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
                                    std::shared_ptr<dist::ProcessGroup> replicate,
                                    optim::AdamWConfig config)
-    : stage_(stage),
-      shard_(std::move(shard)),
-      replicate_(std::move(replicate)),
-      shared_(std::make_shared<Shared>()) {
-  LOOM_CHECK(stage == 1 || stage == 2) << "zero: stage " << stage << " (expected 1 or 2)";
+    : shard_(std::move(shard)), replicate_(std::move(replicate)), shared_(std::make_shared<Shared>()) {
+  const int stage = options.stage;
+  LOOM_CHECK(stage >= 1 && stage <= 3) << "zero: stage " << stage << " (expected 1, 2 or 3)";
+  LOOM_CHECK(options.gather_dtype == DType::F32 || (stage == 3 && options.gather_dtype == DType::BF16))
+      << "zero: parameters are gathered in f32, or in bf16 under stage 3";
   shared_->shard = shard_;
-  shared_->stage = stage;
+  shared_->options = options;
   const int64_t P = shard_->size(), r = shard_->rank();
+
+  // One group per block (in block order), then the rest.
+  const auto params = model.named_parameters();
+  std::vector<std::vector<nn::NamedParameter>> param_groups(block_names.size() + 1);
+  for (const auto& p : params) {
+    size_t gi = block_names.size();
+    for (size_t i = 0; i < block_names.size(); ++i)
+      if (p.name.rfind(block_names[i] + ".", 0) == 0) gi = i;
+    param_groups[gi].push_back(p);
+  }
+  for (size_t i = 0; i < block_names.size(); ++i)
+    LOOM_CHECK(!param_groups[i].empty()) << "zero: block " << block_names[i] << " has no parameters";
+
   std::vector<nn::NamedParameter> segments;
   std::vector<Tensor> m_views, v_views;
-  for (const auto& params : groups) {
+  for (size_t gi = 0; gi < param_groups.size(); ++gi) {
+    if (param_groups[gi].empty()) continue;
     Group g;
-    g.params = params;
+    g.params = param_groups[gi];
+    g.block = gi < block_names.size();
     int64_t total = 0;
-    for (const auto& p : params) {
+    for (const auto& p : g.params) {
       LOOM_CHECK(p.tensor.dtype() == DType::F32 && p.tensor.is_contiguous())
           << "zero: parameter " << p.name << " must be contiguous f32";
       g.offsets.push_back(total);
@@ -147,45 +228,67 @@ ZeroDataParallel::ZeroDataParallel(const std::vector<std::vector<nn::NamedParame
     }
     g.shard = (total + P - 1) / P;
     g.padded = g.shard * P;
-    g.flat_param = zeros_of(g.padded, MemCategory::Parameters);
-    for (size_t k = 0; k < params.size(); ++k) {
-      const Tensor& p = params[k].tensor;
-      Tensor view = flat_view(g.flat_param, g.offsets[k], p.shape());
+    g.full = zeros_of(g.padded, MemCategory::Parameters);
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      const Tensor& p = g.params[k].tensor;
+      Tensor view = flat_view(g.full, g.offsets[k], p.shape());
       std::memcpy(view.data_ptr(), p.data_ptr(), p.nbytes());
       p.rebind_storage(view);
     }
+    const int64_t lo = r * g.shard, hi = lo + g.shard;
+    g.master = flat_view(g.full, lo, {g.shard});
+    if (stage == 3) {
+      g.master = Tensor::empty({g.shard}, DType::F32, cpu_device(), MemCategory::Parameters);
+      std::memcpy(g.master.data_ptr(), flat_view(g.full, lo, {g.shard}).data_ptr(),
+                  g.master.nbytes());
+    }
     g.grad_shard = zeros_of(g.shard, MemCategory::Gradients);
-    if (stage == 2) g.scratch = zeros_of(g.shard, MemCategory::Communication);
     g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState);
     g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState);
     if (stage == 1) {
       g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
       g.bind_gradients();
     }
-    g.seen.assign(params.size(), false);
-    // The owned elements [lo, hi) of each parameter, as AdamW "parameters" of their own.
-    const int64_t lo = r * g.shard, hi = lo + g.shard;
-    for (size_t k = 0; k < params.size(); ++k) {
+    g.seen.assign(g.params.size(), false);
+    // The owned elements [lo, hi) of each parameter: a piece, and an AdamW "parameter".
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      const auto& p = g.params[k];
       const int64_t a = std::max(lo, g.offsets[k]);
-      const int64_t b = std::min(hi, g.offsets[k] + params[k].tensor.numel());
+      const int64_t b = std::min(hi, g.offsets[k] + p.tensor.numel());
       if (a >= b) continue;
-      Tensor seg = flat_view(g.flat_param, a, {b - a});
+      Tensor value = flat_view(g.master, a - lo, {b - a});
+      pieces_.push_back({p.name, p.tensor.shape(), a - g.offsets[k], b - g.offsets[k], value,
+                         p.weight_decay});
+      piece_at_.emplace_back(shared_->groups.size(), a - lo);
+      Tensor seg = value.detach();
       seg.set_grad(flat_view(g.grad_shard, a - lo, {b - a}));
-      segments.push_back({params[k].name + "[" + std::to_string(a - g.offsets[k]) + ":" +
+      segments.push_back({p.name + "[" + std::to_string(a - g.offsets[k]) + ":" +
                               std::to_string(b - g.offsets[k]) + "]",
-                          seg, params[k].weight_decay});
+                          seg, p.weight_decay});
       m_views.push_back(flat_view(g.exp_avg, a - lo, {b - a}));
       v_views.push_back(flat_view(g.exp_avg_sq, a - lo, {b - a}));
     }
+    if (g.block) shared_->last_block = int(shared_->groups.size());
     shared_->groups.push_back(std::move(g));
   }
   optimizer_ = std::make_unique<optim::AdamW>(segments, m_views, v_views, config);
+
   std::weak_ptr<Shared> weak = shared_;
-  for (size_t gi = 0; gi < shared_->groups.size(); ++gi)
-    for (size_t k = 0; k < shared_->groups[gi].params.size(); ++k)
-      shared_->groups[gi].params[k].tensor.add_post_accumulate_hook([weak, gi, k](const Tensor&) {
+  for (size_t gi = 0; gi < shared_->groups.size(); ++gi) {
+    Group& g = shared_->groups[gi];
+    for (size_t k = 0; k < g.params.size(); ++k)
+      g.params[k].tensor.add_post_accumulate_hook([weak, gi, k](const Tensor&) {
         if (auto s = weak.lock()) s->on_gradient(gi, k);
       });
+    if (g.block && stage >= 2) {
+      nn::Module& block = model.submodule(block_names[gi]);
+      block.add_forward_wrapper([weak, gi](const nn::Module::ForwardRun& run) {
+        auto s = weak.lock();
+        return s ? s->forward(gi, run, weak) : run();
+      });
+    }
+    shared_->release(g);
+  }
 }
 
 ZeroDataParallel::~ZeroDataParallel() {
@@ -193,23 +296,32 @@ ZeroDataParallel::~ZeroDataParallel() {
 }
 
 void ZeroDataParallel::broadcast_parameters() {
+  auto& groups = shared_->groups;
+  for (auto& g : groups) shared_->finish_gather(g);
   for (auto* group : {&shard_, &replicate_}) {
     std::vector<dist::WorkPtr> works;
-    for (auto& g : shared_->groups) works.push_back((*group)->broadcast(g.flat_param, 0));
+    for (auto& g : groups) works.push_back((*group)->broadcast(g.full, 0));
     for (auto& w : works) w->wait();
+  }
+  for (auto& g : groups) {
+    if (shared_->options.stage == 3)  // else the master is a view of `full` already
+      std::memcpy(g.master.data_ptr(),
+                  flat_view(g.full, shard_->rank() * g.shard, {g.shard}).data_ptr(),
+                  g.master.nbytes());
+    shared_->release(g);
   }
 }
 
 void ZeroDataParallel::begin_micro_step(int64_t micro, int64_t grad_accum) {
-  // Stage 2 reduces every micro-step (into the shard); stage 1 only the last one's sum.
-  shared_->sync = stage_ == 2 || micro + 1 == grad_accum;
+  // Stages 2-3 reduce every micro-step (into the shard); stage 1 only the last one's sum.
+  shared_->sync = shared_->options.stage >= 2 || micro + 1 == grad_accum;
 }
 
 void ZeroDataParallel::after_backward(int64_t micro, int64_t grad_accum) {
   Shared& s = *shared_;
   if (!s.sync) return;
   // Groups backward did not complete (unused parameters) or re-accumulated after they left
-  // go now, in group order, the same on every rank. A stage-2 relaunch sends only the new
+  // go now, in group order, the same on every rank. A stage-2/3 relaunch sends only the new
   // contributions (the earlier ones are in the shard already; reduce-scatter is linear); a
   // stage-1 relaunch sends the whole accumulated buffer again, overwriting the shard.
   for (auto& g : s.groups) {
@@ -254,11 +366,20 @@ double ZeroDataParallel::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-void ZeroDataParallel::after_optimizer_step() {
-  std::vector<dist::WorkPtr> works;
-  for (auto& g : shared_->groups)
-    works.push_back(shard_->all_gather(flat_view(g.flat_param, shard_->rank() * g.shard, {g.shard}),
-                                       g.flat_param));
+void ZeroDataParallel::sync_parameters() {
+  auto& groups = shared_->groups;
+  if (shared_->options.stage == 3) {
+    for (auto& g : groups) {
+      shared_->release(g);  // blocks: gathered again by their next forward
+      if (!g.block) {
+        shared_->start_gather(g);
+        shared_->finish_gather(g);
+      }
+    }
+    return;
+  }
+  std::vector<dist::WorkPtr> works;  // in place: the master is this rank's chunk of `full`
+  for (auto& g : groups) works.push_back(shard_->all_gather(g.master, g.full));
   for (auto& w : works) w->wait();
 }
 
@@ -269,47 +390,27 @@ void ZeroDataParallel::zero_grad() {
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> ZeroDataParallel::full_optimizer_state() {
+std::vector<std::pair<std::string, Tensor>> ZeroDataParallel::gather_full(
+    const std::vector<Tensor>& values) {
+  LOOM_CHECK(values.size() == pieces_.size())
+      << "zero: gather_full got " << values.size() << " values for " << pieces_.size() << " pieces";
   std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& g : shared_->groups) {
-    Tensor m = Tensor::empty({g.padded}, DType::F32, cpu_device(), MemCategory::Communication);
-    Tensor v = Tensor::empty({g.padded}, DType::F32, cpu_device(), MemCategory::Communication);
-    auto wm = shard_->all_gather(g.exp_avg, m);
-    auto wv = shard_->all_gather(g.exp_avg_sq, v);
-    wm->wait();
-    wv->wait();
-    for (size_t k = 0; k < g.params.size(); ++k) {
-      const Shape& shape = g.params[k].tensor.shape();
-      out.emplace_back(g.params[k].name + ".exp_avg", flat_view(m, g.offsets[k], shape));
-      out.emplace_back(g.params[k].name + ".exp_avg_sq", flat_view(v, g.offsets[k], shape));
+  size_t k = 0;
+  for (size_t gi = 0; gi < shared_->groups.size(); ++gi) {
+    const Group& g = shared_->groups[gi];
+    Tensor mine = zeros_of(g.shard, MemCategory::Communication);
+    for (; k < pieces_.size() && piece_at_[k].first == gi; ++k) {
+      LOOM_CHECK(values[k].numel() == pieces_[k].end - pieces_[k].begin &&
+                 values[k].dtype() == DType::F32 && values[k].is_contiguous())
+          << "zero: gather_full value " << k << " does not match piece " << pieces_[k].name;
+      std::memcpy(mine.data<float>() + piece_at_[k].second, values[k].data_ptr(), values[k].nbytes());
     }
+    Tensor all = Tensor::empty({g.padded}, DType::F32, cpu_device(), MemCategory::Other);
+    shard_->all_gather(mine, all)->wait();
+    for (size_t p = 0; p < g.params.size(); ++p)
+      out.emplace_back(g.params[p].name, flat_view(all, g.offsets[p], g.params[p].tensor.shape()));
   }
   return out;
-}
-
-void ZeroDataParallel::load_full_optimizer_state(const std::map<std::string, Tensor>& state,
-                                                 const std::string& source) {
-  const int64_t r = shard_->rank();
-  for (auto& g : shared_->groups) {
-    const int64_t lo = r * g.shard, hi = lo + g.shard;
-    for (size_t k = 0; k < g.params.size(); ++k) {
-      const auto& p = g.params[k];
-      for (auto [suffix, moments] :
-           {std::pair{".exp_avg", &g.exp_avg}, {".exp_avg_sq", &g.exp_avg_sq}}) {
-        auto it = state.find(p.name + suffix);
-        LOOM_CHECK(it != state.end()) << source << ": no tensor " << p.name << suffix;
-        const Tensor& t = it->second;
-        LOOM_CHECK(t.shape() == p.tensor.shape() && t.dtype() == DType::F32 && t.is_contiguous())
-            << source << ": " << p.name << suffix << " has shape " << t.shape() << " "
-            << dtype_name(t.dtype()) << ", expected " << p.tensor.shape() << " f32";
-        const int64_t a = std::max(lo, g.offsets[k]);
-        const int64_t b = std::min(hi, g.offsets[k] + p.tensor.numel());
-        if (a >= b) continue;
-        std::memcpy(moments->data<float>() + (a - lo), t.data<float>() + (a - g.offsets[k]),
-                    size_t(b - a) * sizeof(float));
-      }
-    }
-  }
 }
 
 }  // namespace loom::parallel

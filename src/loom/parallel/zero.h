@@ -1,20 +1,30 @@
-// ZeRO stages 1 and 2 (optimizer state, then gradients, sharded over the data-parallel ranks),
-// with an optional replicate axis (HSDP: shard over dp_shard, replicate over dp_replicate).
+// ZeRO stages 1, 2 and 3 (optimizer state, then gradients, then parameters sharded over the
+// data-parallel ranks), with an optional replicate axis (HSDP: shard over dp_shard, replicate
+// over dp_replicate).
 //
 // The parameters are split into groups (one per transformer block plus one for the rest) and
 // each group moves into one flat buffer, padded to a multiple of the shard count; rank r owns
 // elements [r S, (r + 1) S) of every group. The model's parameter tensors become views of the
-// flat buffers, so the model code does not change and the all-gather after the optimizer step
-// writes straight into them.
+// flat buffers, so the model code does not change.
 //
 //   stage 1: gradients accumulate in a full flat buffer per group; after the last micro-step
 //            each group is reduce-scattered (average) as soon as backward has produced it.
-//   stage 2: every micro-step's groups are packed into a flat buffer as soon as backward has
-//            produced them (the parameters' own gradients are dropped), reduce-scattered,
-//            added into the shard and freed: full gradients live only for groups in flight.
+//   stage 2: a block's flat gradient buffer exists only from the start of the block's backward
+//            (a hook on its output) until its reduce-scatter has finished; every micro-step is
+//            reduced and added into the owned shard.
+//   stage 3: as stage 2, and a block's full parameters exist only while it runs: they are
+//            all-gathered (f32, or bf16 on the wire) before its forward, with the next block's
+//            gather started meanwhile (prefetch), freed after it, gathered again when its
+//            backward starts (prefetching the block before it), and freed when its gradients
+//            are complete. The last block stays gathered from its forward to its backward. The
+//            master weights are the f32 shard. The group of non-block parameters (embeddings,
+//            final layers) stays gathered: it is used at both ends of the model.
 //
 // The optimizer (AdamW) updates only the owned shard: its moments exist for 1/S of the
 // elements. Gradient clipping measures the global norm from the shards (one all-reduce).
+//
+// Blocks are wrapped through Module::call (see nn/module.h); a block parameter must be used
+// once per forward (a second use after its gradient is complete would find it freed).
 #pragma once
 #include <map>
 #include <memory>
@@ -27,45 +37,60 @@
 
 namespace loom::parallel {
 
-// Splits parameters into the groups ZeRO flattens: one per prefix (the parameters named
-// "<prefix>.*"), then one group of all others, in their original order (empty groups dropped).
-std::vector<std::vector<nn::NamedParameter>> group_by_prefix(
-    const std::vector<nn::NamedParameter>& params, const std::vector<std::string>& prefixes);
+// A contiguous range of one parameter's elements that this rank holds: the whole parameter
+// without sharding, a piece of it in a ZeRO shard.
+struct ParamPiece {
+  std::string name;    // the parameter's full name
+  Shape shape;         // its full shape
+  int64_t begin = 0;   // the range [begin, end) of its row-major elements
+  int64_t end = 0;
+  Tensor value;        // those end - begin elements (contiguous f32)
+  bool weight_decay = true;
+};
+
+struct ZeroOptions {
+  int stage = 1;
+  DType gather_dtype = DType::F32;  // stage 3: what parameters travel as (F32 or BF16)
+};
 
 class ZeroDataParallel {
  public:
+  // model: where the blocks named by block_names live (stages 2 and 3 wrap their forward).
   // shard: the group the state is sharded over; replicate: size 1, or the HSDP replicas.
-  ZeroDataParallel(const std::vector<std::vector<nn::NamedParameter>>& groups, int stage,
-                   std::shared_ptr<dist::ProcessGroup> shard,
+  ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
+                   ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
                    std::shared_ptr<dist::ProcessGroup> replicate, optim::AdamWConfig config);
   ~ZeroDataParallel();
   ZeroDataParallel(const ZeroDataParallel&) = delete;
   ZeroDataParallel& operator=(const ZeroDataParallel&) = delete;
 
-  // AdamW over this rank's shard (parameter names "<name>[lo:hi]" for element ranges).
+  // AdamW over this rank's pieces (named "<name>[begin:end]"), in the order of pieces().
   optim::AdamW& optimizer() { return *optimizer_; }
+  // This rank's master weights: one piece per parameter that overlaps its shard.
+  const std::vector<ParamPiece>& pieces() const { return pieces_; }
 
   void broadcast_parameters();  // every replica takes world rank 0's values
   void begin_micro_step(int64_t micro, int64_t grad_accum);
   void after_backward(int64_t micro, int64_t grad_accum);
   double clip_grad_norm(double max_norm);  // global norm before clipping
-  void after_optimizer_step();             // all-gathers the updated shards
+  // After the master pieces changed (optimizer step, checkpoint load): the full parameters
+  // follow (stages 1 and 2 all-gather; stage 3 frees the blocks, gathered again when used).
+  void sync_parameters();
   void zero_grad();
 
-  // The optimizer state in the single-process layout ("<param>.exp_avg", "<param>.exp_avg_sq",
-  // full shapes), gathered from the shards: collective over the shard group.
-  std::vector<std::pair<std::string, Tensor>> full_optimizer_state();
-  // Takes this rank's shard of a full (single-process layout) optimizer state.
-  void load_full_optimizer_state(const std::map<std::string, Tensor>& state,
-                                 const std::string& source);
+  // Full tensors (named as the parameters) from per-piece values aligned with pieces() --
+  // the master weights, a moment, an EMA. Collective over the shard group.
+  std::vector<std::pair<std::string, Tensor>> gather_full(const std::vector<Tensor>& values);
 
   struct Group;
+  struct Shared;
 
  private:
-  struct Shared;
-  int stage_;
   std::shared_ptr<dist::ProcessGroup> shard_, replicate_;
-  std::shared_ptr<Shared> shared_;  // what the gradient hooks see
+  std::shared_ptr<Shared> shared_;  // what the hooks and forward wrappers see
+  std::vector<ParamPiece> pieces_;
+  std::vector<std::pair<size_t, int64_t>> piece_at_;  // (group, offset in its shard) per piece
+  std::vector<nn::Module*> wrapped_;
   std::unique_ptr<optim::AdamW> optimizer_;
 };
 

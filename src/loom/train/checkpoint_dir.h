@@ -1,28 +1,26 @@
-// The run directory's checkpoints: runs/<name>/step-000100/ holding safetensors files and
-// trainer_state.json, written under a temporary name and renamed into place, with a
-// `latest` file naming the newest complete one.
+// The run directory's checkpoints: runs/<name>/step-000100/ holding a sharded checkpoint (see
+// checkpoint/sharded.h: one safetensors file per rank, manifest.json) and trainer_state.json,
+// written under a temporary name and renamed into place, with a `latest` file naming the
+// newest complete one. The ranks must share the run directory's file system.
 #pragma once
-#include <map>
 #include <string>
 #include <vector>
 
 #include "loom/checkpoint/json.h"
-#include "loom/core/tensor.h"
+#include "loom/checkpoint/sharded.h"
+#include "loom/dist/process_group.h"
 
 namespace loom::train {
 
-struct CheckpointContents {
-  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> files;  // "model" -> tensors
-  Json state;  // trainer_state.json
-};
-
-// Writes step-<step>/ atomically, updates `latest`, keeps the newest `keep` checkpoints.
-std::string save_checkpoint(const std::string& run_dir, int64_t step,
-                            const CheckpointContents& contents, int64_t keep);
+// Collective over `world`: every rank writes its pieces, rank 0 the manifest and
+// trainer_state.json; then step-<step>/ appears atomically, `latest` names it and only the
+// newest `keep` checkpoints stay. Returns the directory.
+std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::ProcessGroup& world,
+                            const std::vector<TensorPiece>& pieces, const Json& state,
+                            int64_t keep);
 // The directory named by run_dir/latest, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
-// Reads trainer_state.json and the named safetensors files of a checkpoint directory.
-Json read_trainer_state(const std::string& ckpt_dir);
-std::map<std::string, Tensor> read_tensors(const std::string& ckpt_dir, const std::string& file);
+// trainer_state.json of a checkpoint (checked against its manifest).
+Json read_trainer_state(const CheckpointReader& ckpt);
 
 }  // namespace loom::train

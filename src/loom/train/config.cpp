@@ -180,11 +180,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.dims.cp = f.get_int("parallel", "cp", p.dims.cp);
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
   p.data_parallel = f.get_string("parallel", "data_parallel", p.data_parallel);
+  p.gather_dtype = f.get_string("parallel", "gather_dtype", p.gather_dtype);
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   p.timeout_s = f.get_double("dist", "timeout_s", p.timeout_s);
-  LOOM_CHECK(p.data_parallel == "ddp" || p.data_parallel == "zero1" || p.data_parallel == "zero2")
+  if (p.data_parallel == "fsdp") p.data_parallel = "zero3";
+  LOOM_CHECK(p.data_parallel == "ddp" || p.data_parallel == "zero1" || p.data_parallel == "zero2" ||
+             p.data_parallel == "zero3")
       << "config " << path << ": parallel.data_parallel '" << p.data_parallel
-      << "' is not known (expected ddp, zero1 or zero2)";
+      << "' is not known (expected ddp, zero1, zero2, zero3 or fsdp)";
+  LOOM_CHECK(p.gather_dtype == "f32" || (p.gather_dtype == "bf16" && p.data_parallel == "zero3"))
+      << "config " << path << ": parallel.gather_dtype '" << p.gather_dtype
+      << "' (expected f32, or bf16 with zero3)";
   LOOM_CHECK(p.dims.pp == 1 && p.dims.cp == 1 && p.dims.tp == 1)
       << "config " << path << ": parallel.pp, cp and tp must be 1 (" << p.dims.str()
       << "): pipeline, context and tensor parallelism are not built yet";

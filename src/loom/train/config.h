@@ -70,7 +70,10 @@ struct LmSampleConfig {
 // train.batch_size is the global batch of one micro-step, split evenly over the dp ranks.
 struct ParallelConfig {
   dist::ParallelDims dims;             // dp_shard = -1: every rank not used by other axes
-  std::string data_parallel = "ddp";   // "ddp", "zero1" or "zero2" (sharded over dp_shard)
+  // "ddp", or "zero1", "zero2", "zero3" (sharded over dp_shard, replicated over dp_replicate);
+  // "fsdp" is another name for zero3.
+  std::string data_parallel = "ddp";
+  std::string gather_dtype = "f32";    // zero3: parameters travel as "f32" or "bf16"
   double bucket_mb = 25;               // ddp: gradient bucket size
   double timeout_s = 600;              // [dist] timeout_s: a collective older than this aborts
 };

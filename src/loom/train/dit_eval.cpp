@@ -51,14 +51,15 @@ DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_
 
 DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
                                    int64_t num_samples, const DitSampleOptions& options) {
-  Json state = read_trainer_state(ckpt_dir);
+  CheckpointReader reader(ckpt_dir);
+  Json state = read_trainer_state(reader);
   LOOM_CHECK(state.at("model_kind").as_string() == "dit")
       << "eval: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
       << " model, not a DiT";
   const std::string config_path = (fs::path(ckpt_dir).parent_path() / "config.toml").string();
   Config cfg = load_config(config_path);
   models::Dit model(cfg.dit);
-  load_state_dict(model, read_tensors(ckpt_dir, "ema"), ckpt_dir + "/ema.safetensors");
+  load_state_dict(model, as_map(reader.read_all("ema")), ckpt_dir + " (ema)");
   DitQuality q = evaluate_dit(model, classifier_dir, cfg.data.path, num_samples, options);
   write_json_file(ckpt_dir + "/eval.json",
                   Json::object({{"samples", q.samples},

@@ -94,9 +94,13 @@ void train_dit(const Config& cfg, bool resume) {
 
   models::Dit model(cfg.dit);
   model.init_parameters(cfg.run.seed);
-  const auto params = model.named_parameters();
-  optim::AdamW& opt = par.setup(params, model.block_names(), cfg.adamw);
-  optim::Ema ema(params, tc.ema_decay);
+  optim::AdamW& opt = par.setup(model, model.block_names(), cfg.adamw);
+  optim::Ema ema(par.piece_parameters(), tc.ema_decay);  // of the master weights this rank holds
+  auto ema_state = [&] {
+    std::vector<Tensor> values;
+    for (const auto& [name, t] : ema.named_weights()) values.push_back(t);
+    return std::vector<PieceState>{{"ema", values}};
+  };
   Sampler sampler(data.images.size(0), par.local_batch(), cfg.run.seed, /*shuffle=*/true,
                   par.dp_rank(), par.dp_size());
 
@@ -106,12 +110,11 @@ void train_dit(const Config& cfg, bool resume) {
     if (ckpt.empty()) {
       std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
     } else {
-      Json state = read_trainer_state(ckpt);
+      CheckpointReader reader(ckpt);
+      Json state = read_trainer_state(reader);
       LOOM_CHECK(state.at("model_kind").as_string() == "dit")
           << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string();
-      load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
-      load_named(ema.named_weights(), read_tensors(ckpt, "ema"), ckpt + "/ema.safetensors");
-      par.load_optimizer_state(read_tensors(ckpt, "optimizer"), ckpt + "/optimizer.safetensors");
+      par.load_checkpoint(reader, ema_state());
       start_step = state.at("step").as_int();
       opt.set_steps_taken(state.at("optimizer_steps").as_int());
       sampler.set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
@@ -138,22 +141,18 @@ void train_dit(const Config& cfg, bool resume) {
                  sampler.state()};
   });
 
-  // optimizer_state: collective under ZeRO, so every rank gathers it and the main rank writes.
-  auto save = [&](int64_t step, const Sampler::State& pos, const NamedTensors& optimizer_state) {
+  // Collective: every rank writes its pieces.
+  auto save = [&](int64_t step, const Sampler::State& pos) {
     Json state = Json::object({{"model_kind", "dit"},
                                {"step", step},
                                {"optimizer_steps", opt.steps_taken()},
                                {"sampler_epoch", pos.epoch},
                                {"sampler_position", pos.position},
                                {"seed", int64_t(cfg.run.seed)}});
-    CheckpointContents contents{{{"model", state_dict(model)},
-                                 {"ema", ema.named_weights()},
-                                 {"optimizer", optimizer_state}},
-                                state};
-    return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
+    return par.save_checkpoint(run_dir, step, state, ema_state(), tc.keep_checkpoints);
   };
 
-  Progress progress(par.main() ? run_dir + "/metrics.jsonl" : "", tc.steps, "img", tc.batch_size * tc.grad_accum,
+  Progress progress(par.metrics_path(run_dir), tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
   diffusion::VelocityFn velocity = velocity_of(model);
   Sampler::State position = sampler.state();
@@ -196,8 +195,8 @@ void train_dit(const Config& cfg, bool resume) {
     const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      const NamedTensors optimizer_state = par.optimizer_state();
-      if (par.main()) std::printf("checkpoint %s\n", save(step + 1, position, optimizer_state).c_str());
+      const std::string dir = save(step + 1, position);
+      if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
@@ -212,11 +211,12 @@ void train_dit(const Config& cfg, bool resume) {
       double((step - start_step) * tc.batch_size * tc.grad_accum) / std::max(train_seconds, 1e-9);
   std::printf("trained %lld steps in %s (%.1f images/s)\n", (long long)(step - start_step),
               format_duration(train_seconds).c_str(), images_per_second);
+  const NamedTensors ema_weights = par.gather_full(ema_state()[0].second);  // collective
   if (!par.main()) return;  // samples and evaluation: the main rank alone
 
   // Samples from the EMA weights: one row per class.
   models::Dit ema_model(cfg.dit);
-  load_state_dict(ema_model, as_map(ema.named_weights()), "ema");
+  load_state_dict(ema_model, as_map(ema_weights), "ema");
   DitSampleOptions so{cfg.sample.per_class, cfg.sample.steps, cfg.sample.cfg_scale, cfg.sample.heun,
                       cfg.run.seed, run_dir + "/samples.png", ""};
   write_samples(ema_model, so);
@@ -245,7 +245,8 @@ void train_dit(const Config& cfg, bool resume) {
 }
 
 void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
-  Json state = read_trainer_state(ckpt_dir);
+  CheckpointReader reader(ckpt_dir);
+  Json state = read_trainer_state(reader);
   LOOM_CHECK(state.at("model_kind").as_string() == "dit")
       << "sample: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
       << " model, not a DiT";
@@ -255,7 +256,7 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
                                       << " not found (expected beside the checkpoint directory)";
   Config cfg = load_config(config_path);
   models::Dit model(cfg.dit);
-  load_state_dict(model, read_tensors(ckpt_dir, "ema"), ckpt_dir + "/ema.safetensors");
+  load_state_dict(model, as_map(reader.read_all("ema")), ckpt_dir + " (ema)");
   write_samples(model, options);
 }
 

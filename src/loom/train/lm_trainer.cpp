@@ -135,10 +135,17 @@ std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
 
 LmEvalResult evaluate(const models::Gpt& model, const LmTokenizer& tok,
                       const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
-                      int64_t batch) {
+                      int64_t batch, int64_t min_forwards) {
   NoGradGuard no_grad;
   const int64_t T = model.config.context;
   LmEvalResult r;
+  // Under ZeRO-3 every forward gathers parameters with the other ranks: all ranks must run as
+  // many forwards, so a rank with fewer windows runs discarded ones.
+  for (int64_t extra = min_forwards - (int64_t(starts.size()) + batch - 1) / batch; extra > 0;
+       --extra) {
+    Batch b = gather_windows(tokens, {0}, T);
+    model.loss(b.ids, b.targets);
+  }
   for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
     const size_t end = std::min(starts.size(), at + size_t(batch));
     const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at),
@@ -162,7 +169,8 @@ LmEvalResult evaluate_over_dp(const ParallelRun& par, const models::Gpt& model,
   const size_t n = starts.size(), P = size_t(par.dp_size()), r = size_t(par.dp_rank());
   const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
                                   starts.begin() + ptrdiff_t((r + 1) * n / P));
-  LmEvalResult result = evaluate(model, tok, tokens, mine, batch);
+  const int64_t most = int64_t((n + P - 1) / P);
+  LmEvalResult result = evaluate(model, tok, tokens, mine, batch, (most + batch - 1) / batch);
   const std::vector<double> total =
       par.sum_over_dp({result.nats, double(result.tokens), double(result.bytes)});
   result.nats = total[0];
@@ -255,14 +263,15 @@ LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   const fs::path run_dir = fs::path(ckpt_dir).parent_path();
   g.tok = load_tokenizer(g.cfg, (run_dir / "tokenizer.bpe").string());
   g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
-  load_state_dict(*g.model, read_tensors(ckpt_dir, "model"), ckpt_dir + "/model.safetensors");
+  load_state_dict(*g.model, as_map(CheckpointReader(ckpt_dir).read_all("model")),
+                  ckpt_dir + " (model)");
   return g;
 }
 
 }  // namespace
 
 std::string checkpoint_model_kind(const std::string& ckpt_dir) {
-  return read_trainer_state(ckpt_dir).at("model_kind").as_string();
+  return read_trainer_state(CheckpointReader(ckpt_dir)).at("model_kind").as_string();
 }
 
 void train_gpt(const Config& cfg, bool resume) {
@@ -278,7 +287,7 @@ void train_gpt(const Config& cfg, bool resume) {
   const LmData data = load_lm_data(cfg, tok);
   models::Gpt model(cfg.gpt);
   model.init_parameters(cfg.run.seed);
-  optim::AdamW& opt = par.setup(model.named_parameters(), model.block_names(), cfg.adamw);
+  optim::AdamW& opt = par.setup(model, model.block_names(), cfg.adamw);
 
   int64_t start_step = 0;
   if (resume) {
@@ -286,13 +295,12 @@ void train_gpt(const Config& cfg, bool resume) {
     if (ckpt.empty()) {
       std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
     } else {
-      Json state = read_trainer_state(ckpt);
+      CheckpointReader reader(ckpt);
+      Json state = read_trainer_state(reader);
       LOOM_CHECK(state.at("model_kind").as_string() == "gpt")
           << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string()
           << ", not gpt";
-      load_state_dict(model, read_tensors(ckpt, "model"), ckpt + "/model.safetensors");
-      par.load_optimizer_state(read_tensors(ckpt, "optimizer"),
-                 ckpt + "/optimizer.safetensors");
+      par.load_checkpoint(reader, {});
       start_step = state.at("step").as_int();
       opt.set_steps_taken(state.at("optimizer_steps").as_int());
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
@@ -329,21 +337,19 @@ void train_gpt(const Config& cfg, bool resume) {
     return gather_windows(data.train, starts, T);
   });
 
-  // optimizer_state: collective under ZeRO, so every rank gathers it and the main rank writes.
-  auto save = [&](int64_t step, const NamedTensors& optimizer_state) {
+  // Collective: every rank writes its pieces.
+  auto save = [&](int64_t step) {
     Json state = Json::object({{"model_kind", "gpt"},
                                {"step", step},
                                {"optimizer_steps", opt.steps_taken()},
                                {"tokens_seen", step * B * T * tc.grad_accum},
                                {"seed", int64_t(cfg.run.seed)}});
-    CheckpointContents contents{{{"model", state_dict(model)}, {"optimizer", optimizer_state}},
-                                state};
-    return save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
+    return par.save_checkpoint(run_dir, step, state, {}, tc.keep_checkpoints);
   };
 
   const std::vector<int64_t> periodic_windows =
       eval_window_starts(int64_t(data.val.size()), T, cfg.eval.windows);
-  Progress progress(par.main() ? run_dir + "/metrics.jsonl" : "", tc.steps, "tok", B * T * tc.grad_accum,
+  Progress progress(par.metrics_path(run_dir), tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
@@ -386,8 +392,8 @@ void train_gpt(const Config& cfg, bool resume) {
     const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      const NamedTensors optimizer_state = par.optimizer_state();
-      if (par.main()) std::printf("checkpoint %s\n", save(step + 1, optimizer_state).c_str());
+      const std::string dir = save(step + 1);
+      if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
@@ -406,6 +412,17 @@ void train_gpt(const Config& cfg, bool resume) {
   const auto t0 = Clock::now();
   const LmEvalResult r = evaluate_over_dp(
       par, model, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
+  // The text sample runs on the main rank alone, on a full copy of the weights (collective).
+  std::unique_ptr<models::Gpt> full_model;
+  if (cfg.lm_sample.tokens > 0) {
+    std::vector<Tensor> values;
+    for (const auto& p : par.pieces()) values.push_back(p.value);
+    const NamedTensors weights = par.gather_full(values);
+    if (par.main()) {
+      full_model = std::make_unique<models::Gpt>(cfg.gpt);
+      load_state_dict(*full_model, as_map(weights), "the trained weights");
+    }
+  }
   if (!par.main()) return;  // the report, the file and the text sample: the main rank alone
   Json result = eval_json(r);
   result.set("step", Json(step));
@@ -419,7 +436,7 @@ void train_gpt(const Config& cfg, bool resume) {
     GptSampleOptions so{cfg.lm_sample.prompt, cfg.lm_sample.tokens, cfg.lm_sample.temperature,
                         cfg.run.seed};
     std::printf("sample (%lld tokens, temperature %.2f):\n%s\n", (long long)so.tokens,
-                so.temperature, generate(model, tok, so).c_str());
+                so.temperature, generate(*full_model, tok, so).c_str());
   }
 }
 
@@ -427,7 +444,7 @@ LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
   const LmData data = load_lm_data(g.cfg, g.tok);
   const auto starts = eval_window_starts(int64_t(data.val.size()), g.cfg.gpt.context, windows);
-  return evaluate(*g.model, g.tok, data.val, starts, g.cfg.train.batch_size);
+  return evaluate(*g.model, g.tok, data.val, starts, g.cfg.train.batch_size, 0);
 }
 
 std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options) {

@@ -1,10 +1,11 @@
 #include "loom/train/parallel_run.h"
 
+#include <filesystem>
 #include <sstream>
 
-#include "loom/checkpoint/state_dict.h"
 #include "loom/dist/world.h"
 #include "loom/ops/ops.h"
+#include "loom/train/checkpoint_dir.h"
 
 namespace loom::train {
 
@@ -29,30 +30,66 @@ std::string ParallelRun::describe() const {
   if (mesh_.degree("dp_replicate") > 1)
     s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard")
       << " shards";
-  s << ": " << cfg_.parallel.data_parallel << ")";
+  s << ": " << cfg_.parallel.data_parallel;
+  if (cfg_.parallel.gather_dtype != "f32") s << ", gathered in " << cfg_.parallel.gather_dtype;
+  s << ")";
   return s.str();
 }
 
-optim::AdamW& ParallelRun::setup(const std::vector<nn::NamedParameter>& params,
-                                 const std::vector<std::string>& block_names,
+std::string ParallelRun::metrics_path(const std::string& run_dir) const {
+  if (main_) return run_dir + "/metrics.jsonl";
+  std::filesystem::create_directories(run_dir + "/logs");
+  return run_dir + "/logs/metrics-rank-" + std::to_string(mesh_.world()->rank()) + ".jsonl";
+}
+
+optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::string>& block_names,
                                  const optim::AdamWConfig& adamw) {
-  params_ = params;
   const std::string& strategy = cfg_.parallel.data_parallel;
-  if (strategy == "zero1" || strategy == "zero2") {
+  if (strategy.rfind("zero", 0) == 0) {
     // Sharded over dp_shard, replicated over dp_replicate (HSDP when both exceed 1).
-    zero_ = std::make_unique<parallel::ZeroDataParallel>(
-        parallel::group_by_prefix(params, block_names), strategy == "zero1" ? 1 : 2,
-        mesh_.group("dp_shard"), mesh_.group("dp_replicate"), adamw);
-    if (dp_size_ > 1) zero_->broadcast_parameters();
-    return zero_->optimizer();
+    parallel::ZeroOptions options;
+    options.stage = strategy[4] - '0';
+    options.gather_dtype = dtype_from_name(cfg_.parallel.gather_dtype);
+    replicas_ = mesh_.group("dp_replicate");
+    zero_ = std::make_unique<parallel::ZeroDataParallel>(model, block_names, options,
+                                                         mesh_.group("dp_shard"), replicas_, adamw);
+    zero_->broadcast_parameters();
+    pieces_ = zero_->pieces();
+    optimizer_ = &zero_->optimizer();
+  } else {
+    const auto params = model.named_parameters();
+    for (const auto& p : params)
+      pieces_.push_back({p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay});
+    adamw_ = std::make_unique<optim::AdamW>(params, adamw);
+    optimizer_ = adamw_.get();
+    replicas_ = dp_;
+    if (dp_size_ > 1) {  // one data-parallel rank needs no wrapper: the step stays as it is
+      ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+          params, dp_, int64_t(cfg_.parallel.bucket_mb * 1024 * 1024));
+      ddp_->broadcast_parameters(0);
+    }
   }
-  adamw_ = std::make_unique<optim::AdamW>(params, adamw);
-  if (dp_size_ > 1) {  // one data-parallel rank needs no wrapper: the step stays as it is
-    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
-        params, dp_, int64_t(cfg_.parallel.bucket_mb * 1024 * 1024));
-    ddp_->broadcast_parameters(0);
+  // Peaks from here on describe training, not building the full model before sharding it.
+  host_allocator().reset_peak();
+  return *optimizer_;
+}
+
+std::vector<nn::NamedParameter> ParallelRun::piece_parameters() const {
+  std::vector<nn::NamedParameter> out;
+  for (const auto& p : pieces_) {
+    const bool whole = p.begin == 0 && p.end == shape_numel(p.shape);
+    out.push_back({whole ? p.name
+                         : p.name + "[" + std::to_string(p.begin) + ":" + std::to_string(p.end) + "]",
+                   p.value, p.weight_decay});
   }
-  return *adamw_;
+  return out;
+}
+
+NamedTensors ParallelRun::gather_full(const std::vector<Tensor>& values) {
+  if (zero_) return zero_->gather_full(values);
+  NamedTensors out;
+  for (size_t k = 0; k < pieces_.size(); ++k) out.emplace_back(pieces_[k].name, values.at(k));
+  return out;
 }
 
 void ParallelRun::begin_micro_step(int64_t micro, int64_t grad_accum) {
@@ -68,12 +105,12 @@ void ParallelRun::after_backward(int64_t micro, int64_t grad_accum) {
 double ParallelRun::clip_grad_norm(double max_norm) {
   if (zero_) return zero_->clip_grad_norm(max_norm);
   std::vector<Tensor> tensors;
-  for (const auto& p : params_) tensors.push_back(p.tensor);
+  for (const auto& p : pieces_) tensors.push_back(p.value);
   return optim::clip_grad_norm(tensors, max_norm);
 }
 
 void ParallelRun::after_optimizer_step() {
-  if (zero_) zero_->after_optimizer_step();
+  if (zero_) zero_->sync_parameters();
 }
 
 void ParallelRun::zero_grad() {
@@ -84,17 +121,62 @@ void ParallelRun::zero_grad() {
   }
 }
 
-NamedTensors ParallelRun::optimizer_state() {
-  return zero_ ? zero_->full_optimizer_state() : adamw_->named_state();
+namespace {
+
+// What one rank stores of each tensor: every name with this rank's element ranges.
+struct NamedPieces {
+  std::string name_prefix, name_suffix;
+  std::vector<Tensor> values;  // aligned with the pieces
+};
+
+std::vector<NamedPieces> checkpoint_contents(const optim::AdamW& optimizer,
+                                             const std::vector<PieceState>& extra) {
+  // The model first: a checkpoint of another model fails on its weights' names and shapes.
+  std::vector<NamedPieces> out(1 + 2 + extra.size());
+  out[0].name_prefix = "model/";  // values: the pieces themselves
+  const auto moments = optimizer.named_state();  // exp_avg, exp_avg_sq per piece, in order
+  std::vector<Tensor> m, v;
+  for (size_t k = 0; k < moments.size(); k += 2) {
+    m.push_back(moments[k].second);
+    v.push_back(moments[k + 1].second);
+  }
+  out[1] = {"optimizer/", ".exp_avg", m};
+  out[2] = {"optimizer/", ".exp_avg_sq", v};
+  for (size_t i = 0; i < extra.size(); ++i) out[3 + i] = {extra[i].first + "/", "", extra[i].second};
+  return out;
 }
 
-void ParallelRun::load_optimizer_state(const std::map<std::string, Tensor>& state,
-                                       const std::string& source) {
-  if (zero_) {
-    zero_->load_full_optimizer_state(state, source);
-  } else {
-    load_named(adamw_->named_state(), state, source);
+}  // namespace
+
+std::string ParallelRun::save_checkpoint(const std::string& run_dir, int64_t step,
+                                         const Json& state, const std::vector<PieceState>& extra,
+                                         int64_t keep) {
+  // Replicas hold the same pieces: replica q of Q writes the q-th part of each.
+  const int64_t q = replicas_->rank(), Q = replicas_->size();
+  std::vector<TensorPiece> out;
+  for (auto& contents : checkpoint_contents(*optimizer_, extra)) {
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const auto& p = pieces_[k];
+      const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
+      const int64_t n = p.end - p.begin, a = n * q / Q, b = n * (q + 1) / Q;
+      out.push_back({contents.name_prefix + p.name + contents.name_suffix, p.shape, p.begin + a,
+                     p.begin + b, value.as_strided({b - a}, {1}, value.offset() + a)});
+    }
   }
+  return train::save_checkpoint(run_dir, step, *mesh_.world(), out, state, keep);
+}
+
+void ParallelRun::load_checkpoint(const CheckpointReader& ckpt,
+                                  const std::vector<PieceState>& extra) {
+  for (auto& contents : checkpoint_contents(*optimizer_, extra)) {
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const auto& p = pieces_[k];
+      const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
+      ckpt.read(contents.name_prefix + p.name + contents.name_suffix, p.shape, p.begin, p.end,
+                value);
+    }
+  }
+  if (zero_) zero_->sync_parameters();
 }
 
 std::vector<double> ParallelRun::sum_over_dp(const std::vector<double>& values) const {

@@ -1,15 +1,17 @@
 // How a training run is spread over the job's processes: the device mesh, this rank's place
 // on the data-parallel axes, and the data-parallel strategy applied to the model's parameters
-// (DDP, or ZeRO-1/2 sharding, optionally hybrid with replicas).
+// (DDP, or ZeRO-1/2/3 sharding, optionally hybrid with replicas).
 //
-// The trainers stay written for one process: they get their optimizer and their share of the
-// global batch from this object, call its hooks around backward and the optimizer step, and
-// let only the main rank write files.
+// The trainers stay written for one process: they get their optimizer, the master weights
+// this rank holds (for an EMA) and their share of the global batch from this object, call its
+// hooks around backward and the optimizer step, and save and load checkpoints through it.
 #pragma once
-#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "loom/checkpoint/json.h"
+#include "loom/checkpoint/sharded.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/nn/module.h"
 #include "loom/optim/adamw.h"
@@ -20,6 +22,8 @@
 namespace loom::train {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+// Per-piece tensors aligned with ParallelRun::pieces() under a name ("ema").
+using PieceState = std::pair<std::string, std::vector<Tensor>>;
 
 class ParallelRun {
  public:
@@ -27,18 +31,27 @@ class ParallelRun {
   // splits evenly over the data-parallel ranks.
   explicit ParallelRun(const Config& cfg);
 
-  bool main() const { return main_; }  // world rank 0: console, metrics, checkpoints, samples
+  bool main() const { return main_; }  // world rank 0: console, metrics, samples
   int64_t dp_rank() const { return dp_rank_; }
   int64_t dp_size() const { return dp_size_; }
   int64_t local_batch() const { return local_batch_; }  // this rank's share of a micro-batch
   const dist::DeviceMesh& mesh() const { return mesh_; }
   std::string describe() const;  // "4 processes (dp 4: zero2)"
+  // Where this rank's metrics go: run_dir/metrics.jsonl (main rank), else
+  // run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
+  std::string metrics_path(const std::string& run_dir) const;
 
-  // Applies the data-parallel strategy to the parameters (block_names: the model's blocks,
-  // ZeRO's flat groups), makes every replica equal to rank 0's, and returns the optimizer the
-  // trainer steps: AdamW over all parameters, or over this rank's ZeRO shard.
-  optim::AdamW& setup(const std::vector<nn::NamedParameter>& params,
-                      const std::vector<std::string>& block_names, const optim::AdamWConfig& adamw);
+  // Applies the data-parallel strategy to the model (block_names: its blocks, ZeRO's flat
+  // groups and what ZeRO-2/3 wrap), makes every replica equal to rank 0's, and returns the
+  // optimizer the trainer steps: AdamW over this rank's pieces.
+  optim::AdamW& setup(nn::Module& model, const std::vector<std::string>& block_names,
+                      const optim::AdamWConfig& adamw);
+  // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
+  // the ZeRO shards. As parameters (named "<param>[begin:end]" when partial) for an EMA.
+  const std::vector<parallel::ParamPiece>& pieces() const { return pieces_; }
+  std::vector<nn::NamedParameter> piece_parameters() const;
+  // Full tensors named as the parameters from per-piece values (collective under ZeRO).
+  NamedTensors gather_full(const std::vector<Tensor>& values);
 
   // Around each micro-step's backward: gradients are exchanged as the strategy says.
   void begin_micro_step(int64_t micro, int64_t grad_accum);
@@ -47,9 +60,14 @@ class ParallelRun {
   double clip_grad_norm(double max_norm);
   void after_optimizer_step();
   void zero_grad();
-  // Optimizer state in the single-process layout (collective under ZeRO), and its inverse.
-  NamedTensors optimizer_state();
-  void load_optimizer_state(const std::map<std::string, Tensor>& state, const std::string& source);
+
+  // Collective: writes run_dir/step-<step> (see checkpoint_dir.h): the model ("model/<name>"),
+  // the AdamW moments ("optimizer/<name>.exp_avg", ".exp_avg_sq"), each extra per-piece state
+  // ("ema/<name>") and trainer_state.json. Replicas split the writing of what they share.
+  std::string save_checkpoint(const std::string& run_dir, int64_t step, const Json& state,
+                              const std::vector<PieceState>& extra, int64_t keep);
+  // Reads this rank's pieces of all of the above from a checkpoint of any layout.
+  void load_checkpoint(const CheckpointReader& ckpt, const std::vector<PieceState>& extra);
 
   // Element-wise sum over the dp ranks (for losses and flags; f32 on the wire).
   std::vector<double> sum_over_dp(const std::vector<double>& values) const;
@@ -58,9 +76,11 @@ class ParallelRun {
   const Config& cfg_;
   dist::DeviceMesh mesh_;
   std::shared_ptr<dist::ProcessGroup> dp_;
+  std::shared_ptr<dist::ProcessGroup> replicas_;  // the ranks holding the same pieces
   int64_t dp_rank_, dp_size_, local_batch_;
   bool main_;
-  std::vector<nn::NamedParameter> params_;
+  std::vector<parallel::ParamPiece> pieces_;
+  optim::AdamW* optimizer_ = nullptr;
   std::unique_ptr<optim::AdamW> adamw_;  // 1 rank and ddp
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<parallel::ZeroDataParallel> zero_;

@@ -1,0 +1,107 @@
+// ZeRO-3 keeps a block's full parameters only while the block runs: checked inside the block's
+// wrapped forward (where the gathered values must equal the original weights -- exactly in f32,
+// rounded to nearest-even bf16 when gathered in bf16) and outside it (released, and reading
+// them is an error). The ranks' shards differ; the gathered blocks must not.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "loom/dist/world.h"
+#include "loom/models/gpt/gpt.h"
+#include "loom/ops/ops.h"
+#include "loom/parallel/zero.h"
+
+namespace loom::parallel {
+namespace {
+
+// Round-to-nearest-even to bf16 and back, written from the format's definition (the top 16
+// bits of an f32), independent of Loom's conversion.
+float round_to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+models::GptConfig tiny() {
+  models::GptConfig c;
+  c.vocab_size = 40;
+  c.context = 8;
+  c.width = 12;
+  c.depth = 3;
+  c.heads = 2;
+  return c;
+}
+
+class Zero3Gather : public testing::TestWithParam<DType> {};
+
+TEST_P(Zero3Gather, BlocksExistOnlyInsideTheirForward) {
+  const DType gather = GetParam();
+  models::Gpt model(tiny());
+  model.init_parameters(11);
+  std::map<std::string, std::vector<float>> original;
+  for (const auto& p : model.named_parameters()) original[p.name] = to_vector(p.tensor);
+
+  auto world = dist::world();
+  ZeroDataParallel zero(model, model.block_names(), {3, gather}, world,
+                        std::make_shared<dist::SingleProcessGroup>("replicate", world->rank()),
+                        optim::AdamWConfig{});
+  zero.broadcast_parameters();
+
+  int64_t held = 0, total = 0;
+  for (const auto& piece : zero.pieces()) held += piece.end - piece.begin;
+  for (const auto& p : model.named_parameters()) total += p.tensor.numel();
+  EXPECT_LE(held, total / world->size() + 3 * world->size()) << "a rank holds more than its shard";
+
+  auto block_params = [&](size_t b) {
+    const std::string prefix = "blocks." + std::to_string(b) + ".";
+    std::vector<nn::NamedParameter> out;
+    for (const auto& p : model.named_parameters())
+      if (p.name.rfind(prefix, 0) == 0) out.push_back(p);
+    return out;
+  };
+  // Before any forward: no block is held, and reading one is an error.
+  for (size_t b = 0; b < model.blocks.size(); ++b)
+    for (const auto& p : block_params(b)) {
+      ASSERT_TRUE(p.tensor.storage()->released()) << p.name << " is held outside its forward";
+      try {
+        to_vector(p.tensor);
+        ADD_FAILURE() << "reading released " << p.name << " did not fail";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("use of released storage"), std::string::npos);
+      }
+    }
+  for (size_t b = 0; b < model.blocks.size(); ++b) {
+    int64_t checked = 0, wrong = 0;
+    model.blocks[b]->call([&] {
+      for (const auto& p : block_params(b)) {
+        const std::vector<float> got = to_vector(p.tensor);
+        const std::vector<float>& want = original.at(p.name);
+        for (size_t i = 0; i < got.size(); ++i, ++checked) {
+          const float expect = gather == DType::BF16 ? round_to_bf16(want[i]) : want[i];
+          if (got[i] != expect && wrong++ < 5)
+            ADD_FAILURE() << p.name << "[" << i << "] = " << got[i] << ", expected " << expect;
+        }
+      }
+      return Tensor::empty({1});
+    });
+    EXPECT_GT(checked, 0);
+    EXPECT_EQ(wrong, 0) << "of " << checked << " gathered values in block " << b;
+    // After its forward (no backward follows) the block is freed; the next one is being
+    // gathered (prefetch); the others stay freed.
+    for (size_t o = 0; o < model.blocks.size(); ++o)
+      for (const auto& p : block_params(o))
+        EXPECT_EQ(p.tensor.storage()->released(), o != b + 1)
+            << p.name << " after the forward of block " << b;
+  }
+  // The non-block parameters stay gathered, exact (the embeddings at both ends of the model).
+  EXPECT_EQ(to_vector(model.tok_embed->weight), original.at("tok_embed.weight"));
+}
+
+INSTANTIATE_TEST_SUITE_P(GatherDtypes, Zero3Gather, testing::Values(DType::F32, DType::BF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace loom::parallel
