@@ -7,6 +7,7 @@
 // destructor stops production and joins; it waits for a producer call already in progress
 // (a producer cannot be interrupted), never for queue space.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -43,7 +44,11 @@ class Prefetcher {
 
   Batch next() {
     std::unique_lock<std::mutex> lock(mutex_);
-    ready_cv_.wait(lock, [this] { return !ready_.empty() || error_ != nullptr; });
+    if (ready_.empty() && error_ == nullptr) {  // the step waits for data: time it
+      const auto start = std::chrono::steady_clock::now();
+      ready_cv_.wait(lock, [this] { return !ready_.empty() || error_ != nullptr; });
+      waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     if (ready_.empty()) std::rethrow_exception(error_);
     Batch batch = std::move(ready_.front());
     ready_.pop_front();
@@ -51,6 +56,8 @@ class Prefetcher {
     space_cv_.notify_one();
     return batch;
   }
+  // Seconds next() has spent waiting for the producer (the step was starved of data).
+  double waited_seconds() const { return waited_s_; }
 
  private:
   void run() {
@@ -82,6 +89,7 @@ class Prefetcher {
   std::deque<Batch> ready_;
   std::exception_ptr error_;
   bool stopping_ = false;
+  double waited_s_ = 0;  // next()'s thread only
   std::thread worker_;
 };
 

@@ -162,6 +162,7 @@ class CommThread {
  private:
   void loop() {
     std::vector<std::unique_ptr<Op>> running;
+    Clock::time_point busy_since{};  // when `running` last became non-empty
     for (;;) {
       std::deque<std::unique_ptr<Op>> fresh;
       bool stopping;
@@ -181,6 +182,7 @@ class CommThread {
           MPI_Abort(MPI_COMM_WORLD, abort_code_);
         }
       }
+      if (running.empty() && !fresh.empty()) busy_since = Clock::now();
       for (auto& op : fresh) {
         op->started = Clock::now();
         try {
@@ -208,8 +210,11 @@ class CommThread {
         } catch (const std::exception& e) {
           error = e.what();
         }
-        op.work->finish(error);
+        // Counted before the waiter wakes, so its reading of comm_times() includes this op.
+        std::unique_ptr<Op> finished = std::move(running[i]);
         running.erase(running.begin() + ptrdiff_t(i));
+        if (running.empty()) add_in_flight_seconds(seconds_between(busy_since, Clock::now()));
+        finished->work->finish(error);
       }
       service_queries();
       if (stopping && running.empty()) {

@@ -1,12 +1,29 @@
 #include "loom/dist/work.h"
 
+#include <atomic>
+#include <chrono>
+
 #include "loom/core/error.h"
 
 namespace loom::dist {
 
+namespace {
+std::atomic<int64_t> waited_ns{0}, in_flight_ns{0};
+}  // namespace
+
+CommTimes comm_times() { return {double(waited_ns.load()) * 1e-9, double(in_flight_ns.load()) * 1e-9}; }
+
+void add_in_flight_seconds(double seconds) { in_flight_ns += int64_t(seconds * 1e9); }
+
 void Work::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return done_; });
+  if (!done_) {
+    const auto start = std::chrono::steady_clock::now();
+    done_cv_.wait(lock, [&] { return done_; });
+    waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+  }
   LOOM_CHECK(error_.empty()) << description_ << " failed: " << error_;
 }
 

@@ -38,4 +38,14 @@ using WorkPtr = std::shared_ptr<Work>;
 // A Work that is already finished (single-member groups, empty tensors).
 WorkPtr finished_work(std::string description);
 
+// Where this process's communication time went, since it started: seconds callers spent
+// blocked in Work::wait() (communication not hidden behind compute), and seconds during which
+// at least one operation was in flight on the communication thread.
+struct CommTimes {
+  double waited_s = 0;
+  double in_flight_s = 0;
+};
+CommTimes comm_times();
+void add_in_flight_seconds(double seconds);  // backend side
+
 }  // namespace loom::dist

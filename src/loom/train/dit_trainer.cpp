@@ -154,6 +154,7 @@ void train_dit(const Config& cfg, bool resume) {
 
   Progress progress(par.metrics_path(run_dir), tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
+  progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   diffusion::VelocityFn velocity = velocity_of(model);
   Sampler::State position = sampler.state();
   int64_t step = start_step;

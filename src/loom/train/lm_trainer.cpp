@@ -351,6 +351,7 @@ void train_gpt(const Config& cfg, bool resume) {
       eval_window_starts(int64_t(data.val.size()), T, cfg.eval.windows);
   Progress progress(par.metrics_path(run_dir), tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
+  progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {

@@ -4,6 +4,7 @@
 
 #include "loom/core/allocator.h"
 #include "loom/core/error.h"
+#include "loom/dist/work.h"
 
 namespace loom::train {
 
@@ -54,6 +55,21 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   const double step_time = steps_done > 0 ? dt / double(steps_done) : 0.0;
   last_time_ = now;
   last_step_ = step;
+  // Per step since the last line: compute, exposed communication, idle (see the header).
+  const dist::CommTimes comm = dist::comm_times();
+  const double data_wait = data_wait_ ? data_wait_() : 0.0;
+  if (steps_done > 0) {
+    const double n = double(steps_done), waited = comm.waited_s - last_waited_,
+                 idle = data_wait - last_data_wait_;
+    metrics.set("time_s", Json::object({{"step", dt / n},
+                                        {"compute", (dt - waited - idle) / n},
+                                        {"comm_exposed", waited / n},
+                                        {"idle", idle / n},
+                                        {"comm_in_flight", (comm.in_flight_s - last_in_flight_) / n}}));
+  }
+  last_waited_ = comm.waited_s;
+  last_in_flight_ = comm.in_flight_s;
+  last_data_wait_ = data_wait;
   const MemStats mem = host_allocator().stats();
   metrics.set(std::string(unit_) + "_per_s", Json(rate));
   metrics.set("elapsed_s", Json(elapsed_seconds()));

@@ -2,6 +2,7 @@
 #pragma once
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "loom/checkpoint/json.h"
@@ -19,6 +20,9 @@ class Progress {
   // line. Non-finite values are recorded as strings ("nan"), which JSON can hold.
   void log(int64_t step, double loss, double lr, Json extra = Json::object());
   double elapsed_seconds() const;
+  // The step's time is split into compute, exposed communication (waits on collectives) and
+  // idle (waits for data): `data_wait` gives the total seconds spent waiting for data so far.
+  void count_data_wait(std::function<double()> data_wait) { data_wait_ = std::move(data_wait); }
 
  private:
   std::FILE* metrics_ = nullptr;
@@ -26,6 +30,8 @@ class Progress {
   const char* unit_;
   std::chrono::steady_clock::time_point start_, last_time_;
   int64_t last_step_ = -1;
+  std::function<double()> data_wait_;
+  double last_waited_ = 0, last_in_flight_ = 0, last_data_wait_ = 0;  // totals at the last log
 };
 
 std::string format_duration(double seconds);  // "1h02m", "3m12s", "45s"
