@@ -58,6 +58,7 @@ class CheckpointReader {
   ~CheckpointReader();
 
   const std::string& dir() const { return dir_; }
+  bool has_checksums() const { return !legacy_; }  // false for the older layout
   bool contains(const std::string& name) const;
   Shape shape(const std::string& name) const;
   std::vector<std::string> names(const std::string& prefix) const;  // "model/" -> its tensors
