@@ -1,5 +1,6 @@
 #include "launch.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,9 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/train/config.h"
+#include "loom/train/events.h"
 
 #ifndef LOOM_MPIRUN
 #define LOOM_MPIRUN "mpirun"
@@ -18,8 +22,133 @@
 
 namespace loom::cli {
 
+namespace {
+
+// The run directory of `train CONFIG [--set k=v ...] [--resume [auto]]` (for events.jsonl).
+std::string run_dir_of(const std::vector<std::string>& command) {
+  LOOM_CHECK(!command.empty() && command[0] == "train")
+      << "launch: --max-restarts supervises `train` runs only";
+  std::string config;
+  std::vector<std::string> overrides;
+  for (size_t k = 1; k < command.size(); ++k) {
+    if (command[k] == "--set" && k + 1 < command.size()) {
+      overrides.push_back(command[++k]);
+    } else if (command[k] == "--resume") {
+      if (k + 1 < command.size() && command[k + 1] == "auto") ++k;
+    } else if (config.empty()) {
+      config = command[k];
+    }
+  }
+  LOOM_CHECK(!config.empty()) << "launch: no config file in the train command";
+  return loom::train::load_config(config, overrides).run_dir();
+}
+
+// The command again with `--resume auto` (what a restart must do).
+std::vector<std::string> resuming(std::vector<std::string> command) {
+  for (size_t k = 0; k < command.size(); ++k)
+    if (command[k] == "--resume") {
+      if (k + 1 < command.size() && command[k + 1] == "auto") return command;
+      command.insert(command.begin() + ptrdiff_t(k + 1), "auto");
+      return command;
+    }
+  command.insert(command.end(), {"--resume", "auto"});
+  return command;
+}
+
+struct Outcome {
+  int status = 0;     // the exit status, or 128 + signal
+  std::string cause;  // the first line that says why, or the status
+};
+
+// Runs args with LOOM_RESTART=attempt, passing its output through; keeps the line of its
+// stderr that best says why it failed.
+Outcome run_attempt(const std::vector<std::string>& args, int attempt) {
+  int pipe_fds[2];
+  LOOM_CHECK(::pipe(pipe_fds) == 0) << "launch: pipe: " << std::strerror(errno);
+  const pid_t pid = ::fork();
+  LOOM_CHECK(pid >= 0) << "launch: fork: " << std::strerror(errno);
+  if (pid == 0) {
+    ::setenv("LOOM_RESTART", std::to_string(attempt).c_str(), 1);
+    ::dup2(pipe_fds[1], STDERR_FILENO);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    std::vector<char*> cargs;
+    for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    ::execvp(cargs[0], cargs.data());
+    std::fprintf(stderr, "launch: cannot run %s: %s\n", cargs[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  std::string error_line, notice_line, line;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n < 0) continue;
+    ::write(STDERR_FILENO, buf, size_t(n));
+    for (ssize_t k = 0; k < n; ++k) {
+      if (buf[k] != '\n') {
+        line += buf[k];
+        continue;
+      }
+      if (error_line.empty() && line.find("loom: error") != std::string::npos) error_line = line;
+      if (notice_line.empty() && (line.find("exited on signal") != std::string::npos ||
+                                  line.find("LOOM_FAULT") != std::string::npos))
+        notice_line = line;
+      line.clear();
+    }
+  }
+  ::close(pipe_fds[0]);
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  Outcome out;
+  out.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  out.cause = !error_line.empty()    ? error_line
+              : !notice_line.empty() ? notice_line
+                                     : "mpirun exited with status " + std::to_string(out.status);
+  return out;
+}
+
+// Runs the job until it succeeds or has been restarted max_restarts times, each restart from
+// the newest valid checkpoint; every failure is logged with its cause to events.jsonl.
+int supervise(const std::vector<std::string>& mpirun, const std::vector<std::string>& command,
+              int max_restarts) {
+  const std::string run_dir = run_dir_of(command);
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> args = mpirun;
+    for (const auto& a : attempt == 0 ? command : resuming(command)) args.push_back(a);
+    std::string line;
+    for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "launch (attempt %d): %s\n", attempt, line.c_str());
+    std::fflush(stderr);
+    const Outcome out = run_attempt(args, attempt);
+    if (out.status == 0) {
+      if (attempt > 0)
+        loom::train::append_event(run_dir, "completed", Json::object({{"attempts", attempt + 1}}));
+      return 0;
+    }
+    const bool give_up = attempt == max_restarts;
+    loom::train::append_event(run_dir, give_up ? "gave_up" : "restart",
+                              Json::object({{"attempt", attempt},
+                                            {"exit_status", out.status},
+                                            {"cause", out.cause}}));
+    if (give_up) {
+      std::fprintf(stderr, "launch: the job failed %d times; giving up (last cause: %s)\n",
+                   attempt + 1, out.cause.c_str());
+      return out.status;
+    }
+    std::fprintf(stderr, "launch: the job failed (%s); restarting from the newest valid "
+                 "checkpoint (%d of %d)\n", out.cause.c_str(), attempt + 1, max_restarts);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
+}  // namespace
+
 int launch(int argc, char** argv) {
   std::string np, hostfile;
+  int max_restarts = 0;
   int i = 0;
   for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     const std::string a = argv[i];
@@ -32,9 +161,15 @@ int launch(int argc, char** argv) {
           << "launch: -n '" << np << "' is not a positive integer";
     } else if (a == "--hostfile") {
       hostfile = argv[++i];
+    } else if (a == "--max-restarts") {
+      char* end = nullptr;
+      const long r = std::strtol(argv[++i], &end, 10);
+      LOOM_CHECK(end && *end == 0 && r >= 0)
+          << "launch: --max-restarts '" << argv[i] << "' is not a non-negative integer";
+      max_restarts = int(r);
     } else {
       LOOM_FAIL() << "launch: unknown option " << a
-                  << " (expected -n N [--hostfile FILE] -- COMMAND ...)";
+                  << " (expected -n N [--hostfile FILE] [--max-restarts R] -- COMMAND ...)";
     }
   }
   LOOM_CHECK(!np.empty()) << "launch: -n N is required";
@@ -46,6 +181,7 @@ int launch(int argc, char** argv) {
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   if (!hostfile.empty()) args.insert(args.end(), {"--hostfile", hostfile});
   args.push_back(self);
+  if (max_restarts > 0) return supervise(args, {argv + i + 1, argv + argc}, max_restarts);
   for (int k = i + 1; k < argc; ++k) args.push_back(argv[k]);
 
   std::string line;

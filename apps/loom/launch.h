@@ -1,10 +1,13 @@
 // `loom launch -n N [--hostfile FILE] -- COMMAND ARGS...`: runs `loom COMMAND ARGS...` as N
 // processes through OpenMPI's mpirun (oversubscribing cores when N exceeds them, and allowed
 // to run as root). Plain `mpirun -np N loom train ...` (or srun) works just as well.
+// With --max-restarts R (train runs only) it supervises instead of exec'ing: when the job fails
+// (a rank killed, crashed or timed out) it is started again with `--resume auto`, up to R
+// times, each failure logged with its cause to <run dir>/events.jsonl.
 #pragma once
 
 namespace loom::cli {
 
-int launch(int argc, char** argv);  // argc/argv after "launch"; returns only on error
+int launch(int argc, char** argv);  // argc/argv after "launch"
 
 }  // namespace loom::cli

@@ -26,9 +26,10 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: loom <command> [args]\n"
-               "  train CONFIG.toml [--set section.key=value ...] [--resume]\n"
+               "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
                "      train a model (model.kind dit or gpt); the run directory is\n"
-               "      <run.out_dir>/<run.name>\n"
+               "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
+               "      --resume auto: from the newest one whose checksums all match\n"
                "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
                "         [--seed N] [--png PATH] [--npy PREFIX]\n"
                "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
@@ -45,9 +46,10 @@ int usage() {
                "      write one part of a (sharded) checkpoint as one consolidated file\n"
                "  ckpt verify CHECKPOINT_DIR\n"
                "      read every tensor of a checkpoint, checking each piece against its manifest\n"
-               "  launch -n N [--hostfile FILE] -- COMMAND ARGS...\n"
+               "  launch -n N [--hostfile FILE] [--max-restarts R] -- COMMAND ARGS...\n"
                "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
-               "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well\n"
+               "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
+               "      --max-restarts R a failed train job restarts with --resume auto\n"
                "  version\n");
   return 2;
 }
@@ -75,13 +77,17 @@ double parse_double(const char* flag, const char* text) {
 int train(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
-  bool resume = false;
+  loom::train::Resume resume = loom::train::Resume::No;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--set") {
       overrides.push_back(value_of(argc, argv, i));
     } else if (a == "--resume") {
-      resume = true;
+      resume = loom::train::Resume::Latest;
+      if (i + 1 < argc && std::strcmp(argv[i + 1], "auto") == 0) {
+        resume = loom::train::Resume::Auto;
+        ++i;
+      }
     } else if (a.rfind("--", 0) == 0) {
       LOOM_FAIL() << "train: unknown option " << a;
     } else {

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "loom/core/atomic_file.h"
+#include "loom/ops/ops.h"
+#include "loom/train/events.h"
 
 namespace loom::train {
 
@@ -62,6 +64,44 @@ std::string latest_checkpoint(const std::string& run_dir) {
 
 Json read_trainer_state(const CheckpointReader& ckpt) {
   return Json::parse(ckpt.read_text("trainer_state.json"), ckpt.dir() + "/trainer_state.json");
+}
+
+void verify_checkpoint(const std::string& dir) {
+  const CheckpointReader ckpt(dir);
+  LOOM_CHECK(ckpt.has_checksums()) << "checkpoint " << dir << " has no manifest.json";
+  read_trainer_state(ckpt);
+  for (const std::string& name : ckpt.names("")) ckpt.read_full(name);
+}
+
+std::string resume_checkpoint(const std::string& run_dir, Resume mode, dist::ProcessGroup& world) {
+  if (mode == Resume::No) return "";
+  if (mode == Resume::Latest) return latest_checkpoint(run_dir);
+  // Newest first; rank 0 verifies and tells the others which one (-1: none).
+  std::vector<std::string> dirs;
+  if (fs::is_directory(run_dir))
+    for (const auto& e : fs::directory_iterator(run_dir)) {
+      const std::string n = e.path().filename().string();
+      if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos)
+        dirs.push_back(e.path().string());
+    }
+  std::sort(dirs.rbegin(), dirs.rend());
+  int64_t chosen = -1;
+  if (world.rank() == 0) {
+    for (size_t i = 0; i < dirs.size() && chosen < 0; ++i) {
+      try {
+        verify_checkpoint(dirs[i]);
+        chosen = int64_t(i);
+      } catch (const std::exception& e) {
+        std::printf("resume: passing over damaged checkpoint %s: %s\n", dirs[i].c_str(), e.what());
+        append_event(run_dir, "damaged_checkpoint",
+                     Json::object({{"checkpoint", dirs[i]}, {"error", e.what()}}));
+      }
+    }
+  }
+  Tensor t = from_vector(std::vector<int64_t>{chosen}, {1});
+  world.broadcast(t, 0)->wait();
+  chosen = to_vector_i64(t)[0];
+  return chosen < 0 ? "" : dirs[size_t(chosen)];
 }
 
 }  // namespace loom::train

@@ -23,4 +23,15 @@ std::string latest_checkpoint(const std::string& run_dir);
 // trainer_state.json of a checkpoint (checked against its manifest).
 Json read_trainer_state(const CheckpointReader& ckpt);
 
+// Reads every tensor and file of a checkpoint, checking each against the manifest; throws
+// naming what is damaged (a truncated or corrupted file, a missing one).
+void verify_checkpoint(const std::string& dir);
+
+enum class Resume { No, Latest, Auto };
+// Collective over `world`: the checkpoint to continue from ("" for none), the same on every
+// rank. Latest: the one `latest` names (loading still checks what it reads). Auto: the newest
+// that verify_checkpoint() passes (rank 0 reads it); each damaged one passed over is printed
+// and logged to events.jsonl.
+std::string resume_checkpoint(const std::string& run_dir, Resume mode, dist::ProcessGroup& world);
+
 }  // namespace loom::train

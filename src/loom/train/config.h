@@ -41,6 +41,14 @@ struct TrainLoopConfig {
   int64_t ema_start = 0;  // dit only: steps before the EMA starts tracking (it copies until then)
 };
 
+// [resilience]: how a run reacts to bad steps and slow ranks (see train/step_guard.h).
+struct ResilienceConfig {
+  int64_t max_skips_in_row = 3;   // non-finite steps in a row after which the run stops
+  int64_t straggler_every = 50;   // steps between comparisons of the ranks' compute time (0: off)
+  double straggler_factor = 1.5;  // flagged: compute time above this times the median
+  double spike_zscore = 6.0;      // a loss this many deviations above the last 50 is logged (0: off)
+};
+
 struct SampleConfig {
   int64_t steps = 50;
   double cfg_scale = 2.0;
@@ -81,6 +89,7 @@ struct ParallelConfig {
 struct Config {
   RunConfig run;
   ParallelConfig parallel;
+  ResilienceConfig resilience;
   std::string model_kind = "dit";  // "dit" or "gpt"; only that kind's keys are accepted
   models::DitConfig dit;
   models::GptConfig gpt;

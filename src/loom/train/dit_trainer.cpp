@@ -18,6 +18,7 @@
 #include "loom/optim/ema.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/parallel_run.h"
+#include "loom/train/step_guard.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -81,7 +82,7 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
 
 }  // namespace
 
-void train_dit(const Config& cfg, bool resume) {
+void train_dit(const Config& cfg, Resume resume) {
   const auto& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
   ParallelRun par(cfg);
@@ -105,8 +106,8 @@ void train_dit(const Config& cfg, bool resume) {
                   par.dp_rank(), par.dp_size());
 
   int64_t start_step = 0;
-  if (resume) {
-    const std::string ckpt = latest_checkpoint(run_dir);
+  if (resume != Resume::No) {
+    const std::string ckpt = resume_checkpoint(run_dir, resume, *par.mesh().world());
     if (ckpt.empty()) {
       std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
     } else {
@@ -155,10 +156,12 @@ void train_dit(const Config& cfg, bool resume) {
   Progress progress(par.metrics_path(run_dir), tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
+  StepGuard guard(cfg, par, run_dir);
   diffusion::VelocityFn velocity = velocity_of(model);
   Sampler::State position = sampler.state();
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
+    guard.begin_step(step);
     double loss_sum = 0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       Batch b = prefetch.next();
@@ -168,6 +171,7 @@ void train_dit(const Config& cfg, bool resume) {
       Tensor loss = diffusion::flow_matching_loss(velocity, b.images, b.labels, cfg.flow,
                                                   cfg.run.seed, step, first);
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
+      loss = guard.guard_loss(loss, step);
       par.begin_micro_step(micro, tc.grad_accum);
       backward(loss);
       par.after_backward(micro, tc.grad_accum);
@@ -180,24 +184,30 @@ void train_dit(const Config& cfg, bool resume) {
     loss_sum = agreed[0] / double(par.dp_size());
     const double grad_norm = par.clip_grad_norm(tc.grad_clip);
     const double lr = cfg.schedule.lr_at(step);
-    opt.step(lr);
-    par.after_optimizer_step();
+    const bool update = guard.accept(step, loss_sum, grad_norm);
+    if (update) {
+      opt.step(lr);
+      par.after_optimizer_step();
+    }
     par.zero_grad();
     // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
-    if (step < tc.ema_start) {
+    if (update && step < tc.ema_start) {
       ema.reset_to_params();
-    } else {
+    } else if (update) {
       ema.update(step - tc.ema_start);
     }
+    guard.end_step(step, prefetch.waited_seconds());
     const bool last = step + 1 == tc.steps;
     if ((step + 1) % tc.log_every == 0 || last || step == start_step) {
-      progress.log(step, loss_sum, lr, Json::object({{"grad_norm", grad_norm}}));
+      progress.log(step, loss_sum, lr,
+                   Json::object({{"grad_norm", grad_norm}, {"skipped_steps", guard.skipped()}}));
     }
     const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       const std::string dir = save(step + 1, position);
       if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
+      guard.after_checkpoint(dir, step + 1);
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),

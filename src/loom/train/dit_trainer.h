@@ -3,12 +3,14 @@
 #include <string>
 
 #include "loom/models/dit/dit.h"
+#include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 
 namespace loom::train {
 
-// Trains per `config` in config.run_dir(); resume = continue from the newest checkpoint there.
-void train_dit(const Config& config, bool resume);
+// Trains per `config` in config.run_dir(); resume: continue from a checkpoint there (see
+// resume_checkpoint in checkpoint_dir.h).
+void train_dit(const Config& config, Resume resume);
 
 struct DitSampleOptions {
   int64_t per_class = 10;

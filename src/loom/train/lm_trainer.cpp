@@ -19,6 +19,7 @@
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/parallel_run.h"
+#include "loom/train/step_guard.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -274,7 +275,7 @@ std::string checkpoint_model_kind(const std::string& ckpt_dir) {
   return read_trainer_state(CheckpointReader(ckpt_dir)).at("model_kind").as_string();
 }
 
-void train_gpt(const Config& cfg, bool resume) {
+void train_gpt(const Config& cfg, Resume resume) {
   LOOM_CHECK(cfg.model_kind == "gpt") << "train_gpt: model.kind is " << cfg.model_kind;
   const auto& tc = cfg.train;
   const int64_t B = tc.batch_size, T = cfg.gpt.context;
@@ -290,8 +291,8 @@ void train_gpt(const Config& cfg, bool resume) {
   optim::AdamW& opt = par.setup(model, model.block_names(), cfg.adamw);
 
   int64_t start_step = 0;
-  if (resume) {
-    const std::string ckpt = latest_checkpoint(run_dir);
+  if (resume != Resume::No) {
+    const std::string ckpt = resume_checkpoint(run_dir, resume, *par.mesh().world());
     if (ckpt.empty()) {
       std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
     } else {
@@ -352,15 +353,18 @@ void train_gpt(const Config& cfg, bool resume) {
   Progress progress(par.metrics_path(run_dir), tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
+  StepGuard guard(cfg, par, run_dir);
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
     const auto step_begin = Clock::now();
+    guard.begin_step(step);
     double loss_sum = 0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       Batch b = prefetch.next();
       Tensor loss = model.loss(b.ids, b.targets);
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
+      loss = guard.guard_loss(loss, step);
       par.begin_micro_step(micro, tc.grad_accum);
       backward(loss);
       par.after_backward(micro, tc.grad_accum);
@@ -373,13 +377,16 @@ void train_gpt(const Config& cfg, bool resume) {
     loss_sum = agreed[0] / double(par.dp_size());
     const double grad_norm = par.clip_grad_norm(tc.grad_clip);
     const double lr = cfg.schedule.lr_at(step);
-    opt.step(lr);
-    par.after_optimizer_step();
+    if (guard.accept(step, loss_sum, grad_norm)) {
+      opt.step(lr);
+      par.after_optimizer_step();
+    }
     par.zero_grad();
+    guard.end_step(step, prefetch.waited_seconds());
     train_seconds += seconds_since(step_begin);
 
     const bool last = step + 1 == tc.steps;
-    Json extra = Json::object({{"grad_norm", grad_norm}});
+    Json extra = Json::object({{"grad_norm", grad_norm}, {"skipped_steps", guard.skipped()}});
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     if (eval_now) {
       const auto t0 = Clock::now();
@@ -395,6 +402,7 @@ void train_gpt(const Config& cfg, bool resume) {
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       const std::string dir = save(step + 1);
       if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
+      guard.after_checkpoint(dir, step + 1);
     }
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),

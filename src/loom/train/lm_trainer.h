@@ -19,13 +19,15 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 
 namespace loom::train {
 
-// Trains per `config` in config.run_dir(); resume = continue from the newest checkpoint there.
+// Trains per `config` in config.run_dir(); resume: continue from a checkpoint there (see
+// resume_checkpoint in checkpoint_dir.h).
 // Writes checkpoints, metrics.jsonl and, at the end, eval.json with the held-out loss.
-void train_gpt(const Config& config, bool resume);
+void train_gpt(const Config& config, Resume resume);
 
 struct LmEvalResult {
   int64_t windows = 0;

@@ -1,0 +1,14 @@
+// runs/<name>/events.jsonl: what happened to a run besides its steps -- restarts and their
+// causes, skipped steps, loss spikes, stragglers, damaged checkpoints passed over. One JSON
+// object per line with "time" (UTC, ISO 8601) and "event"; appended whole, so the supervisor
+// and the main rank can both write.
+#pragma once
+#include <string>
+
+#include "loom/checkpoint/json.h"
+
+namespace loom::train {
+
+void append_event(const std::string& run_dir, const std::string& event, Json fields = Json::object());
+
+}  // namespace loom::train

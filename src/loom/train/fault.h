@@ -1,0 +1,50 @@
+// Faults injected on purpose, to test the machinery that survives them. Off unless the
+// environment variable LOOM_FAULT is set:
+//
+//   LOOM_FAULT="FAULT[;FAULT...]"   FAULT = KIND:key=value[,key=value...]
+//
+//   kill:rank=R,step=S            rank R kills itself (SIGKILL) as step S begins
+//   sleep:rank=R,step=S,ms=M      rank R sleeps M ms in every step from S on
+//   slow:rank=R,step=S,factor=F   rank R takes F times as long for every step from S on (it
+//                                 sleeps F - 1 times its own compute time: a straggler)
+//   nan:rank=R,step=S             rank R's loss of step S is NaN, and so every gradient
+//   stall:rank=R,step=S           rank R stops for good as step S begins (a hung rank: the
+//                                 others' next collective times out)
+//   corrupt:step=S,file=F         once the checkpoint of step S is written, one byte in the
+//                                 middle of its file F flips
+//   truncate:step=S,file=F        ... its file F loses its second half
+//
+// Steps count from 1, as the progress line prints them; ranks are world ranks. Every fault also
+// takes attempt=A (default 0): it fires only in the A-th run `loom launch --max-restarts`
+// started (LOOM_RESTART=A), so a restarted run does not meet it again.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::train {
+
+class FaultPlan {
+ public:
+  // From LOOM_FAULT and LOOM_RESTART; a malformed variable is an error naming the fault.
+  static FaultPlan from_env();
+  static FaultPlan parse(const std::string& spec, int attempt);
+
+  bool empty() const { return faults_.empty(); }
+  void at_step_begin(int64_t step, int rank) const;   // kill, sleep, stall
+  bool poisons_loss(int64_t step, int rank) const;    // nan
+  double slowdown(int64_t step, int rank) const;      // slow: F, else 1
+  void after_checkpoint(const std::string& dir, int64_t step, int rank) const;  // corrupt, truncate
+
+  struct Fault {
+    std::string kind, file;
+    int rank = 0, attempt = 0;
+    int64_t step = 0, ms = 0;
+    double factor = 1;
+  };
+
+ private:
+  std::vector<Fault> faults_;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,57 @@
+// What keeps a run going through bad steps and tells about slow ranks ([resilience]):
+//  - a step whose loss or gradient norm is not finite is skipped: no update, counted in the
+//    metrics ("skipped_steps") and events.jsonl. Both values are agreed over the ranks (the
+//    loss is summed over them, the norm is global), so every rank skips the same steps. More
+//    than max_skips_in_row in a row stops the run with an error (a supervisor restarts it from
+//    the last checkpoint).
+//  - a loss more than spike_zscore standard deviations above the last 50 steps' is logged.
+//  - every straggler_every steps the ranks compare their compute time per step (wall time less
+//    waits on collectives and on data: a slow rank makes the others wait, so wall times are
+//    equal); a rank above straggler_factor x the median is flagged, with its host, on the
+//    console and in events.jsonl.
+//  - LOOM_FAULT faults (train/fault.h) fire at their steps.
+#pragma once
+#include <chrono>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.h"
+#include "loom/train/config.h"
+#include "loom/train/fault.h"
+#include "loom/train/parallel_run.h"
+
+namespace loom::train {
+
+class StepGuard {
+ public:
+  // Collective over the world (the ranks exchange their host names).
+  StepGuard(const Config& cfg, ParallelRun& par, std::string run_dir);
+
+  // step: 0-based index of the step about to run.
+  void begin_step(int64_t step);
+  Tensor guard_loss(const Tensor& loss, int64_t step) const;  // the nan fault
+  // After the gradients are reduced: whether to apply the update (else: skip and count).
+  bool accept(int64_t step, double loss, double grad_norm);
+  // After the step; collective every straggler_every steps. data_wait: total seconds the run
+  // has waited for data so far.
+  void end_step(int64_t step, double data_wait);
+  void after_checkpoint(const std::string& dir, int64_t step) const;  // corrupt/truncate faults
+
+  int64_t skipped() const { return skipped_; }
+
+ private:
+  const ResilienceConfig& rc_;
+  ParallelRun& par_;
+  std::string run_dir_;
+  FaultPlan faults_;
+  std::vector<std::string> hosts_;  // by world rank
+  int64_t skipped_ = 0, in_row_ = 0;
+  std::deque<double> recent_losses_;
+  std::chrono::steady_clock::time_point step_start_;
+  double waited_at_start_ = 0, data_at_start_ = 0;
+  double compute_s_ = 0;  // this rank's compute seconds since the last comparison
+  int64_t compute_steps_ = 0;
+};
+
+}  // namespace loom::train

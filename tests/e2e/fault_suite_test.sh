@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The scripted fault suite (LOOM_FAULT, see src/loom/train/fault.h), on the tiny GPT:
+#  - kill -9 of rank 1 and then of rank 0, at random steps of a 4-rank ZeRO-3 run under
+#    `loom launch --max-restarts 3`: the run completes, its final checkpoint is bitwise equal to
+#    an uninterrupted run's, each restart recomputed at most one checkpoint interval, and
+#    events.jsonl logs each restart with its cause;
+#  - a flipped byte in, or the truncation of, the newest checkpoint: `--resume auto` says so and
+#    resumes from the one before (ending bitwise where an uninterrupted run ends);
+#  - a NaN loss at step 6: the step is skipped and counted, the run goes on, and its final loss
+#    is within 3% of a clean run's;
+#  - a stalled rank: the others' collective times out within dist.timeout_s, naming it;
+#  - a rank slowed to twice its step time is flagged as a straggler (and no other rank is).
+# Usage: fault_suite_test.sh LOOM_BINARY WORK_DIR
+set -uo pipefail
+loom=$1 work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+export OMP_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cfg=$here/tiny_gpt.toml
+common=(--set train.steps=20 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
+  --set eval.every=0 --set sample.tokens=0)
+same_checkpoint() {  # every file of two checkpoint directories byte for byte
+  local a=$1 b=$2
+  [ "$(ls "$a")" = "$(ls "$b")" ] || return 1
+  for f in $(ls "$a"); do cmp -s "$a/$f" "$b/$f" || return 1; done
+}
+
+# --- kill -9 under the supervisor ---
+z3=("${common[@]}" --set train.ckpt_every=5 --set parallel.data_parallel=zero3)
+"$loom" launch -n 4 -- train "$cfg" "${z3[@]}" --set run.out_dir="$work/ref" > "$work/ref.log" 2>&1 ||
+  fail "uninterrupted 4-rank run failed"
+k1=$((2 + RANDOM % 16))
+k2=$((k1 + 1 + RANDOM % (20 - k1)))
+echo "killing rank 1 at step $k1, then rank 0 at step $k2"
+LOOM_FAULT="kill:rank=1,step=$k1;kill:rank=0,step=$k2,attempt=1" \
+  "$loom" launch -n 4 --max-restarts 3 -- train "$cfg" "${z3[@]}" --set run.out_dir="$work/kill" \
+  > "$work/kill.log" 2>&1 || fail "the supervised run did not complete: $(tail -3 "$work/kill.log")"
+same_checkpoint "$work/ref/tiny_gpt/step-000020" "$work/kill/tiny_gpt/step-000020" &&
+  echo "ok: final checkpoint bitwise equal to the uninterrupted run's" ||
+  fail "final checkpoint differs from the uninterrupted run's"
+/usr/bin/python3 - "$work/kill.log" 5 <<'PY' || fail "a restart recomputed more than one checkpoint interval"
+import re, sys
+log, interval = open(sys.argv[1]).read(), int(sys.argv[2])
+kills = [int(k) for k in re.findall(r"^LOOM_FAULT: rank \d+ kills itself at step (\d+)", log, re.M)]
+resumes = [int(r) for r in re.findall(r"resumed from \S+ at step (\d+)", log)]
+if len(kills) != len(resumes) or not kills:
+    sys.exit(f"kills {kills} and resumes {resumes} do not pair up")
+for k, r in zip(kills, resumes):
+    redone = (k - 1) - r  # steps r+1 .. k-1 ran before the kill and again after it
+    print(f"ok: killed at step {k}, resumed at step {r}: {redone} steps recomputed (interval {interval})")
+    if redone > interval:
+        sys.exit(1)
+PY
+n=$(grep -c '"event":"restart"' "$work/kill/tiny_gpt/events.jsonl" 2>/dev/null)
+[ "$n" -ge 1 ] && grep -q '"cause":"[^"]*kills itself' "$work/kill/tiny_gpt/events.jsonl" &&
+  echo "ok: events.jsonl logs $n restarts with their cause" || fail "events.jsonl lacks the restarts"
+
+# --- a damaged newest checkpoint ---
+one=("${common[@]}" --set train.ckpt_every=5 --set train.keep_checkpoints=3)
+"$loom" train "$cfg" "${one[@]}" --set train.steps=15 --set run.out_dir="$work/ref15" > "$work/ref15.log" 2>&1 ||
+  fail "uninterrupted 15-step run failed"
+for damage in corrupt truncate; do
+  out=$work/$damage
+  LOOM_FAULT="$damage:step=10,file=rank-00000.safetensors" "$loom" train "$cfg" "${one[@]}" \
+    --set train.steps=15 --set train.stop_after=10 --set run.out_dir="$out" > "$out-a.log" 2>&1 ||
+    fail "$damage: first run failed"
+  "$loom" train "$cfg" "${one[@]}" --set train.steps=15 --set run.out_dir="$out" --resume auto \
+    > "$out-b.log" 2>&1 || fail "$damage: --resume auto failed: $(grep error "$out-b.log")"
+  grep -q "passing over damaged checkpoint .*step-000010" "$out-b.log" &&
+    grep -q "resumed from .*step-000005 at step 5" "$out-b.log" &&
+    echo "ok: $damage: $(grep -o 'passing over damaged checkpoint.*' "$out-b.log" | cut -c1-160)..." ||
+    fail "$damage: --resume auto did not fall back to step 5"
+  same_checkpoint "$work/ref15/tiny_gpt/step-000015" "$out/tiny_gpt/step-000015" ||
+    fail "$damage: the run resumed from step 5 does not end where the uninterrupted one does"
+done
+
+# --- NaN ---
+"$loom" launch -n 2 -- train "$cfg" "${common[@]}" --set run.out_dir="$work/clean" > "$work/clean.log" 2>&1 ||
+  fail "clean 2-rank run failed"
+LOOM_FAULT="nan:rank=1,step=6" "$loom" launch -n 2 -- train "$cfg" "${common[@]}" \
+  --set run.out_dir="$work/nan" > "$work/nan.log" 2>&1 || fail "the run with a NaN did not complete"
+grep -q "step 6 skipped: loss nan" "$work/nan.log" || fail "the NaN step was not reported as skipped"
+/usr/bin/python3 - "$work/clean/tiny_gpt/metrics.jsonl" "$work/nan/tiny_gpt/metrics.jsonl" <<'PY' ||
+import json, sys
+clean = [json.loads(l) for l in open(sys.argv[1])]
+nan = [json.loads(l) for l in open(sys.argv[2])]
+assert nan[-1]["step"] == 20 and nan[-1]["skipped_steps"] == 1, nan[-1]
+assert clean[-1]["skipped_steps"] == 0
+rel = abs(nan[-1]["loss"] - clean[-1]["loss"]) / clean[-1]["loss"]
+print(f"ok: NaN at step 6 skipped and counted; final loss {nan[-1]['loss']:.4f} vs clean "
+      f"{clean[-1]['loss']:.4f} ({rel:.2%})")
+sys.exit(0 if rel < 0.03 else 1)
+PY
+  fail "NaN run: not counted, or final loss not within 3% of the clean run"
+
+# --- a stalled rank ---
+start=$SECONDS
+LOOM_FAULT="stall:rank=2,step=4" "$loom" launch -n 4 -- train "$cfg" "${common[@]}" \
+  --set dist.timeout_s=3 --set run.out_dir="$work/stall" > "$work/stall.log" 2>&1 &&
+  fail "a stalled rank went unnoticed"
+elapsed=$((SECONDS - start))
+grep -q "did not finish within 3 s.*ranks that had not arrived: 2" "$work/stall.log" &&
+  echo "ok: stall reported in ${elapsed}s: $(grep -o 'dist: .*' "$work/stall.log" | head -1 | cut -c1-200)" ||
+  fail "the stall report does not name rank 2: $(grep -m2 error "$work/stall.log")"
+[ $elapsed -lt 40 ] || fail "the stall took ${elapsed}s to report"
+
+# --- a straggler ---
+LOOM_FAULT="slow:rank=3,step=1,factor=2" "$loom" launch -n 4 -- train "$cfg" "${common[@]}" \
+  --set resilience.straggler_every=5 --set run.out_dir="$work/slow" > "$work/slow.log" 2>&1 ||
+  fail "the run with a slow rank failed"
+grep -q "^straggler: rank 3 on " "$work/slow.log" && grep -q '"event":"straggler","step":[0-9]*,"rank":3' \
+  "$work/slow/tiny_gpt/events.jsonl" && echo "ok: $(grep -m1 '^straggler' "$work/slow.log")" ||
+  fail "rank 3 (slowed 2x) was not flagged"
+grep "^straggler: rank [012] " "$work/slow.log" && fail "a rank that was not slowed was flagged"
+
+[ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }
