@@ -29,6 +29,7 @@ classifier: build
 bench: build
 	@for b in $(BUILD)/*_bench; do echo "== $$b"; $$b; done
 	@echo "== bench/dist/overlap.sh"; bash bench/dist/overlap.sh $(BUILD)/loom
+	@echo "== bench/checkpoint_overhead.sh"; bash bench/checkpoint_overhead.sh $(BUILD)/loom
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The scripted fault suite (LOOM_FAULT, see src/loom/train/fault.h), on the tiny GPT:
+#  - checkpoints written in the background (train.async_checkpoint) equal synchronous ones;
 #  - kill -9 of rank 1 and then of rank 0, at random steps of a 4-rank ZeRO-3 run under
 #    `loom launch --max-restarts 3`: the run completes, its final checkpoint is bitwise equal to
 #    an uninterrupted run's, each restart recomputed at most one checkpoint interval, and
@@ -31,6 +32,13 @@ same_checkpoint() {  # every file of two checkpoint directories byte for byte
 z3=("${common[@]}" --set train.ckpt_every=5 --set parallel.data_parallel=zero3)
 "$loom" launch -n 4 -- train "$cfg" "${z3[@]}" --set run.out_dir="$work/ref" > "$work/ref.log" 2>&1 ||
   fail "uninterrupted 4-rank run failed"
+# Checkpoints written in the background hold exactly what synchronous ones do.
+"$loom" launch -n 4 -- train "$cfg" "${z3[@]}" --set train.async_checkpoint=true \
+  --set run.out_dir="$work/async" > "$work/async.log" 2>&1 || fail "4-rank run with async checkpoints failed"
+for step in 000015 000020; do
+  same_checkpoint "$work/ref/tiny_gpt/step-$step" "$work/async/tiny_gpt/step-$step" ||
+    fail "async checkpoint step-$step differs from the synchronous one"
+done
 k1=$((2 + RANDOM % 16))
 k2=$((k1 + 1 + RANDOM % (20 - k1)))
 echo "killing rank 1 at step $k1, then rank 0 at step $k2"

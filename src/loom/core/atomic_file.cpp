@@ -83,10 +83,13 @@ void AtomicFile::commit() {
   LOOM_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0)
       << "renaming '" << temp_path_ << "' to '" << path_ << "' failed: " << errno_text();
   committed_ = true;
-  const std::string dir = directory_of(path_);
+  sync_directory(directory_of(path_));
+}
+
+void sync_directory(const std::string& dir) {
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  LOOM_CHECK(dir_fd >= 0) << "opening directory '" << dir << "' to fsync '" << path_
-                          << "' failed: " << errno_text();
+  LOOM_CHECK(dir_fd >= 0) << "opening directory '" << dir << "' to fsync it failed: "
+                          << errno_text();
   const int sync_rc = ::fsync(dir_fd);
   ::close(dir_fd);
   LOOM_CHECK(sync_rc == 0) << "fsync of directory '" << dir << "' failed: " << errno_text();

@@ -37,5 +37,7 @@ class AtomicFile {
 
 // The whole file in one call (manifests, trainer state).
 void write_file_atomic(const std::string& path, const std::string& contents);
+// Makes renames and new entries in a directory durable.
+void sync_directory(const std::string& dir);
 
 }  // namespace loom

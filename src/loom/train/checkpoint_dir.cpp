@@ -38,6 +38,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::Proc
     write_manifest(tmp_dir.string(), world.size(), {{"trainer_state.json", state.dump(2) + "\n"}});
     fs::remove_all(final_dir);
     fs::rename(tmp_dir, final_dir);
+    sync_directory(run_dir);  // the rename itself survives a crash
     write_file_atomic((fs::path(run_dir) / "latest").string(), step_name(step) + "\n");
     // Keep the newest `keep` complete checkpoints.
     std::vector<std::string> dirs;
@@ -52,6 +53,10 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::Proc
   }
   world.barrier()->wait();  // nobody reads or writes the next checkpoint before this one is in
   return final_dir.string();
+}
+
+std::string checkpoint_dir_name(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / step_name(step)).string();
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {

@@ -18,6 +18,8 @@ namespace loom::train {
 std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::ProcessGroup& world,
                             const std::vector<TensorPiece>& pieces, const Json& state,
                             int64_t keep);
+// run_dir/step-000100 for step 100.
+std::string checkpoint_dir_name(const std::string& run_dir, int64_t step);
 // The directory named by run_dir/latest, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 // trainer_state.json of a checkpoint (checked against its manifest).

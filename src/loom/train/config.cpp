@@ -139,6 +139,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   t.log_every = f.get_int("train", "log_every", t.log_every);
   t.ckpt_every = f.get_int("train", "ckpt_every", t.ckpt_every);
   t.keep_checkpoints = f.get_int("train", "keep_checkpoints", t.keep_checkpoints);
+  t.async_checkpoint = f.get_bool("train", "async_checkpoint", t.async_checkpoint);
   t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
   t.stop_after = f.get_int("train", "stop_after", t.stop_after);
   t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);

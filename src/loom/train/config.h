@@ -34,6 +34,7 @@ struct TrainLoopConfig {
   int64_t log_every = 10;
   int64_t ckpt_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 2;
+  bool async_checkpoint = false;  // write checkpoints on a background thread from a snapshot
   double max_minutes = 0;    // > 0: stop (and checkpoint) when the time budget runs out
   int64_t stop_after = 0;    // > 0: stop (and checkpoint) once this global step is done
   double grad_clip = 1.0;    // <= 0: no clipping

@@ -217,6 +217,7 @@ void train_dit(const Config& cfg, Resume resume) {
     }
   }
 
+  par.wait_checkpoint();  // the last checkpoint is complete before the run reports or exits
   const double train_seconds = progress.elapsed_seconds();
   const double images_per_second =
       double((step - start_step) * tc.batch_size * tc.grad_accum) / std::max(train_seconds, 1e-9);

@@ -114,6 +114,12 @@ bool FaultPlan::poisons_loss(int64_t step, int rank) const {
   return false;
 }
 
+bool FaultPlan::damages_checkpoint(int64_t step) const {
+  for (const Fault& f : faults_)
+    if ((f.kind == "corrupt" || f.kind == "truncate") && f.step == step) return true;
+  return false;
+}
+
 void FaultPlan::after_checkpoint(const std::string& dir, int64_t step, int rank) const {
   namespace fs = std::filesystem;
   for (const Fault& f : faults_) {

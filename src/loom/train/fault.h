@@ -34,6 +34,7 @@ class FaultPlan {
   void at_step_begin(int64_t step, int rank) const;   // kill, sleep, stall
   bool poisons_loss(int64_t step, int rank) const;    // nan
   double slowdown(int64_t step, int rank) const;      // slow: F, else 1
+  bool damages_checkpoint(int64_t step) const;  // corrupt or truncate at this step
   void after_checkpoint(const std::string& dir, int64_t step, int rank) const;  // corrupt, truncate
 
   struct Fault {

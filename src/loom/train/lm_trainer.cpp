@@ -411,6 +411,7 @@ void train_gpt(const Config& cfg, Resume resume) {
       break;
     }
   }
+  par.wait_checkpoint();  // the last checkpoint is complete before the run reports or exits
   const int64_t steps_run = step - start_step;
   if (steps_run > 0)
     std::printf("trained %lld steps, %lld tokens in %.1fs of steps: %.0f tok/s\n",

@@ -1,7 +1,9 @@
 #include "loom/train/parallel_run.h"
 
+#include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "loom/dist/world.h"
 #include "loom/ops/ops.h"
@@ -20,6 +22,16 @@ ParallelRun::ParallelRun(const Config& cfg)
   LOOM_CHECK(cfg.train.batch_size % dp_size_ == 0)
       << "train.batch_size " << cfg.train.batch_size << " (the global batch) does not split "
       << "evenly over " << dp_size_ << " data-parallel ranks";
+  checkpoint_group_ = mesh_.world()->split(0, mesh_.world()->rank(), "checkpoint");
+}
+
+ParallelRun::~ParallelRun() {
+  if (saver_.joinable()) saver_.join();
+}
+
+void ParallelRun::wait_checkpoint() {
+  if (saver_.joinable()) saver_.join();
+  if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
 }
 
 std::string ParallelRun::describe() const {
@@ -163,7 +175,24 @@ std::string ParallelRun::save_checkpoint(const std::string& run_dir, int64_t ste
                      p.begin + b, value.as_strided({b - a}, {1}, value.offset() + a)});
     }
   }
-  return train::save_checkpoint(run_dir, step, *mesh_.world(), out, state, keep);
+  wait_checkpoint();
+  if (!cfg_.train.async_checkpoint)
+    return train::save_checkpoint(run_dir, step, *checkpoint_group_, out, state, keep);
+  // A snapshot the step may overwrite meanwhile without changing what is written.
+  for (auto& piece : out) {
+    Tensor copy = Tensor::empty({piece.end - piece.begin}, piece.data.dtype(), cpu_device(),
+                                MemCategory::Other);
+    std::memcpy(copy.data_ptr(), piece.data.data_ptr(), copy.nbytes());
+    piece.data = copy;
+  }
+  saver_ = std::thread([this, run_dir, step, out = std::move(out), state, keep] {
+    try {
+      train::save_checkpoint(run_dir, step, *checkpoint_group_, out, state, keep);
+    } catch (...) {
+      save_error_ = std::current_exception();
+    }
+  });
+  return checkpoint_dir_name(run_dir, step);
 }
 
 void ParallelRun::load_checkpoint(const CheckpointReader& ckpt,

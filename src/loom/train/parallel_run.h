@@ -6,8 +6,10 @@
 // this rank holds (for an EMA) and their share of the global batch from this object, call its
 // hooks around backward and the optimizer step, and save and load checkpoints through it.
 #pragma once
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/checkpoint/json.h"
@@ -30,6 +32,7 @@ class ParallelRun {
   // Collective over the world: builds the mesh from [parallel]; checks that train.batch_size
   // splits evenly over the data-parallel ranks.
   explicit ParallelRun(const Config& cfg);
+  ~ParallelRun();  // waits for a checkpoint being written
 
   bool main() const { return main_; }  // world rank 0: console, metrics, samples
   int64_t dp_rank() const { return dp_rank_; }
@@ -64,8 +67,13 @@ class ParallelRun {
   // Collective: writes run_dir/step-<step> (see checkpoint_dir.h): the model ("model/<name>"),
   // the AdamW moments ("optimizer/<name>.exp_avg", ".exp_avg_sq"), each extra per-piece state
   // ("ema/<name>") and trainer_state.json. Replicas split the writing of what they share.
+  // With train.async_checkpoint the pieces are copied and written by a background thread while
+  // training goes on (one checkpoint at a time: the next save waits for the previous one).
+  // Returns the directory the checkpoint has (or will have).
   std::string save_checkpoint(const std::string& run_dir, int64_t step, const Json& state,
                               const std::vector<PieceState>& extra, int64_t keep);
+  // Blocks until a checkpoint being written is complete; rethrows its error.
+  void wait_checkpoint();
   // Reads this rank's pieces of all of the above from a checkpoint of any layout.
   void load_checkpoint(const CheckpointReader& ckpt, const std::vector<PieceState>& extra);
 
@@ -77,6 +85,11 @@ class ParallelRun {
   dist::DeviceMesh mesh_;
   std::shared_ptr<dist::ProcessGroup> dp_;
   std::shared_ptr<dist::ProcessGroup> replicas_;  // the ranks holding the same pieces
+  // Checkpoint writing synchronises on a group of its own, so a background save never
+  // interleaves its barriers with the training step's collectives.
+  std::shared_ptr<dist::ProcessGroup> checkpoint_group_;
+  std::thread saver_;
+  std::exception_ptr save_error_;
   int64_t dp_rank_, dp_size_, local_batch_;
   bool main_;
   std::vector<parallel::ParamPiece> pieces_;

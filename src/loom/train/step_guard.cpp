@@ -139,7 +139,9 @@ void StepGuard::end_step(int64_t step, double data_wait) {
   }
 }
 
-void StepGuard::after_checkpoint(const std::string& dir, int64_t step) const {
+void StepGuard::after_checkpoint(const std::string& dir, int64_t step) {
+  if (!faults_.damages_checkpoint(step)) return;
+  par_.wait_checkpoint();  // damage what is on disk, not what a background save still writes
   faults_.after_checkpoint(dir, step, par_.mesh().world()->rank());
 }
 

@@ -36,7 +36,7 @@ class StepGuard {
   // After the step; collective every straggler_every steps. data_wait: total seconds the run
   // has waited for data so far.
   void end_step(int64_t step, double data_wait);
-  void after_checkpoint(const std::string& dir, int64_t step) const;  // corrupt/truncate faults
+  void after_checkpoint(const std::string& dir, int64_t step);  // corrupt/truncate faults
 
   int64_t skipped() const { return skipped_; }
 
