@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: all bootstrap build test train classifier bench format clean
+.PHONY: all bootstrap build test train classifier bench fuzz format clean
 
 all: build
 
@@ -31,8 +31,19 @@ bench: build
 	@echo "== bench/dist/overlap.sh"; bash bench/dist/overlap.sh $(BUILD)/loom
 	@echo "== bench/checkpoint_overhead.sh"; bash bench/checkpoint_overhead.sh $(BUILD)/loom
 
+# libFuzzer with ASan + UBSan on the input readers (fuzz/): each target runs FUZZ_SECONDS.
+# Inputs that fail are left in build-fuzz/findings/; copied into fuzz/regressions/<target>/
+# they are replayed by `make test` from then on.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@bash scripts/bootstrap.sh fuzz
+	@cmake -S . -B build-fuzz -DLOOM_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_BENCH=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz

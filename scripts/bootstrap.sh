@@ -17,6 +17,12 @@ packages=(
                             # PNG decoding, checkpoint checksums)
 )
 
+# `bootstrap.sh fuzz`: what `make fuzz` needs besides (clang with libFuzzer and the
+# sanitizer runtimes, and clang's OpenMP).
+if [ "${1:-}" = fuzz ]; then
+  packages+=(clang libclang-rt-14-dev libomp-dev)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

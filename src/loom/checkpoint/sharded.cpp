@@ -57,6 +57,8 @@ std::string read_bytes(const std::string& path) {
 
 }  // namespace
 
+uint64_t xxh64(const void* data, size_t nbytes, uint64_t seed) { return XXH64(data, nbytes, seed); }
+
 std::string xxh64_hex(const void* data, size_t nbytes) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)XXH64(data, nbytes, 0));

@@ -28,7 +28,8 @@
 
 namespace loom {
 
-// xxhash64 (seed 0) of a byte range, as 16 lower-case hex digits.
+// xxhash64 (seed 0) of a byte range, as a number and as 16 lower-case hex digits.
+uint64_t xxh64(const void* data, size_t nbytes, uint64_t seed = 0);
 std::string xxh64_hex(const void* data, size_t nbytes);
 
 // Elements [begin, end) of the row-major global tensor `name` (of `shape`): what one rank

@@ -48,6 +48,7 @@ struct ResilienceConfig {
   int64_t straggler_every = 50;   // steps between comparisons of the ranks' compute time (0: off)
   double straggler_factor = 1.5;  // flagged: compute time above this times the median
   double spike_zscore = 6.0;      // a loss this many deviations above the last 50 is logged (0: off)
+  int64_t consistency_every = 100;  // steps between replica weight-hash comparisons (0: off)
 };
 
 struct SampleConfig {

@@ -45,9 +45,10 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
     Fault f;
     f.kind = text.substr(0, colon);
     LOOM_CHECK(f.kind == "kill" || f.kind == "sleep" || f.kind == "slow" || f.kind == "nan" ||
-               f.kind == "stall" || f.kind == "corrupt" || f.kind == "truncate")
+               f.kind == "bitflip" || f.kind == "stall" || f.kind == "corrupt" ||
+               f.kind == "truncate")
         << "LOOM_FAULT: unknown fault '" << f.kind
-        << "' (expected kill, sleep, slow, nan, stall, corrupt or truncate)";
+        << "' (expected kill, sleep, slow, nan, bitflip, stall, corrupt or truncate)";
     bool has_step = false;
     std::stringstream fields(colon == std::string::npos ? "" : text.substr(colon + 1));
     std::string field;
@@ -100,6 +101,12 @@ void FaultPlan::at_step_begin(int64_t step, int rank) const {
     }
     if (f.kind == "sleep" && step >= f.step) std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
   }
+}
+
+bool FaultPlan::flips_bit(int64_t step, int rank) const {
+  for (const Fault& f : faults_)
+    if (f.kind == "bitflip" && f.rank == rank && f.step == step) return true;
+  return false;
 }
 
 double FaultPlan::slowdown(int64_t step, int rank) const {

@@ -400,6 +400,7 @@ void train_gpt(const Config& cfg, Resume resume) {
     const bool out_of_time = agreed[1] > 0;
     const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
+      guard.before_checkpoint(step);
       const std::string dir = save(step + 1);
       if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
       guard.after_checkpoint(dir, step + 1);

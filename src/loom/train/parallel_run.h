@@ -55,6 +55,8 @@ class ParallelRun {
   std::vector<nn::NamedParameter> piece_parameters() const;
   // Full tensors named as the parameters from per-piece values (collective under ZeRO).
   NamedTensors gather_full(const std::vector<Tensor>& values);
+  // The AdamW moments of this rank's pieces ("<piece>.exp_avg", ".exp_avg_sq", in order).
+  NamedTensors optimizer_moments() const { return optimizer_->named_state(); }
 
   // Around each micro-step's backward: gradients are exchanged as the strategy says.
   void begin_micro_step(int64_t micro, int64_t grad_accum);
@@ -76,6 +78,9 @@ class ParallelRun {
   void wait_checkpoint();
   // Reads this rank's pieces of all of the above from a checkpoint of any layout.
   void load_checkpoint(const CheckpointReader& ckpt, const std::vector<PieceState>& extra);
+
+  // The ranks that hold the same pieces as this one (DDP: all dp ranks; HSDP: the replicas).
+  dist::ProcessGroup& replicas() const { return *replicas_; }
 
   // Element-wise sum over the dp ranks (for losses and flags; f32 on the wire).
   std::vector<double> sum_over_dp(const std::vector<double>& values) const;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "loom/checkpoint/sharded.h"
 #include "loom/dist/work.h"
 #include "loom/ops/ops.h"
 #include "loom/train/events.h"
@@ -49,7 +50,56 @@ StepGuard::StepGuard(const Config& cfg, ParallelRun& par, std::string run_dir)
 void StepGuard::begin_step(int64_t step) {
   step_start_ = std::chrono::steady_clock::now();
   waited_at_start_ = dist::comm_times().waited_s;
-  faults_.at_step_begin(step + 1, par_.mesh().world()->rank());
+  const int rank = par_.mesh().world()->rank();
+  faults_.at_step_begin(step + 1, rank);
+  if (faults_.flips_bit(step + 1, rank) && !par_.pieces().empty()) {
+    auto* word = static_cast<uint32_t*>(par_.pieces()[0].value.data_ptr());
+    *word ^= 1u;  // the lowest mantissa bit of the first weight
+    std::fprintf(stderr, "LOOM_FAULT: rank %d flipped a bit of %s at step %lld\n", rank,
+                 par_.pieces()[0].name.c_str(), (long long)(step + 1));
+  }
+}
+
+void StepGuard::check_replicas(int64_t step) {
+  checked_step_ = step;
+  dist::ProcessGroup& replicas = par_.replicas();
+  if (replicas.size() < 2) return;
+  // A hash of this rank's master weights and AdamW moments (i64 travels exactly).
+  uint64_t h = 0;
+  for (const auto& p : par_.pieces()) h = xxh64(p.value.data_ptr(), p.value.nbytes(), h);
+  for (const auto& [name, t] : par_.optimizer_moments()) h = xxh64(t.data_ptr(), t.nbytes(), h);
+  Tensor all = Tensor::empty({replicas.size()}, DType::I64);
+  replicas.all_gather(from_vector(std::vector<int64_t>{int64_t(h)}, {1}), all)->wait();
+  const std::vector<int64_t> hashes = to_vector_i64(all);
+  if (std::all_of(hashes.begin(), hashes.end(), [&](int64_t x) { return x == hashes[0]; })) return;
+  // The odd ones out: ranks whose hash fewer replicas share than the most common one.
+  size_t best = 0;
+  for (size_t i = 0; i < hashes.size(); ++i)
+    if (std::count(hashes.begin(), hashes.end(), hashes[i]) >
+        std::count(hashes.begin(), hashes.end(), hashes[best]))
+      best = i;
+  // Without a strict majority (say 2 replicas) every rank is suspect.
+  const bool majority =
+      2 * std::count(hashes.begin(), hashes.end(), hashes[best]) > int64_t(hashes.size());
+  std::string odd;
+  Json ranks = Json::array();
+  for (size_t i = 0; i < hashes.size(); ++i)
+    if (!majority || hashes[i] != hashes[best]) {
+      const int world_rank = replicas.world_ranks()[i];
+      odd += (odd.empty() ? "" : ", ") + std::to_string(world_rank) + " (" +
+             hosts_[size_t(world_rank)] + ")";
+      ranks.push_back(world_rank);
+    }
+  if (par_.main())
+    append_event(run_dir_, "replica_mismatch", Json::object({{"step", step + 1}, {"ranks", ranks}}));
+  LOOM_FAIL() << "step " << step + 1 << ": the replicas of group " << replicas.describe()
+              << " hold different weights or optimizer state; "
+              << (majority ? "differing from the majority: " : "no majority among: ") << odd
+              << " (silent data corruption?). Stopping before it is checkpointed.";
+}
+
+void StepGuard::before_checkpoint(int64_t step) {
+  if (checked_step_ != step) check_replicas(step);
 }
 
 Tensor StepGuard::guard_loss(const Tensor& loss, int64_t step) const {
@@ -111,6 +161,7 @@ void StepGuard::end_step(int64_t step, double data_wait) {
   compute_s_ += compute_seconds();
   data_at_start_ = data_wait;
   ++compute_steps_;
+  if (rc_.consistency_every > 0 && (step + 1) % rc_.consistency_every == 0) check_replicas(step);
   if (rc_.straggler_every == 0 || (step + 1) % rc_.straggler_every != 0) return;
   dist::ProcessGroup& world = *par_.mesh().world();
   Tensor all = Tensor::empty({world.size()});
@@ -119,15 +170,18 @@ void StepGuard::end_step(int64_t step, double data_wait) {
   compute_s_ = 0;
   compute_steps_ = 0;
   const std::vector<float> times = to_vector(all);
-  std::vector<float> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                          : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
   if (!par_.main() || world.size() < 2) return;
   for (int r = 0; r < world.size(); ++r) {
+    // Against the median of the other ranks: with two ranks, the other one.
+    std::vector<float> others;
+    for (int o = 0; o < world.size(); ++o)
+      if (o != r) others.push_back(times[size_t(o)]);
+    std::sort(others.begin(), others.end());
+    const size_t n = others.size();
+    const double median = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
     if (!(times[size_t(r)] > rc_.straggler_factor * median)) continue;
-    std::printf("straggler: rank %d on %s computes %.3f s per step, %.1fx the median %.3f s "
-                "(steps %lld-%lld)\n",
+    std::printf("straggler: rank %d on %s computes %.3f s per step, %.1fx the other ranks' "
+                "median %.3f s (steps %lld-%lld)\n",
                 r, hosts_[size_t(r)].c_str(), times[size_t(r)], times[size_t(r)] / median, median,
                 (long long)(step + 2 - rc_.straggler_every), (long long)(step + 1));
     append_event(run_dir_, "straggler",
@@ -135,7 +189,7 @@ void StepGuard::end_step(int64_t step, double data_wait) {
                                {"rank", r},
                                {"host", hosts_[size_t(r)]},
                                {"compute_s_per_step", double(times[size_t(r)])},
-                               {"median_s", median}}));
+                               {"others_median_s", median}}));
   }
 }
 

@@ -7,8 +7,12 @@
 //  - a loss more than spike_zscore standard deviations above the last 50 steps' is logged.
 //  - every straggler_every steps the ranks compare their compute time per step (wall time less
 //    waits on collectives and on data: a slow rank makes the others wait, so wall times are
-//    equal); a rank above straggler_factor x the median is flagged, with its host, on the
-//    console and in events.jsonl.
+//    equal); a rank above straggler_factor x the median of the other ranks is flagged, with
+//    its host, on the console and in events.jsonl.
+//  - every consistency_every steps, and before every checkpoint, the ranks that hold the same
+//    weights (data-parallel replicas) compare a hash of them and of their AdamW moments; a
+//    mismatch (silent data corruption) names the ranks that differ from the majority and stops
+//    the run before the bad state is checkpointed.
 //  - LOOM_FAULT faults (train/fault.h) fire at their steps.
 #pragma once
 #include <chrono>
@@ -36,6 +40,8 @@ class StepGuard {
   // After the step; collective every straggler_every steps. data_wait: total seconds the run
   // has waited for data so far.
   void end_step(int64_t step, double data_wait);
+  // Before saving the state of `step` (0-based, completed): the replicas must agree.
+  void before_checkpoint(int64_t step);
   void after_checkpoint(const std::string& dir, int64_t step);  // corrupt/truncate faults
 
   int64_t skipped() const { return skipped_; }
@@ -46,7 +52,8 @@ class StepGuard {
   std::string run_dir_;
   FaultPlan faults_;
   std::vector<std::string> hosts_;  // by world rank
-  int64_t skipped_ = 0, in_row_ = 0;
+  void check_replicas(int64_t step);  // collective over the replicas
+  int64_t skipped_ = 0, in_row_ = 0, checked_step_ = -1;
   std::deque<double> recent_losses_;
   std::chrono::steady_clock::time_point step_start_;
   double waited_at_start_ = 0, data_at_start_ = 0;
