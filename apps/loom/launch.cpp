@@ -1,5 +1,7 @@
 #include "launch.h"
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -7,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,11 +64,39 @@ struct Outcome {
   std::string cause;  // the first line that says why, or the status
 };
 
+// No rank has written its heartbeat (run_dir/logs/heartbeat-rank-R, at most once a second
+// as a step begins) for hang_s seconds although the job has run that long: "" if it is
+// making progress, else what each rank last reported.
+std::string stalled(const std::string& run_dir, double hang_s, double running_s) {
+  namespace fs = std::filesystem;
+  if (hang_s <= 0 || running_s < hang_s) return "";
+  const auto now = fs::file_time_type::clock::now();
+  std::string beats;
+  double newest_age = running_s;
+  if (fs::is_directory(run_dir + "/logs"))
+    for (const auto& e : fs::directory_iterator(run_dir + "/logs")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("heartbeat-rank-", 0) != 0) continue;
+      const double age = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();
+      newest_age = std::min(newest_age, age);
+      std::string what;
+      std::getline(std::ifstream(e.path()), what);
+      beats += (beats.empty() ? "" : ", ") + ("rank " + name.substr(15)) + ": " + what + ", " +
+               std::to_string(int(age)) + " s ago";
+    }
+  if (newest_age < hang_s) return "";
+  return "no progress for " + std::to_string(int(hang_s)) + " s (launch --hang-timeout); last " +
+         "heartbeats: " + (beats.empty() ? "none" : beats);
+}
+
 // Runs args with LOOM_RESTART=attempt, passing its output through; keeps the line of its
-// stderr that best says why it failed.
-Outcome run_attempt(const std::vector<std::string>& args, int attempt) {
+// stderr that best says why it failed. A job that stops making progress (see stalled()) is
+// ended with SIGTERM (then SIGKILL).
+Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std::string& run_dir,
+                    double hang_s) {
   int pipe_fds[2];
   LOOM_CHECK(::pipe(pipe_fds) == 0) << "launch: pipe: " << std::strerror(errno);
+  const auto start = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   LOOM_CHECK(pid >= 0) << "launch: fork: " << std::strerror(errno);
   if (pid == 0) {
@@ -80,11 +112,28 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt) {
     ::_exit(127);
   }
   ::close(pipe_fds[1]);
-  std::string error_line, notice_line, line;
+  std::string error_line, notice_line, hang_cause, line;
   char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-    if (n < 0) continue;
+  for (;;) {
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, 1000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {  // quiet for a second: is the job still moving?
+      const double running =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (hang_cause.empty() && !(hang_cause = stalled(run_dir, hang_s, running)).empty()) {
+        std::fprintf(stderr, "launch: %s; ending the job\n", hang_cause.c_str());
+        ::kill(pid, SIGTERM);
+        std::thread([pid] {  // mpirun forwards SIGTERM to the ranks; a stuck one gets SIGKILL
+          std::this_thread::sleep_for(std::chrono::seconds(10));
+          ::kill(pid, SIGKILL);
+        }).detach();
+      }
+      continue;
+    }
+    const ssize_t n = ::read(pipe_fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
     ::write(STDERR_FILENO, buf, size_t(n));
     for (ssize_t k = 0; k < n; ++k) {
       if (buf[k] != '\n') {
@@ -104,7 +153,8 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt) {
   }
   Outcome out;
   out.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  out.cause = !error_line.empty()    ? error_line
+  out.cause = !hang_cause.empty()    ? hang_cause
+              : !error_line.empty()  ? error_line
               : !notice_line.empty() ? notice_line
                                      : "mpirun exited with status " + std::to_string(out.status);
   return out;
@@ -113,7 +163,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt) {
 // Runs the job until it succeeds or has been restarted max_restarts times, each restart from
 // the newest valid checkpoint; every failure is logged with its cause to events.jsonl.
 int supervise(const std::vector<std::string>& mpirun, const std::vector<std::string>& command,
-              int max_restarts) {
+              int max_restarts, double hang_s) {
   const std::string run_dir = run_dir_of(command);
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> args = mpirun;
@@ -122,7 +172,7 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
     for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
     std::fprintf(stderr, "launch (attempt %d): %s\n", attempt, line.c_str());
     std::fflush(stderr);
-    const Outcome out = run_attempt(args, attempt);
+    const Outcome out = run_attempt(args, attempt, run_dir, hang_s);
     if (out.status == 0) {
       if (attempt > 0)
         loom::train::append_event(run_dir, "completed", Json::object({{"attempts", attempt + 1}}));
@@ -149,6 +199,7 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
 int launch(int argc, char** argv) {
   std::string np, hostfile;
   int max_restarts = 0;
+  double hang_s = 0;
   int i = 0;
   for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     const std::string a = argv[i];
@@ -167,9 +218,15 @@ int launch(int argc, char** argv) {
       LOOM_CHECK(end && *end == 0 && r >= 0)
           << "launch: --max-restarts '" << argv[i] << "' is not a non-negative integer";
       max_restarts = int(r);
+    } else if (a == "--hang-timeout") {
+      char* end = nullptr;
+      hang_s = std::strtod(argv[++i], &end);
+      LOOM_CHECK(end && *end == 0 && hang_s > 0)
+          << "launch: --hang-timeout '" << argv[i] << "' is not a positive number of seconds";
     } else {
       LOOM_FAIL() << "launch: unknown option " << a
-                  << " (expected -n N [--hostfile FILE] [--max-restarts R] -- COMMAND ...)";
+                  << " (expected -n N [--hostfile FILE] [--max-restarts R] [--hang-timeout S] -- "
+                     "COMMAND ...)";
     }
   }
   LOOM_CHECK(!np.empty()) << "launch: -n N is required";
@@ -181,7 +238,8 @@ int launch(int argc, char** argv) {
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   if (!hostfile.empty()) args.insert(args.end(), {"--hostfile", hostfile});
   args.push_back(self);
-  if (max_restarts > 0) return supervise(args, {argv + i + 1, argv + argc}, max_restarts);
+  LOOM_CHECK(hang_s == 0 || max_restarts > 0) << "launch: --hang-timeout needs --max-restarts";
+  if (max_restarts > 0) return supervise(args, {argv + i + 1, argv + argc}, max_restarts, hang_s);
   for (int k = i + 1; k < argc; ++k) args.push_back(argv[k]);
 
   std::string line;

@@ -3,7 +3,9 @@
 // to run as root). Plain `mpirun -np N loom train ...` (or srun) works just as well.
 // With --max-restarts R (train runs only) it supervises instead of exec'ing: when the job fails
 // (a rank killed, crashed or timed out) it is started again with `--resume auto`, up to R
-// times, each failure logged with its cause to <run dir>/events.jsonl.
+// times, each failure logged with its cause to <run dir>/events.jsonl. With --hang-timeout S it
+// also ends (and restarts) a job none of whose ranks has begun a step for S seconds -- a hung
+// job, told from a slow one by the ranks' heartbeats.
 #pragma once
 
 namespace loom::cli {

@@ -46,7 +46,7 @@ int usage() {
                "      write one part of a (sharded) checkpoint as one consolidated file\n"
                "  ckpt verify CHECKPOINT_DIR\n"
                "      read every tensor of a checkpoint, checking each piece against its manifest\n"
-               "  launch -n N [--hostfile FILE] [--max-restarts R] -- COMMAND ARGS...\n"
+               "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S]] -- COMMAND ...\n"
                "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
                "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
                "      --max-restarts R a failed train job restarts with --resume auto\n"

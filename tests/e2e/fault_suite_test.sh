@@ -9,7 +9,10 @@
 #    resumes from the one before (ending bitwise where an uninterrupted run ends);
 #  - a NaN loss at step 6: the step is skipped and counted, the run goes on, and its final loss
 #    is within 3% of a clean run's;
-#  - a stalled rank: the others' collective times out within dist.timeout_s, naming it;
+#  - NaN at steps 7-9 (3 in a row): the run rolls back to the step-5 checkpoint and goes on with
+#    step 10's data, ending bitwise where a run that skipped steps 6-9 ends;
+#  - a stalled rank: the others' collective times out within dist.timeout_s, naming it; with a
+#    long timeout, `launch --hang-timeout` sees the heartbeats stop and restarts the job;
 #  - a rank slowed to twice its step time is flagged as a straggler (and no other rank is);
 #  - one flipped bit in one replica's weights stops the run at the next consistency check,
 #    naming that rank, before the state is checkpointed.
@@ -54,7 +57,9 @@ same_checkpoint "$work/ref/tiny_gpt/step-000020" "$work/kill/tiny_gpt/step-00002
 import re, sys
 log, interval = open(sys.argv[1]).read(), int(sys.argv[2])
 kills = [int(k) for k in re.findall(r"^LOOM_FAULT: rank \d+ kills itself at step (\d+)", log, re.M)]
-resumes = [int(r) for r in re.findall(r"resumed from \S+ at step (\d+)", log)]
+# Each restart either resumes from a checkpoint or, killed before the first one, starts over.
+resumes = [int(m.group(1) or 0) for m in
+           re.finditer(r"resumed from \S+ at step (\d+)|resume: no checkpoint in \S+, starting from scratch", log)]
 if len(kills) != len(resumes) or not kills:
     sys.exit(f"kills {kills} and resumes {resumes} do not pair up")
 for k, r in zip(kills, resumes):
@@ -91,7 +96,7 @@ done
   fail "clean 2-rank run failed"
 LOOM_FAULT="nan:rank=1,step=6" "$loom" launch -n 2 -- train "$cfg" "${common[@]}" \
   --set run.out_dir="$work/nan" > "$work/nan.log" 2>&1 || fail "the run with a NaN did not complete"
-grep -q "step 6 skipped: loss nan" "$work/nan.log" || fail "the NaN step was not reported as skipped"
+grep -q "step 6 skipped (not finite): loss nan" "$work/nan.log" || fail "the NaN step was not reported as skipped"
 /usr/bin/python3 - "$work/clean/tiny_gpt/metrics.jsonl" "$work/nan/tiny_gpt/metrics.jsonl" <<'PY' ||
 import json, sys
 clean = [json.loads(l) for l in open(sys.argv[1])]
@@ -105,6 +110,24 @@ sys.exit(0 if rel < 0.03 else 1)
 PY
   fail "NaN run: not counted, or final loss not within 3% of the clean run"
 
+# --- three bad steps in a row: roll back to the last checkpoint, skip the data since ---
+# NaN at steps 7-9 with max_skips_in_row 3 rolls back to step 5 after step 9 and goes on with
+# step 10's data: the state must be the one a run ends with that skipped steps 6-9 outright.
+rb=("${common[@]}" --set train.ckpt_every=5)
+LOOM_FAULT="nan:rank=1,step=7;nan:rank=1,step=8;nan:rank=1,step=9" "$loom" launch -n 2 -- \
+  train "$cfg" "${rb[@]}" --set run.out_dir="$work/rollback" > "$work/rollback.log" 2>&1 ||
+  fail "the run that rolls back did not complete: $(grep -m1 error "$work/rollback.log")"
+LOOM_FAULT="nan:rank=1,step=6;nan:rank=1,step=7;nan:rank=1,step=8;nan:rank=1,step=9" \
+  "$loom" launch -n 2 -- train "$cfg" "${rb[@]}" --set resilience.max_skips_in_row=10 \
+  --set run.out_dir="$work/skip4" > "$work/skip4.log" 2>&1 || fail "the run skipping steps 6-9 failed"
+grep -q "step 9: 3 steps in a row skipped; rolled back to .*step-000005 and skipping the data of steps 6-9" \
+  "$work/rollback.log" && grep -q '"event":"rollback"' "$work/rollback/tiny_gpt/events.jsonl" &&
+  echo "ok: $(grep -o 'step 9: 3 steps in a row.*' "$work/rollback.log" | sed 's|/.*/step|step|')" ||
+  fail "no rollback reported: $(grep -m3 'skipped\|error' "$work/rollback.log")"
+same_checkpoint "$work/skip4/tiny_gpt/step-000020" "$work/rollback/tiny_gpt/step-000020" &&
+  echo "ok: after the rollback the run ends bitwise where a run skipping steps 6-9 ends" ||
+  fail "the rolled-back run does not end where a run skipping steps 6-9 ends"
+
 # --- a stalled rank ---
 start=$SECONDS
 LOOM_FAULT="stall:rank=2,step=4" "$loom" launch -n 4 -- train "$cfg" "${common[@]}" \
@@ -115,6 +138,14 @@ grep -q "did not finish within 3 s.*ranks that had not arrived: 2" "$work/stall.
   echo "ok: stall reported in ${elapsed}s: $(grep -o 'dist: .*' "$work/stall.log" | head -1 | cut -c1-200)" ||
   fail "the stall report does not name rank 2: $(grep -m2 error "$work/stall.log")"
 [ $elapsed -lt 40 ] || fail "the stall took ${elapsed}s to report"
+
+# --- a hang the collective timeout would take long to catch: the supervisor's heartbeat watch
+LOOM_FAULT="stall:rank=2,step=4" "$loom" launch -n 4 --max-restarts 1 --hang-timeout 5 -- \
+  train "$cfg" "${common[@]}" --set dist.timeout_s=600 --set run.out_dir="$work/hang" \
+  > "$work/hang.log" 2>&1 || fail "the hung job was not restarted to completion"
+grep -q '"event":"restart".*"cause":"no progress for 5 s' "$work/hang/tiny_gpt/events.jsonl" &&
+  echo "ok: $(grep -o 'launch: no progress.*' "$work/hang.log" | head -1 | cut -c1-160)" ||
+  fail "the hang was not logged as the restart's cause"
 
 # --- a straggler (2 ranks: one per core, so the others' times are not inflated by sharing) ---
 LOOM_FAULT="slow:rank=1,step=1,factor=2" "$loom" launch -n 2 -- train "$cfg" "${common[@]}" \

@@ -200,14 +200,18 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
   auto& r = c.resilience;
   r.max_skips_in_row = f.get_int("resilience", "max_skips_in_row", r.max_skips_in_row);
+  r.max_rollbacks = f.get_int("resilience", "max_rollbacks", r.max_rollbacks);
+  r.skip_spikes = f.get_bool("resilience", "skip_spikes", r.skip_spikes);
   r.straggler_every = f.get_int("resilience", "straggler_every", r.straggler_every);
   r.straggler_factor = f.get_double("resilience", "straggler_factor", r.straggler_factor);
   r.spike_zscore = f.get_double("resilience", "spike_zscore", r.spike_zscore);
   r.consistency_every = f.get_int("resilience", "consistency_every", r.consistency_every);
-  LOOM_CHECK(r.max_skips_in_row > 0 && r.straggler_every >= 0 && r.straggler_factor > 1 &&
+  LOOM_CHECK(r.max_skips_in_row > 0 && r.max_rollbacks >= 0 && r.straggler_every >= 0 &&
+             r.straggler_factor > 1 &&
              r.spike_zscore >= 0 && r.consistency_every >= 0)
-      << "config " << path << ": resilience.max_skips_in_row must be positive, straggler_every, "
-      << "consistency_every and spike_zscore non-negative, straggler_factor above 1";
+      << "config " << path << ": resilience.max_skips_in_row must be positive, max_rollbacks, "
+      << "straggler_every, consistency_every and spike_zscore non-negative, straggler_factor "
+      << "above 1";
 
   f.check_all_keys_used();
   c.resolved_toml = f.resolved();

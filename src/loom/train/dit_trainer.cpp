@@ -190,6 +190,7 @@ void train_dit(const Config& cfg, Resume resume) {
       par.after_optimizer_step();
     }
     par.zero_grad();
+    if (guard.needs_rollback()) guard.roll_back(step, opt, ema_state());
     // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
     if (update && step < tc.ema_start) {
       ema.reset_to_params();

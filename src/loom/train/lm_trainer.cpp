@@ -382,6 +382,7 @@ void train_gpt(const Config& cfg, Resume resume) {
       par.after_optimizer_step();
     }
     par.zero_grad();
+    if (guard.needs_rollback()) guard.roll_back(step, opt, {});
     guard.end_step(step, prefetch.waited_seconds());
     train_seconds += seconds_since(step_begin);
 

@@ -6,11 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "loom/checkpoint/sharded.h"
 #include "loom/dist/work.h"
 #include "loom/ops/ops.h"
+#include "loom/train/checkpoint_dir.h"
 #include "loom/train/events.h"
 
 namespace loom::train {
@@ -45,12 +48,20 @@ StepGuard::StepGuard(const Config& cfg, ParallelRun& par, std::string run_dir)
       par_(par),
       run_dir_(std::move(run_dir)),
       faults_(FaultPlan::from_env()),
-      hosts_(gather_hosts(*par.mesh().world())) {}
+      hosts_(gather_hosts(*par.mesh().world())),
+      heartbeat_path_(run_dir_ + "/logs/heartbeat-rank-" + std::to_string(par.mesh().world()->rank())) {
+  std::filesystem::create_directories(run_dir_ + "/logs");
+}
 
 void StepGuard::begin_step(int64_t step) {
   step_start_ = std::chrono::steady_clock::now();
   waited_at_start_ = dist::comm_times().waited_s;
   const int rank = par_.mesh().world()->rank();
+  // The heartbeat a supervisor watches (launch --hang-timeout), at most once a second.
+  if (step_start_ - last_beat_ >= std::chrono::seconds(1)) {
+    last_beat_ = step_start_;
+    std::ofstream(heartbeat_path_, std::ios::trunc) << "step " << step + 1 << "\n";
+  }
   faults_.at_step_begin(step + 1, rank);
   if (faults_.flips_bit(step + 1, rank) && !par_.pieces().empty()) {
     auto* word = static_cast<uint32_t*>(par_.pieces()[0].value.data_ptr());
@@ -109,25 +120,24 @@ Tensor StepGuard::guard_loss(const Tensor& loss, int64_t step) const {
   return mul_scalar(loss, std::nan(""));
 }
 
-bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-    ++skipped_;
-    ++in_row_;
-    if (par_.main()) {
-      std::printf("step %lld skipped: loss %g, gradient norm %g (%lld skipped so far)\n",
-                  (long long)(step + 1), loss, grad_norm, (long long)skipped_);
-      append_event(run_dir_, "skipped_step",
-                   Json::object({{"step", step + 1},
-                                 {"loss", finite_or_text(loss)},
-                                 {"grad_norm", finite_or_text(grad_norm)},
-                                 {"skipped_total", skipped_}}));
-    }
-    LOOM_CHECK(in_row_ <= rc_.max_skips_in_row)
-        << "step " << step + 1 << ": " << in_row_ << " steps in a row had a non-finite loss or "
-        << "gradient norm (resilience.max_skips_in_row " << rc_.max_skips_in_row << ")";
-    return false;
+bool StepGuard::skip(int64_t step, double loss, double grad_norm, const char* why) {
+  ++skipped_;
+  ++in_row_;
+  if (par_.main()) {
+    std::printf("step %lld skipped (%s): loss %g, gradient norm %g (%lld skipped so far)\n",
+                (long long)(step + 1), why, loss, grad_norm, (long long)skipped_);
+    append_event(run_dir_, "skipped_step",
+                 Json::object({{"step", step + 1},
+                               {"why", why},
+                               {"loss", finite_or_text(loss)},
+                               {"grad_norm", finite_or_text(grad_norm)},
+                               {"skipped_total", skipped_}}));
   }
-  in_row_ = 0;
+  return false;
+}
+
+bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return skip(step, loss, grad_norm, "not finite");
   // Loss spikes: z-score against the last 50 accepted steps.
   if (rc_.spike_zscore > 0 && recent_losses_.size() >= 20) {
     double mean = 0, var = 0;
@@ -136,16 +146,50 @@ bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
     for (double l : recent_losses_) var += (l - mean) * (l - mean);
     const double sd = std::sqrt(var / double(recent_losses_.size() - 1));
     const double z = sd > 0 ? (loss - mean) / sd : 0;
-    if (z > rc_.spike_zscore && par_.main()) {
-      std::printf("step %lld: loss spike %.4f (z-score %.1f over the last %zu steps)\n",
-                  (long long)(step + 1), loss, z, recent_losses_.size());
-      append_event(run_dir_, "loss_spike",
-                   Json::object({{"step", step + 1}, {"loss", loss}, {"zscore", z}}));
+    if (z > rc_.spike_zscore) {
+      if (par_.main()) {
+        std::printf("step %lld: loss spike %.4f (z-score %.1f over the last %zu steps)\n",
+                    (long long)(step + 1), loss, z, recent_losses_.size());
+        append_event(run_dir_, "loss_spike",
+                     Json::object({{"step", step + 1}, {"loss", loss}, {"zscore", z}}));
+      }
+      if (rc_.skip_spikes) return skip(step, loss, grad_norm, "loss spike");
     }
   }
+  in_row_ = 0;
   recent_losses_.push_back(loss);
   if (recent_losses_.size() > 50) recent_losses_.pop_front();
   return true;
+}
+
+void StepGuard::roll_back(int64_t step, optim::AdamW& optimizer,
+                          const std::vector<PieceState>& extra) {
+  LOOM_CHECK(rollbacks_ < rc_.max_rollbacks)
+      << "step " << step + 1 << ": " << in_row_ << " steps in a row were skipped, and the run "
+      << "has rolled back " << rollbacks_ << " times already (resilience.max_rollbacks)";
+  par_.wait_checkpoint();
+  const std::string ckpt = resume_checkpoint(run_dir_, Resume::Auto, *par_.mesh().world());
+  LOOM_CHECK(!ckpt.empty()) << "step " << step + 1 << ": " << in_row_
+                            << " steps in a row were skipped and there is no checkpoint to roll "
+                            << "back to (set train.ckpt_every)";
+  const CheckpointReader reader(ckpt);
+  const Json state = read_trainer_state(reader);
+  par_.load_checkpoint(reader, extra);
+  optimizer.set_steps_taken(state.at("optimizer_steps").as_int());
+  ++rollbacks_;
+  in_row_ = 0;
+  recent_losses_.clear();
+  const int64_t from = state.at("step").as_int();
+  if (par_.main()) {
+    std::printf("step %lld: %lld steps in a row skipped; rolled back to %s and skipping the data "
+                "of steps %lld-%lld\n",
+                (long long)(step + 1), (long long)rc_.max_skips_in_row, ckpt.c_str(),
+                (long long)(from + 1), (long long)(step + 1));
+    append_event(run_dir_, "rollback",
+                 Json::object({{"step", step + 1},
+                               {"checkpoint", ckpt},
+                               {"skipped_data_steps", Json::array({from + 1, step + 1})}}));
+  }
 }
 
 void StepGuard::end_step(int64_t step, double data_wait) {

@@ -1,10 +1,13 @@
 // What keeps a run going through bad steps and tells about slow ranks ([resilience]):
 //  - a step whose loss or gradient norm is not finite is skipped: no update, counted in the
 //    metrics ("skipped_steps") and events.jsonl. Both values are agreed over the ranks (the
-//    loss is summed over them, the norm is global), so every rank skips the same steps. More
-//    than max_skips_in_row in a row stops the run with an error (a supervisor restarts it from
-//    the last checkpoint).
-//  - a loss more than spike_zscore standard deviations above the last 50 steps' is logged.
+//    loss is summed over them, the norm is global), so every rank skips the same steps.
+//  - after max_skips_in_row skipped steps in a row the run rolls back: the weights, AdamW
+//    state and EMA of the newest valid checkpoint come back, and training goes on from the
+//    next step's data -- the data from the checkpoint to here is skipped (the way large runs
+//    step past a loss blow-up). More than max_rollbacks rollbacks stop the run with an error.
+//  - a loss more than spike_zscore standard deviations above the last 50 steps' is logged;
+//    with skip_spikes the step is treated as a non-finite one.
 //  - every straggler_every steps the ranks compare their compute time per step (wall time less
 //    waits on collectives and on data: a slow rank makes the others wait, so wall times are
 //    equal); a rank above straggler_factor x the median of the other ranks is flagged, with
@@ -13,6 +16,8 @@
 //    weights (data-parallel replicas) compare a hash of them and of their AdamW moments; a
 //    mismatch (silent data corruption) names the ranks that differ from the majority and stops
 //    the run before the bad state is checkpointed.
+//  - as a step begins (at most once a second) the rank writes its heartbeat,
+//    run_dir/logs/heartbeat-rank-R, which `loom launch --hang-timeout` watches.
 //  - LOOM_FAULT faults (train/fault.h) fire at their steps.
 #pragma once
 #include <chrono>
@@ -37,6 +42,10 @@ class StepGuard {
   Tensor guard_loss(const Tensor& loss, int64_t step) const;  // the nan fault
   // After the gradients are reduced: whether to apply the update (else: skip and count).
   bool accept(int64_t step, double loss, double grad_norm);
+  // After a skipped step: whether too many came in a row, and the rollback itself (collective;
+  // extra: per-piece state such as the EMA, as for ParallelRun::load_checkpoint).
+  bool needs_rollback() const { return in_row_ >= rc_.max_skips_in_row; }
+  void roll_back(int64_t step, optim::AdamW& optimizer, const std::vector<PieceState>& extra);
   // After the step; collective every straggler_every steps. data_wait: total seconds the run
   // has waited for data so far.
   void end_step(int64_t step, double data_wait);
@@ -53,9 +62,11 @@ class StepGuard {
   FaultPlan faults_;
   std::vector<std::string> hosts_;  // by world rank
   void check_replicas(int64_t step);  // collective over the replicas
-  int64_t skipped_ = 0, in_row_ = 0, checked_step_ = -1;
+  bool skip(int64_t step, double loss, double grad_norm, const char* why);
+  int64_t skipped_ = 0, in_row_ = 0, checked_step_ = -1, rollbacks_ = 0;
   std::deque<double> recent_losses_;
-  std::chrono::steady_clock::time_point step_start_;
+  std::string heartbeat_path_;
+  std::chrono::steady_clock::time_point step_start_, last_beat_{};
   double waited_at_start_ = 0, data_at_start_ = 0;
   double compute_s_ = 0;  // this rank's compute seconds since the last comparison
   int64_t compute_steps_ = 0;
