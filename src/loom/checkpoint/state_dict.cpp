@@ -14,9 +14,10 @@ std::map<std::string, Tensor> as_map(const std::vector<std::pair<std::string, Te
   return std::map<std::string, Tensor>(named.begin(), named.end());
 }
 
-void load_named(const std::vector<std::pair<std::string, Tensor>>& targets,
-                const std::map<std::string, Tensor>& tensors, const std::string& origin) {
+void load_state_dict(const nn::Module& module, const std::map<std::string, Tensor>& tensors,
+                     const std::string& origin) {
   NoGradGuard no_grad;
+  const auto targets = state_dict(module);
   for (const auto& [name, target] : targets) {
     auto it = tensors.find(name);
     LOOM_CHECK(it != tensors.end())
@@ -29,11 +30,6 @@ void load_named(const std::vector<std::pair<std::string, Tensor>>& targets,
   LOOM_CHECK(tensors.size() == targets.size())
       << origin << ": holds " << tensors.size() << " tensors, the model has " << targets.size()
       << " (a checkpoint of another model?)";
-}
-
-void load_state_dict(const nn::Module& module, const std::map<std::string, Tensor>& tensors,
-                     const std::string& origin) {
-  load_named(state_dict(module), tensors, origin);
 }
 
 }  // namespace loom

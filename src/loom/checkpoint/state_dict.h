@@ -16,8 +16,5 @@ void load_state_dict(const nn::Module& module, const std::map<std::string, Tenso
                      const std::string& origin);
 // Named tensors as a map, for the loaders below.
 std::map<std::string, Tensor> as_map(const std::vector<std::pair<std::string, Tensor>>& named);
-// The same for a list of named tensors (optimizer state, EMA weights).
-void load_named(const std::vector<std::pair<std::string, Tensor>>& targets,
-                const std::map<std::string, Tensor>& tensors, const std::string& origin);
 
 }  // namespace loom

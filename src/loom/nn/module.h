@@ -59,7 +59,6 @@ class Module {
   using ForwardRun = std::function<Tensor()>;
   using ForwardWrapper = std::function<Tensor(const ForwardRun& run)>;
   void add_forward_wrapper(ForwardWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
-  void clear_forward_wrappers() { wrappers_.clear(); }
   Tensor call(const ForwardRun& run) const;  // the wrappers added last run outermost
 
  protected:
