@@ -1,0 +1,38 @@
+// Collectives as differentiable ops: what tensor, sequence and context parallelism are built
+// from. Each pairs a forward collective with the backward its gradient needs (the conjugate
+// pairs of Megatron-LM's mappings, stated here from their definitions):
+//
+//   op                               forward (on group G of P ranks)        backward
+//   copy_to_group(x)                 identity (x is the same on every rank)  all-reduce (sum)
+//   reduce_from_group(x)             all-reduce (sum)                        identity
+//   all_gather_along(x, d)           concatenate every rank's x along d      reduce-scatter (sum) along d
+//   reduce_scatter_along(x, d)       sum over ranks, keep chunk r along d    all-gather along d
+//   scatter_along(x, d)              keep chunk r along d (x the same on     all-gather along d
+//                                    every rank)
+//   gather_along(x, d)               concatenate every rank's x along d      keep chunk r along d
+//                                    (what follows runs the same on every rank)
+//   all_to_all_along(x, s, g)        send chunk j along s to rank j,         all_to_all_along(dy, g, s)
+//                                    concatenate what arrives along g
+//
+// Sizes along a split dimension must divide by P. Every rank of G must make the same calls in
+// the same order, in forward and (through autograd) in backward.
+#pragma once
+#include <memory>
+
+#include "loom/core/tensor.h"
+#include "loom/dist/process_group.h"
+
+namespace loom::parallel {
+
+using GroupPtr = std::shared_ptr<dist::ProcessGroup>;
+
+Tensor copy_to_group(const Tensor& x, const GroupPtr& group);
+Tensor reduce_from_group(const Tensor& x, const GroupPtr& group);
+Tensor all_gather_along(const Tensor& x, int64_t dim, const GroupPtr& group);
+Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const GroupPtr& group);
+Tensor scatter_along(const Tensor& x, int64_t dim, const GroupPtr& group);
+Tensor gather_along(const Tensor& x, int64_t dim, const GroupPtr& group);
+Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim,
+                        const GroupPtr& group);
+
+}  // namespace loom::parallel
