@@ -75,7 +75,7 @@ TEST_P(Zero3Gather, BlocksExistOnlyInsideTheirForward) {
     }
   for (size_t b = 0; b < model.blocks.size(); ++b) {
     int64_t checked = 0, wrong = 0;
-    model.blocks[b]->call([&] {
+    model.blocks[b]->call({}, [&](const std::vector<Tensor>&) {
       for (const auto& p : block_params(b)) {
         const std::vector<float> got = to_vector(p.tensor);
         const std::vector<float>& want = original.at(p.name);

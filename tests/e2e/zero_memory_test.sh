@@ -5,7 +5,8 @@
 # and the non-block parameters, so the ratio approaches 1/4 only as blocks get many.
 # Each figure is the sum of the three categories' peaks over the run (peaks taken from the
 # first step, after the model is built and sharded), from every rank's metrics file. ZeRO-2 is
-# printed for comparison, not checked.
+# printed for comparison, not checked. Also: full activation checkpointing at least halves the
+# activation peak of one process (it keeps the 48 blocks' inputs and one block's activations).
 # Usage: zero_memory_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -17,6 +18,8 @@ common=(--set train.steps=4 --set train.log_every=1 --set model.depth=48 --set t
 
 "$loom" train "$here/tiny_gpt.toml" "${common[@]}" --set run.out_dir="$work/np1" > "$work/np1.log" 2>&1 ||
   { cat "$work/np1.log"; exit 1; }
+"$loom" train "$here/tiny_gpt.toml" "${common[@]}" --set parallel.activation_checkpointing=full \
+  --set run.out_dir="$work/np1-ac" > "$work/np1-ac.log" 2>&1 || { cat "$work/np1-ac.log"; exit 1; }
 for strategy in zero2 zero3; do
   "$mpirun" --oversubscribe -np 4 "$loom" train "$here/tiny_gpt.toml" "${common[@]}" \
     --set parallel.data_parallel=$strategy --set run.out_dir="$work/$strategy" > "$work/$strategy.log" 2>&1 ||
@@ -43,6 +46,14 @@ for run in ("zero2", "zero3"):
           f"{one} B = {ratio:.3f}x (ranks: {', '.join(str(p) for p in peaks)})")
     if run == "zero3":
         worst = ratio
+def activation_peak(run):
+    with open(f"{work}/{run}/tiny_gpt/metrics.jsonl") as f:
+        return json.loads(f.readlines()[-1])["mem"]["activations"]["peak"]
+act, act_ckpt = activation_peak("np1"), activation_peak("np1-ac")
+print(f"activation checkpointing (1 process): activation peak {act_ckpt} B of {act} B = "
+      f"{act_ckpt / act:.3f}x")
+if act_ckpt > 0.5 * act:
+    sys.exit("FAIL: activation checkpointing does not halve the activation peak")
 if worst > 0.3:
     sys.exit(f"FAIL: zero3 ratio {worst:.3f} above 0.3")
 print("PASS")

@@ -94,11 +94,12 @@ Module& Module::submodule(const std::string& path) const {
   return const_cast<Module&>(*m);
 }
 
-Tensor Module::call(const ForwardRun& run) const {
-  // Wrapper i runs around wrappers 0..i-1, which run around run().
-  ForwardRun inner = run;
-  for (const auto& wrap : wrappers_) inner = [&wrap, inner] { return wrap(inner); };
-  return inner();
+Tensor Module::call(const std::vector<Tensor>& inputs, const ForwardFn& fn) const {
+  // Wrapper i runs around wrappers 0..i-1, which run around fn.
+  ForwardFn inner = fn;
+  for (const auto& wrap : wrappers_)
+    inner = [&wrap, inner](const std::vector<Tensor>& in) { return wrap(inner, in); };
+  return inner(inputs);
 }
 
 }  // namespace loom::nn

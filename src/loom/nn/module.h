@@ -52,14 +52,17 @@ class Module {
   Module& submodule(const std::string& path) const;
 
   // Forward wrappers let parallelism act around a module from outside (ZeRO-3 gathers its
-  // parameters before and frees them after; activation checkpointing recomputes it). A
-  // wrapper must call run() exactly once and return its result (or that result routed through
-  // an identity op). Models call the modules that may be wrapped -- their blocks -- as
-  //   h = block->call([&] { return block->forward(h, c); });
-  using ForwardRun = std::function<Tensor()>;
-  using ForwardWrapper = std::function<Tensor(const ForwardRun& run)>;
+  // parameters before and frees them after; activation checkpointing recomputes it). Models
+  // call the modules that may be wrapped -- their blocks -- with the tensor inputs explicit
+  // and everything else captured by value, since a wrapper may run fn again during backward:
+  //   h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
+  // A wrapper must return fn(inputs) (or that value routed through identity ops), calling fn
+  // once now; it may keep a copy of fn to call later.
+  using ForwardFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+  using ForwardWrapper = std::function<Tensor(const ForwardFn& fn, const std::vector<Tensor>& inputs)>;
   void add_forward_wrapper(ForwardWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
-  Tensor call(const ForwardRun& run) const;  // the wrappers added last run outermost
+  // fn(inputs) inside the wrappers; the wrappers added last run outermost.
+  Tensor call(const std::vector<Tensor>& inputs, const ForwardFn& fn) const;
 
  protected:
   Tensor register_parameter(const std::string& name, const Shape& shape, Init init,

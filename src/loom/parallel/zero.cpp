@@ -99,7 +99,8 @@ struct ZeroDataParallel::Shared {
   }
 
   // The forward wrapper of block group gi (stages 2 and 3).
-  Tensor forward(size_t gi, const nn::Module::ForwardRun& run, const std::weak_ptr<Shared>& self) {
+  Tensor forward(size_t gi, const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs,
+                 const std::weak_ptr<Shared>& self) {
     Group& g = groups[gi];
     if (options.stage == 3) {
       finish_gather(g);
@@ -107,7 +108,7 @@ struct ZeroDataParallel::Shared {
           groups[gi + 1].state == Group::Params::Released)
         start_gather(groups[gi + 1]);
     }
-    Tensor out = run();
+    Tensor out = fn(inputs);
     const bool backward_follows = grad_mode_enabled() && out.requires_grad();
     if (!(backward_follows && int(gi) == last_block)) release(g);
     if (!backward_follows) return out;
@@ -282,10 +283,11 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       });
     if (g.block && stage >= 2) {
       nn::Module& block = model.submodule(block_names[gi]);
-      block.add_forward_wrapper([weak, gi](const nn::Module::ForwardRun& run) {
-        auto s = weak.lock();
-        return s ? s->forward(gi, run, weak) : run();
-      });
+      block.add_forward_wrapper(
+          [weak, gi](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
+            auto s = weak.lock();
+            return s ? s->forward(gi, fn, inputs, weak) : fn(inputs);
+          });
     }
     shared_->release(g);
   }

@@ -182,6 +182,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
   p.data_parallel = f.get_string("parallel", "data_parallel", p.data_parallel);
   p.gather_dtype = f.get_string("parallel", "gather_dtype", p.gather_dtype);
+  p.activation_checkpointing =
+      f.get_string("parallel", "activation_checkpointing", p.activation_checkpointing);
+  LOOM_CHECK(p.activation_checkpointing == "none" || p.activation_checkpointing == "full")
+      << "config " << path << ": parallel.activation_checkpointing '" << p.activation_checkpointing
+      << "' (expected none or full)";
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   p.timeout_s = f.get_double("dist", "timeout_s", p.timeout_s);
   if (p.data_parallel == "fsdp") p.data_parallel = "zero3";

@@ -86,6 +86,7 @@ struct ParallelConfig {
   // "fsdp" is another name for zero3.
   std::string data_parallel = "ddp";
   std::string gather_dtype = "f32";    // zero3: parameters travel as "f32" or "bf16"
+  std::string activation_checkpointing = "none";  // "none" or "full" (recompute every block)
   double bucket_mb = 25;               // ddp: gradient bucket size
   double timeout_s = 600;              // [dist] timeout_s: a collective older than this aborts
 };

@@ -7,6 +7,7 @@
 
 #include "loom/dist/world.h"
 #include "loom/ops/ops.h"
+#include "loom/parallel/activation_checkpoint.h"
 #include "loom/train/checkpoint_dir.h"
 
 namespace loom::train {
@@ -57,6 +58,8 @@ std::string ParallelRun::metrics_path(const std::string& run_dir) const {
 optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::string>& block_names,
                                  const optim::AdamWConfig& adamw) {
   const std::string& strategy = cfg_.parallel.data_parallel;
+  // First, so that ZeRO-3's wrapper runs outside it (gathering before a recompute).
+  parallel::apply_activation_checkpointing(model, block_names, cfg_.parallel.activation_checkpointing);
   if (strategy.rfind("zero", 0) == 0) {
     // Sharded over dp_shard, replicated over dp_replicate (HSDP when both exceed 1).
     parallel::ZeroOptions options;

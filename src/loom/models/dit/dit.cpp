@@ -100,7 +100,8 @@ Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
   // Conditioning: timestep (scaled to DiT's 0..1000 range) MLP plus class embedding.
   Tensor temb = t_fc2->forward(silu(t_fc1->forward(timestep_embedding(t, 256, 1000.0))));
   Tensor c = add(temb, y_embed->forward(y));
-  for (const auto& block : blocks) h = block->call([&] { return block->forward(h, c); });
+  for (const auto& block : blocks)
+    h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
   auto mod = split(final_ada->forward(silu(c)), D, -1);  // shift, scale
   h = modulate(final_norm->forward(h), contiguous(mod[0]), contiguous(mod[1]));
   Tensor out = final_linear->forward(h);  // (B, T, p p C)

@@ -128,7 +128,8 @@ Tensor Gpt::forward(const Tensor& ids, const Tensor& positions) const {
   LOOM_CHECK(ids.dim() == 2) << "gpt: expected token ids (B, T), got " << ids.shape();
   const Tensor pos = positions.defined() ? positions : default_positions(ids.size(1));
   Tensor h = embed(ids, pos);  // (B, T, C)
-  for (const auto& block : blocks) h = block->call([&] { return block->forward(h, pos); });
+  for (const auto& block : blocks)
+    h = block->call({h}, [&block, pos](const auto& in) { return block->forward(in[0], pos); });
   return head(h);
 }
 

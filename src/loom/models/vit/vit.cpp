@@ -66,7 +66,8 @@ Tensor Vit::features(const Tensor& x) const {
                       {B, g * g, C * p * p});
   }
   Tensor h = add(patch_embed->forward(patches), pos_embed->weight);
-  for (const auto& block : blocks) h = block->call([&] { return block->forward(h); });
+  for (const auto& block : blocks)
+    h = block->call({h}, [&block](const auto& in) { return block->forward(in[0]); });
   return mean(norm_f->forward(h), {1});  // (B, D)
 }
 

@@ -1,0 +1,22 @@
+#include "loom/parallel/activation_checkpoint.h"
+
+#include "loom/autograd/checkpoint.h"
+#include "loom/core/error.h"
+
+namespace loom::parallel {
+
+void apply_activation_checkpointing(nn::Module& model, const std::vector<std::string>& block_names,
+                                    const std::string& policy) {
+  LOOM_CHECK(policy == "none" || policy == "full")
+      << "activation checkpointing policy '" << policy << "' is not known (expected none or full)";
+  if (policy == "none") return;
+  for (const std::string& name : block_names)
+    model.submodule(name).add_forward_wrapper(
+        [](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
+          // fn is copied into the checkpoint: backward calls it again.
+          return checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; },
+                            inputs)[0];
+        });
+}
+
+}  // namespace loom::parallel

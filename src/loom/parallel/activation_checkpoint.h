@@ -1,0 +1,18 @@
+// Activation checkpointing applied from outside: each block's forward keeps only its inputs,
+// and backward runs the block again to get the activations it needs (autograd/checkpoint.h).
+// Memory for activations drops from every block's to one block's plus the blocks' inputs, for
+// about one more forward of compute. Composes with ZeRO-3 (its wrapper runs outside this one,
+// so a block's parameters are gathered before the recompute needs them).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "loom/nn/module.h"
+
+namespace loom::parallel {
+
+// policy: "none" or "full" (every block).
+void apply_activation_checkpointing(nn::Module& model, const std::vector<std::string>& block_names,
+                                    const std::string& policy);
+
+}  // namespace loom::parallel
