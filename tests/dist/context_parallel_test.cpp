@@ -1,7 +1,8 @@
-// Ulysses attention on P ranks equals attention over the whole sequence on one: each rank
+// Ulysses and ring attention on P ranks equal attention over the whole sequence on one: each rank
 // computes the whole-sequence attention itself (every rank can draw the full q, k, v) and
 // compares its chunk of the output and of the gradients of L = sum over ranks <w_r, out_r>.
-// Causal and bidirectional, with and without grouped-query heads.
+// Causal and bidirectional, with and without grouped-query heads; ring attention also with
+// load-balanced causal sharding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +74,56 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Ulysses,
                                   std::to_string(info.param.kv_heads) +
                                   (info.param.causal ? "_causal" : "_full");
                          });
+
+struct RingCase {
+  int64_t heads, kv_heads;
+  bool causal, load_balanced;
+};
+
+class Ring : public testing::TestWithParam<RingCase> {};
+
+TEST_P(Ring, EqualsAttentionOverTheWholeSequence) {
+  const RingCase c = GetParam();
+  auto world = dist::world();
+  const int64_t P = world->size(), r = world->rank(), B = 2, T = 24, D = 8;
+  Tensor q = draw({B, c.heads, T, D}, "q"), k = draw({B, c.kv_heads, T, D}, "k"),
+         v = draw({B, c.kv_heads, T, D}, "v"), w = draw({B, c.heads, T, D}, "w");
+  for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
+  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal);
+  backward(sum(mul(full, w)));
+  // This rank's positions: chunks r and 2P-1-r (load-balanced) or chunk r of P.
+  std::vector<int64_t> pos = load_balanced_positions(T, r, P);
+  if (!c.load_balanced) {
+    pos.clear();
+    for (int64_t i = r * T / P; i < (r + 1) * T / P; ++i) pos.push_back(i);
+  }
+  const Tensor index = from_vector(pos, {int64_t(pos.size())});
+  auto rows = [&](const Tensor& t) { return contiguous(index_select(t.detach(), 2, index)).detach(); };
+  Tensor ql = rows(q), kl = rows(k), vl = rows(v);
+  for (Tensor* t : {&ql, &kl, &vl}) t->set_requires_grad(true);
+  Tensor out = ring_attention(ql, kl, vl, index, c.causal, world);
+  expect_near(out, rows(full), "out");
+  backward(sum(mul(out, rows(w))));
+  expect_near(ql.grad(), rows(q.grad()), "dq");
+  expect_near(kl.grad(), rows(k.grad()), "dk");
+  expect_near(vl.grad(), rows(v.grad()), "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Ring,
+                         testing::Values(RingCase{4, 4, true, true}, RingCase{4, 4, true, false},
+                                         RingCase{4, 4, false, true}, RingCase{4, 2, true, true}),
+                         [](const auto& info) {
+                           return "h" + std::to_string(info.param.heads) + "_kv" +
+                                  std::to_string(info.param.kv_heads) +
+                                  (info.param.causal ? "_causal" : "_full") +
+                                  (info.param.load_balanced ? "_balanced" : "_contiguous");
+                         });
+
+TEST(LoadBalancedPositions, ChunksRAndTwoPMinusOneMinusR) {
+  EXPECT_EQ(load_balanced_positions(8, 0, 2), (std::vector<int64_t>{0, 1, 6, 7}));
+  EXPECT_EQ(load_balanced_positions(8, 1, 2), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_THROW(load_balanced_positions(10, 0, 2), Error);
+}
 
 }  // namespace
 }  // namespace loom::parallel

@@ -1,6 +1,8 @@
 // Context (sequence) parallelism for attention: each rank of `group` (P ranks) holds one
 // contiguous chunk of the sequence -- rank r positions [r T/P, (r+1) T/P) -- of q, k and v.
 #pragma once
+#include <vector>
+
 #include "loom/parallel/functional.h"
 
 namespace loom::parallel {
@@ -12,5 +14,18 @@ namespace loom::parallel {
 // rank's chunk of the output, (B, H, T/P, D). Causal masking uses global positions.
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                          const GroupPtr& group);
+
+// Ring attention (Liu et al. 2023): the ranks' key/value blocks travel around the ring; each
+// rank attends its queries to every block in turn -- the next block's transfer started before
+// the current one's compute -- and merges the partial results by their log-sum-exp (online
+// softmax). The backward passes gradients around the ring the other way. positions (n) i64:
+// the global positions this rank's rows hold (for the causal mask); q (B, H, n, D), k/v
+// (B, Hkv, n, D) with H a multiple of Hkv. Blocks' scores are materialised (n x n per step).
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                      bool causal, const GroupPtr& group);
+
+// Load-balanced causal sharding of T positions over P ranks: rank r holds chunks r and
+// 2P - 1 - r of 2P equal chunks, so every rank has as much of the causal triangle to compute.
+std::vector<int64_t> load_balanced_positions(int64_t T, int64_t rank, int64_t P);
 
 }  // namespace loom::parallel

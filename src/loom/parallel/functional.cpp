@@ -95,6 +95,24 @@ Tensor all_to_all_dims(const Tensor& x, int64_t s, int64_t gd, dist::ProcessGrou
   return reshape(y, out);
 }
 
+// Sends x to rank r + offset and receives from r - offset (mod P) into `out`.
+std::vector<dist::WorkPtr> start_shift(const Tensor& x, const Tensor& out, int64_t offset,
+                                       dist::ProcessGroup& g) {
+  const int64_t P = g.size(), r = g.rank();
+  if (P == 1) {
+    copy_(out, x);
+    return {};
+  }
+  const int dst = int(((r + offset) % P + P) % P), src = int(((r - offset) % P + P) % P);
+  return {g.send(x, dst), g.recv(out, src)};
+}
+
+Tensor shift(const Tensor& x, int64_t offset, dist::ProcessGroup& g) {
+  Tensor in = contiguous(x), out = Tensor::empty(x.shape(), x.dtype());
+  for (auto& w : start_shift(in, out, offset, g)) w->wait();
+  return out;
+}
+
 // --- autograd ---
 
 struct CollectiveBackward : Node {
@@ -166,6 +184,24 @@ Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim
   return with_backward("AllToAllBackward", x,
                        forward([&] { return all_to_all_dims(x, s, gd, *group); }),
                        [group, s, gd](const Tensor& g) { return all_to_all_dims(g, gd, s, *group); });
+}
+
+RingShift::RingShift(const Tensor& x, int64_t offset, GroupPtr group)
+    : x_(x), offset_(offset), group_(std::move(group)) {
+  NoGradGuard no_grad;
+  in_ = contiguous(x).detach();
+  received_ = Tensor::empty(x.shape(), x.dtype());
+  works_ = start_shift(in_, received_, offset_, *group_);
+}
+
+Tensor RingShift::finish() {
+  for (auto& w : works_) w->wait();
+  works_.clear();
+  in_ = Tensor();
+  GroupPtr group = group_;
+  const int64_t back = -offset_;
+  return with_backward("RingShiftBackward", x_, received_,
+                       [group, back](const Tensor& g) { return shift(g, back, *group); });
 }
 
 }  // namespace loom::parallel

@@ -13,11 +13,14 @@
 //                                    (what follows runs the same on every rank)
 //   all_to_all_along(x, s, g)        send chunk j along s to rank j,         all_to_all_along(dy, g, s)
 //                                    concatenate what arrives along g
+//   RingShift(x, k).finish()         x goes to rank r + k, what rank r - k   the gradient goes back:
+//                                    sent arrives (mod P)                    a shift by -k
 //
 // Sizes along a split dimension must divide by P. Every rank of G must make the same calls in
 // the same order, in forward and (through autograd) in backward.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "loom/core/tensor.h"
 #include "loom/dist/process_group.h"
@@ -34,5 +37,19 @@ Tensor scatter_along(const Tensor& x, int64_t dim, const GroupPtr& group);
 Tensor gather_along(const Tensor& x, int64_t dim, const GroupPtr& group);
 Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim,
                         const GroupPtr& group);
+
+// A ring shift in two halves, so that the transfer overlaps compute: the constructor starts
+// the send and the receive, finish() waits and returns what arrived (differentiable).
+class RingShift {
+ public:
+  RingShift(const Tensor& x, int64_t offset, GroupPtr group);
+  Tensor finish();
+
+ private:
+  Tensor x_, in_, received_;  // in_: x as sent (kept alive until the send is done)
+  int64_t offset_;
+  GroupPtr group_;
+  std::vector<dist::WorkPtr> works_;
+};
 
 }  // namespace loom::parallel
