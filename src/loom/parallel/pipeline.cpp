@@ -1,0 +1,83 @@
+#include "loom/parallel/pipeline.h"
+
+#include <map>
+
+#include "loom/autograd/engine.h"
+#include "loom/ops/ops.h"
+
+namespace loom::parallel {
+
+double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const GroupPtr& group) {
+  const int64_t P = s.ranks, S = s.stages(), p = group->rank(), M = s.micro_batches;
+  LOOM_CHECK(group->size() == P && int64_t(stages.forward.size()) == s.chunks)
+      << "run_pipeline: a schedule of " << P << " ranks x " << s.chunks << " chunks on a group of "
+      << group->size() << " with " << stages.forward.size() << " chunk functions";
+  // Stage s lives on rank s % P as chunk s / P.
+  auto rank_of = [&](int64_t stage) { return int(stage % P); };
+  // Tags keep micro-batches, chunks and directions apart.
+  auto tag = [&](int64_t m, int64_t stage, bool grad) { return int((m * S + stage) * 2 + grad); };
+  struct Held {
+    Tensor input, output;  // input: a leaf when it came from another stage
+  };
+  std::map<std::pair<int64_t, int64_t>, Held> held;  // (micro, chunk)
+  std::vector<dist::WorkPtr> sends;
+  std::vector<Tensor> sent;  // kept alive until their sends finish
+  std::map<int, Tensor> mailbox;  // between two chunks of this rank (one rank, interleaved)
+  auto send = [&](const Tensor& t, int dst, int tg) {
+    Tensor payload = contiguous(t.detach());
+    if (dst == p) {
+      mailbox[tg] = payload;
+      return;
+    }
+    sends.push_back(group->send(payload, dst, tg));
+    sent.push_back(payload);
+  };
+  auto recv = [&](int src, int tg) {
+    if (src == p) {
+      auto it = mailbox.find(tg);
+      LOOM_CHECK(it != mailbox.end()) << "run_pipeline: the schedule uses a tensor of this rank "
+                                      << "before producing it (tag " << tg << ")";
+      Tensor t = it->second;
+      mailbox.erase(it);
+      return t;
+    }
+    Tensor t = Tensor::empty(stages.activation_shape);
+    group->recv(t, src, tg)->wait();
+    return t;
+  };
+  double loss_sum = 0;
+  for (const PipePass& pass : s.passes[size_t(p)]) {
+    const int64_t stage = s.stage_of(p, pass.chunk);
+    if (pass.forward) {
+      Tensor in;
+      if (stage == 0) {
+        in = stages.input(pass.micro);
+      } else {
+        in = recv(rank_of(stage - 1), tag(pass.micro, stage, false)).detach();
+        in.set_requires_grad(true);
+      }
+      Tensor out = stages.forward[size_t(pass.chunk)](in);
+      if (stage == S - 1) {
+        Tensor loss = stages.loss(out, pass.micro);
+        loss_sum += double(item(loss));
+        out = mul_scalar(loss, 1.0 / double(M));
+      } else {
+        send(out, rank_of(stage + 1), tag(pass.micro, stage + 1, false));
+      }
+      held[{pass.micro, pass.chunk}] = {in, out};
+    } else {
+      Held h = held.at({pass.micro, pass.chunk});
+      held.erase({pass.micro, pass.chunk});
+      if (stage == S - 1) {
+        backward(h.output);
+      } else {
+        backward({h.output}, {recv(rank_of(stage + 1), tag(pass.micro, stage, true))});
+      }
+      if (stage > 0) send(h.input.grad(), rank_of(stage - 1), tag(pass.micro, stage - 1, true));
+    }
+  }
+  for (auto& w : sends) w->wait();
+  return loss_sum;
+}
+
+}  // namespace loom::parallel
