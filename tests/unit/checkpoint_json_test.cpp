@@ -2,6 +2,8 @@
 // and typed accessors whose errors name the key.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,20 +14,6 @@
 namespace {
 
 using loom::Json;
-
-// Runs fn, expects a loom::Error whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts[0] << "'";
-  } catch (const loom::Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    }
-  }
-}
 
 uint64_t bits_of(double d) {
   uint64_t u;

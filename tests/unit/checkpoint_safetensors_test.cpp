@@ -3,6 +3,8 @@
 // atomic writes that never clobber the previous file.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include "temp_dir_test.h"
 #include <unistd.h>
 
@@ -19,19 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using loom::DType;
 using loom::Tensor;
-
-template <typename Fn>
-void expect_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts[0] << "'";
-  } catch (const loom::Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    }
-  }
-}
 
 // A fresh directory per test, removed afterwards.
 class CheckpointSafetensors : public TempDirTest {

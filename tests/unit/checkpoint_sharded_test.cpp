@@ -2,6 +2,8 @@
 // and every way a manifest can disagree with its files is a clear error naming what is wrong.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -15,17 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using loom::Tensor;
-
-template <typename Fn>
-void expect_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts[0] << "'";
-  } catch (const loom::Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
 
 std::vector<float> iota(int64_t n, float scale) {
   std::vector<float> v(static_cast<size_t>(n));

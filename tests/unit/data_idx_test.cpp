@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include "temp_dir_test.h"
 
 #include "loom/data/idx.h"
@@ -49,19 +51,6 @@ void write_gzip(const fs::path& path, const std::string& bytes) {
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-// Runs fn and expects a loom::Error whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts[0];
-  } catch (const loom::Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
 }
 
 class DataIdx : public TempDirTest {};

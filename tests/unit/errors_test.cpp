@@ -1,6 +1,8 @@
 // Bad input throws loom::Error with a message that names the op and the shapes involved.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include "loom/backend/backend.h"
 #include "loom/ops/ops.h"
 
@@ -8,18 +10,6 @@ namespace {
 
 using loom::DType;
 using loom::Tensor;
-
-// Runs fn, expects a loom::Error whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn fn, std::vector<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts[0];
-  } catch (const loom::Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
 
 TEST(Errors, MismatchedShapes) {
   expect_error([] { loom::matmul(loom::zeros({2, 3}), loom::zeros({4, 5})); },
