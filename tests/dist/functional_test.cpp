@@ -23,12 +23,6 @@ struct Ref {
   std::vector<double> v;
 };
 
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 // Elements [lo, hi) along dim.
 Ref slice(const Ref& x, int64_t dim, int64_t lo, int64_t hi) {
   int64_t outer = 1, inner = 1;

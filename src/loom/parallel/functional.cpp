@@ -194,6 +194,15 @@ RingShift::RingShift(const Tensor& x, int64_t offset, GroupPtr group)
   works_ = start_shift(in_, received_, offset_, *group_);
 }
 
+RingShift::~RingShift() {
+  for (auto& w : works_) {
+    try {
+      w->wait();
+    } catch (...) {  // already failing: the error that brought us here is the one to report
+    }
+  }
+}
+
 Tensor RingShift::finish() {
   for (auto& w : works_) w->wait();
   works_.clear();

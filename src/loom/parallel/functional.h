@@ -43,6 +43,9 @@ Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim
 class RingShift {
  public:
   RingShift(const Tensor& x, int64_t offset, GroupPtr group);
+  ~RingShift();  // an unfinished shift still waits: its buffers must outlive the transfer
+  RingShift(const RingShift&) = delete;
+  RingShift& operator=(const RingShift&) = delete;
   Tensor finish();
 
  private:
