@@ -128,6 +128,14 @@ void Tensor::rebind_storage(const Tensor& view) const {
   impl_->offset = view.impl().offset;
 }
 
+void Tensor::rebind_storage_and_shape(const Tensor& view) const {
+  LOOM_CHECK(is_leaf() && !impl().grad) << "rebind_storage_and_shape: only leaves without a gradient";
+  LOOM_CHECK(view.dtype() == dtype()) << "rebind_storage_and_shape: dtype " << dtype_name(view.dtype())
+                                      << " for a tensor of " << dtype_name(dtype());
+  impl_->shape = view.impl().shape;
+  rebind_storage(view);
+}
+
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = this->impl().storage;

@@ -126,6 +126,9 @@ class Tensor {
   // Makes this tensor (a leaf) use `view`'s storage and geometry from now on, keeping its
   // identity and autograd metadata: how a parameter moves into a flat buffer (FSDP/ZeRO).
   void rebind_storage(const Tensor& view) const;
+  // The same, and the shape may change too: how tensor parallelism shrinks a parameter to
+  // this rank's part of it before anything has used it.
+  void rebind_storage_and_shape(const Tensor& view) const;
 
   // --- autograd metadata (the engine lives in autograd/) ---
   bool requires_grad() const { return impl().requires_grad; }

@@ -12,7 +12,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Init init, Init bias_init
   if (has_bias) bias = register_parameter("bias", {out}, bias_init, /*weight_decay=*/false);
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const {
+  return call({x}, [this](const std::vector<Tensor>& in) { return linear(in[0], weight, bias); });
+}
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k) : kernel(k) {
   LOOM_CHECK(in > 0 && out > 0 && k > 0 && k % 2 == 1)
@@ -69,16 +71,16 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
   LOOM_CHECK(config.heads % config.kv_heads == 0)
       << "Attention: " << config.heads << " heads are not a multiple of " << config.kv_heads
       << " kv heads";
-  const int64_t head_dim = config.dim / config.heads;
+  head_dim = config.dim / config.heads;
   const int64_t qkv_out = (config.heads + 2 * config.kv_heads) * head_dim;
   qkv = register_module("qkv", std::make_shared<Linear>(config.dim, qkv_out, config.bias, config.init));
   proj = register_module("proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, config.init));
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
-  const int64_t B = x.size(0), T = x.size(1);
-  const int64_t H = config.heads, Hkv = config.kv_heads, Dh = config.dim / config.heads;
+  const int64_t H = config.heads, Hkv = config.kv_heads, Dh = head_dim;
   Tensor qkv_out = qkv->forward(x);  // (B, T, (H + 2 Hkv) * Dh)
+  const int64_t B = qkv_out.size(0), T = qkv_out.size(1);
   auto parts = split(qkv_out, std::vector<int64_t>{H * Dh, Hkv * Dh, Hkv * Dh}, -1);
   auto heads = [&](const Tensor& t, int64_t n) {  // (B, T, n*Dh) -> (B, n, T, Dh), a view
     return permute(reshape(t, {B, T, n, Dh}), {0, 2, 1, 3});
@@ -90,7 +92,7 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
     k = rope(k, positions, config.rope_theta);
   }
   Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
-  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, config.dim});
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});
   return proj->forward(o);
 }
 

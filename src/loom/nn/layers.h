@@ -8,7 +8,8 @@ class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true, Init init = Init::xavier_uniform(),
          Init bias_init = Init::zeros());
-  Tensor forward(const Tensor& x) const;  // (..., in) -> (..., out)
+  // (..., in) -> (..., out), through call() so that tensor parallelism can wrap it.
+  Tensor forward(const Tensor& x) const;
   Tensor weight, bias;                    // (out, in), (out) or undefined
 };
 
@@ -74,9 +75,13 @@ struct AttentionConfig {
 class Attention : public Module {
  public:
   explicit Attention(const AttentionConfig& config);
-  // x (B, T, dim); positions (T) i64 global positions, needed with RoPE.
+  // x (B, T, dim); positions (T) i64 global positions, needed with RoPE. The sequence length is
+  // that of qkv's output (sequence parallelism gathers the sequence there).
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
+  // config.heads and kv_heads are the heads this module computes: tensor parallelism lowers
+  // them to this rank's share (and shards qkv and proj to match); head_dim stays.
   AttentionConfig config;
+  int64_t head_dim;
   std::shared_ptr<Linear> qkv, proj;
 };
 

@@ -1,5 +1,6 @@
 #include "loom/parallel/tensor_parallel.h"
 
+#include "loom/nn/layers.h"
 #include "loom/ops/ops.h"
 
 namespace loom::parallel {
@@ -18,6 +19,190 @@ Tensor row_parallel_linear(const Tensor& x_shard, const Tensor& weight_shard, co
   const Tensor out = seq_dim < 0 ? reduce_from_group(partial, group)
                                  : reduce_scatter_along(partial, seq_dim, group);
   return bias.defined() ? add(out, bias) : out;
+}
+
+}  // namespace loom::parallel
+
+namespace loom::parallel {
+
+Shape TensorShard::shape(int64_t rank) const {
+  Shape s = whole_shape;
+  s[size_t(dim)] = 0;
+  for (const auto& [start, length] : blocks.at(size_t(rank))) s[size_t(dim)] += length;
+  return s;
+}
+
+Tensor TensorShard::take(const Tensor& whole, int64_t rank) const {
+  NoGradGuard no_grad;
+  Tensor part = Tensor::empty(shape(rank), whole.dtype(), whole.device(), MemCategory::Parameters);
+  int64_t at = 0;
+  for (const auto& [start, length] : blocks.at(size_t(rank))) {
+    copy_(narrow(part, dim, at, length), narrow(whole, dim, start, length));
+    at += length;
+  }
+  return part;
+}
+
+std::vector<TensorShard::Run> TensorShard::runs(int64_t rank) const {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= whole_shape[size_t(d)];
+  for (size_t d = size_t(dim) + 1; d < whole_shape.size(); ++d) inner *= whole_shape[d];
+  const int64_t local_size = shape(rank)[size_t(dim)], whole_size = whole_shape[size_t(dim)];
+  std::vector<Run> out;
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t at = 0;
+    for (const auto& [start, length] : blocks.at(size_t(rank))) {
+      const Run run{(o * local_size + at) * inner, (o * whole_size + start) * inner, length * inner};
+      at += length;
+      if (!out.empty() && out.back().local + out.back().length == run.local &&
+          out.back().whole + out.back().length == run.whole)
+        out.back().length += run.length;
+      else
+        out.push_back(run);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Rank q of P takes the q-th of P equal ranges of n (n divisible by P, checked by the caller).
+std::vector<std::vector<std::pair<int64_t, int64_t>>> even_blocks(int64_t n, int64_t P) {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> out;
+  for (int64_t q = 0; q < P; ++q) out.push_back({{q * (n / P), n / P}});
+  return out;
+}
+
+class Applier {
+ public:
+  Applier(nn::Module& model, const GroupPtr& group, bool sequence_parallel,
+          const nn::TensorParallelPlan& plan)
+      : model_(model), group_(group), P_(group->size()), rank_(group->rank()),
+        seq_dim_(sequence_parallel ? plan.sequence_dim : -1) {}
+
+  void column(const std::string& path) {
+    auto& lin = as_linear(path);
+    const int64_t out = lin.weight.size(0);
+    LOOM_CHECK(out % P_ == 0) << "tensor parallel: " << path << " has " << out
+                              << " output features, not divisible by tp = " << P_;
+    split_rows(path, lin, even_blocks(out, P_));
+  }
+
+  void row(const std::string& path) {
+    auto& lin = as_linear(path);
+    const int64_t in = lin.weight.size(1);
+    LOOM_CHECK(in % P_ == 0) << "tensor parallel: " << path << " has " << in
+                             << " input features, not divisible by tp = " << P_;
+    split_columns(path, lin, even_blocks(in, P_));
+  }
+
+  void attention(const std::string& path) {
+    auto* attn = dynamic_cast<nn::Attention*>(&model_.submodule(path));
+    LOOM_CHECK(attn) << "tensor parallel: " << path << " is not an attention module";
+    const int64_t H = attn->config.heads, Hkv = attn->config.kv_heads, Dh = attn->head_dim;
+    LOOM_CHECK(H % P_ == 0 && Hkv % P_ == 0)
+        << "tensor parallel: " << path << " has " << H << " heads and " << Hkv
+        << " key/value heads; both must be divisible by tp = " << P_;
+    const int64_t h = H / P_, hkv = Hkv / P_;
+    // qkv's output rows are [q heads | k heads | v heads]: each rank takes its heads of each.
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> qkv_rows, proj_columns;
+    for (int64_t q = 0; q < P_; ++q) {
+      qkv_rows.push_back({{q * h * Dh, h * Dh},
+                          {H * Dh + q * hkv * Dh, hkv * Dh},
+                          {(H + Hkv) * Dh + q * hkv * Dh, hkv * Dh}});
+      proj_columns.push_back({{q * h * Dh, h * Dh}});
+    }
+    split_rows(path + ".qkv", *attn->qkv, qkv_rows);
+    split_columns(path + ".proj", *attn->proj, proj_columns);
+    attn->config.heads = h;
+    attn->config.kv_heads = hkv;
+  }
+
+  // Sequence parallelism: the residual stream is split from the first block's input to the
+  // last block's output; inside, conditioning inputs are used on sequence shards, so their
+  // gradients (and those of the blocks' whole parameters) are partial per rank.
+  void sequence_region(const std::vector<std::string>& blocks) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const bool first = i == 0, last = i + 1 == blocks.size();
+      model_.submodule(blocks[i]).add_forward_wrapper(
+          [group = group_, dim = seq_dim_, first, last](const nn::Module::ForwardFn& fn,
+                                                        const std::vector<Tensor>& in) {
+            std::vector<Tensor> args = in;
+            if (first) args[0] = scatter_along(args[0], dim, group);
+            for (size_t k = 1; k < args.size(); ++k)
+              if (args[k].defined() && args[k].requires_grad()) args[k] = copy_to_group(args[k], group);
+            Tensor out = fn(args);
+            return last ? gather_along(out, dim, group) : out;
+          });
+      for (const auto& p : model_.submodule(blocks[i]).named_parameters()) {
+        const std::string name = blocks[i] + "." + p.name;
+        if (!layout_.sharded.count(name)) layout_.partial_gradients.insert(name);
+      }
+    }
+  }
+
+  TensorParallelLayout layout() { return std::move(layout_); }
+
+ private:
+  nn::Linear& as_linear(const std::string& path) {
+    auto* lin = dynamic_cast<nn::Linear*>(&model_.submodule(path));
+    LOOM_CHECK(lin) << "tensor parallel: " << path << " is not a Linear";
+    return *lin;
+  }
+
+  void shard(const std::string& name, const Tensor& param, int64_t dim,
+             std::vector<std::vector<std::pair<int64_t, int64_t>>> blocks) {
+    TensorShard s{param.shape(), dim, std::move(blocks)};
+    param.rebind_storage_and_shape(s.take(param, rank_));
+    layout_.sharded.emplace(name, std::move(s));
+  }
+
+  // Column-parallel: output rows (and bias) split; the input is gathered (or, replicated,
+  // its gradient summed).
+  void split_rows(const std::string& path, nn::Linear& lin,
+                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& rows) {
+    shard(path + ".weight", lin.weight, 0, rows);
+    if (lin.bias.defined()) shard(path + ".bias", lin.bias, 0, rows);
+    lin.add_forward_wrapper([group = group_, dim = seq_dim_](const nn::Module::ForwardFn& fn,
+                                                             const std::vector<Tensor>& in) {
+      return fn({dim < 0 ? copy_to_group(in[0], group) : all_gather_along(in[0], dim, group)});
+    });
+  }
+
+  // Row-parallel: input columns split; the partial outputs are summed (or reduce-scattered
+  // along the sequence) and the whole bias added once, after the sum.
+  void split_columns(const std::string& path, nn::Linear& lin,
+                     const std::vector<std::vector<std::pair<int64_t, int64_t>>>& columns) {
+    shard(path + ".weight", lin.weight, 1, columns);
+    const Tensor bias = std::exchange(lin.bias, Tensor());
+    lin.add_forward_wrapper([group = group_, dim = seq_dim_, bias](const nn::Module::ForwardFn& fn,
+                                                                   const std::vector<Tensor>& in) {
+      const Tensor partial = fn(in);
+      const Tensor out = dim < 0 ? reduce_from_group(partial, group)
+                                 : reduce_scatter_along(partial, dim, group);
+      return bias.defined() ? add(out, bias) : out;
+    });
+  }
+
+  nn::Module& model_;
+  GroupPtr group_;
+  int64_t P_, rank_, seq_dim_;
+  TensorParallelLayout layout_;
+};
+
+}  // namespace
+
+TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::TensorParallelPlan& plan,
+                                           const GroupPtr& group, bool sequence_parallel) {
+  Applier apply(model, group, sequence_parallel, plan);
+  for (const auto& path : plan.attention) apply.attention(path);
+  for (const auto& path : plan.column) apply.column(path);
+  for (const auto& path : plan.row) apply.row(path);
+  if (sequence_parallel) {
+    LOOM_CHECK(!plan.blocks.empty()) << "sequence parallel: the model names no blocks";
+    apply.sequence_region(plan.blocks);
+  }
+  return apply.layout();
 }
 
 }  // namespace loom::parallel

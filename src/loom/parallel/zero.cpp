@@ -258,11 +258,12 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       const int64_t b = std::min(hi, g.offsets[k] + p.tensor.numel());
       if (a >= b) continue;
       Tensor value = flat_view(g.master, a - lo, {b - a});
+      const Tensor grad = flat_view(g.grad_shard, a - lo, {b - a});
       pieces_.push_back({p.name, p.tensor.shape(), a - g.offsets[k], b - g.offsets[k], value,
-                         p.weight_decay});
+                         p.weight_decay, grad});
       piece_at_.emplace_back(shared_->groups.size(), a - lo);
       Tensor seg = value.detach();
-      seg.set_grad(flat_view(g.grad_shard, a - lo, {b - a}));
+      seg.set_grad(grad);
       segments.push_back({p.name + "[" + std::to_string(a - g.offsets[k]) + ":" +
                               std::to_string(b - g.offsets[k]) + "]",
                           seg, p.weight_decay});

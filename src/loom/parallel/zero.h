@@ -46,6 +46,10 @@ struct ParamPiece {
   int64_t end = 0;
   Tensor value;        // those end - begin elements (contiguous f32)
   bool weight_decay = true;
+  // ZeRO: their gradient (a view of the shard's gradient buffer); otherwise undefined and the
+  // gradient is value.grad().
+  Tensor grad;
+  Tensor gradient() const { return grad.defined() ? grad : value.grad(); }
 };
 
 struct ZeroOptions {

@@ -8,6 +8,28 @@ namespace loom::train {
 
 namespace {
 
+void check_tensor_parallel(const Config& c, const std::string& path) {
+  const int64_t tp = c.parallel.dims.tp;
+  LOOM_CHECK(tp >= 1) << "config " << path << ": parallel.tp must be >= 1, got " << tp;
+  LOOM_CHECK(!c.parallel.sequence_parallel || tp > 1)
+      << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
+  if (tp == 1) return;
+  const bool gpt = c.model_kind == "gpt";
+  const int64_t heads = gpt ? c.gpt.heads : c.dit.heads;
+  const int64_t kv_heads = gpt ? c.gpt.num_kv_heads() : heads;
+  const int64_t hidden = gpt ? c.gpt.mlp_hidden() : int64_t(double(c.dit.width) * c.dit.mlp_ratio);
+  const int64_t tokens = gpt ? c.gpt.context : c.dit.tokens();
+  LOOM_CHECK(heads % tp == 0 && kv_heads % tp == 0)
+      << "config " << path << ": model.heads " << heads << " (key/value heads " << kv_heads
+      << ") must be divisible by parallel.tp " << tp;
+  LOOM_CHECK(hidden % tp == 0) << "config " << path << ": the MLP's " << hidden
+                               << " hidden features must be divisible by parallel.tp " << tp;
+  LOOM_CHECK(!c.parallel.sequence_parallel || tokens % tp == 0)
+      << "config " << path << ": sequence parallelism splits the " << tokens << " tokens "
+      << (gpt ? "(model.context) " : "per image ") << "over parallel.tp " << tp
+      << ", which does not divide them";
+}
+
 void read_dit(ConfigFile& f, Config& c) {
   const std::string& path = f.path();
   auto& d = c.dit;
@@ -197,9 +219,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   LOOM_CHECK(p.gather_dtype == "f32" || (p.gather_dtype == "bf16" && p.data_parallel == "zero3"))
       << "config " << path << ": parallel.gather_dtype '" << p.gather_dtype
       << "' (expected f32, or bf16 with zero3)";
-  LOOM_CHECK(p.dims.pp == 1 && p.dims.cp == 1 && p.dims.tp == 1)
-      << "config " << path << ": parallel.pp, cp and tp must be 1 (" << p.dims.str()
-      << "): pipeline, context and tensor parallelism are not built yet";
+  p.sequence_parallel = f.get_bool("parallel", "sequence_parallel", p.sequence_parallel);
+  LOOM_CHECK(p.dims.pp == 1 && p.dims.cp == 1)
+      << "config " << path << ": parallel.pp and cp must be 1 (" << p.dims.str()
+      << "): pipeline and context parallelism are not wired into training yet";
+  check_tensor_parallel(c, path);
   LOOM_CHECK(p.bucket_mb > 0 && p.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
 

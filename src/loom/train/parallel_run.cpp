@@ -1,10 +1,13 @@
 #include "loom/train/parallel_run.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <utility>
 
+#include "loom/backend/backend.h"
 #include "loom/dist/world.h"
 #include "loom/ops/ops.h"
 #include "loom/parallel/activation_checkpoint.h"
@@ -16,6 +19,7 @@ ParallelRun::ParallelRun(const Config& cfg)
     : cfg_(cfg),
       mesh_(dist::init_world({cfg.parallel.timeout_s}), cfg.parallel.dims),
       dp_(mesh_.group("dp")),
+      tp_(mesh_.group("tp")),
       dp_rank_(dp_->rank()),
       dp_size_(dp_->size()),
       local_batch_(cfg.train.batch_size / dp_size_),
@@ -39,7 +43,11 @@ std::string ParallelRun::describe() const {
   std::ostringstream s;
   const int n = mesh_.world()->size();
   if (n == 1) return "1 process";
-  s << n << " processes (dp " << dp_size_;
+  s << n << " processes (";
+  if (tp_->size() > 1)
+    s << "tp " << tp_->size() << (cfg_.parallel.sequence_parallel ? " with sequence parallel" : "")
+      << " x ";
+  s << "dp " << dp_size_;
   if (mesh_.degree("dp_replicate") > 1)
     s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard")
       << " shards";
@@ -56,8 +64,13 @@ std::string ParallelRun::metrics_path(const std::string& run_dir) const {
 }
 
 optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::string>& block_names,
+                                 const nn::TensorParallelPlan& tp_plan,
                                  const optim::AdamWConfig& adamw) {
   const std::string& strategy = cfg_.parallel.data_parallel;
+  // Tensor parallelism first: it changes the parameters' shapes, and its wrappers run inside
+  // the others (a recompute or a ZeRO-3 gather wraps the whole tensor-parallel block).
+  if (tp_->size() > 1)
+    tp_layout_ = parallel::apply_tensor_parallel(model, tp_plan, tp_, cfg_.parallel.sequence_parallel);
   // First, so that ZeRO-3's wrapper runs outside it (gathering before a recompute).
   parallel::apply_activation_checkpointing(model, block_names, cfg_.parallel.activation_checkpointing);
   if (strategy.rfind("zero", 0) == 0) {
@@ -101,10 +114,46 @@ std::vector<nn::NamedParameter> ParallelRun::piece_parameters() const {
 }
 
 NamedTensors ParallelRun::gather_full(const std::vector<Tensor>& values) {
-  if (zero_) return zero_->gather_full(values);
   NamedTensors out;
-  for (size_t k = 0; k < pieces_.size(); ++k) out.emplace_back(pieces_[k].name, values.at(k));
+  if (zero_) {
+    out = zero_->gather_full(values);
+  } else {
+    for (size_t k = 0; k < pieces_.size(); ++k) out.emplace_back(pieces_[k].name, values.at(k));
+  }
+  // Tensor-parallel parts: every rank's part, placed into the whole by its runs.
+  for (auto& [name, part] : out) {
+    auto it = tp_layout_.sharded.find(name);
+    if (it == tp_layout_.sharded.end()) continue;
+    const parallel::TensorShard& shard = it->second;
+    const int64_t P = tp_->size(), n = part.numel();
+    Tensor all = Tensor::empty({P * n}, part.dtype());
+    tp_->all_gather(contiguous(part), all)->wait();
+    Tensor whole = Tensor::empty(shard.whole_shape, part.dtype());
+    const size_t elem = dtype_size(part.dtype());
+    for (int64_t q = 0; q < P; ++q)
+      for (const auto& run : shard.runs(q))
+        std::memcpy(static_cast<char*>(whole.data_ptr()) + size_t(run.whole) * elem,
+                    static_cast<const char*>(all.data_ptr()) + size_t(q * n + run.local) * elem,
+                    size_t(run.length) * elem);
+    part = whole;
+  }
   return out;
+}
+
+std::vector<ParallelRun::WholeRange> ParallelRun::whole_ranges(const parallel::ParamPiece& p) const {
+  auto it = tp_layout_.sharded.find(p.name);
+  if (it == tp_layout_.sharded.end()) return {{p.begin, p.end, 0}};
+  std::vector<WholeRange> out;
+  for (const auto& run : it->second.runs(tp_->rank())) {
+    const int64_t a = std::max(p.begin, run.local), b = std::min(p.end, run.local + run.length);
+    if (a < b) out.push_back({run.whole + a - run.local, run.whole + b - run.local, a - p.begin});
+  }
+  return out;
+}
+
+const Shape& ParallelRun::whole_shape(const parallel::ParamPiece& p) const {
+  auto it = tp_layout_.sharded.find(p.name);
+  return it == tp_layout_.sharded.end() ? p.shape : it->second.whole_shape;
 }
 
 void ParallelRun::begin_micro_step(int64_t micro, int64_t grad_accum) {
@@ -115,9 +164,41 @@ void ParallelRun::begin_micro_step(int64_t micro, int64_t grad_accum) {
 void ParallelRun::after_backward(int64_t micro, int64_t grad_accum) {
   if (zero_) zero_->after_backward(micro, grad_accum);
   if (ddp_ && micro + 1 == grad_accum) ddp_->finish_gradient_sync();
+  // Whole parameters used on sequence shards: each tp rank has its tokens' share of the
+  // gradient. Summing after the data-parallel reduction gives the same total (both are sums).
+  if (micro + 1 == grad_accum && !tp_layout_.partial_gradients.empty()) {
+    std::vector<dist::WorkPtr> pending;
+    for (const auto& p : pieces_) {
+      const Tensor g = p.gradient();
+      if (g.defined() && tp_layout_.partial_gradients.count(p.name))
+        pending.push_back(tp_->all_reduce(g, dist::ReduceOp::Sum));
+    }
+    for (auto& w : pending) w->wait();
+  }
 }
 
 double ParallelRun::clip_grad_norm(double max_norm) {
+  if (tp_->size() > 1) {
+    // Each element once: split parts add up over the tp ranks, whole parameters (the same on
+    // every tp rank) count 1/tp per rank; ZeRO's shards add up over dp_shard.
+    NoGradGuard no_grad;
+    double local = 0;
+    for (const auto& p : pieces_) {
+      const Tensor g = p.gradient();
+      if (!g.defined()) continue;
+      const double sq = double(item(sum(mul(g, g))));
+      local += tp_sharded(p) ? sq : sq / double(tp_->size());
+    }
+    Tensor t = from_vector(std::vector<float>{float(local)}, {1});
+    if (zero_) mesh_.group("dp_shard")->all_reduce(t, dist::ReduceOp::Sum)->wait();
+    tp_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+    const double norm = std::sqrt(double(t.data<float>()[0]));
+    if (max_norm > 0 && norm > max_norm && std::isfinite(norm))
+      for (const auto& p : pieces_)
+        if (const Tensor g = p.gradient(); g.defined())
+          backend_for(g.device()).axpby(g, g, max_norm / (norm + 1e-6), 0.0);
+    return norm;
+  }
   if (zero_) return zero_->clip_grad_norm(max_norm);
   std::vector<Tensor> tensors;
   for (const auto& p : pieces_) tensors.push_back(p.value);
@@ -166,16 +247,24 @@ std::vector<NamedPieces> checkpoint_contents(const optim::AdamW& optimizer,
 std::string ParallelRun::save_checkpoint(const std::string& run_dir, int64_t step,
                                          const Json& state, const std::vector<PieceState>& extra,
                                          int64_t keep) {
-  // Replicas hold the same pieces: replica q of Q writes the q-th part of each.
-  const int64_t q = replicas_->rank(), Q = replicas_->size();
+  // Replicas hold the same pieces: replica q of Q writes the q-th part of each (the tp ranks
+  // are replicas too of the parameters they do not split).
+  const int64_t T = tp_->size();
   std::vector<TensorPiece> out;
   for (auto& contents : checkpoint_contents(*optimizer_, extra)) {
     for (size_t k = 0; k < pieces_.size(); ++k) {
       const auto& p = pieces_[k];
+      const bool split = tp_sharded(p);
+      const int64_t q = replicas_->rank() * (split ? 1 : T) + (split ? 0 : tp_->rank());
+      const int64_t Q = replicas_->size() * (split ? 1 : T);
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
-      const int64_t n = p.end - p.begin, a = n * q / Q, b = n * (q + 1) / Q;
-      out.push_back({contents.name_prefix + p.name + contents.name_suffix, p.shape, p.begin + a,
-                     p.begin + b, value.as_strided({b - a}, {1}, value.offset() + a)});
+      for (const auto& range : whole_ranges(p)) {
+        const int64_t n = range.end - range.begin, a = n * q / Q, b = n * (q + 1) / Q;
+        if (a == b && n > 0) continue;
+        out.push_back({contents.name_prefix + p.name + contents.name_suffix, whole_shape(p),
+                       range.begin + a, range.begin + b,
+                       value.as_strided({b - a}, {1}, value.offset() + range.offset + a)});
+      }
     }
   }
   wait_checkpoint();
@@ -204,8 +293,10 @@ void ParallelRun::load_checkpoint(const CheckpointReader& ckpt,
     for (size_t k = 0; k < pieces_.size(); ++k) {
       const auto& p = pieces_[k];
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
-      ckpt.read(contents.name_prefix + p.name + contents.name_suffix, p.shape, p.begin, p.end,
-                value);
+      for (const auto& range : whole_ranges(p))
+        ckpt.read(contents.name_prefix + p.name + contents.name_suffix, whole_shape(p),
+                  range.begin, range.end,
+                  value.as_strided({range.end - range.begin}, {1}, value.offset() + range.offset));
     }
   }
   if (zero_) zero_->sync_parameters();

@@ -1,6 +1,7 @@
 // How a training run is spread over the job's processes: the device mesh, this rank's place
-// on the data-parallel axes, and the data-parallel strategy applied to the model's parameters
-// (DDP, or ZeRO-1/2/3 sharding, optionally hybrid with replicas).
+// on the data-parallel axes, tensor parallelism (with sequence parallelism) applied to the
+// model by its plan, and the data-parallel strategy applied to this rank's parameters (DDP, or
+// ZeRO-1/2/3 sharding, optionally hybrid with replicas).
 //
 // The trainers stay written for one process: they get their optimizer, the master weights
 // this rank holds (for an EMA) and their share of the global batch from this object, call its
@@ -18,6 +19,7 @@
 #include "loom/nn/module.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/ddp.h"
+#include "loom/parallel/tensor_parallel.h"
 #include "loom/parallel/zero.h"
 #include "loom/train/config.h"
 
@@ -44,16 +46,19 @@ class ParallelRun {
   // run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
   std::string metrics_path(const std::string& run_dir) const;
 
-  // Applies the data-parallel strategy to the model (block_names: its blocks, ZeRO's flat
-  // groups and what ZeRO-2/3 wrap), makes every replica equal to rank 0's, and returns the
-  // optimizer the trainer steps: AdamW over this rank's pieces.
+  // Applies tensor parallelism (parallel.tp > 1: the model's plan), then the data-parallel
+  // strategy to the model (block_names: its blocks, ZeRO's flat groups and what ZeRO-2/3
+  // wrap), makes every replica equal to rank 0's, and returns the optimizer the trainer
+  // steps: AdamW over this rank's pieces.
   optim::AdamW& setup(nn::Module& model, const std::vector<std::string>& block_names,
-                      const optim::AdamWConfig& adamw);
+                      const nn::TensorParallelPlan& tp_plan, const optim::AdamWConfig& adamw);
   // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
-  // the ZeRO shards. As parameters (named "<param>[begin:end]" when partial) for an EMA.
+  // the ZeRO shards -- of this rank's tensor-parallel part of each parameter (so `shape` is
+  // that part's). As parameters (named "<param>[begin:end]" when partial) for an EMA.
   const std::vector<parallel::ParamPiece>& pieces() const { return pieces_; }
   std::vector<nn::NamedParameter> piece_parameters() const;
-  // Full tensors named as the parameters from per-piece values (collective under ZeRO).
+  // Whole tensors named as the parameters from per-piece values (collective under ZeRO and
+  // tensor parallelism).
   NamedTensors gather_full(const std::vector<Tensor>& values);
   // The AdamW moments of this rank's pieces ("<piece>.exp_avg", ".exp_avg_sq", in order).
   NamedTensors optimizer_moments() const { return optimizer_->named_state(); }
@@ -61,7 +66,8 @@ class ParallelRun {
   // Around each micro-step's backward: gradients are exchanged as the strategy says.
   void begin_micro_step(int64_t micro, int64_t grad_accum);
   void after_backward(int64_t micro, int64_t grad_accum);
-  // Global gradient norm (before clipping to max_norm, if > 0).
+  // Global gradient norm (before clipping to max_norm, if > 0): over every parameter's whole
+  // gradient, each counted once however it is split or replicated.
   double clip_grad_norm(double max_norm);
   void after_optimizer_step();
   void zero_grad();
@@ -76,6 +82,8 @@ class ParallelRun {
                               const std::vector<PieceState>& extra, int64_t keep);
   // Blocks until a checkpoint being written is complete; rethrows its error.
   void wait_checkpoint();
+  // Checkpoints hold whole tensors' element ranges: a tensor-parallel part is written as the
+  // ranges of the whole it covers, so any layout reads any other.
   // Reads this rank's pieces of all of the above from a checkpoint of any layout.
   void load_checkpoint(const CheckpointReader& ckpt, const std::vector<PieceState>& extra);
 
@@ -90,6 +98,17 @@ class ParallelRun {
   dist::DeviceMesh mesh_;
   std::shared_ptr<dist::ProcessGroup> dp_;
   std::shared_ptr<dist::ProcessGroup> replicas_;  // the ranks holding the same pieces
+  std::shared_ptr<dist::ProcessGroup> tp_;
+  parallel::TensorParallelLayout tp_layout_;
+  // Where piece k's elements lie in the whole tensor: (begin, end, offset in the piece's value).
+  struct WholeRange {
+    int64_t begin, end, offset;
+  };
+  std::vector<WholeRange> whole_ranges(const parallel::ParamPiece& piece) const;
+  const Shape& whole_shape(const parallel::ParamPiece& piece) const;
+  bool tp_sharded(const parallel::ParamPiece& piece) const {
+    return tp_layout_.sharded.count(piece.name) > 0;
+  }
   // Checkpoint writing synchronises on a group of its own, so a background save never
   // interleaves its barriers with the training step's collectives.
   std::shared_ptr<dist::ProcessGroup> checkpoint_group_;

@@ -86,6 +86,17 @@ Dit::Dit(const DitConfig& c) : config(c) {
   pos_embed = sincos_pos_embed_2d(D, c.image_size / p);
 }
 
+nn::TensorParallelPlan Dit::tensor_parallel_plan() const {
+  nn::TensorParallelPlan plan;
+  for (const std::string& b : block_names()) {
+    plan.attention.push_back(b + ".attn");
+    plan.column.push_back(b + ".mlp.fc1");
+    plan.row.push_back(b + ".mlp.fc2");
+    plan.blocks.push_back(b);
+  }
+  return plan;
+}
+
 Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
   const int64_t B = x.size(0), C = config.channels, S = config.image_size, p = config.patch,
                 g = S / p, D = config.width;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/nn/layers.h"
+#include "loom/nn/parallel_plan.h"
 
 namespace loom::models {
 
@@ -47,6 +48,9 @@ class Dit : public nn::Module {
     for (size_t i = 0; i < blocks.size(); ++i) names.push_back("blocks." + std::to_string(i));
     return names;
   }
+  // Tensor parallelism: attention heads split, mlp.fc1 column- and mlp.fc2 row-parallel; the
+  // adaLN modulation (small, from the conditioning) and the embeddings stay whole.
+  nn::TensorParallelPlan tensor_parallel_plan() const;
   const DitConfig config;
 
  private:

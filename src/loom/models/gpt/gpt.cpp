@@ -98,6 +98,22 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
     lm_head = register_module("lm_head", std::make_shared<nn::Linear>(C, V, false, kInit));
 }
 
+nn::TensorParallelPlan Gpt::tensor_parallel_plan() const {
+  nn::TensorParallelPlan plan;
+  for (const std::string& b : block_names()) {
+    plan.attention.push_back(b + ".attn");
+    if (config.is_llama()) {
+      plan.column.insert(plan.column.end(), {b + ".mlp.w1", b + ".mlp.w3"});
+      plan.row.push_back(b + ".mlp.w2");
+    } else {
+      plan.column.push_back(b + ".mlp.fc1");
+      plan.row.push_back(b + ".mlp.fc2");
+    }
+    plan.blocks.push_back(b);
+  }
+  return plan;
+}
+
 Tensor Gpt::default_positions(int64_t T) const {
   LOOM_CHECK(T > 0 && T <= config.context)
       << "gpt: sequence length " << T << " must be in [1, context = " << config.context << "]";

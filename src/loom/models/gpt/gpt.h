@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/nn/layers.h"
+#include "loom/nn/parallel_plan.h"
 
 namespace loom::models {
 
@@ -85,6 +86,9 @@ class Gpt : public nn::Module {
     for (size_t i = 0; i < blocks.size(); ++i) names.push_back("blocks." + std::to_string(i));
     return names;
   }
+  // Tensor parallelism: attention heads split, the MLP's first linear(s) column-parallel and its
+  // output projection row-parallel; embeddings, norms and the head stay whole.
+  nn::TensorParallelPlan tensor_parallel_plan() const;
   std::shared_ptr<nn::Module> norm_f;   // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Linear> lm_head;  // (V, C), no bias; null when tied to tok_embed
 };

@@ -1,0 +1,22 @@
+// What a model tells parallelism applied from outside about its structure: which Linear layers
+// may be split column- or row-wise, which attention modules may split their heads, and which
+// blocks form the region that may run on sequence shards. The model only names its modules;
+// parallel/tensor_parallel.h does the splitting.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace loom::nn {
+
+struct TensorParallelPlan {
+  std::vector<std::string> attention;  // nn::Attention: heads split (qkv column-, proj row-wise)
+  std::vector<std::string> column;     // nn::Linear: output features split, input replicated
+  std::vector<std::string> row;        // nn::Linear: input features split, output summed
+  // The blocks, in order: with sequence parallelism the residual stream (each block's first
+  // input) is split along sequence_dim from the first block's input to the last one's output;
+  // the blocks' other inputs (conditioning) stay whole.
+  std::vector<std::string> blocks;
+  int64_t sequence_dim = 1;
+};
+
+}  // namespace loom::nn
