@@ -78,6 +78,10 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
+  return call({x, positions}, [this](const std::vector<Tensor>& in) { return attend(in[0], in[1]); });
+}
+
+Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
   const int64_t H = config.heads, Hkv = config.kv_heads, Dh = head_dim;
   Tensor qkv_out = qkv->forward(x);  // (B, T, (H + 2 Hkv) * Dh)
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1);
@@ -91,7 +95,8 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
     q = rope(q, positions, config.rope_theta);
     k = rope(k, positions, config.rope_theta);
   }
-  Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
+  Tensor o = core ? core(q, k, v, positions, config.causal)
+                  : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
   o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});
   return proj->forward(o);
 }

@@ -1,5 +1,7 @@
 // The standard layers, as plain single-device modules.
 #pragma once
+#include <functional>
+
 #include "loom/nn/module.h"
 
 namespace loom::nn {
@@ -75,14 +77,24 @@ struct AttentionConfig {
 class Attention : public Module {
  public:
   explicit Attention(const AttentionConfig& config);
-  // x (B, T, dim); positions (T) i64 global positions, needed with RoPE. The sequence length is
-  // that of qkv's output (sequence parallelism gathers the sequence there).
+  // x (B, T, dim); positions (T) i64 the global positions of x's rows, needed with RoPE. The
+  // sequence length is that of qkv's output (sequence parallelism gathers the sequence there).
+  // Through call(): context parallelism wraps it to pass its own rows' positions.
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
+  // The attention proper: q (B, H, T, Dh), k/v (B, Hkv, T, Dh), positions as above -> (B, H,
+  // T, Dh). Unset: the fused kernel over these rows; context parallelism sets ring or Ulysses
+  // attention over every rank's rows.
+  using Core = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& positions, bool causal)>;
+  Core core;
   // config.heads and kv_heads are the heads this module computes: tensor parallelism lowers
   // them to this rank's share (and shards qkv and proj to match); head_dim stays.
   AttentionConfig config;
   int64_t head_dim;
   std::shared_ptr<Linear> qkv, proj;
+
+ private:
+  Tensor attend(const Tensor& x, const Tensor& positions) const;
 };
 
 }  // namespace loom::nn

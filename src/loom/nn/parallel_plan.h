@@ -8,7 +8,7 @@
 
 namespace loom::nn {
 
-struct TensorParallelPlan {
+struct ParallelPlan {
   std::vector<std::string> attention;  // nn::Attention: heads split (qkv column-, proj row-wise)
   std::vector<std::string> column;     // nn::Linear: output features split, input replicated
   std::vector<std::string> row;        // nn::Linear: input features split, output summed

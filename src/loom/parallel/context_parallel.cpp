@@ -3,6 +3,7 @@
 #include <cmath>
 #include <memory>
 
+#include "loom/nn/layers.h"
 #include "loom/ops/ops.h"
 
 namespace loom::parallel {
@@ -121,6 +122,90 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     out = out.defined() ? add(out, term) : term;
   }
   return out;
+}
+
+std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
+                                           ContextParallelKind kind) {
+  if (kind == ContextParallelKind::Ring) return load_balanced_positions(T, rank, P);
+  LOOM_CHECK(T % P == 0) << "context parallel: " << T << " positions do not split over " << P
+                         << " ranks";
+  std::vector<int64_t> out;
+  for (int64_t i = rank * (T / P); i < (rank + 1) * (T / P); ++i) out.push_back(i);
+  return out;
+}
+
+namespace {
+
+// Every rank's rows one after another (ring: a permutation of 0..T-1), and its inverse.
+std::vector<int64_t> rank_order(int64_t T, int64_t P, ContextParallelKind kind) {
+  std::vector<int64_t> order;
+  for (int64_t q = 0; q < P; ++q)
+    for (int64_t i : context_parallel_rows(T, q, P, kind)) order.push_back(i);
+  return order;
+}
+
+Tensor index_tensor(const std::vector<int64_t>& index) {
+  return from_vector(index, {int64_t(index.size())});
+}
+
+}  // namespace
+
+std::set<std::string> apply_context_parallel(nn::Module& model, const nn::ParallelPlan& plan,
+                                             const GroupPtr& group, ContextParallelKind kind) {
+  LOOM_CHECK(!plan.blocks.empty()) << "context parallel: the model names no blocks";
+  const bool ring = kind == ContextParallelKind::Ring;
+  const int64_t P = group->size(), rank = group->rank(), dim = plan.sequence_dim;
+  // This rank's rows of the current forward: set where the region starts, read by attention.
+  auto rows = std::make_shared<std::vector<int64_t>>();
+  std::set<std::string> partial;
+  for (size_t i = 0; i < plan.blocks.size(); ++i) {
+    const bool first = i == 0, last = i + 1 == plan.blocks.size();
+    model.submodule(plan.blocks[i]).add_forward_wrapper(
+        [=](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+          std::vector<Tensor> args = in;
+          if (first) {
+            const int64_t T = args[0].size(dim);
+            *rows = context_parallel_rows(T, rank, P, kind);
+            // Ring: put every rank's rows one after another, so that a plain split hands each
+            // its load-balanced chunks.
+            const Tensor x = ring ? index_select(args[0], dim, index_tensor(rank_order(T, P, kind)))
+                                  : args[0];
+            args[0] = scatter_along(x, dim, group);
+          }
+          for (size_t k = 1; k < args.size(); ++k)  // whole conditioning used on a share of rows
+            if (args[k].defined() && args[k].requires_grad()) args[k] = copy_to_group(args[k], group);
+          Tensor out = fn(args);
+          if (!last) return out;
+          out = gather_along(out, dim, group);
+          if (!ring) return out;
+          const std::vector<int64_t> order = rank_order(out.size(dim), P, kind);
+          std::vector<int64_t> inverse(order.size());
+          for (size_t j = 0; j < order.size(); ++j) inverse[size_t(order[j])] = int64_t(j);
+          return index_select(out, dim, index_tensor(inverse));
+        });
+    for (const auto& p : model.submodule(plan.blocks[i]).named_parameters())
+      partial.insert(plan.blocks[i] + "." + p.name);
+  }
+  for (const auto& path : plan.attention) {
+    auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
+    LOOM_CHECK(attn) << "context parallel: " << path << " is not an attention module";
+    if (ring)
+      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                           bool causal) { return ring_attention(q, k, v, pos, causal, group); };
+    else
+      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
+                           bool causal) { return ulysses_attention(q, k, v, causal, group); };
+    // The positions of this rank's rows: the model's positions (if it passes any) at them.
+    attn->add_forward_wrapper([rows](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+      std::vector<int64_t> pos = *rows;
+      if (in[1].defined()) {
+        const std::vector<int64_t> all = to_vector_i64(in[1]);
+        for (auto& p : pos) p = all.at(size_t(p));
+      }
+      return fn({in[0], index_tensor(pos)});
+    });
+  }
+  return partial;
 }
 
 }  // namespace loom::parallel

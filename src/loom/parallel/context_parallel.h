@@ -1,8 +1,14 @@
 // Context (sequence) parallelism for attention: each rank of `group` (P ranks) holds one
 // contiguous chunk of the sequence -- rank r positions [r T/P, (r+1) T/P) -- of q, k and v.
+//
+// apply_context_parallel applies either to a model from outside, following its plan.
 #pragma once
+#include <set>
+#include <string>
 #include <vector>
 
+#include "loom/nn/module.h"
+#include "loom/nn/parallel_plan.h"
 #include "loom/parallel/functional.h"
 
 namespace loom::parallel {
@@ -27,5 +33,22 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 // Load-balanced causal sharding of T positions over P ranks: rank r holds chunks r and
 // 2P - 1 - r of 2P equal chunks, so every rank has as much of the causal triangle to compute.
 std::vector<int64_t> load_balanced_positions(int64_t T, int64_t rank, int64_t P);
+
+enum class ContextParallelKind { Ring, Ulysses };
+
+// The sequence rows rank r of P holds of T: ring, chunks r and 2P - 1 - r (load-balanced);
+// Ulysses, chunk r of P.
+std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
+                                           ContextParallelKind kind);
+
+// Context parallelism over `group`: the residual stream is split along plan.sequence_dim from
+// the first block's input to the last block's output (each rank its context_parallel_rows),
+// and the plan's attention modules attend over every rank's rows -- ring or Ulysses attention
+// -- with their rows' global positions (RoPE, the causal mask). The blocks' other inputs
+// (conditioning) stay whole; what lies outside the blocks (embeddings, head, loss) runs whole
+// on every rank. Returns the parameters whose gradient each rank holds only its rows' share
+// of -- every block parameter -- to be summed over the group before the optimizer step.
+std::set<std::string> apply_context_parallel(nn::Module& model, const nn::ParallelPlan& plan,
+                                             const GroupPtr& group, ContextParallelKind kind);
 
 }  // namespace loom::parallel

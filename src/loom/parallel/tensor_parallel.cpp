@@ -76,7 +76,7 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> even_blocks(int64_t n, int
 class Applier {
  public:
   Applier(nn::Module& model, const GroupPtr& group, bool sequence_parallel,
-          const nn::TensorParallelPlan& plan)
+          const nn::ParallelPlan& plan)
       : model_(model), group_(group), P_(group->size()), rank_(group->rank()),
         seq_dim_(sequence_parallel ? plan.sequence_dim : -1) {}
 
@@ -192,7 +192,7 @@ class Applier {
 
 }  // namespace
 
-TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::TensorParallelPlan& plan,
+TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::ParallelPlan& plan,
                                            const GroupPtr& group, bool sequence_parallel) {
   Applier apply(model, group, sequence_parallel, plan);
   for (const auto& path : plan.attention) apply.attention(path);

@@ -61,7 +61,7 @@ struct TensorParallelLayout {
 // keeps its part. Errors (naming the module) when heads or features do not divide by the
 // group size. sequence_parallel: the residual stream between the plan's blocks is split
 // along plan.sequence_dim.
-TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::TensorParallelPlan& plan,
+TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::ParallelPlan& plan,
                                            const GroupPtr& group, bool sequence_parallel);
 
 }  // namespace loom::parallel

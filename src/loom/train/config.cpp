@@ -8,12 +8,15 @@ namespace loom::train {
 
 namespace {
 
-void check_tensor_parallel(const Config& c, const std::string& path) {
-  const int64_t tp = c.parallel.dims.tp;
-  LOOM_CHECK(tp >= 1) << "config " << path << ": parallel.tp must be >= 1, got " << tp;
+// Heads, features and tokens must split over the tensor- and context-parallel ranks: checked
+// here, before any work, with the keys to change.
+void check_model_parallel(const Config& c, const std::string& path) {
+  const int64_t tp = c.parallel.dims.tp, cp = c.parallel.dims.cp;
+  LOOM_CHECK(tp >= 1 && cp >= 1) << "config " << path << ": parallel.tp and cp must be >= 1, got "
+                                 << tp << " and " << cp;
   LOOM_CHECK(!c.parallel.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
-  if (tp == 1) return;
+  if (tp == 1 && cp == 1) return;
   const bool gpt = c.model_kind == "gpt";
   const int64_t heads = gpt ? c.gpt.heads : c.dit.heads;
   const int64_t kv_heads = gpt ? c.gpt.num_kv_heads() : heads;
@@ -24,10 +27,22 @@ void check_tensor_parallel(const Config& c, const std::string& path) {
       << ") must be divisible by parallel.tp " << tp;
   LOOM_CHECK(hidden % tp == 0) << "config " << path << ": the MLP's " << hidden
                                << " hidden features must be divisible by parallel.tp " << tp;
-  LOOM_CHECK(!c.parallel.sequence_parallel || tokens % tp == 0)
-      << "config " << path << ": sequence parallelism splits the " << tokens << " tokens "
-      << (gpt ? "(model.context) " : "per image ") << "over parallel.tp " << tp
-      << ", which does not divide them";
+  const std::string what = std::to_string(tokens) + (gpt ? " tokens (model.context)" : " tokens per image");
+  const bool ring = c.parallel.context_parallel == "ring";
+  if (cp > 1) {
+    LOOM_CHECK(tokens % (ring ? 2 * cp : cp) == 0)
+        << "config " << path << ": " << (ring ? "ring" : "Ulysses") << " context parallelism splits the "
+        << what << " into " << (ring ? 2 * cp : cp) << " chunks (parallel.cp " << cp
+        << (ring ? ", two chunks per rank" : "") << "), which does not divide them";
+    LOOM_CHECK(ring || ((heads / tp) % cp == 0 && (kv_heads / tp) % cp == 0))
+        << "config " << path << ": Ulysses attention splits each tensor-parallel rank's "
+        << heads / tp << " heads (" << kv_heads / tp << " key/value heads) over parallel.cp "
+        << cp << ", which does not divide them";
+  }
+  LOOM_CHECK(!c.parallel.sequence_parallel || (tokens / cp) % tp == 0)
+      << "config " << path << ": sequence parallelism splits the " << what
+      << (cp > 1 ? " (" + std::to_string(tokens / cp) + " per context-parallel rank)" : "")
+      << " over parallel.tp " << tp << ", which does not divide them";
 }
 
 void read_dit(ConfigFile& f, Config& c) {
@@ -220,10 +235,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       << "config " << path << ": parallel.gather_dtype '" << p.gather_dtype
       << "' (expected f32, or bf16 with zero3)";
   p.sequence_parallel = f.get_bool("parallel", "sequence_parallel", p.sequence_parallel);
-  LOOM_CHECK(p.dims.pp == 1 && p.dims.cp == 1)
-      << "config " << path << ": parallel.pp and cp must be 1 (" << p.dims.str()
-      << "): pipeline and context parallelism are not wired into training yet";
-  check_tensor_parallel(c, path);
+  p.context_parallel = f.get_string("parallel", "context_parallel", p.context_parallel);
+  LOOM_CHECK(p.context_parallel == "ring" || p.context_parallel == "ulysses")
+      << "config " << path << ": parallel.context_parallel '" << p.context_parallel
+      << "' (expected ring or ulysses)";
+  LOOM_CHECK(p.dims.pp == 1)
+      << "config " << path << ": parallel.pp must be 1 (" << p.dims.str()
+      << "): pipeline parallelism is not wired into training yet";
+  check_model_parallel(c, path);
   LOOM_CHECK(p.bucket_mb > 0 && p.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
 

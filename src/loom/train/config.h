@@ -88,6 +88,7 @@ struct ParallelConfig {
   std::string gather_dtype = "f32";    // zero3: parameters travel as "f32" or "bf16"
   std::string activation_checkpointing = "none";  // "none" or "full" (recompute every block)
   bool sequence_parallel = false;      // tp > 1: norms and residuals on sequence shards
+  std::string context_parallel = "ring";  // cp > 1: "ring" or "ulysses" attention
   double bucket_mb = 25;               // ddp: gradient bucket size
   double timeout_s = 600;              // [dist] timeout_s: a collective older than this aborts
 };

@@ -95,7 +95,7 @@ void train_dit(const Config& cfg, Resume resume) {
 
   models::Dit model(cfg.dit);
   model.init_parameters(cfg.run.seed);
-  optim::AdamW& opt = par.setup(model, model.block_names(), model.tensor_parallel_plan(), cfg.adamw);
+  optim::AdamW& opt = par.setup(model, model.block_names(), model.parallel_plan(), cfg.adamw);
   optim::Ema ema(par.piece_parameters(), tc.ema_decay);  // of the master weights this rank holds
   auto ema_state = [&] {
     std::vector<Tensor> values;

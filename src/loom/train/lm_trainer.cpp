@@ -288,7 +288,7 @@ void train_gpt(const Config& cfg, Resume resume) {
   const LmData data = load_lm_data(cfg, tok);
   models::Gpt model(cfg.gpt);
   model.init_parameters(cfg.run.seed);
-  optim::AdamW& opt = par.setup(model, model.block_names(), model.tensor_parallel_plan(), cfg.adamw);
+  optim::AdamW& opt = par.setup(model, model.block_names(), model.parallel_plan(), cfg.adamw);
 
   int64_t start_step = 0;
   if (resume != Resume::No) {

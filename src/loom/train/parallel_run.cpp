@@ -20,6 +20,7 @@ ParallelRun::ParallelRun(const Config& cfg)
       mesh_(dist::init_world({cfg.parallel.timeout_s}), cfg.parallel.dims),
       dp_(mesh_.group("dp")),
       tp_(mesh_.group("tp")),
+      cp_(mesh_.group("cp")),
       dp_rank_(dp_->rank()),
       dp_size_(dp_->size()),
       local_batch_(cfg.train.batch_size / dp_size_),
@@ -47,6 +48,7 @@ std::string ParallelRun::describe() const {
   if (tp_->size() > 1)
     s << "tp " << tp_->size() << (cfg_.parallel.sequence_parallel ? " with sequence parallel" : "")
       << " x ";
+  if (cp_->size() > 1) s << "cp " << cp_->size() << " " << cfg_.parallel.context_parallel << " x ";
   s << "dp " << dp_size_;
   if (mesh_.degree("dp_replicate") > 1)
     s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard")
@@ -64,13 +66,24 @@ std::string ParallelRun::metrics_path(const std::string& run_dir) const {
 }
 
 optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::string>& block_names,
-                                 const nn::TensorParallelPlan& tp_plan,
+                                 const nn::ParallelPlan& plan,
                                  const optim::AdamWConfig& adamw) {
   const std::string& strategy = cfg_.parallel.data_parallel;
-  // Tensor parallelism first: it changes the parameters' shapes, and its wrappers run inside
-  // the others (a recompute or a ZeRO-3 gather wraps the whole tensor-parallel block).
-  if (tp_->size() > 1)
-    tp_layout_ = parallel::apply_tensor_parallel(model, tp_plan, tp_, cfg_.parallel.sequence_parallel);
+  // Model parallelism first: it changes the parameters' shapes, and its wrappers run inside
+  // the others (a recompute or a ZeRO-3 gather wraps the whole model-parallel block). Context
+  // parallelism's wrappers run outside tensor parallelism's: the sequence is split over the
+  // cp ranks first, each share then over the tp ranks.
+  if (tp_->size() > 1) {
+    tp_layout_ = parallel::apply_tensor_parallel(model, plan, tp_, cfg_.parallel.sequence_parallel);
+    if (!tp_layout_.partial_gradients.empty())
+      partial_sums_.emplace_back(tp_, tp_layout_.partial_gradients);
+  }
+  if (cp_->size() > 1)
+    partial_sums_.emplace_back(
+        cp_, parallel::apply_context_parallel(model, plan, cp_,
+                                              cfg_.parallel.context_parallel == "ring"
+                                                  ? parallel::ContextParallelKind::Ring
+                                                  : parallel::ContextParallelKind::Ulysses));
   // First, so that ZeRO-3's wrapper runs outside it (gathering before a recompute).
   parallel::apply_activation_checkpointing(model, block_names, cfg_.parallel.activation_checkpointing);
   if (strategy.rfind("zero", 0) == 0) {
@@ -164,17 +177,17 @@ void ParallelRun::begin_micro_step(int64_t micro, int64_t grad_accum) {
 void ParallelRun::after_backward(int64_t micro, int64_t grad_accum) {
   if (zero_) zero_->after_backward(micro, grad_accum);
   if (ddp_ && micro + 1 == grad_accum) ddp_->finish_gradient_sync();
-  // Whole parameters used on sequence shards: each tp rank has its tokens' share of the
+  // Parameters used on sequence shards: each rank of the group has its tokens' share of the
   // gradient. Summing after the data-parallel reduction gives the same total (both are sums).
-  if (micro + 1 == grad_accum && !tp_layout_.partial_gradients.empty()) {
-    std::vector<dist::WorkPtr> pending;
-    for (const auto& p : pieces_) {
-      const Tensor g = p.gradient();
-      if (g.defined() && tp_layout_.partial_gradients.count(p.name))
-        pending.push_back(tp_->all_reduce(g, dist::ReduceOp::Sum));
+  if (micro + 1 == grad_accum)
+    for (const auto& [group, names] : partial_sums_) {
+      std::vector<dist::WorkPtr> pending;
+      for (const auto& p : pieces_) {
+        const Tensor g = p.gradient();
+        if (g.defined() && names.count(p.name)) pending.push_back(group->all_reduce(g, dist::ReduceOp::Sum));
+      }
+      for (auto& w : pending) w->wait();
     }
-    for (auto& w : pending) w->wait();
-  }
 }
 
 double ParallelRun::clip_grad_norm(double max_norm) {
@@ -247,16 +260,17 @@ std::vector<NamedPieces> checkpoint_contents(const optim::AdamW& optimizer,
 std::string ParallelRun::save_checkpoint(const std::string& run_dir, int64_t step,
                                          const Json& state, const std::vector<PieceState>& extra,
                                          int64_t keep) {
-  // Replicas hold the same pieces: replica q of Q writes the q-th part of each (the tp ranks
-  // are replicas too of the parameters they do not split).
+  // Replicas hold the same pieces: replica q of Q writes the q-th part of each (the cp ranks
+  // are replicas, and the tp ranks are of the parameters they do not split).
   const int64_t T = tp_->size();
   std::vector<TensorPiece> out;
   for (auto& contents : checkpoint_contents(*optimizer_, extra)) {
     for (size_t k = 0; k < pieces_.size(); ++k) {
       const auto& p = pieces_[k];
       const bool split = tp_sharded(p);
-      const int64_t q = replicas_->rank() * (split ? 1 : T) + (split ? 0 : tp_->rank());
-      const int64_t Q = replicas_->size() * (split ? 1 : T);
+      const int64_t t = split ? 0 : tp_->rank(), Tq = split ? 1 : T;
+      const int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
+      const int64_t Q = replicas_->size() * cp_->size() * Tq;
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
       for (const auto& range : whole_ranges(p)) {
         const int64_t n = range.end - range.begin, a = n * q / Q, b = n * (q + 1) / Q;

@@ -9,6 +9,7 @@
 #pragma once
 #include <exception>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "loom/dist/device_mesh.h"
 #include "loom/nn/module.h"
 #include "loom/optim/adamw.h"
+#include "loom/parallel/context_parallel.h"
 #include "loom/parallel/ddp.h"
 #include "loom/parallel/tensor_parallel.h"
 #include "loom/parallel/zero.h"
@@ -46,12 +48,13 @@ class ParallelRun {
   // run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
   std::string metrics_path(const std::string& run_dir) const;
 
-  // Applies tensor parallelism (parallel.tp > 1: the model's plan), then the data-parallel
+  // Applies tensor parallelism (parallel.tp > 1) and context parallelism (parallel.cp > 1) by
+  // the model's plan, then the data-parallel
   // strategy to the model (block_names: its blocks, ZeRO's flat groups and what ZeRO-2/3
   // wrap), makes every replica equal to rank 0's, and returns the optimizer the trainer
   // steps: AdamW over this rank's pieces.
   optim::AdamW& setup(nn::Module& model, const std::vector<std::string>& block_names,
-                      const nn::TensorParallelPlan& tp_plan, const optim::AdamWConfig& adamw);
+                      const nn::ParallelPlan& plan, const optim::AdamWConfig& adamw);
   // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
   // the ZeRO shards -- of this rank's tensor-parallel part of each parameter (so `shape` is
   // that part's). As parameters (named "<param>[begin:end]" when partial) for an EMA.
@@ -98,8 +101,11 @@ class ParallelRun {
   dist::DeviceMesh mesh_;
   std::shared_ptr<dist::ProcessGroup> dp_;
   std::shared_ptr<dist::ProcessGroup> replicas_;  // the ranks holding the same pieces
-  std::shared_ptr<dist::ProcessGroup> tp_;
+  std::shared_ptr<dist::ProcessGroup> tp_, cp_;
   parallel::TensorParallelLayout tp_layout_;
+  // Parameters whose gradients each rank of a group holds only its share of (used on sequence
+  // shards under SP or CP): summed over that group after the data-parallel reduction.
+  std::vector<std::pair<std::shared_ptr<dist::ProcessGroup>, std::set<std::string>>> partial_sums_;
   // Where piece k's elements lie in the whole tensor: (begin, end, offset in the piece's value).
   struct WholeRange {
     int64_t begin, end, offset;

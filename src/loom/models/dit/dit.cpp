@@ -86,8 +86,8 @@ Dit::Dit(const DitConfig& c) : config(c) {
   pos_embed = sincos_pos_embed_2d(D, c.image_size / p);
 }
 
-nn::TensorParallelPlan Dit::tensor_parallel_plan() const {
-  nn::TensorParallelPlan plan;
+nn::ParallelPlan Dit::parallel_plan() const {
+  nn::ParallelPlan plan;
   for (const std::string& b : block_names()) {
     plan.attention.push_back(b + ".attn");
     plan.column.push_back(b + ".mlp.fc1");

@@ -50,7 +50,7 @@ class Dit : public nn::Module {
   }
   // Tensor parallelism: attention heads split, mlp.fc1 column- and mlp.fc2 row-parallel; the
   // adaLN modulation (small, from the conditioning) and the embeddings stay whole.
-  nn::TensorParallelPlan tensor_parallel_plan() const;
+  nn::ParallelPlan parallel_plan() const;
   const DitConfig config;
 
  private:

@@ -98,8 +98,8 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
     lm_head = register_module("lm_head", std::make_shared<nn::Linear>(C, V, false, kInit));
 }
 
-nn::TensorParallelPlan Gpt::tensor_parallel_plan() const {
-  nn::TensorParallelPlan plan;
+nn::ParallelPlan Gpt::parallel_plan() const {
+  nn::ParallelPlan plan;
   for (const std::string& b : block_names()) {
     plan.attention.push_back(b + ".attn");
     if (config.is_llama()) {

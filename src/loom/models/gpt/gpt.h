@@ -88,7 +88,7 @@ class Gpt : public nn::Module {
   }
   // Tensor parallelism: attention heads split, the MLP's first linear(s) column-parallel and its
   // output projection row-parallel; embeddings, norms and the head stay whole.
-  nn::TensorParallelPlan tensor_parallel_plan() const;
+  nn::ParallelPlan parallel_plan() const;
   std::shared_ptr<nn::Module> norm_f;   // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Linear> lm_head;  // (V, C), no bias; null when tied to tok_embed
 };
