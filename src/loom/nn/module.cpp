@@ -94,6 +94,17 @@ Module& Module::submodule(const std::string& path) const {
   return const_cast<Module&>(*m);
 }
 
+std::shared_ptr<Module> Module::remove_submodule(const std::string& name) {
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->first == name) {
+      std::shared_ptr<Module> child = it->second;
+      children_.erase(it);
+      return child;
+    }
+  LOOM_FAIL() << "module has no submodule " << name << " to remove";
+  return nullptr;
+}
+
 Tensor Module::call(const std::vector<Tensor>& inputs, const ForwardFn& fn) const {
   // Wrapper i runs around wrappers 0..i-1, which run around fn.
   ForwardFn inner = fn;

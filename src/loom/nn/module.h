@@ -50,6 +50,9 @@ class Module {
 
   // The submodule at a dotted path ("blocks.3"); throws naming the path if there is none.
   Module& submodule(const std::string& path) const;
+  // Takes the direct child `name` ("blocks.3") out of the tree: its parameters leave
+  // named_parameters(). How a pipeline stage drops the blocks other stages hold.
+  std::shared_ptr<Module> remove_submodule(const std::string& name);
 
   // Forward wrappers let parallelism act around a module from outside (ZeRO-3 gathers its
   // parameters before and frees them after; activation checkpointing recomputes it). Models

@@ -1,6 +1,7 @@
 // What a model tells parallelism applied from outside about its structure: which Linear layers
-// may be split column- or row-wise, which attention modules may split their heads, and which
-// blocks form the region that may run on sequence shards. The model only names its modules;
+// may be split column- or row-wise, which attention modules may split their heads, which
+// blocks form the region that may run on sequence shards, and what a pipeline's first and
+// last stages hold besides blocks. The model only names its modules;
 // parallel/tensor_parallel.h does the splitting.
 #pragma once
 #include <string>
@@ -17,6 +18,11 @@ struct ParallelPlan {
   // the blocks' other inputs (conditioning) stay whole.
   std::vector<std::string> blocks;
   int64_t sequence_dim = 1;
+  // Pipeline parallelism: the direct children the first stage uses before the blocks
+  // (embeddings) and the last stage after them (final norm, head). A module in both (a tied
+  // embedding) is held by both ends, its gradient summed between them. Every parameter must
+  // lie in a block or in one of these.
+  std::vector<std::string> first_stage, last_stage;
 };
 
 }  // namespace loom::nn

@@ -7,6 +7,19 @@
 
 namespace loom::parallel {
 
+std::vector<std::pair<int64_t, int64_t>> split_into_stages(int64_t blocks, int64_t stages) {
+  LOOM_CHECK(stages >= 1 && stages <= blocks)
+      << "pipeline: " << stages << " stages for " << blocks << " blocks (each stage needs at least one)";
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = 0;
+  for (int64_t s = 0; s < stages; ++s) {
+    const int64_t n = blocks / stages + (s < blocks % stages ? 1 : 0);
+    out.emplace_back(at, at + n);
+    at += n;
+  }
+  return out;
+}
+
 double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const GroupPtr& group) {
   const int64_t P = s.ranks, S = s.stages(), p = group->rank(), M = s.micro_batches;
   LOOM_CHECK(group->size() == P && int64_t(stages.forward.size()) == s.chunks)
@@ -78,6 +91,36 @@ double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const G
   }
   for (auto& w : sends) w->wait();
   return loss_sum;
+}
+
+double run_pipeline_forward(const PipelineStages& stages, int64_t chunks, const GroupPtr& group) {
+  NoGradGuard no_grad;
+  const int64_t P = group->size(), p = group->rank(), S = P * chunks;
+  Tensor carried;  // the previous stage's output when this rank ran it too
+  float loss = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (s % P != p) continue;
+    Tensor in;
+    if (s == 0) {
+      in = stages.input(0);
+    } else if ((s - 1) % P == p) {
+      in = carried;
+    } else {
+      in = Tensor::empty(stages.activation_shape);
+      group->recv(in, int((s - 1) % P), int(s))->wait();
+    }
+    Tensor out = stages.forward[size_t(s / P)](in);
+    if (s == S - 1) {
+      loss = float(item(stages.loss(out, 0)));
+    } else if ((s + 1) % P == p) {
+      carried = out;
+    } else {
+      group->send(contiguous(out), int((s + 1) % P), int(s + 1))->wait();
+    }
+  }
+  Tensor t = from_vector(std::vector<float>{loss}, {1});
+  group->all_reduce(t, dist::ReduceOp::Sum)->wait();  // only the last stage's rank adds a loss
+  return double(t.data<float>()[0]);
 }
 
 }  // namespace loom::parallel

@@ -22,9 +22,18 @@ struct PipelineStages {
   Shape activation_shape;  // what travels between stages (every micro-batch the same)
 };
 
+// The blocks [begin, end) of each of `stages` stages over `blocks` blocks, in order: as even
+// as possible, the first blocks % stages stages one block more. More stages than blocks is an
+// error.
+std::vector<std::pair<int64_t, int64_t>> split_into_stages(int64_t blocks, int64_t stages);
+
 // Runs every pass of this rank; returns the sum of the micro-batches' losses on the rank that
 // holds the last stage (0 elsewhere). Gradients accumulate in the chunks' parameters.
 double run_pipeline(const PipeSchedule& schedule, const PipelineStages& stages,
                     const GroupPtr& group);
+
+// Forward only (evaluation, no gradients): micro-batch 0 through every stage in order, a
+// schedule's layout of P ranks x `chunks`. Returns the last stage's loss on every rank.
+double run_pipeline_forward(const PipelineStages& stages, int64_t chunks, const GroupPtr& group);
 
 }  // namespace loom::parallel

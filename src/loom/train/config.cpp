@@ -8,6 +8,33 @@ namespace loom::train {
 
 namespace {
 
+void check_pipeline(const Config& c, const std::string& path) {
+  const auto& p = c.parallel;
+  const int64_t pp = p.dims.pp, V = p.pipeline_chunks, M = c.train.grad_accum;
+  LOOM_CHECK(pp >= 1) << "config " << path << ": parallel.pp must be >= 1, got " << pp;
+  LOOM_CHECK(p.pipeline_schedule == "gpipe" || p.pipeline_schedule == "1f1b" ||
+             p.pipeline_schedule == "interleaved")
+      << "config " << path << ": parallel.pipeline_schedule '" << p.pipeline_schedule
+      << "' (expected gpipe, 1f1b or interleaved)";
+  LOOM_CHECK(V >= 1 && (V == 1 || p.pipeline_schedule == "interleaved"))
+      << "config " << path << ": parallel.pipeline_chunks " << V
+      << " (more than 1 only with pipeline_schedule = \"interleaved\")";
+  if (pp == 1) return;
+  LOOM_CHECK(c.model_kind == "gpt")
+      << "config " << path << ": pipeline parallelism is wired into training for GPT only so far "
+      << "(parallel.pp " << pp << " with model.kind " << c.model_kind << ")";
+  const int64_t depth = c.gpt.depth;
+  LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp << " x pipeline_chunks "
+                              << V << " = " << pp * V << " stages for model.depth " << depth
+                              << " blocks (each stage needs at least one)";
+  LOOM_CHECK(p.pipeline_schedule != "interleaved" || M % pp == 0)
+      << "config " << path << ": the interleaved schedule needs train.grad_accum (the micro-batches, "
+      << M << ") to be a multiple of parallel.pp " << pp;
+  LOOM_CHECK(V == 1 || (!p.sequence_parallel && p.dims.cp == 1))
+      << "config " << path << ": the interleaved schedule does not combine with sequence or "
+      << "context parallelism yet";
+}
+
 // Heads, features and tokens must split over the tensor- and context-parallel ranks: checked
 // here, before any work, with the keys to change.
 void check_model_parallel(const Config& c, const std::string& path) {
@@ -16,6 +43,7 @@ void check_model_parallel(const Config& c, const std::string& path) {
                                  << tp << " and " << cp;
   LOOM_CHECK(!c.parallel.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
+  check_pipeline(c, path);
   if (tp == 1 && cp == 1) return;
   const bool gpt = c.model_kind == "gpt";
   const int64_t heads = gpt ? c.gpt.heads : c.dit.heads;
@@ -239,9 +267,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   LOOM_CHECK(p.context_parallel == "ring" || p.context_parallel == "ulysses")
       << "config " << path << ": parallel.context_parallel '" << p.context_parallel
       << "' (expected ring or ulysses)";
-  LOOM_CHECK(p.dims.pp == 1)
-      << "config " << path << ": parallel.pp must be 1 (" << p.dims.str()
-      << "): pipeline parallelism is not wired into training yet";
+  p.pipeline_schedule = f.get_string("parallel", "pipeline_schedule", p.pipeline_schedule);
+  p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);
   check_model_parallel(c, path);
   LOOM_CHECK(p.bucket_mb > 0 && p.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";

@@ -89,6 +89,10 @@ struct ParallelConfig {
   std::string activation_checkpointing = "none";  // "none" or "full" (recompute every block)
   bool sequence_parallel = false;      // tp > 1: norms and residuals on sequence shards
   std::string context_parallel = "ring";  // cp > 1: "ring" or "ulysses" attention
+  // pp > 1: "gpipe", "1f1b" or "interleaved" (pipeline_chunks model chunks per rank); the
+  // micro-batches of a step are train.grad_accum.
+  std::string pipeline_schedule = "1f1b";
+  int64_t pipeline_chunks = 1;
   double bucket_mb = 25;               // ddp: gradient bucket size
   double timeout_s = 600;              // [dist] timeout_s: a collective older than this aborts
 };

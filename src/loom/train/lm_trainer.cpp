@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
@@ -134,25 +135,61 @@ std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
   return starts;
 }
 
-LmEvalResult evaluate(const models::Gpt& model, const LmTokenizer& tok,
+// The mean cross-entropy of a batch of windows (the whole model's forward, or a pipeline's).
+using MeanLoss = std::function<double(const Batch&)>;
+
+MeanLoss whole_model_loss(const models::Gpt& model) {
+  return [&model](const Batch& b) { return double(item(model.loss(b.ids, b.targets))); };
+}
+
+// The GPT's pieces as this rank's pipeline stages: embedding before the first stage, its
+// chunks' blocks, final norm, head and loss after the last; micro-batch m is batches[m].
+parallel::PipelineStages gpt_stages(const models::Gpt& model, const ParallelRun::Pipeline& pipe,
+                                    const std::vector<Batch>& batches) {
+  parallel::PipelineStages st;
+  const int64_t T = model.config.context;
+  const Tensor pos = model.default_positions(T);
+  for (const auto& [begin, end] : pipe.chunk_blocks)
+    st.forward.push_back([&model, begin, end, pos](const Tensor& x) {
+      Tensor h = x;
+      for (int64_t i = begin; i < end; ++i) {
+        const auto& block = model.blocks[size_t(i)];
+        h = block->call({h}, [&block, pos](const auto& in) { return block->forward(in[0], pos); });
+      }
+      return h;
+    });
+  st.input = [&model, &batches, pos](int64_t m) { return model.embed(batches[size_t(m)].ids, pos); };
+  st.loss = [&model, &batches](const Tensor& out, int64_t m) {
+    return cross_entropy(model.head(out), batches[size_t(m)].targets);
+  };
+  st.activation_shape = {batches.at(0).ids.size(0), T, model.config.width};
+  return st;
+}
+
+MeanLoss pipeline_loss(const models::Gpt& model, const ParallelRun::Pipeline& pipe) {
+  return [&model, &pipe](const Batch& b) {
+    const std::vector<Batch> one{b};
+    return parallel::run_pipeline_forward(gpt_stages(model, pipe, one), pipe.schedule.chunks, pipe.group);
+  };
+}
+
+LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const LmTokenizer& tok,
                       const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
                       int64_t batch, int64_t min_forwards) {
   NoGradGuard no_grad;
-  const int64_t T = model.config.context;
   LmEvalResult r;
   // Under ZeRO-3 every forward gathers parameters with the other ranks: all ranks must run as
   // many forwards, so a rank with fewer windows runs discarded ones.
   for (int64_t extra = min_forwards - (int64_t(starts.size()) + batch - 1) / batch; extra > 0;
        --extra) {
-    Batch b = gather_windows(tokens, {0}, T);
-    model.loss(b.ids, b.targets);
+    mean_loss(gather_windows(tokens, {0}, T));
   }
   for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
     const size_t end = std::min(starts.size(), at + size_t(batch));
     const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at),
                                      starts.begin() + ptrdiff_t(end));
     Batch b = gather_windows(tokens, chunk, T);
-    const double mean = double(item(model.loss(b.ids, b.targets)));
+    const double mean = mean_loss(b);
     const int64_t n = int64_t(chunk.size()) * T;
     r.nats += mean * double(n);
     r.tokens += n;
@@ -164,14 +201,14 @@ LmEvalResult evaluate(const models::Gpt& model, const LmTokenizer& tok,
 }
 
 // evaluate() with the windows split over the data-parallel ranks and the sums combined.
-LmEvalResult evaluate_over_dp(const ParallelRun& par, const models::Gpt& model,
+LmEvalResult evaluate_over_dp(const ParallelRun& par, const MeanLoss& mean_loss, int64_t T,
                               const LmTokenizer& tok, const std::vector<int32_t>& tokens,
                               const std::vector<int64_t>& starts, int64_t batch) {
   const size_t n = starts.size(), P = size_t(par.dp_size()), r = size_t(par.dp_rank());
   const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
                                   starts.begin() + ptrdiff_t((r + 1) * n / P));
   const int64_t most = int64_t((n + P - 1) / P);
-  LmEvalResult result = evaluate(model, tok, tokens, mine, batch, (most + batch - 1) / batch);
+  LmEvalResult result = evaluate(mean_loss, T, tok, tokens, mine, batch, (most + batch - 1) / batch);
   const std::vector<double> total =
       par.sum_over_dp({result.nats, double(result.tokens), double(result.bytes)});
   result.nats = total[0];
@@ -354,13 +391,24 @@ void train_gpt(const Config& cfg, Resume resume) {
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   StepGuard guard(cfg, par, run_dir);
+  const MeanLoss mean_loss = par.pipeline() ? pipeline_loss(model, *par.pipeline()) : whole_model_loss(model);
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
     const auto step_begin = Clock::now();
     guard.begin_step(step);
     double loss_sum = 0;
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+    if (const auto* pipe = par.pipeline()) {
+      // The step's micro-batches go through the pipeline schedule; gradients accumulate over
+      // them (the last stage starts each backward from loss / micro-batches).
+      std::vector<Batch> batches;
+      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) batches.push_back(prefetch.next());
+      par.begin_micro_step(0, 1);
+      const double sum = parallel::run_pipeline(pipe->schedule, gpt_stages(model, *pipe, batches), pipe->group);
+      par.after_backward(0, 1);
+      loss_sum = par.from_last_stage(sum / double(tc.grad_accum));
+    }
+    for (int64_t micro = 0; micro < tc.grad_accum && !par.pipeline(); ++micro) {
       Batch b = prefetch.next();
       Tensor loss = model.loss(b.ids, b.targets);
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
@@ -391,7 +439,7 @@ void train_gpt(const Config& cfg, Resume resume) {
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     if (eval_now) {
       const auto t0 = Clock::now();
-      const LmEvalResult r = evaluate_over_dp(par, model, tok, data.val, periodic_windows, B);
+      const LmEvalResult r = evaluate_over_dp(par, mean_loss, T, tok, data.val, periodic_windows, B);
       extra.set("val", eval_json(r));
       std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1),
                   eval_line(r).c_str(), seconds_since(t0));
@@ -423,7 +471,7 @@ void train_gpt(const Config& cfg, Resume resume) {
   // The final held-out loss, over the whole held-out split.
   const auto t0 = Clock::now();
   const LmEvalResult r = evaluate_over_dp(
-      par, model, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
+      par, mean_loss, T, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
   // The text sample runs on the main rank alone, on a full copy of the weights (collective).
   std::unique_ptr<models::Gpt> full_model;
   if (cfg.lm_sample.tokens > 0) {
@@ -456,7 +504,8 @@ LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
   const LmData data = load_lm_data(g.cfg, g.tok);
   const auto starts = eval_window_starts(int64_t(data.val.size()), g.cfg.gpt.context, windows);
-  return evaluate(*g.model, g.tok, data.val, starts, g.cfg.train.batch_size, 0);
+  return evaluate(whole_model_loss(*g.model), g.model->config.context, g.tok, data.val, starts,
+                  g.cfg.train.batch_size, 0);
 }
 
 std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options) {

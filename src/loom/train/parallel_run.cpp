@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -21,6 +22,7 @@ ParallelRun::ParallelRun(const Config& cfg)
       dp_(mesh_.group("dp")),
       tp_(mesh_.group("tp")),
       cp_(mesh_.group("cp")),
+      pp_(mesh_.group("pp")),
       dp_rank_(dp_->rank()),
       dp_size_(dp_->size()),
       local_batch_(cfg.train.batch_size / dp_size_),
@@ -45,6 +47,10 @@ std::string ParallelRun::describe() const {
   const int n = mesh_.world()->size();
   if (n == 1) return "1 process";
   s << n << " processes (";
+  if (pp_->size() > 1)
+    s << "pp " << pp_->size() << " " << cfg_.parallel.pipeline_schedule
+      << (cfg_.parallel.pipeline_chunks > 1 ? " x" + std::to_string(cfg_.parallel.pipeline_chunks) : "")
+      << " x ";
   if (tp_->size() > 1)
     s << "tp " << tp_->size() << (cfg_.parallel.sequence_parallel ? " with sequence parallel" : "")
       << " x ";
@@ -69,30 +75,49 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
                                  const nn::ParallelPlan& plan,
                                  const optim::AdamWConfig& adamw) {
   const std::string& strategy = cfg_.parallel.data_parallel;
-  // Model parallelism first: it changes the parameters' shapes, and its wrappers run inside
+  std::vector<std::string> blocks = block_names;
+  nn::ParallelPlan local_plan = plan;
+  if (pp_->size() > 1) {
+    // What other stages hold leaves the model and the plan.
+    blocks = setup_pipeline(model, plan);
+    const std::set<std::string> kept(blocks.begin(), blocks.end());
+    auto in_kept_block = [&](const std::string& path) {
+      for (const auto& b : plan.blocks)
+        if (path == b || path.rfind(b + ".", 0) == 0) return kept.count(b) > 0;
+      return true;
+    };
+    for (auto* list : {&local_plan.attention, &local_plan.column, &local_plan.row, &local_plan.blocks})
+      list->erase(std::remove_if(list->begin(), list->end(),
+                                 [&](const std::string& p) { return !in_kept_block(p); }),
+                  list->end());
+  }
+  // Model parallelism next: it changes the parameters' shapes, and its wrappers run inside
   // the others (a recompute or a ZeRO-3 gather wraps the whole model-parallel block). Context
   // parallelism's wrappers run outside tensor parallelism's: the sequence is split over the
   // cp ranks first, each share then over the tp ranks.
   if (tp_->size() > 1) {
-    tp_layout_ = parallel::apply_tensor_parallel(model, plan, tp_, cfg_.parallel.sequence_parallel);
+    tp_layout_ = parallel::apply_tensor_parallel(model, local_plan, tp_, cfg_.parallel.sequence_parallel);
     if (!tp_layout_.partial_gradients.empty())
-      partial_sums_.emplace_back(tp_, tp_layout_.partial_gradients);
+      partial_sums_.push_back({tp_, tp_layout_.partial_gradients, false});
   }
   if (cp_->size() > 1)
-    partial_sums_.emplace_back(
-        cp_, parallel::apply_context_parallel(model, plan, cp_,
-                                              cfg_.parallel.context_parallel == "ring"
-                                                  ? parallel::ContextParallelKind::Ring
-                                                  : parallel::ContextParallelKind::Ulysses));
+    partial_sums_.push_back(
+        {cp_,
+         parallel::apply_context_parallel(model, local_plan, cp_,
+                                          cfg_.parallel.context_parallel == "ring"
+                                              ? parallel::ContextParallelKind::Ring
+                                              : parallel::ContextParallelKind::Ulysses),
+         false});
+  for (const auto& p : model.named_parameters()) local_numel_[p.name] = p.tensor.numel();
   // First, so that ZeRO-3's wrapper runs outside it (gathering before a recompute).
-  parallel::apply_activation_checkpointing(model, block_names, cfg_.parallel.activation_checkpointing);
+  parallel::apply_activation_checkpointing(model, blocks, cfg_.parallel.activation_checkpointing);
   if (strategy.rfind("zero", 0) == 0) {
     // Sharded over dp_shard, replicated over dp_replicate (HSDP when both exceed 1).
     parallel::ZeroOptions options;
     options.stage = strategy[4] - '0';
     options.gather_dtype = dtype_from_name(cfg_.parallel.gather_dtype);
     replicas_ = mesh_.group("dp_replicate");
-    zero_ = std::make_unique<parallel::ZeroDataParallel>(model, block_names, options,
+    zero_ = std::make_unique<parallel::ZeroDataParallel>(model, blocks, options,
                                                          mesh_.group("dp_shard"), replicas_, adamw);
     zero_->broadcast_parameters();
     pieces_ = zero_->pieces();
@@ -113,6 +138,78 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
   // Peaks from here on describe training, not building the full model before sharding it.
   host_allocator().reset_peak();
   return *optimizer_;
+}
+
+std::vector<std::string> ParallelRun::setup_pipeline(nn::Module& model, const nn::ParallelPlan& plan) {
+  const int64_t P = pp_->size(), p = pp_->rank(), V = cfg_.parallel.pipeline_chunks;
+  Pipeline& pipe = pipeline_;
+  pipe.schedule = parallel::make_pipe_schedule(
+      parallel::schedule_kind_from_name(cfg_.parallel.pipeline_schedule), P, cfg_.train.grad_accum, V);
+  pipe.group = pp_;
+  pipe.first = p == 0;      // stage 0 is chunk 0 of rank 0
+  pipe.last = p == P - 1;   // stage S - 1 is chunk V - 1 of rank P - 1
+  const auto stages = parallel::split_into_stages(int64_t(plan.blocks.size()), P * V);
+  // The unit (a block, or a first/last-stage module) each parameter lies in, and who holds it.
+  std::map<std::string, int> owner;  // unit -> the pipeline rank that has it (for gathers)
+  std::set<std::string> kept;
+  for (int64_t s = 0; s < P * V; ++s)
+    for (int64_t i = stages[size_t(s)].first; i < stages[size_t(s)].second; ++i)
+      owner[plan.blocks[size_t(i)]] = int(s % P);
+  for (int64_t c = 0; c < V; ++c) {
+    pipe.chunk_blocks.push_back(stages[size_t(c * P + p)]);
+    for (int64_t i = stages[size_t(c * P + p)].first; i < stages[size_t(c * P + p)].second; ++i)
+      kept.insert(plan.blocks[size_t(i)]);
+  }
+  std::vector<std::string> blocks(kept.begin(), kept.end());
+  std::sort(blocks.begin(), blocks.end(), [&](const std::string& a, const std::string& b) {
+    return std::find(plan.blocks.begin(), plan.blocks.end(), a) <
+           std::find(plan.blocks.begin(), plan.blocks.end(), b);
+  });
+  std::set<std::string> shared_units;
+  for (const auto& u : plan.last_stage) owner.emplace(u, int(P - 1));
+  for (const auto& u : plan.first_stage) {
+    if (owner.count(u)) shared_units.insert(u);
+    owner[u] = 0;
+  }
+  if (pipe.first) kept.insert(plan.first_stage.begin(), plan.first_stage.end());
+  if (pipe.last) kept.insert(plan.last_stage.begin(), plan.last_stage.end());
+  for (const auto& param : model.named_parameters()) {
+    std::string unit;
+    for (const auto& [u, rank] : owner)
+      if (param.name.rfind(u + ".", 0) == 0) unit = u;
+    LOOM_CHECK(!unit.empty()) << "pipeline: parameter " << param.name
+                              << " lies in no block and in no first- or last-stage module of the model's plan";
+    whole_model_.emplace_back(param.name, param.tensor.shape(), owner.at(unit));
+    if (shared_units.count(unit)) ends_shared_.insert(param.name);
+  }
+  for (const auto& [unit, rank] : owner)
+    if (!kept.count(unit))
+      for (const auto& param : model.remove_submodule(unit)->named_parameters())
+        param.tensor.storage()->release();
+  // The first and last ranks sum what both hold. Under ZeRO the two ends shard it differently
+  // (their flat groups differ), so the group spans both ends' dp_shard ranks and the sum goes
+  // through a buffer of the whole tensor (see after_backward).
+  const auto& world = mesh_.world();
+  const bool zero = cfg_.parallel.data_parallel != "ddp";
+  int color = world->size() + world->rank();  // a group of its own
+  if (pipe.first || pipe.last) {
+    color = 0;
+    for (const char* axis : {"dp_replicate", "dp_shard", "cp", "tp"}) {
+      if (zero && std::string(axis) == "dp_shard") continue;
+      color = color * int(mesh_.degree(axis)) + int(mesh_.coordinate(axis));
+    }
+  }
+  ends_ = world->split(color, world->rank(), "pp_ends");
+  if (!ends_shared_.empty() && (pipe.first || pipe.last))
+    partial_sums_.push_back({ends_, ends_shared_, /*through_whole=*/true});
+  return blocks;
+}
+
+double ParallelRun::from_last_stage(double value) const {
+  if (!pipeline()) return value;
+  Tensor t = from_vector(std::vector<float>{pipeline_.last ? float(value) : 0.0f}, {1});
+  pp_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  return double(t.data<float>()[0]);
 }
 
 std::vector<nn::NamedParameter> ParallelRun::piece_parameters() const {
@@ -150,7 +247,17 @@ NamedTensors ParallelRun::gather_full(const std::vector<Tensor>& values) {
                     size_t(run.length) * elem);
     part = whole;
   }
-  return out;
+  if (!pipeline()) return out;
+  // Every parameter from the pipeline rank that holds it.
+  std::map<std::string, Tensor> mine(out.begin(), out.end());
+  NamedTensors all;
+  for (const auto& [name, shape, owner] : whole_model_) {
+    auto it = mine.find(name);
+    Tensor t = it != mine.end() && pp_->rank() == owner ? contiguous(it->second) : Tensor::empty(shape);
+    pp_->broadcast(t, owner)->wait();
+    all.emplace_back(name, t);
+  }
+  return all;
 }
 
 std::vector<ParallelRun::WholeRange> ParallelRun::whole_ranges(const parallel::ParamPiece& p) const {
@@ -180,31 +287,56 @@ void ParallelRun::after_backward(int64_t micro, int64_t grad_accum) {
   // Parameters used on sequence shards: each rank of the group has its tokens' share of the
   // gradient. Summing after the data-parallel reduction gives the same total (both are sums).
   if (micro + 1 == grad_accum)
-    for (const auto& [group, names] : partial_sums_) {
+    for (const auto& sum : partial_sums_) {
       std::vector<dist::WorkPtr> pending;
-      for (const auto& p : pieces_) {
-        const Tensor g = p.gradient();
-        if (g.defined() && names.count(p.name)) pending.push_back(group->all_reduce(g, dist::ReduceOp::Sum));
+      if (!sum.through_whole) {
+        for (const auto& p : pieces_) {
+          const Tensor g = p.gradient();
+          if (g.defined() && sum.names.count(p.name))
+            pending.push_back(sum.group->all_reduce(g, dist::ReduceOp::Sum));
+        }
+        for (auto& w : pending) w->wait();
+        continue;
+      }
+      // Each rank adds whatever ranges it holds (maybe none) into a zero tensor of the whole
+      // size; the sum has every rank's contribution wherever it lies.
+      std::vector<Tensor> wholes;
+      for (const auto& name : sum.names) {
+        Tensor whole = zeros({local_numel_.at(name)});
+        for (const auto& p : pieces_)
+          if (p.name == name && p.gradient().defined())
+            copy_(narrow(whole, 0, p.begin, p.end - p.begin), reshape(p.gradient(), {p.end - p.begin}));
+        pending.push_back(sum.group->all_reduce(whole, dist::ReduceOp::Sum));
+        wholes.push_back(whole);
       }
       for (auto& w : pending) w->wait();
+      size_t k = 0;
+      for (const auto& name : sum.names) {
+        for (const auto& p : pieces_)
+          if (p.name == name && p.gradient().defined())
+            copy_(p.gradient(), reshape(narrow(wholes[k], 0, p.begin, p.end - p.begin), p.gradient().shape()));
+        ++k;
+      }
     }
 }
 
 double ParallelRun::clip_grad_norm(double max_norm) {
-  if (tp_->size() > 1) {
+  if (tp_->size() > 1 || pp_->size() > 1) {
     // Each element once: split parts add up over the tp ranks, whole parameters (the same on
-    // every tp rank) count 1/tp per rank; ZeRO's shards add up over dp_shard.
+    // every tp rank) count 1/tp per rank; pipeline stages add up, what both ends hold counts
+    // half on each; ZeRO's shards add up over dp_shard.
     NoGradGuard no_grad;
     double local = 0;
     for (const auto& p : pieces_) {
       const Tensor g = p.gradient();
       if (!g.defined()) continue;
       const double sq = double(item(sum(mul(g, g))));
-      local += tp_sharded(p) ? sq : sq / double(tp_->size());
+      local += sq / (tp_sharded(p) ? 1.0 : double(tp_->size())) / (ends_shared_.count(p.name) ? 2.0 : 1.0);
     }
     Tensor t = from_vector(std::vector<float>{float(local)}, {1});
     if (zero_) mesh_.group("dp_shard")->all_reduce(t, dist::ReduceOp::Sum)->wait();
     tp_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+    pp_->all_reduce(t, dist::ReduceOp::Sum)->wait();
     const double norm = std::sqrt(double(t.data<float>()[0]));
     if (max_norm > 0 && norm > max_norm && std::isfinite(norm))
       for (const auto& p : pieces_)
@@ -269,6 +401,8 @@ std::string ParallelRun::save_checkpoint(const std::string& run_dir, int64_t ste
       const auto& p = pieces_[k];
       const bool split = tp_sharded(p);
       const int64_t t = split ? 0 : tp_->rank(), Tq = split ? 1 : T;
+      // What both pipeline ends hold (maybe sharded differently): the first stage writes it.
+      if (ends_shared_.count(p.name) && !pipeline_.first) continue;
       const int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
       const int64_t Q = replicas_->size() * cp_->size() * Tq;
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);

@@ -8,10 +8,12 @@
 // hooks around backward and the optimizer step, and save and load checkpoints through it.
 #pragma once
 #include <exception>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "loom/checkpoint/json.h"
@@ -21,6 +23,7 @@
 #include "loom/optim/adamw.h"
 #include "loom/parallel/context_parallel.h"
 #include "loom/parallel/ddp.h"
+#include "loom/parallel/pipeline.h"
 #include "loom/parallel/tensor_parallel.h"
 #include "loom/parallel/zero.h"
 #include "loom/train/config.h"
@@ -48,13 +51,26 @@ class ParallelRun {
   // run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
   std::string metrics_path(const std::string& run_dir) const;
 
-  // Applies tensor parallelism (parallel.tp > 1) and context parallelism (parallel.cp > 1) by
-  // the model's plan, then the data-parallel
+  // Applies pipeline parallelism (parallel.pp > 1: this rank keeps its stages' blocks and, on
+  // the first and last stage, the plan's modules there; the rest leaves the model), tensor
+  // parallelism (parallel.tp > 1) and context parallelism (parallel.cp > 1) by the model's
+  // plan, then the data-parallel
   // strategy to the model (block_names: its blocks, ZeRO's flat groups and what ZeRO-2/3
   // wrap), makes every replica equal to rank 0's, and returns the optimizer the trainer
   // steps: AdamW over this rank's pieces.
   optim::AdamW& setup(nn::Module& model, const std::vector<std::string>& block_names,
                       const nn::ParallelPlan& plan, const optim::AdamWConfig& adamw);
+  // Pipeline parallelism: the schedule and what this rank runs of it; null without.
+  struct Pipeline {
+    parallel::PipeSchedule schedule;
+    std::vector<std::pair<int64_t, int64_t>> chunk_blocks;  // per chunk of this rank: blocks [b, e)
+    bool first = false, last = false;                       // holds the first / last stage
+    std::shared_ptr<dist::ProcessGroup> group;
+  };
+  const Pipeline* pipeline() const { return pipeline_.schedule.ranks > 1 ? &pipeline_ : nullptr; }
+  // A value the last pipeline stage computed (the loss), on every rank (itself without pp).
+  double from_last_stage(double value) const;
+
   // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
   // the ZeRO shards -- of this rank's tensor-parallel part of each parameter (so `shape` is
   // that part's). As parameters (named "<param>[begin:end]" when partial) for an EMA.
@@ -101,11 +117,24 @@ class ParallelRun {
   dist::DeviceMesh mesh_;
   std::shared_ptr<dist::ProcessGroup> dp_;
   std::shared_ptr<dist::ProcessGroup> replicas_;  // the ranks holding the same pieces
-  std::shared_ptr<dist::ProcessGroup> tp_, cp_;
+  std::shared_ptr<dist::ProcessGroup> tp_, cp_, pp_;
+  Pipeline pipeline_;
+  std::shared_ptr<dist::ProcessGroup> ends_;  // the first and last pipeline ranks
+  std::set<std::string> ends_shared_;         // parameters both ends hold (a tied embedding)
+  // Every parameter of the whole model (name, shape) and the pipeline rank that has it.
+  std::vector<std::tuple<std::string, Shape, int>> whole_model_;
+  // Keeps this rank's stages, removes the rest from the model; returns the kept blocks.
+  std::vector<std::string> setup_pipeline(nn::Module& model, const nn::ParallelPlan& plan);
   parallel::TensorParallelLayout tp_layout_;
   // Parameters whose gradients each rank of a group holds only its share of (used on sequence
   // shards under SP or CP): summed over that group after the data-parallel reduction.
-  std::vector<std::pair<std::shared_ptr<dist::ProcessGroup>, std::set<std::string>>> partial_sums_;
+  struct PartialSum {
+    std::shared_ptr<dist::ProcessGroup> group;
+    std::set<std::string> names;
+    bool through_whole;  // the ranks hold different ranges of each: sum whole-size buffers
+  };
+  std::vector<PartialSum> partial_sums_;
+  std::map<std::string, int64_t> local_numel_;  // this rank's parameters (after tp), by name
   // Where piece k's elements lie in the whole tensor: (begin, end, offset in the piece's value).
   struct WholeRange {
     int64_t begin, end, offset;

@@ -111,6 +111,9 @@ nn::ParallelPlan Gpt::parallel_plan() const {
     }
     plan.blocks.push_back(b);
   }
+  plan.first_stage = {"tok_embed"};
+  if (pos_embed) plan.first_stage.push_back("pos_embed");
+  plan.last_stage = {"norm_f", lm_head ? "lm_head" : "tok_embed"};
   return plan;
 }
 
