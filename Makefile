@@ -30,6 +30,8 @@ bench: build
 	@for b in $(BUILD)/*_bench; do echo "== $$b"; $$b; done
 	@echo "== bench/dist/overlap.sh"; bash bench/dist/overlap.sh $(BUILD)/loom
 	@echo "== bench/checkpoint_overhead.sh"; bash bench/checkpoint_overhead.sh $(BUILD)/loom
+	@echo "== pipeline_bubble (4 ranks)"; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	  OMP_NUM_THREADS=1 mpirun --oversubscribe -np 4 $(BUILD)/pipeline_bubble
 
 # libFuzzer with ASan + UBSan on the input readers (fuzz/): each target runs FUZZ_SECONDS.
 # Inputs that fail are left in build-fuzz/findings/; copied into fuzz/regressions/<target>/
