@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism (and sequence parallelism) changes nothing but memory and speed: the tiny
 # GPT (GPT-2 style, and Llama style with grouped-query attention) and DiT, 4 heads, depth 2,
-# 10 steps, on 1 process vs TP=2, TP=4, TP=2 with sequence parallelism, and TP composed with
+# 10 steps, on 1 process vs TP=2, TP=4 (attention heads, MLP features and, for GPT, the
+# vocabulary of embedding, head and loss split), TP=2 with sequence parallelism, and TP composed with
 # data parallelism (TP2 x DDP2, TP2 x ZeRO-3 with SP): losses to 1e-5 relative, final weights and
 # AdamW moments to 1e-4 (the issue's bounds; measured differences are printed).
 # Checkpoints across layouts: a run saved under TP2 x ZeRO-3 (4 processes) at step 5 resumes on
@@ -48,6 +49,21 @@ for model in gpt2 llama dit; do
       fail "$model $layout: not equal to 1 process"
   done
 done
+
+# The split is real: each of 2 tp ranks holds at most 0.6x of the GPT's parameter bytes (blocks,
+# token embedding and head split; norms and position embedding whole).
+/usr/bin/python3 - "$work" <<'PY' || fail "tp2 ranks hold too much of the model"
+import json, sys
+def params(path):
+    with open(path) as f:
+        return json.loads(f.readlines()[-1])["mem"]["parameters"]["peak"]
+work = sys.argv[1]
+one = params(f"{work}/gpt2-np1/tiny_gpt/metrics.jsonl")
+ranks = [params(f"{work}/gpt2-tp2/tiny_gpt/metrics.jsonl"),
+         params(f"{work}/gpt2-tp2/tiny_gpt/logs/metrics-rank-1.jsonl")]
+print(f"gpt2 tp2: parameter bytes per rank {ranks} of 1 process's {one}: {max(ranks) / one:.3f}x")
+sys.exit(0 if max(ranks) <= 0.6 * one else 1)
+PY
 
 # Held-out evaluation during training and the text sample at the end (from the gathered whole
 # weights) work under TP with SP: the reported held-out loss is the 1-process one.

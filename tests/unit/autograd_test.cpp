@@ -101,14 +101,15 @@ struct Block {
 
 TEST(Checkpoint, GivesIdenticalGradientsToThePlainFunction) {
   Tensor x0 = loom::randn({4, 3, 6}, loom::RngKey{2, "data", "x"});
-  auto run = [&](bool checkpointed) {
+  enum Mode { Plain, Full, Selective };
+  auto run = [&](Mode mode) {
     Block block;
     Tensor x = x0.detach();
     x.set_requires_grad(true);
     Tensor y;
-    if (checkpointed) {
+    if (mode != Plain) {
       y = loom::checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; },
-                           {x})[0];
+                           {x}, /*keep_expensive=*/mode == Selective)[0];
     } else {
       y = block(x);
     }
@@ -119,9 +120,28 @@ TEST(Checkpoint, GivesIdenticalGradientsToThePlainFunction) {
                                            loom::to_vector(block.w2.grad()),
                                            loom::to_vector(block.norm.grad())};
   };
-  const auto plain = run(false), ckpt = run(true);
-  ASSERT_EQ(plain.size(), ckpt.size());
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], ckpt[i]) << "tensor " << i;
+  const auto plain = run(Plain), full = run(Full), selective = run(Selective);
+  ASSERT_EQ(plain.size(), full.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i], full[i]) << "full checkpointing, tensor " << i;
+    EXPECT_EQ(plain[i], selective[i]) << "selective checkpointing, tensor " << i;
+  }
+}
+
+TEST(Checkpoint, SelectiveKeepsTheMatmulOutputsAndNothingElse) {
+  Block block;
+  auto& a = loom::host_allocator();
+  Tensor x = loom::randn({64, 16, 6}, loom::RngKey{3, "data", "x"});
+  x.set_requires_grad(true);
+  const int64_t base = a.stats().live_total;
+  Tensor y = loom::checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; },
+                              {x}, /*keep_expensive=*/true)[0];
+  const int64_t kept = a.stats().live_total - base;
+  // The output, and the two linears' outputs (f32): not the GELU, norm or their statistics.
+  const int64_t linears = 64 * 16 * (block.w1.size(0) + block.w2.size(0)) * 4;
+  EXPECT_EQ(kept, int64_t(y.nbytes()) + linears);
+  loom::backward(loom::sum(y));
+  EXPECT_TRUE(block.w1.grad().defined());
 }
 
 TEST(Checkpoint, KeepsOnlyItsInputsDuringForward) {

@@ -14,6 +14,17 @@ using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>
 // on and backpropagates through the recomputed graph. Parameters that fn uses (captured
 // leaves) receive their gradients during that recompute, as they would without checkpointing.
 // fn must be deterministic (Loom's ops are; random ops take explicit Philox keys).
-std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
+//
+// keep_expensive (selective checkpointing): the outputs of the expensive ops fn runs -- matmuls
+// and attention -- are kept from the forward and handed back in the recompute, which redoes
+// only the cheap ones (norms, activations, elementwise): more memory than recomputing
+// everything, almost no extra compute.
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                               bool keep_expensive = false);
+
+// What an expensive op wraps its computation in: inside a selective checkpoint's forward it
+// runs compute() and keeps the outputs, inside its recompute it returns the kept outputs (in
+// the same order) without computing; elsewhere it runs compute().
+std::vector<Tensor> computed_or_kept(const std::function<std::vector<Tensor>()>& compute);
 
 }  // namespace loom

@@ -30,7 +30,18 @@ Embedding::Embedding(int64_t num, int64_t dim, Init init) {
   weight = register_parameter("weight", {num, dim}, init, /*weight_decay=*/false);
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(ids, weight); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  return call({ids}, [this](const std::vector<Tensor>& in) { return embedding(in[0], weight); });
+}
+
+Tensor TiedProjection::forward(const Tensor& x) const {
+  return call({x}, [this](const std::vector<Tensor>& in) { return linear(in[0], weight_); });
+}
+
+Tensor CrossEntropy::forward(const Tensor& logits, const Tensor& targets) const {
+  return call({logits, targets},
+              [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); });
+}
 
 LayerNorm::LayerNorm(int64_t dim, bool affine, float eps_) : eps(eps_) {
   if (affine) {

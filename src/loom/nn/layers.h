@@ -27,8 +27,26 @@ class Conv2d : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Init init = Init::normal(0.02f));
-  Tensor forward(const Tensor& ids) const;  // (...) i64 -> (..., dim)
+  Tensor forward(const Tensor& ids) const;  // (...) i64 -> (..., dim), through call()
   Tensor weight;                            // (num, dim)
+};
+
+// The output projection tied to an embedding (x -> x W^T with the embedding's W): a module of
+// its own, without parameters, so that parallelism can wrap it like a Linear.
+class TiedProjection : public Module {
+ public:
+  explicit TiedProjection(const Embedding& embedding) : weight_(embedding.weight) {}
+  Tensor forward(const Tensor& x) const;  // (..., dim) -> (..., num), through call()
+
+ private:
+  Tensor weight_;  // the embedding's parameter (the same tensor, whatever it becomes)
+};
+
+// Mean cross-entropy of logits (..., V) against targets (...) i64 (-100 ignored), as a module
+// so that vocabulary parallelism can replace it by the version over split logits.
+class CrossEntropy : public Module {
+ public:
+  Tensor forward(const Tensor& logits, const Tensor& targets) const;  // through call()
 };
 
 class LayerNorm : public Module {

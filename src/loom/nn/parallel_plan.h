@@ -18,6 +18,11 @@ struct ParallelPlan {
   // the blocks' other inputs (conditioning) stay whole.
   std::vector<std::string> blocks;
   int64_t sequence_dim = 1;
+  // Vocabulary parallelism (with tensor parallelism): the token embedding (nn::Embedding) whose
+  // rows split over the vocabulary, the output head with the same split (an nn::Linear, or an
+  // nn::TiedProjection of that embedding), and the loss (nn::CrossEntropy) that then takes the
+  // split logits without gathering them. Empty: embeddings and head stay whole.
+  std::string vocab_embedding, vocab_head, vocab_loss;
   // Pipeline parallelism: the direct children the first stage uses before the blocks
   // (embeddings) and the last stage after them (final norm, head). A module in both (a tied
   // embedding) is held by both ends, its gradient summed between them. Every parameter must

@@ -1,5 +1,7 @@
 #include "loom/ops/attention.h"
 
+#include "loom/autograd/checkpoint.h"
+
 #include <cmath>
 
 #include "loom/ops/detail.h"
@@ -90,10 +92,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                  : Tensor();
   // The output always as (B, S, H, D) memory: attention is followed by merging the heads.
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
-  Tensor out = Tensor::empty({B, S, H, D}, q.dtype(), q.device())
-                   .as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
-  Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::F32, q.device());
-  backend_of(q).attention_forward(qc, kc, vc, m, scale, causal, out, lse);
+  const auto computed = computed_or_kept([&] {
+    Tensor out = Tensor::empty({B, S, H, D}, q.dtype(), q.device())
+                     .as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
+    Tensor lse = Tensor::empty({B, H, S}, DType::F32, q.device());
+    backend_of(q).attention_forward(qc, kc, vc, m, scale, causal, out, lse);
+    return std::vector<Tensor>{out, lse};
+  });
+  const Tensor& out = computed[0];
+  const Tensor& lse = computed[1];
   if (any_requires_grad({q, k, v})) {
     auto node = std::make_shared<AttentionBackward>();
     node->q = qc.detach();

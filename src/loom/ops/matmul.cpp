@@ -1,5 +1,7 @@
 #include "loom/ops/matmul.h"
 
+#include "loom/autograd/checkpoint.h"
+
 #include "loom/ops/detail.h"
 #include "loom/ops/reduce.h"
 #include "loom/ops/shape.h"
@@ -86,7 +88,7 @@ struct LinearBackward : Node {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  Tensor out = gemm(a, b, Tensor(), "matmul");
+  Tensor out = computed_or_kept([&] { return std::vector<Tensor>{gemm(a, b, Tensor(), "matmul")}; })[0];
   if (any_requires_grad({a, b})) {
     auto node = std::make_shared<MatmulBackward>();
     node->a = a.detach();
@@ -111,8 +113,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     NoGradGuard raw;  // the graph edge is recorded once, below, against x itself
     x2 = reshape(x, {-1, x.size(-1)});
   }
-  Tensor out2 = gemm(x2, mT(weight.detach()),
-                     bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), "linear");
+  Tensor out2 = computed_or_kept([&] {
+    return std::vector<Tensor>{gemm(x2, mT(weight.detach()),
+                                    bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(),
+                                    "linear")};
+  })[0];
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
   Tensor out = out2.as_strided(out_shape, contiguous_strides(out_shape), 0);

@@ -7,15 +7,17 @@ namespace loom::parallel {
 
 void apply_activation_checkpointing(nn::Module& model, const std::vector<std::string>& block_names,
                                     const std::string& policy) {
-  LOOM_CHECK(policy == "none" || policy == "full")
-      << "activation checkpointing policy '" << policy << "' is not known (expected none or full)";
+  LOOM_CHECK(policy == "none" || policy == "full" || policy == "selective")
+      << "activation checkpointing policy '" << policy
+      << "' is not known (expected none, full or selective)";
   if (policy == "none") return;
+  const bool keep_expensive = policy == "selective";
   for (const std::string& name : block_names)
     model.submodule(name).add_forward_wrapper(
-        [](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
+        [keep_expensive](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
           // fn is copied into the checkpoint: backward calls it again.
           return checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; },
-                            inputs)[0];
+                            inputs, keep_expensive)[0];
         });
 }
 

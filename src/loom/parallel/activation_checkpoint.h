@@ -1,7 +1,9 @@
 // Activation checkpointing applied from outside: each block's forward keeps only its inputs,
 // and backward runs the block again to get the activations it needs (autograd/checkpoint.h).
-// Memory for activations drops from every block's to one block's plus the blocks' inputs, for
-// about one more forward of compute. Composes with ZeRO-3 (its wrapper runs outside this one,
+// "full": memory for activations drops from every block's to one block's plus the blocks'
+// inputs, for about one more forward of compute. "selective": the blocks also keep the outputs
+// of their matmuls and attention, and the recompute redoes only the cheap ops between them
+// (norms, activations, modulation, residual adds): less memory saved, almost no compute added. Composes with ZeRO-3 (its wrapper runs outside this one,
 // so a block's parameters are gathered before the recompute needs them).
 #pragma once
 #include <string>
@@ -11,7 +13,7 @@
 
 namespace loom::parallel {
 
-// policy: "none" or "full" (every block).
+// policy: "none", "full" or "selective" (every block).
 void apply_activation_checkpointing(nn::Module& model, const std::vector<std::string>& block_names,
                                     const std::string& policy);
 

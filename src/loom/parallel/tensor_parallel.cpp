@@ -2,6 +2,7 @@
 
 #include "loom/nn/layers.h"
 #include "loom/ops/ops.h"
+#include "loom/parallel/vocab_parallel.h"
 
 namespace loom::parallel {
 
@@ -85,7 +86,7 @@ class Applier {
     const int64_t out = lin.weight.size(0);
     LOOM_CHECK(out % P_ == 0) << "tensor parallel: " << path << " has " << out
                               << " output features, not divisible by tp = " << P_;
-    split_rows(path, lin, even_blocks(out, P_));
+    split_rows(path, lin, even_blocks(out, P_), seq_dim_);
   }
 
   void row(const std::string& path) {
@@ -112,10 +113,40 @@ class Applier {
                           {(H + Hkv) * Dh + q * hkv * Dh, hkv * Dh}});
       proj_columns.push_back({{q * h * Dh, h * Dh}});
     }
-    split_rows(path + ".qkv", *attn->qkv, qkv_rows);
+    split_rows(path + ".qkv", *attn->qkv, qkv_rows, seq_dim_);
     split_columns(path + ".proj", *attn->proj, proj_columns);
     attn->config.heads = h;
     attn->config.kv_heads = hkv;
+  }
+
+  // Vocabulary parallelism: embedding rows, head rows (the same split) and a loss over the
+  // split logits. Embedding and head run outside the sequence-parallel region: their
+  // activations are whole.
+  void vocabulary(const nn::ParallelPlan& plan) {
+    auto* emb = dynamic_cast<nn::Embedding*>(&model_.submodule(plan.vocab_embedding));
+    LOOM_CHECK(emb) << "tensor parallel: " << plan.vocab_embedding << " is not an embedding";
+    const int64_t V = emb->weight.size(0);
+    LOOM_CHECK(V % P_ == 0) << "tensor parallel: the vocabulary of " << plan.vocab_embedding << " ("
+                            << V << ") is not divisible by tp = " << P_;
+    shard(plan.vocab_embedding + ".weight", emb->weight, 0, even_blocks(V, P_));
+    emb->add_forward_wrapper([group = group_, weight = emb->weight](const nn::Module::ForwardFn&,
+                                                                    const std::vector<Tensor>& in) {
+      return vocab_parallel_embedding(in[0], weight, group);
+    });
+    nn::Module& head = model_.submodule(plan.vocab_head);
+    if (auto* lin = dynamic_cast<nn::Linear*>(&head)) {
+      LOOM_CHECK(lin->weight.size(0) == V) << "tensor parallel: " << plan.vocab_head << " has "
+                                           << lin->weight.size(0) << " outputs, the vocabulary " << V;
+      split_rows(plan.vocab_head, *lin, even_blocks(V, P_), /*seq_dim=*/-1);
+    } else {
+      LOOM_CHECK(dynamic_cast<nn::TiedProjection*>(&head))
+          << "tensor parallel: " << plan.vocab_head << " is neither a Linear nor a tied projection";
+      head.add_forward_wrapper(column_input(-1));  // its weight is the embedding's, split above
+    }
+    model_.submodule(plan.vocab_loss).add_forward_wrapper(
+        [group = group_](const nn::Module::ForwardFn&, const std::vector<Tensor>& in) {
+          return vocab_parallel_cross_entropy(in[0], in[1], group);
+        });
   }
 
   // Sequence parallelism: the residual stream is split from the first block's input to the
@@ -160,13 +191,19 @@ class Applier {
   // Column-parallel: output rows (and bias) split; the input is gathered (or, replicated,
   // its gradient summed).
   void split_rows(const std::string& path, nn::Linear& lin,
-                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& rows) {
+                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& rows,
+                  int64_t seq_dim) {
     shard(path + ".weight", lin.weight, 0, rows);
     if (lin.bias.defined()) shard(path + ".bias", lin.bias, 0, rows);
-    lin.add_forward_wrapper([group = group_, dim = seq_dim_](const nn::Module::ForwardFn& fn,
-                                                             const std::vector<Tensor>& in) {
+    lin.add_forward_wrapper(column_input(seq_dim));
+  }
+
+  // A column-parallel layer's input: replicated (its gradient summed over the ranks), or split
+  // along the sequence (gathered).
+  nn::Module::ForwardWrapper column_input(int64_t seq_dim) const {
+    return [group = group_, dim = seq_dim](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
       return fn({dim < 0 ? copy_to_group(in[0], group) : all_gather_along(in[0], dim, group)});
-    });
+    };
   }
 
   // Row-parallel: input columns split; the partial outputs are summed (or reduce-scattered
@@ -198,6 +235,7 @@ TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::Parallel
   for (const auto& path : plan.attention) apply.attention(path);
   for (const auto& path : plan.column) apply.column(path);
   for (const auto& path : plan.row) apply.row(path);
+  if (!plan.vocab_embedding.empty()) apply.vocabulary(plan);
   if (sequence_parallel) {
     LOOM_CHECK(!plan.blocks.empty()) << "sequence parallel: the model names no blocks";
     apply.sequence_region(plan.blocks);

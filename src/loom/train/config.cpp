@@ -55,6 +55,9 @@ void check_model_parallel(const Config& c, const std::string& path) {
       << ") must be divisible by parallel.tp " << tp;
   LOOM_CHECK(hidden % tp == 0) << "config " << path << ": the MLP's " << hidden
                                << " hidden features must be divisible by parallel.tp " << tp;
+  LOOM_CHECK(!gpt || c.parallel.dims.pp > 1 || c.gpt.vocab_size % tp == 0)
+      << "config " << path << ": model.vocab_size " << c.gpt.vocab_size
+      << " must be divisible by parallel.tp " << tp << " (the embedding and head split over it)";
   const std::string what = std::to_string(tokens) + (gpt ? " tokens (model.context)" : " tokens per image");
   const bool ring = c.parallel.context_parallel == "ring";
   if (cp > 1) {
@@ -249,9 +252,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.gather_dtype = f.get_string("parallel", "gather_dtype", p.gather_dtype);
   p.activation_checkpointing =
       f.get_string("parallel", "activation_checkpointing", p.activation_checkpointing);
-  LOOM_CHECK(p.activation_checkpointing == "none" || p.activation_checkpointing == "full")
+  LOOM_CHECK(p.activation_checkpointing == "none" || p.activation_checkpointing == "full" ||
+             p.activation_checkpointing == "selective")
       << "config " << path << ": parallel.activation_checkpointing '" << p.activation_checkpointing
-      << "' (expected none or full)";
+      << "' (expected none, full or selective)";
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   p.timeout_s = f.get_double("dist", "timeout_s", p.timeout_s);
   if (p.data_parallel == "fsdp") p.data_parallel = "zero3";

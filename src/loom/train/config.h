@@ -86,7 +86,8 @@ struct ParallelConfig {
   // "fsdp" is another name for zero3.
   std::string data_parallel = "ddp";
   std::string gather_dtype = "f32";    // zero3: parameters travel as "f32" or "bf16"
-  std::string activation_checkpointing = "none";  // "none" or "full" (recompute every block)
+  // "none", "full" (recompute every block) or "selective" (recompute all but matmuls/attention)
+  std::string activation_checkpointing = "none";
   bool sequence_parallel = false;      // tp > 1: norms and residuals on sequence shards
   std::string context_parallel = "ring";  // cp > 1: "ring" or "ulysses" attention
   // pp > 1: "gpipe", "1f1b" or "interleaved" (pipeline_chunks model chunks per rank); the

@@ -160,7 +160,7 @@ parallel::PipelineStages gpt_stages(const models::Gpt& model, const ParallelRun:
     });
   st.input = [&model, &batches, pos](int64_t m) { return model.embed(batches[size_t(m)].ids, pos); };
   st.loss = [&model, &batches](const Tensor& out, int64_t m) {
-    return cross_entropy(model.head(out), batches[size_t(m)].targets);
+    return model.criterion->forward(model.head(out), batches[size_t(m)].targets);
   };
   st.activation_shape = {batches.at(0).ids.size(0), T, model.config.width};
   return st;

@@ -90,6 +90,9 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
       list->erase(std::remove_if(list->begin(), list->end(),
                                  [&](const std::string& p) { return !in_kept_block(p); }),
                   list->end());
+    // The vocabulary split needs the embedding and the head on one rank: with a pipeline they
+    // stay whole (tied embeddings would have to be split alike on both ends).
+    local_plan.vocab_embedding = local_plan.vocab_head = local_plan.vocab_loss = "";
   }
   // Model parallelism next: it changes the parameters' shapes, and its wrappers run inside
   // the others (a recompute or a ZeRO-3 gather wraps the whole model-parallel block). Context

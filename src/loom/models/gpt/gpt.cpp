@@ -96,6 +96,9 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
   norm_f = register_module("norm_f", make_norm(c));
   if (!c.tie_embeddings)
     lm_head = register_module("lm_head", std::make_shared<nn::Linear>(C, V, false, kInit));
+  else
+    tied_head = register_module("tied_head", std::make_shared<nn::TiedProjection>(*tok_embed));
+  criterion = register_module("criterion", std::make_shared<nn::CrossEntropy>());
 }
 
 nn::ParallelPlan Gpt::parallel_plan() const {
@@ -114,6 +117,9 @@ nn::ParallelPlan Gpt::parallel_plan() const {
   plan.first_stage = {"tok_embed"};
   if (pos_embed) plan.first_stage.push_back("pos_embed");
   plan.last_stage = {"norm_f", lm_head ? "lm_head" : "tok_embed"};
+  plan.vocab_embedding = "tok_embed";
+  plan.vocab_head = lm_head ? "lm_head" : "tied_head";
+  plan.vocab_loss = "criterion";
   return plan;
 }
 
@@ -140,7 +146,7 @@ Tensor Gpt::embed(const Tensor& ids, const Tensor& positions) const {
 
 Tensor Gpt::head(const Tensor& h) const {
   Tensor n = apply_norm(*norm_f, config.is_llama(), h);                 // (B, T, C)
-  return lm_head ? lm_head->forward(n) : linear(n, tok_embed->weight);  // (B, T, V)
+  return lm_head ? lm_head->forward(n) : tied_head->forward(n);  // (B, T, V)
 }
 
 Tensor Gpt::forward(const Tensor& ids, const Tensor& positions) const {
@@ -155,7 +161,7 @@ Tensor Gpt::forward(const Tensor& ids, const Tensor& positions) const {
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const Tensor& positions) const {
   LOOM_CHECK(targets.shape() == ids.shape())
       << "gpt: targets " << targets.shape() << " must have the shape of ids " << ids.shape();
-  return cross_entropy(forward(ids, positions), targets);
+  return criterion->forward(forward(ids, positions), targets);
 }
 
 }  // namespace loom::models

@@ -87,10 +87,13 @@ class Gpt : public nn::Module {
     return names;
   }
   // Tensor parallelism: attention heads split, the MLP's first linear(s) column-parallel and its
-  // output projection row-parallel; embeddings, norms and the head stay whole.
+  // output projection row-parallel; the token embedding, the head and the loss split over the
+  // vocabulary; norms and the position embedding stay whole.
   nn::ParallelPlan parallel_plan() const;
   std::shared_ptr<nn::Module> norm_f;   // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Linear> lm_head;  // (V, C), no bias; null when tied to tok_embed
+  std::shared_ptr<nn::TiedProjection> tied_head;  // with tied embeddings: logits = h tok_embed^T
+  std::shared_ptr<nn::CrossEntropy> criterion;    // the loss of loss()
 };
 
 }  // namespace loom::models
