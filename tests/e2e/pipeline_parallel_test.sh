@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Pipeline parallelism changes nothing but memory and speed: the tiny GPT (GPT-2 style with a
-# tied embedding held by both pipeline ends, and Llama style with an untied head), 4 blocks, a
+# tied embedding held by both pipeline ends, and Llama style with an untied head) and DiT (the
+# conditioning passed between stages with the tokens), 4 blocks, a
 # step of 4 micro-batches (train.grad_accum), 10 steps, on 1 process vs PP=2 and PP=4 with each
 # schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank) and compositions PP2 x TP2
 # (with sequence parallelism), PP2 x DDP2, PP2 x ZeRO-3 on 2 and PP2 x TP2 x ZeRO-2 on 2
 # (8 processes): losses to 1e-5 relative, final weights and AdamW moments to 1e-4.
 # Held-out evaluation runs through the pipeline and reports the 1-process loss. A run saved
 # under PP2 x TP2 resumes under DP4 (ZeRO-2) and TP4 and ends where the uninterrupted run ends.
-# Bad layouts (more stages than blocks, DiT, an interleaved schedule the micro-batches do not
-# fit) fail before any work with one clear error.
+# Bad layouts (more stages than blocks, an interleaved schedule the micro-batches do not fit) fail before any work with one clear error.
 # Usage: pipeline_parallel_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -51,6 +51,41 @@ for model in gpt2 llama; do
       fail "$model $layout: not equal to 1 process"
   done
 done
+
+# PP4 interleaved needs 8 stages: GPT-2 8 blocks deep.
+deep=("${common[@]}" --set model.depth=8)
+"$loom" train "$cfg" "${deep[@]}" --set run.out_dir="$work/deep-np1" > "$work/deep-np1.log" 2>&1 ||
+  fail "8 blocks: single-process run failed"
+"$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${deep[@]}" --set parallel.pp=4 \
+  --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2 \
+  --set run.out_dir="$work/deep-pp4-interleaved" > "$work/deep-pp4-interleaved.log" 2>&1 ||
+  fail "8 blocks: pp4 interleaved failed"
+echo -n "gpt2 (8 blocks) pp4-interleaved vs 1 process: "
+/usr/bin/python3 "$here/compare_runs.py" "$work/deep-np1/tiny_gpt" "$work/deep-pp4-interleaved/tiny_gpt" 1e-5 \
+  --weights-rtol=1e-4 || fail "8 blocks: pp4 interleaved not equal to 1 process"
+
+# DiT: the conditioning travels with the tokens between stages (and its gradient back).
+dit=(--set train.steps=10 --set train.log_every=1 --set model.depth=4 --set model.heads=4
+  --set train.batch_size=4 --set train.grad_accum=4 --set sample.per_class=1)
+"$loom" train "$here/tiny_dit.toml" "${dit[@]}" --set run.out_dir="$work/dit-np1" > "$work/dit-np1.log" 2>&1 ||
+  fail "dit: single-process run failed"
+for layout in pp2-1f1b pp4-gpipe pp2-interleaved pp2-tp2-sp pp2-zero3x2; do
+  out=$work/dit-$layout
+  case $layout in
+    pp2-1f1b) np=2; par=(--set parallel.pp=2) ;;
+    pp4-gpipe) np=4; par=(--set parallel.pp=4 --set parallel.pipeline_schedule=gpipe) ;;
+    pp2-interleaved) np=2; par=(--set parallel.pp=2 --set parallel.pipeline_schedule=interleaved
+      --set parallel.pipeline_chunks=2) ;;
+    pp2-tp2-sp) np=4; par=(--set parallel.pp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true) ;;
+    pp2-zero3x2) np=4; par=(--set parallel.pp=2 --set parallel.data_parallel=zero3) ;;
+  esac
+  "$mpirun" --oversubscribe -np $np "$loom" train "$here/tiny_dit.toml" "${dit[@]}" "${par[@]}" \
+    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "dit $layout: run failed"; tail -3 "$out.log"; continue; }
+  echo -n "dit $layout vs 1 process: "
+  /usr/bin/python3 "$here/compare_runs.py" "$work/dit-np1/tiny_dit" "$out/tiny_dit" 1e-5 --weights-rtol=1e-4 ||
+    fail "dit $layout: not equal to 1 process"
+done
+grep -q "^samples: " "$work/dit-pp2-1f1b.log" || fail "dit pp2: no samples from the gathered EMA weights"
 
 # Evaluation through the pipeline, and the text sample from the gathered weights.
 with_eval=("${common[@]}" --set eval.every=5 --set sample.tokens=8)
@@ -97,7 +132,8 @@ bad 4 "parallel.pp 4 x pipeline_chunks 2 = 8 stages for model.depth 4 blocks" "$
 bad 2 "needs train.grad_accum (the micro-batches, 3) to be a multiple of parallel.pp 2" "$cfg" "${common[@]}" \
   --set parallel.pp=2 --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2 \
   --set train.grad_accum=3
-bad 2 "pipeline parallelism is wired into training for GPT only" "$here/tiny_dit.toml" --set parallel.pp=2
+bad 4 "parallel.pp 4 x pipeline_chunks 1 = 4 stages for model.depth 2 blocks" "$here/tiny_dit.toml" \
+  --set model.depth=2 --set parallel.pp=4
 bad 2 "parallel.pipeline_schedule 'zigzag' (expected gpipe, 1f1b or interleaved)" "$cfg" "${common[@]}" \
   --set parallel.pp=2 --set parallel.pipeline_schedule=zigzag
 

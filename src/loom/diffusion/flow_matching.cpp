@@ -6,9 +6,9 @@
 
 namespace loom::diffusion {
 
-Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Tensor& labels,
-                          const FlowMatchingConfig& config, uint64_t seed, int64_t step,
-                          int64_t first_index) {
+FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
+                                      const FlowMatchingConfig& config, uint64_t seed, int64_t step,
+                                      int64_t first_index) {
   const int64_t B = x0.size(0), per_sample = x0.numel() / B;
   const std::string s = std::to_string(step);
   Tensor eps = Tensor::empty(x0.shape());
@@ -30,7 +30,14 @@ Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Te
   // x_t = x0 + t (eps - x0); target = eps - x0.
   Tensor target = sub(eps, x0);
   Tensor xt = add(x0, mul(t4, target));
-  return mse(velocity(xt, tt, from_vector(y, {B})), target);
+  return {xt, tt, from_vector(y, {B}), target};
+}
+
+Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Tensor& labels,
+                          const FlowMatchingConfig& config, uint64_t seed, int64_t step,
+                          int64_t first_index) {
+  const FlowMatchingBatch b = flow_matching_batch(x0, labels, config, seed, step, first_index);
+  return mse(velocity(b.xt, b.t, b.labels), b.target);
 }
 
 Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labels,

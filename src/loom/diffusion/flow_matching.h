@@ -17,8 +17,17 @@ struct FlowMatchingConfig {
   double logit_normal_mean = 0.0, logit_normal_std = 1.0;  // t = sigmoid(N(mean, std))
 };
 
-// Mean squared error between predicted and target velocity for one (micro-)batch.
+// One (micro-)batch's training example: the model's inputs and the velocity it should predict.
+struct FlowMatchingBatch {
+  Tensor xt, t, labels;  // (B, C, H, W), (B) f32, (B) i64 (some dropped to the null class)
+  Tensor target;         // eps - x0
+};
 // first_index: global index of x0's first sample within the step's global batch.
+FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
+                                      const FlowMatchingConfig& config, uint64_t seed, int64_t step,
+                                      int64_t first_index = 0);
+
+// Mean squared error between predicted and target velocity for one (micro-)batch.
 Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Tensor& labels,
                           const FlowMatchingConfig& config, uint64_t seed, int64_t step,
                           int64_t first_index = 0);

@@ -20,10 +20,7 @@ void check_pipeline(const Config& c, const std::string& path) {
       << "config " << path << ": parallel.pipeline_chunks " << V
       << " (more than 1 only with pipeline_schedule = \"interleaved\")";
   if (pp == 1) return;
-  LOOM_CHECK(c.model_kind == "gpt")
-      << "config " << path << ": pipeline parallelism is wired into training for GPT only so far "
-      << "(parallel.pp " << pp << " with model.kind " << c.model_kind << ")";
-  const int64_t depth = c.gpt.depth;
+  const int64_t depth = c.model_kind == "gpt" ? c.gpt.depth : c.dit.depth;
   LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp << " x pipeline_chunks "
                               << V << " = " << pp * V << " stages for model.depth " << depth
                               << " blocks (each stage needs at least one)";

@@ -39,6 +39,40 @@ Tensor sample_grid_labels(int64_t classes, int64_t per_class) {
   return from_vector(y, {classes * per_class});
 }
 
+// The DiT's pieces as this rank's pipeline stages: the embedders before the first stage, its
+// chunks' blocks, the final layer and the loss after the last; micro-batch m is batches[m].
+// What travels between stages is the tokens with the conditioning appended as one more token,
+// (B, T + 1, D): every stage's blocks need both, and the conditioning's gradient flows back
+// through every stage to the embedders.
+parallel::PipelineStages dit_stages(const models::Dit& model, const ParallelRun::Pipeline& pipe,
+                                    const std::vector<diffusion::FlowMatchingBatch>& batches) {
+  const int64_t T = model.config.tokens(), D = model.config.width;
+  auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
+  auto tokens = [T](const Tensor& a) { return contiguous(narrow(a, 1, 0, T)); };
+  auto conditioning = [T](const Tensor& a) { return contiguous(squeeze(narrow(a, 1, T, 1), 1)); };
+  parallel::PipelineStages st;
+  for (const auto& [begin, end] : pipe.chunk_blocks)
+    st.forward.push_back([=, &model](const Tensor& a) {
+      Tensor h = tokens(a);
+      const Tensor c = conditioning(a);
+      for (int64_t i = begin; i < end; ++i) {
+        const auto& block = model.blocks[size_t(i)];
+        h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
+      }
+      return pack(h, c);
+    });
+  st.input = [=, &model, &batches](int64_t m) {
+    const auto& b = batches[size_t(m)];
+    const models::Dit::Embedded e = model.embed(b.xt, b.t, b.labels);
+    return pack(e.tokens, e.conditioning);
+  };
+  st.loss = [=, &model, &batches](const Tensor& out, int64_t m) {
+    return mse(model.head(tokens(out), conditioning(out)), batches[size_t(m)].target);
+  };
+  st.activation_shape = {batches.at(0).xt.size(0), T + 1, D};
+  return st;
+}
+
 diffusion::VelocityFn velocity_of(const models::Dit& model) {
   return [&model](const Tensor& x, const Tensor& t, const Tensor& y) { return model.forward(x, t, y); };
 }
@@ -163,7 +197,23 @@ void train_dit(const Config& cfg, Resume resume) {
   for (; step < tc.steps; ++step) {
     guard.begin_step(step);
     double loss_sum = 0;
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+    if (const auto* pipe = par.pipeline()) {
+      // The step's micro-batches go through the pipeline schedule (gradients accumulate over
+      // them: the last stage starts each backward from loss / micro-batches).
+      std::vector<diffusion::FlowMatchingBatch> batches;
+      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        Batch b = prefetch.next();
+        position = b.next;
+        const int64_t first = micro * tc.batch_size + par.dp_rank() * par.local_batch();
+        batches.push_back(diffusion::flow_matching_batch(b.images, b.labels, cfg.flow, cfg.run.seed,
+                                                         step, first));
+      }
+      par.begin_micro_step(0, 1);
+      const double sum = parallel::run_pipeline(pipe->schedule, dit_stages(model, *pipe, batches), pipe->group);
+      par.after_backward(0, 1);
+      loss_sum = par.from_last_stage(sum / double(tc.grad_accum));
+    }
+    for (int64_t micro = 0; micro < tc.grad_accum && !par.pipeline(); ++micro) {
       Batch b = prefetch.next();
       position = b.next;
       // This rank's samples are entries dp_rank * local_batch.. of the micro-batch.

@@ -94,12 +94,14 @@ nn::ParallelPlan Dit::parallel_plan() const {
     plan.row.push_back(b + ".mlp.fc2");
     plan.blocks.push_back(b);
   }
+  plan.first_stage = {"patch_embed", "t_embed.fc1", "t_embed.fc2", "y_embed"};
+  plan.last_stage = {"final.norm", "final.ada", "final.linear"};
   return plan;
 }
 
-Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
+Dit::Embedded Dit::embed(const Tensor& x, const Tensor& t, const Tensor& y) const {
   const int64_t B = x.size(0), C = config.channels, S = config.image_size, p = config.patch,
-                g = S / p, D = config.width;
+                g = S / p;
   LOOM_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == S && x.size(3) == S)
       << "dit: expected images (B, " << C << ", " << S << ", " << S << "), got " << x.shape();
   LOOM_CHECK(t.shape() == Shape{B} && y.shape() == Shape{B})
@@ -110,15 +112,27 @@ Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
   Tensor h = add(patch_embed->forward(patches), pos_embed);
   // Conditioning: timestep (scaled to DiT's 0..1000 range) MLP plus class embedding.
   Tensor temb = t_fc2->forward(silu(t_fc1->forward(timestep_embedding(t, 256, 1000.0))));
-  Tensor c = add(temb, y_embed->forward(y));
-  for (const auto& block : blocks)
-    h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
+  return {h, add(temb, y_embed->forward(y))};
+}
+
+Tensor Dit::head(const Tensor& h, const Tensor& c) const {
+  const int64_t B = h.size(0), C = config.channels, S = config.image_size, p = config.patch,
+                g = S / p, D = config.width;
   auto mod = split(final_ada->forward(silu(c)), D, -1);  // shift, scale
-  h = modulate(final_norm->forward(h), contiguous(mod[0]), contiguous(mod[1]));
-  Tensor out = final_linear->forward(h);  // (B, T, p p C)
+  Tensor out = final_linear->forward(
+      modulate(final_norm->forward(h), contiguous(mod[0]), contiguous(mod[1])));  // (B, T, p p C)
   // Unpatchify: (B, g, g, p, p, C) -> (B, C, g, p, g, p) -> (B, C, S, S).
   out = permute(reshape(out, {B, g, g, p, p, C}), {0, 5, 1, 3, 2, 4});
   return reshape(out, {B, C, S, S});
+}
+
+Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
+  const Embedded e = embed(x, t, y);
+  Tensor h = e.tokens;
+  const Tensor& c = e.conditioning;
+  for (const auto& block : blocks)
+    h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
+  return head(h, c);
 }
 
 }  // namespace loom::models

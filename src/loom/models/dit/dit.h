@@ -40,6 +40,14 @@ class Dit : public nn::Module {
   // x (B, C, H, W), t (B) f32 in [0, 1], y (B) i64 class (num_classes = unconditional)
   // -> velocity (B, C, H, W).
   Tensor forward(const Tensor& x, const Tensor& t, const Tensor& y) const;
+  // The pieces of forward, for pipeline stages applied from outside:
+  // forward(x, t, y) = head(blocks[D-1](... blocks[0](h, c) ..., c), c) with (h, c) = embed(x, t, y).
+  struct Embedded {
+    Tensor tokens;        // (B, T, D): patch embeddings plus positions
+    Tensor conditioning;  // (B, D): timestep plus class embedding
+  };
+  Embedded embed(const Tensor& x, const Tensor& t, const Tensor& y) const;
+  Tensor head(const Tensor& h, const Tensor& c) const;  // final adaLN layer, unpatchify
   // The transformer blocks, for activation checkpointing and sharding applied from outside.
   std::vector<std::shared_ptr<DitBlock>> blocks;
   // Their parameter-name prefixes ("blocks.0", ...): the units FSDP/ZeRO flatten and shard.
@@ -49,7 +57,8 @@ class Dit : public nn::Module {
     return names;
   }
   // Tensor parallelism: attention heads split, mlp.fc1 column- and mlp.fc2 row-parallel; the
-  // adaLN modulation (small, from the conditioning) and the embeddings stay whole.
+  // adaLN modulation (small, from the conditioning) and the embeddings stay whole. Pipeline:
+  // the embedders before the first stage, the final layer after the last.
   nn::ParallelPlan parallel_plan() const;
   const DitConfig config;
 
