@@ -41,6 +41,11 @@ void CachingHostAllocator::count_live(MemCategory category, int64_t delta) {
 void* CachingHostAllocator::allocate(size_t nbytes, MemCategory category) {
   const size_t block = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t limit = limit_;
+  LOOM_CHECK(limit == 0 || stats_.live_total + int64_t(nbytes) <= limit)
+      << "memory limit of " << limit / (1 << 20) << " MB exceeded: allocating " << nbytes
+      << " bytes for " << mem_category_name(category) << " with " << stats_.live_total
+      << " bytes live";
   void* ptr = nullptr;
   auto it = free_lists_.find(block);
   if (it != free_lists_.end() && !it->second.empty()) {

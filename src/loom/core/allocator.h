@@ -65,6 +65,9 @@ class CachingHostAllocator final : public Allocator {
   // Debug aid for kernel tests: fill every new allocation with 0xFF bytes (NaN in every
   // float format), so an output element a kernel forgets to write shows up as NaN.
   void set_poison(bool on) { poison_ = on; }
+  // At most this many bytes of live tensors (0: no limit), as on a device of that size: an
+  // allocation beyond it is an error naming what it was for and what is live.
+  void set_limit(int64_t bytes) { limit_ = bytes; }
 
  private:
   void count_live(MemCategory category, int64_t delta);  // caller holds mutex_
@@ -73,6 +76,7 @@ class CachingHostAllocator final : public Allocator {
   std::unordered_map<size_t, std::vector<void*>> free_lists_;
   MemStats stats_;
   std::atomic<bool> poison_{false};
+  std::atomic<int64_t> limit_{0};
 };
 
 // The process-wide host allocator (one of the two allowed pieces of global state).

@@ -19,10 +19,17 @@ struct ParallelPlan {
   std::vector<std::string> blocks;
   int64_t sequence_dim = 1;
   // Vocabulary parallelism (with tensor parallelism): the token embedding (nn::Embedding) whose
-  // rows split over the vocabulary, the output head with the same split (an nn::Linear, or an
-  // nn::TiedProjection of that embedding), and the loss (nn::CrossEntropy) that then takes the
-  // split logits without gathering them. Empty: embeddings and head stay whole.
-  std::string vocab_embedding, vocab_head, vocab_loss;
+  // rows split over the vocabulary and the output head with the same split (an nn::Linear, or
+  // an nn::TiedProjection of that embedding); the loss then takes the split logits without
+  // gathering them. Empty: embeddings and head stay whole.
+  std::string vocab_embedding, vocab_head;
+  // The loss module (nn::CrossEntropy), or empty.
+  std::string loss;
+  // The model's forward takes any of the sequence's rows with their global positions and its
+  // loss averages over the rows it gets (GPT): context parallelism gives each rank its rows from
+  // the input on and averages the ranks' losses. Otherwise (DiT) it splits the sequence from
+  // the first block's input to the last block's output only.
+  bool sequence_shards = false;
   // Pipeline parallelism: the direct children the first stage uses before the blocks
   // (embeddings) and the last stage after them (final norm, head). A module in both (a tied
   // embedding) is held by both ends, its gradient summed between them. Every parameter must

@@ -1,8 +1,12 @@
 #include "loom/parallel/context_parallel.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
+#include "loom/autograd/node.h"
+#include "loom/backend/backend.h"
 #include "loom/nn/layers.h"
 #include "loom/ops/ops.h"
 
@@ -35,91 +39,191 @@ std::vector<int64_t> load_balanced_positions(int64_t T, int64_t rank, int64_t P)
 
 namespace {
 
-// Far below any score, but finite: a row with every key masked stays finite, and its weight in
-// the merge, exp(lse - total), is exactly 0.
-constexpr float kMasked = -1e30f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Attention of q to one key/value block: the output and its log-sum-exp per query row.
-struct Partial {
-  Tensor out, lse;  // (B, H, n, D), (B, H, n, 1)
+// A run of rows holding consecutive positions: rows [row, row + length) hold positions
+// [pos, pos + length).
+struct Run {
+  int64_t row, length, pos;
 };
 
-Partial attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
-  const int64_t B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), m = k.size(2), G = H / Hkv;
-  // Key/value heads repeated for their query groups: (B, H, m, D).
-  auto repeat = [&](const Tensor& t) {
-    return reshape(expand(unsqueeze(t, 2), {B, Hkv, G, m, D}), {B * H, m, D});
-  };
-  Tensor scores = mul_scalar(matmul(reshape(q, {B * H, n, D}), transpose(repeat(k), 1, 2)),
-                             1.0 / std::sqrt(double(D)));  // (B H, n, m)
-  if (mask.defined()) scores = add(scores, mask);
-  Tensor mx;
-  {
-    NoGradGuard no_grad;
-    mx = contiguous(max(scores, {2}, true)).detach();
+std::vector<Run> position_runs(const std::vector<int64_t>& pos) {
+  std::vector<Run> runs;
+  for (int64_t i = 0; i < int64_t(pos.size()); ++i) {
+    if (!runs.empty() && runs.back().pos + runs.back().length == pos[size_t(i)])
+      ++runs.back().length;
+    else
+      runs.push_back({i, 1, pos[size_t(i)]});
   }
-  Tensor p = exp(sub(scores, mx));
-  Tensor l = sum(p, {2}, true);
-  Tensor out = div(matmul(p, repeat(v)), l);
-  return {reshape(out, {B, H, n, D}), reshape(add(log(l), mx), {B, H, n, 1})};
+  return runs;
 }
 
-// kMasked where key position > query position.
-Tensor causal_mask(const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos) {
-  std::vector<float> m;
-  for (int64_t a : qpos)
-    for (int64_t b : kpos) m.push_back(b > a ? kMasked : 0.0f);
-  return from_vector(m, {int64_t(qpos.size()), int64_t(kpos.size())});
+// What of a key run the queries of a query run see. The ranks' rows partition the sequence,
+// so two runs are the same positions or disjoint ones: a key run wholly before the queries is
+// seen whole, one after them not at all, the same run causally (the kernel's diagonal).
+enum class Sees { All, None, Causal };
+
+Sees visibility(const Run& q, const Run& k, bool causal) {
+  if (!causal || k.pos + k.length - 1 < q.pos) return Sees::All;
+  if (k.pos > q.pos + q.length - 1) return Sees::None;
+  LOOM_CHECK(k.pos == q.pos && k.length == q.length)
+      << "ring_attention: query positions [" << q.pos << ", " << q.pos + q.length
+      << ") and key positions [" << k.pos << ", " << k.pos + k.length
+      << ") overlap in part: the ranks' positions must partition the sequence";
+  return Sees::Causal;
 }
+
+// Rows [r.row, r.row + r.length) of (B, H, n, D) or (B, H, n), contiguous.
+Tensor rows(const Tensor& x, const Run& r) { return contiguous(narrow(x, 2, r.row, r.length)); }
+
+// dst rows [row, row + len) += part; dst (B, H, n, D) and part (B, H, len, D) contiguous f32.
+void add_rows(const Tensor& dst, int64_t row, const Tensor& part) {
+  const int64_t BH = dst.size(0) * dst.size(1), n = dst.size(2), D = dst.size(3), len = part.size(2);
+  float* d = dst.data<float>();
+  const float* p = part.data<float>();
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < len * D; ++i) d[(bh * n + row) * D + i] += p[bh * len * D + i];
+}
+
+// Every (query run, key run) pair of one ring step that sees anything.
+template <typename F>
+void for_each_pair(const std::vector<Run>& qruns, const std::vector<Run>& kruns, bool causal, F f) {
+  for (const Run& qr : qruns)
+    for (const Run& kr : kruns) {
+      const Sees sees = visibility(qr, kr, causal);
+      if (sees != Sees::None) f(qr, kr, sees);
+    }
+}
+
+// Merges a partial result (attention of rows qr to one key run: o (B, H, len, D), lse (B, H,
+// len)) into the running output and log-sum-exp of all rows: out = sum_i w_i o_i / sum_i w_i
+// with w_i = exp(lse_i), kept normalised.
+void merge(const Tensor& out, const Tensor& lse, const Run& qr, const Tensor& o, const Tensor& l) {
+  const int64_t BH = out.size(0) * out.size(1), n = out.size(2), D = out.size(3), len = qr.length;
+  float* O = out.data<float>();
+  float* L = lse.data<float>();
+  const float* po = o.data<float>();
+  const float* pl = l.data<float>();
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < len; ++i) {
+      const float add_lse = pl[bh * len + i];
+      if (add_lse == kNegInf) continue;  // no visible key in this part
+      float& old_lse = L[bh * n + qr.row + i];
+      const float m = std::max(old_lse, add_lse);
+      const float w_old = old_lse == kNegInf ? 0.0f : std::exp(old_lse - m);
+      const float w_add = std::exp(add_lse - m), total = w_old + w_add;
+      float* row = O + (bh * n + qr.row + i) * D;
+      const float* part = po + (bh * len + i) * D;
+      for (int64_t d = 0; d < D; ++d) row[d] = (row[d] * w_old + part[d] * w_add) / total;
+      old_lse = m + std::log(total);
+    }
+}
+
+struct RingAttentionBackward : Node {
+  Tensor q, k, v, out, lse, positions;  // this rank's rows; out and lse over every rank's keys
+  bool causal = false;
+  float scale = 1.0f;
+  GroupPtr group;
+  const char* name() const override { return "RingAttentionBackward"; }
+
+  // The key/value blocks go around the ring again, each with the gradients accumulated for it
+  // so far; after the last step one more shift brings each block's gradients home. Per block
+  // the fused kernel's backward with the final out and lse gives that block's exact share.
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    NoGradGuard no_grad;
+    const Tensor gout = contiguous(g[0]);
+    const std::vector<Run> qruns = position_runs(to_vector_i64(positions));
+    Tensor gq = zeros(q.shape()), kb = k, vb = v, pb = positions;
+    Tensor gk = zeros(k.shape()), gv = zeros(v.shape());
+    const int64_t P = group->size();
+    for (int64_t step = 0; step < P; ++step) {
+      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
+                    [&](const Run& qr, const Run& kr, Sees sees) {
+                      Tensor gq_part = Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)});
+                      Tensor gk_part = Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)});
+                      Tensor gv_part = Tensor::empty(gk_part.shape());
+                      backend_for(q.device()).attention_backward(
+                          rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale, sees == Sees::Causal,
+                          rows(out, qr), rows(lse, qr), rows(gout, qr), gq_part, gk_part, gv_part);
+                      add_rows(gq, qr.row, gq_part);
+                      add_rows(gk, kr.row, gk_part);
+                      add_rows(gv, kr.row, gv_part);
+                    });
+      if (step + 1 < P) {
+        RingShift sk(kb, 1, group), sv(vb, 1, group), sp(pb, 1, group), sgk(gk, 1, group),
+            sgv(gv, 1, group);
+        kb = sk.finish();
+        vb = sv.finish();
+        pb = sp.finish();
+        gk = sgk.finish();
+        gv = sgv.finish();
+      }
+    }
+    RingShift home_k(gk, 1, group), home_v(gv, 1, group);
+    Tensor gk_home = home_k.finish(), gv_home = home_v.finish();
+    return {gq, gk_home, gv_home};
+  }
+  void release() override { q = k = v = out = lse = positions = Tensor(); }
+};
 
 }  // namespace
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                       bool causal, const GroupPtr& group) {
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(1) % k.size(1) == 0 &&
-             positions.numel() == q.size(2) && k.size(2) == q.size(2))
+             positions.numel() == q.size(2) && k.size(2) == q.size(2) && k.shape() == v.shape())
       << "ring_attention: expected q (B, H, n, D), k/v (B, Hkv, n, D) and n positions, got "
       << q.shape() << ", " << k.shape() << ", " << v.shape() << ", " << positions.shape();
-  const int64_t P = group->size();
-  const std::vector<int64_t> qpos = to_vector_i64(positions);
-  Tensor kb = k, vb = v, pb = positions;
-  std::vector<Partial> parts;
-  for (int64_t step = 0; step < P; ++step) {
-    // Start moving the block on while this one is used.
-    std::unique_ptr<RingShift> next_k, next_v, next_p;
-    if (step + 1 < P) {
-      next_k = std::make_unique<RingShift>(kb, 1, group);
-      next_v = std::make_unique<RingShift>(vb, 1, group);
-      next_p = std::make_unique<RingShift>(pb, 1, group);
-    }
-    Tensor mask;
-    if (causal) mask = causal_mask(qpos, to_vector_i64(pb));
-    parts.push_back(attend(q, kb, vb, mask));
-    if (next_k) {
-      kb = next_k->finish();
-      vb = next_v->finish();
-      pb = next_p->finish().detach();
-    }
-  }
-  // Online-softmax merge: out = sum_i out_i exp(lse_i - lse), lse = log sum_i exp(lse_i).
-  Tensor top;
+  LOOM_CHECK(q.dtype() == DType::F32) << "ring_attention: f32 only, got " << dtype_name(q.dtype());
+  const int64_t P = group->size(), B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3);
+  const float scale = 1.0f / std::sqrt(float(D));
+  Tensor qc, kc, vc, pc, out, lse;
   {
     NoGradGuard no_grad;
-    top = parts[0].lse.detach();
-    for (size_t i = 1; i < parts.size(); ++i) top = max(cat({top, parts[i].lse.detach()}, -1), {-1}, true);
-    top = contiguous(top).detach();
+    qc = contiguous(q).detach();
+    kc = contiguous(k).detach();
+    vc = contiguous(v).detach();
+    pc = contiguous(positions).detach();
+    out = zeros({B, H, n, D});
+    lse = full({B, H, n}, double(kNegInf));
+    const std::vector<Run> qruns = position_runs(to_vector_i64(pc));
+    Tensor kb = kc, vb = vc, pb = pc;
+    for (int64_t step = 0; step < P; ++step) {
+      // The next block starts moving while this one is used.
+      std::unique_ptr<RingShift> next_k, next_v, next_p;
+      if (step + 1 < P) {
+        next_k = std::make_unique<RingShift>(kb, 1, group);
+        next_v = std::make_unique<RingShift>(vb, 1, group);
+        next_p = std::make_unique<RingShift>(pb, 1, group);
+      }
+      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
+                    [&](const Run& qr, const Run& kr, Sees sees) {
+                      Tensor o = Tensor::empty({B, H, qr.length, D}), l = Tensor::empty({B, H, qr.length});
+                      backend_for(q.device()).attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr),
+                                                                Tensor(), scale, sees == Sees::Causal, o, l);
+                      merge(out, lse, qr, o, l);
+                    });
+      if (next_k) {
+        kb = next_k->finish();
+        vb = next_v->finish();
+        pb = next_p->finish();
+      }
+    }
   }
-  Tensor total;
-  for (const Partial& part : parts) {
-    Tensor w = exp(sub(part.lse, top));
-    total = total.defined() ? add(total, w) : w;
-  }
-  Tensor lse = add(log(total), top);
-  Tensor out;
-  for (const Partial& part : parts) {
-    Tensor term = mul(part.out, exp(sub(part.lse, lse)));
-    out = out.defined() ? add(out, term) : term;
+  if (any_requires_grad({q, k, v})) {
+    auto node = std::make_shared<RingAttentionBackward>();
+    node->q = qc;
+    node->k = kc;
+    node->v = vc;
+    node->out = out;
+    node->lse = lse;
+    node->positions = pc;
+    node->causal = causal;
+    node->scale = scale;
+    node->group = group;
+    Tensor result = out.detach();
+    record(node, {q, k, v}, {result});
+    return result;
   }
   return out;
 }
@@ -155,9 +259,30 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   LOOM_CHECK(!plan.blocks.empty()) << "context parallel: the model names no blocks";
   const bool ring = kind == ContextParallelKind::Ring;
   const int64_t P = group->size(), rank = group->rank(), dim = plan.sequence_dim;
+  for (const auto& path : plan.attention) {
+    auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
+    LOOM_CHECK(attn) << "context parallel: " << path << " is not an attention module";
+    if (ring)
+      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                           bool causal) { return ring_attention(q, k, v, pos, causal, group); };
+    else
+      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
+                           bool causal) { return ulysses_attention(q, k, v, causal, group); };
+  }
+  std::set<std::string> partial;
+  if (plan.sequence_shards) {
+    // The rows come with their positions; the loss is each rank's mean over its rows: the
+    // mean over all rows is their average, the same on every rank.
+    LOOM_CHECK(!plan.loss.empty()) << "context parallel: sequence shards need the plan's loss";
+    model.submodule(plan.loss).add_forward_wrapper(
+        [group, P](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+          return reduce_from_group(mul_scalar(fn(in), 1.0 / double(P)), group);
+        });
+    for (const auto& p : model.named_parameters()) partial.insert(p.name);
+    return partial;
+  }
   // This rank's rows of the current forward: set where the region starts, read by attention.
   auto rows = std::make_shared<std::vector<int64_t>>();
-  std::set<std::string> partial;
   for (size_t i = 0; i < plan.blocks.size(); ++i) {
     const bool first = i == 0, last = i + 1 == plan.blocks.size();
     model.submodule(plan.blocks[i]).add_forward_wrapper(
@@ -188,13 +313,6 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   }
   for (const auto& path : plan.attention) {
     auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
-    LOOM_CHECK(attn) << "context parallel: " << path << " is not an attention module";
-    if (ring)
-      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
-                           bool causal) { return ring_attention(q, k, v, pos, causal, group); };
-    else
-      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
-                           bool causal) { return ulysses_attention(q, k, v, causal, group); };
     // The positions of this rank's rows: the model's positions (if it passes any) at them.
     attn->add_forward_wrapper([rows](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
       std::vector<int64_t> pos = *rows;

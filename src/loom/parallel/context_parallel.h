@@ -23,10 +23,14 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
 
 // Ring attention (Liu et al. 2023): the ranks' key/value blocks travel around the ring; each
 // rank attends its queries to every block in turn -- the next block's transfer started before
-// the current one's compute -- and merges the partial results by their log-sum-exp (online
-// softmax). The backward passes gradients around the ring the other way. positions (n) i64:
-// the global positions this rank's rows hold (for the causal mask); q (B, H, n, D), k/v
-// (B, Hkv, n, D) with H a multiple of Hkv. Blocks' scores are materialised (n x n per step).
+// the current one's compute -- with the fused attention kernel (no score matrix is stored) and
+// merges the partial results by their log-sum-exp (online softmax). Memory: O(n) per rank.
+// The backward sends the blocks around again, each with its accumulating key/value gradients
+// (the kernel's backward with the final output and log-sum-exp gives each block's exact share),
+// and a last shift brings the gradients home. positions (n) i64: the global positions this
+// rank's rows hold (the ranks' positions partition the sequence); causal masking works on runs
+// of consecutive positions, each wholly before, after or equal to another rank's.
+// q (B, H, n, D), k/v (B, Hkv, n, D) f32 with H a multiple of Hkv.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                       bool causal, const GroupPtr& group);
 
@@ -41,13 +45,18 @@ enum class ContextParallelKind { Ring, Ulysses };
 std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
                                            ContextParallelKind kind);
 
-// Context parallelism over `group`: the residual stream is split along plan.sequence_dim from
-// the first block's input to the last block's output (each rank its context_parallel_rows),
+// Context parallelism over `group`: each rank holds its context_parallel_rows of the sequence,
 // and the plan's attention modules attend over every rank's rows -- ring or Ulysses attention
-// -- with their rows' global positions (RoPE, the causal mask). The blocks' other inputs
-// (conditioning) stay whole; what lies outside the blocks (embeddings, head, loss) runs whole
-// on every rank. Returns the parameters whose gradient each rank holds only its rows' share
-// of -- every block parameter -- to be summed over the group before the optimizer step.
+// -- with their rows' global positions (RoPE, the causal mask).
+//   plan.sequence_shards (GPT): the caller gives the model this rank's rows of its inputs and
+//     targets with their positions, so every activation is 1/P of the sequence; the plan's
+//     loss module averages the ranks' losses. Every parameter's gradient is a share.
+//   otherwise (DiT): the residual stream is split along plan.sequence_dim from the first
+//     block's input to the last block's output; the blocks' other inputs (conditioning) stay
+//     whole and what lies outside the blocks runs whole on every rank. The block parameters'
+//     gradients are shares.
+// Returns the parameters whose gradient each rank holds only its rows' share of, to be summed
+// over the group before the optimizer step.
 std::set<std::string> apply_context_parallel(nn::Module& model, const nn::ParallelPlan& plan,
                                              const GroupPtr& group, ContextParallelKind kind);
 

@@ -143,7 +143,8 @@ class Applier {
           << "tensor parallel: " << plan.vocab_head << " is neither a Linear nor a tied projection";
       head.add_forward_wrapper(column_input(-1));  // its weight is the embedding's, split above
     }
-    model_.submodule(plan.vocab_loss).add_forward_wrapper(
+    LOOM_CHECK(!plan.loss.empty()) << "tensor parallel: a split vocabulary needs the plan's loss";
+    model_.submodule(plan.loss).add_forward_wrapper(
         [group = group_](const nn::Module::ForwardFn&, const std::vector<Tensor>& in) {
           return vocab_parallel_cross_entropy(in[0], in[1], group);
         });

@@ -191,6 +191,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   c.run.name = f.get_string("run", "name", c.run.name);
   c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);
   c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
+  c.run.memory_limit_mb = f.get_double("run", "memory_limit_mb", c.run.memory_limit_mb);
+  LOOM_CHECK(c.run.memory_limit_mb >= 0)
+      << "config " << path << ": run.memory_limit_mb must be >= 0 (0: no limit), got "
+      << c.run.memory_limit_mb;
 
   c.model_kind = f.get_string("model", "kind", c.model_kind);
   LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")

@@ -16,6 +16,7 @@ struct RunConfig {
   std::string name = "run";
   std::string out_dir = "runs";
   uint64_t seed = 0;
+  double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
 };
 
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.

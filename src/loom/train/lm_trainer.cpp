@@ -135,20 +135,45 @@ std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
   return starts;
 }
 
+// This rank's part of a batch under context parallelism: its rows of every window, with their
+// positions (rows empty: the whole batch, default positions).
+struct Shard {
+  Tensor ids, targets, positions;
+};
+
+Shard local_rows(const Batch& b, const std::vector<int64_t>& rows) {
+  if (rows.empty()) return {b.ids, b.targets, Tensor()};
+  const int64_t B = b.ids.size(0), T = b.ids.size(1), n = int64_t(rows.size());
+  const std::vector<int64_t> ids = to_vector_i64(b.ids), targets = to_vector_i64(b.targets);
+  std::vector<int64_t> local_ids, local_targets;
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t r : rows) {
+      local_ids.push_back(ids[size_t(i * T + r)]);
+      local_targets.push_back(targets[size_t(i * T + r)]);
+    }
+  return {from_vector(local_ids, {B, n}), from_vector(local_targets, {B, n}), from_vector(rows, {n})};
+}
+
 // The mean cross-entropy of a batch of windows (the whole model's forward, or a pipeline's).
 using MeanLoss = std::function<double(const Batch&)>;
 
-MeanLoss whole_model_loss(const models::Gpt& model) {
-  return [&model](const Batch& b) { return double(item(model.loss(b.ids, b.targets))); };
+MeanLoss whole_model_loss(const models::Gpt& model, const std::vector<int64_t>& rows = {}) {
+  return [&model, rows](const Batch& b) {
+    const Shard s = local_rows(b, rows);
+    return double(item(model.loss(s.ids, s.targets, s.positions)));
+  };
 }
 
 // The GPT's pieces as this rank's pipeline stages: embedding before the first stage, its
-// chunks' blocks, final norm, head and loss after the last; micro-batch m is batches[m].
+// chunks' blocks, final norm, head and loss after the last; micro-batch m is batches[m] (its
+// rows `rows` under context parallelism).
 parallel::PipelineStages gpt_stages(const models::Gpt& model, const ParallelRun::Pipeline& pipe,
-                                    const std::vector<Batch>& batches) {
+                                    const std::vector<Batch>& batches, const std::vector<int64_t>& rows) {
   parallel::PipelineStages st;
-  const int64_t T = model.config.context;
-  const Tensor pos = model.default_positions(T);
+  auto shards = std::make_shared<std::vector<Shard>>();
+  for (const Batch& b : batches) shards->push_back(local_rows(b, rows));
+  const Tensor& first_ids = shards->at(0).ids;
+  const Tensor pos = rows.empty() ? model.default_positions(first_ids.size(1)) : shards->at(0).positions;
   for (const auto& [begin, end] : pipe.chunk_blocks)
     st.forward.push_back([&model, begin, end, pos](const Tensor& x) {
       Tensor h = x;
@@ -158,18 +183,20 @@ parallel::PipelineStages gpt_stages(const models::Gpt& model, const ParallelRun:
       }
       return h;
     });
-  st.input = [&model, &batches, pos](int64_t m) { return model.embed(batches[size_t(m)].ids, pos); };
-  st.loss = [&model, &batches](const Tensor& out, int64_t m) {
-    return model.criterion->forward(model.head(out), batches[size_t(m)].targets);
+  st.input = [&model, shards, pos](int64_t m) { return model.embed(shards->at(size_t(m)).ids, pos); };
+  st.loss = [&model, shards](const Tensor& out, int64_t m) {
+    return model.criterion->forward(model.head(out), shards->at(size_t(m)).targets);
   };
-  st.activation_shape = {batches.at(0).ids.size(0), T, model.config.width};
+  st.activation_shape = {first_ids.size(0), first_ids.size(1), model.config.width};
   return st;
 }
 
-MeanLoss pipeline_loss(const models::Gpt& model, const ParallelRun::Pipeline& pipe) {
-  return [&model, &pipe](const Batch& b) {
+MeanLoss pipeline_loss(const models::Gpt& model, const ParallelRun::Pipeline& pipe,
+                       const std::vector<int64_t>& rows) {
+  return [&model, &pipe, rows](const Batch& b) {
     const std::vector<Batch> one{b};
-    return parallel::run_pipeline_forward(gpt_stages(model, pipe, one), pipe.schedule.chunks, pipe.group);
+    return parallel::run_pipeline_forward(gpt_stages(model, pipe, one, rows), pipe.schedule.chunks,
+                                          pipe.group);
   };
 }
 
@@ -391,7 +418,9 @@ void train_gpt(const Config& cfg, Resume resume) {
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   StepGuard guard(cfg, par, run_dir);
-  const MeanLoss mean_loss = par.pipeline() ? pipeline_loss(model, *par.pipeline()) : whole_model_loss(model);
+  const std::vector<int64_t> rows = par.sequence_rows(T);  // empty: whole sequences
+  const MeanLoss mean_loss = par.pipeline() ? pipeline_loss(model, *par.pipeline(), rows)
+                                            : whole_model_loss(model, rows);
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
@@ -404,13 +433,15 @@ void train_gpt(const Config& cfg, Resume resume) {
       std::vector<Batch> batches;
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) batches.push_back(prefetch.next());
       par.begin_micro_step(0, 1);
-      const double sum = parallel::run_pipeline(pipe->schedule, gpt_stages(model, *pipe, batches), pipe->group);
+      const double sum =
+          parallel::run_pipeline(pipe->schedule, gpt_stages(model, *pipe, batches, rows), pipe->group);
       par.after_backward(0, 1);
       loss_sum = par.from_last_stage(sum / double(tc.grad_accum));
     }
     for (int64_t micro = 0; micro < tc.grad_accum && !par.pipeline(); ++micro) {
       Batch b = prefetch.next();
-      Tensor loss = model.loss(b.ids, b.targets);
+      const Shard shard = local_rows(b, rows);
+      Tensor loss = model.loss(shard.ids, shard.targets, shard.positions);
       if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / double(tc.grad_accum));
       loss = guard.guard_loss(loss, step);
       par.begin_micro_step(micro, tc.grad_accum);

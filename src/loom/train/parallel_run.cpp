@@ -31,6 +31,7 @@ ParallelRun::ParallelRun(const Config& cfg)
       << "train.batch_size " << cfg.train.batch_size << " (the global batch) does not split "
       << "evenly over " << dp_size_ << " data-parallel ranks";
   checkpoint_group_ = mesh_.world()->split(0, mesh_.world()->rank(), "checkpoint");
+  host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
 }
 
 ParallelRun::~ParallelRun() {
@@ -92,7 +93,7 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
                   list->end());
     // The vocabulary split needs the embedding and the head on one rank: with a pipeline they
     // stay whole (tied embeddings would have to be split alike on both ends).
-    local_plan.vocab_embedding = local_plan.vocab_head = local_plan.vocab_loss = "";
+    local_plan.vocab_embedding = local_plan.vocab_head = "";
   }
   // Model parallelism next: it changes the parameters' shapes, and its wrappers run inside
   // the others (a recompute or a ZeRO-3 gather wraps the whole model-parallel block). Context
@@ -103,6 +104,7 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
     if (!tp_layout_.partial_gradients.empty())
       partial_sums_.push_back({tp_, tp_layout_.partial_gradients, false});
   }
+  sequence_shards_ = cp_->size() > 1 && plan.sequence_shards;
   if (cp_->size() > 1)
     partial_sums_.push_back(
         {cp_,
@@ -128,7 +130,7 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
   } else {
     const auto params = model.named_parameters();
     for (const auto& p : params)
-      pieces_.push_back({p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay});
+      pieces_.push_back({p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
     adamw_ = std::make_unique<optim::AdamW>(params, adamw);
     optimizer_ = adamw_.get();
     replicas_ = dp_;
@@ -206,6 +208,14 @@ std::vector<std::string> ParallelRun::setup_pipeline(nn::Module& model, const nn
   if (!ends_shared_.empty() && (pipe.first || pipe.last))
     partial_sums_.push_back({ends_, ends_shared_, /*through_whole=*/true});
   return blocks;
+}
+
+std::vector<int64_t> ParallelRun::sequence_rows(int64_t T) const {
+  if (!sequence_shards_) return {};
+  return parallel::context_parallel_rows(T, cp_->rank(), cp_->size(),
+                                         cfg_.parallel.context_parallel == "ring"
+                                             ? parallel::ContextParallelKind::Ring
+                                             : parallel::ContextParallelKind::Ulysses);
 }
 
 double ParallelRun::from_last_stage(double value) const {

@@ -70,6 +70,9 @@ class ParallelRun {
   const Pipeline* pipeline() const { return pipeline_.schedule.ranks > 1 ? &pipeline_ : nullptr; }
   // A value the last pipeline stage computed (the loss), on every rank (itself without pp).
   double from_last_stage(double value) const;
+  // Context parallelism with a model that takes sequence shards (its plan says so): the rows of
+  // a T-long sequence this rank feeds the model; empty when it takes whole sequences.
+  std::vector<int64_t> sequence_rows(int64_t T) const;
 
   // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
   // the ZeRO shards -- of this rank's tensor-parallel part of each parameter (so `shape` is
@@ -118,6 +121,7 @@ class ParallelRun {
   std::shared_ptr<dist::ProcessGroup> dp_;
   std::shared_ptr<dist::ProcessGroup> replicas_;  // the ranks holding the same pieces
   std::shared_ptr<dist::ProcessGroup> tp_, cp_, pp_;
+  bool sequence_shards_ = false;  // cp > 1 and the model takes sequence shards
   Pipeline pipeline_;
   std::shared_ptr<dist::ProcessGroup> ends_;  // the first and last pipeline ranks
   std::set<std::string> ends_shared_;         // parameters both ends hold (a tied embedding)

@@ -119,7 +119,8 @@ nn::ParallelPlan Gpt::parallel_plan() const {
   plan.last_stage = {"norm_f", lm_head ? "lm_head" : "tok_embed"};
   plan.vocab_embedding = "tok_embed";
   plan.vocab_head = lm_head ? "lm_head" : "tied_head";
-  plan.vocab_loss = "criterion";
+  plan.loss = "criterion";
+  plan.sequence_shards = true;
   return plan;
 }
 
