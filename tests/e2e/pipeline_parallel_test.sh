@@ -87,6 +87,21 @@ for layout in pp2-1f1b pp4-gpipe pp2-interleaved pp2-tp2-sp pp2-zero3x2; do
 done
 grep -q "^samples: " "$work/dit-pp2-1f1b.log" || fail "dit pp2: no samples from the gathered EMA weights"
 
+# Interleaved chunks with sequence splits: each chunk of a rank is a region of its own.
+interleaved=(--set parallel.pp=2 --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2)
+for combo in gpt-tp2-sp dit-cp2; do
+  case $combo in
+    gpt-tp2-sp) c=$cfg; args=("${common[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true); ref=$work/gpt2-np1/tiny_gpt ;;
+    dit-cp2) c=$here/tiny_dit.toml; args=("${dit[@]}" --set parallel.cp=2); ref=$work/dit-np1/tiny_dit ;;
+  esac
+  out=$work/interleaved-$combo
+  "$mpirun" --oversubscribe -np 4 "$loom" train "$c" "${args[@]}" "${interleaved[@]}" --set run.out_dir="$out" \
+    > "$out.log" 2>&1 || { fail "pp2 interleaved x $combo: run failed"; tail -3 "$out.log"; continue; }
+  echo -n "pp2 interleaved x $combo vs 1 process: "
+  /usr/bin/python3 "$here/compare_runs.py" "$ref" "$out/$(basename "$ref")" 1e-5 --weights-rtol=1e-4 ||
+    fail "pp2 interleaved x $combo: not equal to 1 process"
+done
+
 # Evaluation through the pipeline, and the text sample from the gathered weights.
 with_eval=("${common[@]}" --set eval.every=5 --set sample.tokens=8)
 "$loom" train "$cfg" "${with_eval[@]}" --set run.out_dir="$work/eval-np1" > "$work/eval-np1.log" 2>&1 ||

@@ -4,6 +4,7 @@
 // last stages hold besides blocks. The model only names its modules;
 // parallel/tensor_parallel.h does the splitting.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,13 @@ struct ParallelPlan {
   // the blocks' other inputs (conditioning) stay whole.
   std::vector<std::string> blocks;
   int64_t sequence_dim = 1;
+  // Set by parallelism, not by models: where `blocks` falls into separately run stretches (a
+  // pipeline rank's chunks) -- the index of each stretch's first block after the first. Each
+  // stretch is a sequence-split region of its own.
+  std::vector<size_t> stretch_starts;
+  bool stretch_starts_at(size_t i) const {
+    return i == 0 || std::find(stretch_starts.begin(), stretch_starts.end(), i) != stretch_starts.end();
+  }
   // Vocabulary parallelism (with tensor parallelism): the token embedding (nn::Embedding) whose
   // rows split over the vocabulary and the output head with the same split (an nn::Linear, or
   // an nn::TiedProjection of that embedding); the loss then takes the split logits without

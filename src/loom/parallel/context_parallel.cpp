@@ -284,7 +284,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   // This rank's rows of the current forward: set where the region starts, read by attention.
   auto rows = std::make_shared<std::vector<int64_t>>();
   for (size_t i = 0; i < plan.blocks.size(); ++i) {
-    const bool first = i == 0, last = i + 1 == plan.blocks.size();
+    const bool first = plan.stretch_starts_at(i);
+    const bool last = i + 1 == plan.blocks.size() || plan.stretch_starts_at(i + 1);
     model.submodule(plan.blocks[i]).add_forward_wrapper(
         [=](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
           std::vector<Tensor> args = in;

@@ -153,9 +153,11 @@ class Applier {
   // Sequence parallelism: the residual stream is split from the first block's input to the
   // last block's output; inside, conditioning inputs are used on sequence shards, so their
   // gradients (and those of the blocks' whole parameters) are partial per rank.
-  void sequence_region(const std::vector<std::string>& blocks) {
+  void sequence_region(const nn::ParallelPlan& plan) {
+    const std::vector<std::string>& blocks = plan.blocks;
     for (size_t i = 0; i < blocks.size(); ++i) {
-      const bool first = i == 0, last = i + 1 == blocks.size();
+      const bool first = plan.stretch_starts_at(i);
+      const bool last = i + 1 == blocks.size() || plan.stretch_starts_at(i + 1);
       model_.submodule(blocks[i]).add_forward_wrapper(
           [group = group_, dim = seq_dim_, first, last](const nn::Module::ForwardFn& fn,
                                                         const std::vector<Tensor>& in) {
@@ -239,7 +241,7 @@ TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::Parallel
   if (!plan.vocab_embedding.empty()) apply.vocabulary(plan);
   if (sequence_parallel) {
     LOOM_CHECK(!plan.blocks.empty()) << "sequence parallel: the model names no blocks";
-    apply.sequence_region(plan.blocks);
+    apply.sequence_region(plan);
   }
   return apply.layout();
 }

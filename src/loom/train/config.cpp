@@ -27,9 +27,6 @@ void check_pipeline(const Config& c, const std::string& path) {
   LOOM_CHECK(p.pipeline_schedule != "interleaved" || M % pp == 0)
       << "config " << path << ": the interleaved schedule needs train.grad_accum (the micro-batches, "
       << M << ") to be a multiple of parallel.pp " << pp;
-  LOOM_CHECK(V == 1 || (!p.sequence_parallel && p.dims.cp == 1))
-      << "config " << path << ": the interleaved schedule does not combine with sequence or "
-      << "context parallelism yet";
 }
 
 // Heads, features and tokens must split over the tensor- and context-parallel ranks: checked

@@ -91,6 +91,11 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
       list->erase(std::remove_if(list->begin(), list->end(),
                                  [&](const std::string& p) { return !in_kept_block(p); }),
                   list->end());
+    // Each chunk of this rank runs on its own: a sequence-split region each.
+    for (size_t c = 1, at = 0; c <= pipeline_.chunk_blocks.size(); ++c) {
+      at += size_t(pipeline_.chunk_blocks[c - 1].second - pipeline_.chunk_blocks[c - 1].first);
+      if (c < pipeline_.chunk_blocks.size()) local_plan.stretch_starts.push_back(at);
+    }
     // The vocabulary split needs the embedding and the head on one rank: with a pipeline they
     // stay whole (tied embeddings would have to be split alike on both ends).
     local_plan.vocab_embedding = local_plan.vocab_head = "";
