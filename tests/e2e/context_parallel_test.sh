@@ -3,7 +3,8 @@
 # learned positions, and Llama style with RoPE and grouped-query attention; causal) and DiT
 # (bidirectional), 4 heads, depth 2, 10 steps, on 1 process vs ring attention over CP=2 and
 # CP=4 (load-balanced chunks), Ulysses over CP=2, and compositions CP2 x TP2 (with sequence
-# parallelism) and CP2 x ZeRO-3 on 2: losses to 1e-5 relative, final weights and AdamW moments
+# parallelism), CP2 x ZeRO-3 on 2 and CP2 with selective recompute (the ring's result kept,
+# not run again): losses to 1e-5 relative, final weights and AdamW moments
 # to 1e-4. A run saved under CP2 x TP2 resumes on 1 process and ends where the uninterrupted run
 # ends. Sequences or heads that do not split fail before any work with one clear error.
 # Usage: context_parallel_test.sh LOOM_BINARY MPIRUN WORK_DIR
@@ -28,7 +29,7 @@ for model in gpt2 llama dit; do
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
     fail "$model: single-process run failed"
-  for layout in ring2 ring4 ulysses2 ring2-tp2-sp ring2-zero3x2; do
+  for layout in ring2 ring4 ulysses2 ring2-tp2-sp ring2-zero3x2 ring2-selective; do
     out=$work/$model-$layout
     case $layout in
       ring2) np=2; par=(--set parallel.cp=2) ;;
@@ -36,6 +37,7 @@ for model in gpt2 llama dit; do
       ulysses2) np=2; par=(--set parallel.cp=2 --set parallel.context_parallel=ulysses) ;;
       ring2-tp2-sp) np=4; par=(--set parallel.cp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true) ;;
       ring2-zero3x2) np=4; par=(--set parallel.cp=2 --set parallel.data_parallel=zero3) ;;
+      ring2-selective) np=2; par=(--set parallel.cp=2 --set parallel.activation_checkpointing=selective) ;;
     esac
     "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }

@@ -48,8 +48,10 @@ struct CheckpointBackward : Node {
     {
       EnableGradGuard enable;
       if (kept) kept->replay = true;
-      KeptScope scope(kept.get());
-      outputs = fn(leaves);
+      {
+        KeptScope scope(kept.get());
+        outputs = fn(leaves);
+      }
       if (kept) {
         LOOM_CHECK(kept->next == kept->outputs.size())
             << "selective checkpoint: the recompute ran " << kept->next << " expensive ops, the "

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/node.h"
 #include "loom/backend/backend.h"
 #include "loom/nn/layers.h"
@@ -137,6 +138,13 @@ struct RingAttentionBackward : Node {
     Tensor gk = zeros(k.shape()), gv = zeros(v.shape());
     const int64_t P = group->size();
     for (int64_t step = 0; step < P; ++step) {
+      // The block moves on while its gradients are computed; they follow it afterwards.
+      std::unique_ptr<RingShift> next_k, next_v, next_p;
+      if (step + 1 < P) {
+        next_k = std::make_unique<RingShift>(kb, 1, group);
+        next_v = std::make_unique<RingShift>(vb, 1, group);
+        next_p = std::make_unique<RingShift>(pb, 1, group);
+      }
       for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
                     [&](const Run& qr, const Run& kr, Sees sees) {
                       Tensor gq_part = Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)});
@@ -150,13 +158,12 @@ struct RingAttentionBackward : Node {
                       add_rows(gv, kr.row, gv_part);
                     });
       if (step + 1 < P) {
-        RingShift sk(kb, 1, group), sv(vb, 1, group), sp(pb, 1, group), sgk(gk, 1, group),
-            sgv(gv, 1, group);
-        kb = sk.finish();
-        vb = sv.finish();
-        pb = sp.finish();
+        RingShift sgk(gk, 1, group), sgv(gv, 1, group);
         gk = sgk.finish();
         gv = sgv.finish();
+        kb = next_k->finish();
+        vb = next_v->finish();
+        pb = next_p->finish();
       }
     }
     RingShift home_k(gk, 1, group), home_v(gv, 1, group);
@@ -184,8 +191,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     kc = contiguous(k).detach();
     vc = contiguous(v).detach();
     pc = contiguous(positions).detach();
-    out = zeros({B, H, n, D});
-    lse = full({B, H, n}, double(kNegInf));
+  }
+  // Selective checkpointing keeps the result instead of running the ring again.
+  const std::vector<Tensor> result = computed_or_kept([&] {
+    NoGradGuard no_grad;
+    Tensor out = zeros({B, H, n, D});
+    Tensor lse = full({B, H, n}, double(kNegInf));
     const std::vector<Run> qruns = position_runs(to_vector_i64(pc));
     Tensor kb = kc, vb = vc, pb = pc;
     for (int64_t step = 0; step < P; ++step) {
@@ -209,7 +220,10 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
         pb = next_p->finish();
       }
     }
-  }
+    return std::vector<Tensor>{out, lse};
+  });
+  out = result[0];
+  lse = result[1];
   if (any_requires_grad({q, k, v})) {
     auto node = std::make_shared<RingAttentionBackward>();
     node->q = qc;
@@ -271,12 +285,22 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   }
   std::set<std::string> partial;
   if (plan.sequence_shards) {
-    // The rows come with their positions; the loss is each rank's mean over its rows: the
-    // mean over all rows is their average, the same on every rank.
+    // The rows come with their positions; the loss is each rank's mean over its rows' targets
+    // (those not ignored, -100): weighted by its share of all ranks' targets and summed, it is
+    // the mean over the whole sequence, the same on every rank.
     LOOM_CHECK(!plan.loss.empty()) << "context parallel: sequence shards need the plan's loss";
     model.submodule(plan.loss).add_forward_wrapper(
-        [group, P](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
-          return reduce_from_group(mul_scalar(fn(in), 1.0 / double(P)), group);
+        [group](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+          const std::vector<int64_t> targets = to_vector_i64(in[1]);
+          const float valid = float(std::count_if(targets.begin(), targets.end(),
+                                                  [](int64_t t) { return t != -100; }));
+          Tensor total = from_vector(std::vector<float>{valid}, {1});
+          group->all_reduce(total, dist::ReduceOp::Sum)->wait();
+          const double all = double(total.data<float>()[0]);
+          const Tensor mean = fn(in);  // always: it may hold collectives (vocabulary split)
+          const Tensor share = valid > 0 ? mul_scalar(mean, double(valid) / all)
+                                         : mul_scalar(sum(in[0]), 0.0);  // no targets here
+          return reduce_from_group(share, group);
         });
     for (const auto& p : model.named_parameters()) partial.insert(p.name);
     return partial;

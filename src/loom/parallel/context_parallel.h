@@ -1,5 +1,6 @@
-// Context (sequence) parallelism for attention: each rank of `group` (P ranks) holds one
-// contiguous chunk of the sequence -- rank r positions [r T/P, (r+1) T/P) -- of q, k and v.
+// Context (sequence) parallelism for attention: each rank of `group` (P ranks) holds some rows
+// of the sequence of q, k and v -- Ulysses: the contiguous chunk r; ring: any rows with their
+// global positions (load-balanced: chunks r and 2P-1-r of 2P).
 //
 // apply_context_parallel applies either to a model from outside, following its plan.
 #pragma once

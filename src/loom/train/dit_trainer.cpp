@@ -208,9 +208,13 @@ void train_dit(const Config& cfg, Resume resume) {
         batches.push_back(diffusion::flow_matching_batch(b.images, b.labels, cfg.flow, cfg.run.seed,
                                                          step, first));
       }
-      par.begin_micro_step(0, 1);
-      const double sum = parallel::run_pipeline(pipe->schedule, dit_stages(model, *pipe, batches), pipe->group);
-      par.after_backward(0, 1);
+      par.begin_pipeline_step();
+      parallel::PipelineStages stages = dit_stages(model, *pipe, batches);
+      stages.loss = [&guard, step, loss = stages.loss](const Tensor& out, int64_t m) {
+        return guard.guard_loss(loss(out, m), step);
+      };
+      const double sum = parallel::run_pipeline(pipe->schedule, stages, pipe->group);
+      par.end_pipeline_step();
       loss_sum = par.from_last_stage(sum / double(tc.grad_accum));
     }
     for (int64_t micro = 0; micro < tc.grad_accum && !par.pipeline(); ++micro) {

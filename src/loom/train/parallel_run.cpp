@@ -31,7 +31,6 @@ ParallelRun::ParallelRun(const Config& cfg)
       << "train.batch_size " << cfg.train.batch_size << " (the global batch) does not split "
       << "evenly over " << dp_size_ << " data-parallel ranks";
   checkpoint_group_ = mesh_.world()->split(0, mesh_.world()->rank(), "checkpoint");
-  host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
 }
 
 ParallelRun::~ParallelRun() {
@@ -145,8 +144,10 @@ optim::AdamW& ParallelRun::setup(nn::Module& model, const std::vector<std::strin
       ddp_->broadcast_parameters(0);
     }
   }
-  // Peaks from here on describe training, not building the full model before sharding it.
+  // Peaks (and the memory limit) from here on describe training, not building the full model
+  // before sharding it.
   host_allocator().reset_peak();
+  host_allocator().set_limit(int64_t(cfg_.run.memory_limit_mb * 1024 * 1024));
   return *optimizer_;
 }
 
