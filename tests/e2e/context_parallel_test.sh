@@ -13,8 +13,7 @@ loom=$1 mpirun=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=2 --set model.heads=4
   --set train.batch_size=8)
@@ -41,9 +40,7 @@ for model in gpt2 llama dit; do
     esac
     "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
-    echo -n "$model $layout vs 1 process: "
-    /usr/bin/python3 "$here/compare_runs.py" "$ref/$name" "$out/$name" 1e-5 --weights-rtol=1e-4 ||
-      fail "$model $layout: not equal to 1 process"
+    parity "$model $layout" "$ref/$name" "$out/$name"
   done
 done
 
@@ -57,18 +54,9 @@ out=$work/reshard
 "$loom" train "$cfg" "${gpt[@]}" --resume --set run.out_dir="$out" > "$out-2.log" 2>&1 ||
   fail "reshard: second half failed"
 grep -q "resumed from .*step-000005 at step 5" "$out-2.log" || fail "reshard: did not resume at step 5"
-echo -n "gpt2 cp2 x tp2 to step 5, then 1 process to 10, vs 1 process: "
-/usr/bin/python3 "$here/compare_runs.py" "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt" 1e-5 --weights-rtol=1e-4 ||
-  fail "reshard: differs"
+parity "gpt2 cp2 x tp2 to step 5, then 1 process to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
 
 # Bad layouts: one clear error, non-zero exit, before any step.
-bad() {
-  local np=$1 expect=$2; shift 2
-  "$mpirun" --oversubscribe -np $np "$loom" train "$@" --set run.out_dir="$work/bad" > "$work/bad.log" 2>&1 &&
-    { fail "accepted: $*"; return; }
-  grep -q "$expect" "$work/bad.log" || fail "no clear error for $*: $(grep -m2 error "$work/bad.log")"
-  grep -q "^step " "$work/bad.log" && fail "work started before the error for $*"
-}
 bad 4 "ring context parallelism splits the 20 tokens (model.context) into 8 chunks" "$cfg" "${gpt[@]}" \
   --set model.context=20 --set parallel.cp=4
 bad 4 "Ulysses attention splits each tensor-parallel rank's 2 heads (2 key/value heads) over parallel.cp 4" \
@@ -76,4 +64,4 @@ bad 4 "Ulysses attention splits each tensor-parallel rank's 2 heads (2 key/value
 bad 2 "parallel.context_parallel 'striped' (expected ring or ulysses)" "$cfg" "${gpt[@]}" \
   --set parallel.cp=2 --set parallel.context_parallel=striped
 
-[ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }
+finish

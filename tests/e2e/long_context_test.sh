@@ -11,8 +11,7 @@ loom=$1 mpirun=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$here/parallel_lib.sh"
 common=(--set model.style=llama --set model.depth=1 --set model.width=32 --set model.heads=2
   --set train.batch_size=1 --set train.steps=2 --set train.log_every=1 --set eval.every=0
   --set sample.tokens=0 --set run.memory_limit_mb=150 --set train.ckpt_every=0 --set data.val_fraction=0.01)
@@ -46,4 +45,4 @@ ok = all(abs(peaks[S] / peaks[8192] / (S / 8192) - 1) < 0.2 for S in peaks)
 sys.exit(0 if ok else 1)
 PY
 
-[ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }
+finish

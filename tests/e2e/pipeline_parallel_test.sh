@@ -16,8 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cfg=$here/tiny_gpt.toml
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=4 --set model.heads=4
   --set train.batch_size=4 --set train.grad_accum=4 --set eval.every=0 --set sample.tokens=0)
@@ -46,9 +45,7 @@ for model in gpt2 llama; do
     esac
     "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
-    echo -n "$model $layout vs 1 process: "
-    /usr/bin/python3 "$here/compare_runs.py" "$ref/tiny_gpt" "$out/tiny_gpt" 1e-5 --weights-rtol=1e-4 ||
-      fail "$model $layout: not equal to 1 process"
+    parity "$model $layout" "$ref/tiny_gpt" "$out/tiny_gpt"
   done
 done
 
@@ -60,9 +57,7 @@ deep=("${common[@]}" --set model.depth=8)
   --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2 \
   --set run.out_dir="$work/deep-pp4-interleaved" > "$work/deep-pp4-interleaved.log" 2>&1 ||
   fail "8 blocks: pp4 interleaved failed"
-echo -n "gpt2 (8 blocks) pp4-interleaved vs 1 process: "
-/usr/bin/python3 "$here/compare_runs.py" "$work/deep-np1/tiny_gpt" "$work/deep-pp4-interleaved/tiny_gpt" 1e-5 \
-  --weights-rtol=1e-4 || fail "8 blocks: pp4 interleaved not equal to 1 process"
+parity "gpt2 (8 blocks) pp4-interleaved" "$work/deep-np1/tiny_gpt" "$work/deep-pp4-interleaved/tiny_gpt"
 
 # DiT: the conditioning travels with the tokens between stages (and its gradient back).
 dit=(--set train.steps=10 --set train.log_every=1 --set model.depth=4 --set model.heads=4
@@ -81,9 +76,7 @@ for layout in pp2-1f1b pp4-gpipe pp2-interleaved pp2-tp2-sp pp2-zero3x2; do
   esac
   "$mpirun" --oversubscribe -np $np "$loom" train "$here/tiny_dit.toml" "${dit[@]}" "${par[@]}" \
     --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "dit $layout: run failed"; tail -3 "$out.log"; continue; }
-  echo -n "dit $layout vs 1 process: "
-  /usr/bin/python3 "$here/compare_runs.py" "$work/dit-np1/tiny_dit" "$out/tiny_dit" 1e-5 --weights-rtol=1e-4 ||
-    fail "dit $layout: not equal to 1 process"
+  parity "dit $layout" "$work/dit-np1/tiny_dit" "$out/tiny_dit"
 done
 grep -q "^samples: " "$work/dit-pp2-1f1b.log" || fail "dit pp2: no samples from the gathered EMA weights"
 
@@ -97,9 +90,7 @@ for combo in gpt-tp2-sp dit-cp2; do
   out=$work/interleaved-$combo
   "$mpirun" --oversubscribe -np 4 "$loom" train "$c" "${args[@]}" "${interleaved[@]}" --set run.out_dir="$out" \
     > "$out.log" 2>&1 || { fail "pp2 interleaved x $combo: run failed"; tail -3 "$out.log"; continue; }
-  echo -n "pp2 interleaved x $combo vs 1 process: "
-  /usr/bin/python3 "$here/compare_runs.py" "$ref" "$out/$(basename "$ref")" 1e-5 --weights-rtol=1e-4 ||
-    fail "pp2 interleaved x $combo: not equal to 1 process"
+  parity "pp2 interleaved x $combo" "$ref" "$out/$(basename "$ref")"
 done
 
 # Evaluation through the pipeline, and the text sample from the gathered weights.
@@ -129,19 +120,10 @@ for target in zero2x4 tp4; do
   "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${par[@]}" --resume \
     --set run.out_dir="$out" > "$out.log" 2>&1 || fail "reshard to $target: second half failed"
   grep -q "resumed from .*step-000005 at step 5" "$out.log" || fail "reshard to $target: did not resume at step 5"
-  echo -n "gpt2 pp2 x tp2 to step 5, then $target to 10, vs 1 process: "
-  /usr/bin/python3 "$here/compare_runs.py" "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt" 1e-5 --weights-rtol=1e-4 ||
-    fail "reshard to $target: differs"
+  parity "gpt2 pp2 x tp2 to step 5, then $target to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
 done
 
 # Bad layouts: one clear error, non-zero exit, before any step.
-bad() {
-  local np=$1 expect=$2; shift 2
-  "$mpirun" --oversubscribe -np $np "$loom" train "$@" --set run.out_dir="$work/bad" > "$work/bad.log" 2>&1 &&
-    { fail "accepted: $*"; return; }
-  grep -q "$expect" "$work/bad.log" || fail "no clear error for $*: $(grep -m2 error "$work/bad.log")"
-  grep -q "^step " "$work/bad.log" && fail "work started before the error for $*"
-}
 bad 4 "parallel.pp 4 x pipeline_chunks 2 = 8 stages for model.depth 4 blocks" "$cfg" "${common[@]}" \
   --set parallel.pp=4 --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2
 bad 2 "needs train.grad_accum (the micro-batches, 3) to be a multiple of parallel.pp 2" "$cfg" "${common[@]}" \
@@ -152,4 +134,4 @@ bad 4 "parallel.pp 4 x pipeline_chunks 1 = 4 stages for model.depth 2 blocks" "$
 bad 2 "parallel.pipeline_schedule 'zigzag' (expected gpipe, 1f1b or interleaved)" "$cfg" "${common[@]}" \
   --set parallel.pp=2 --set parallel.pipeline_schedule=zigzag
 
-[ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }
+finish

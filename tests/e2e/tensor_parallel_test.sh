@@ -14,8 +14,7 @@ loom=$1 mpirun=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=2 --set model.heads=4
   --set train.batch_size=8)
@@ -44,9 +43,7 @@ for model in gpt2 llama dit; do
     esac
     "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
-    echo -n "$model $layout vs 1 process: "
-    /usr/bin/python3 "$here/compare_runs.py" "$ref/$name" "$out/$name" 1e-5 --weights-rtol=1e-4 ||
-      fail "$model $layout: not equal to 1 process"
+    parity "$model $layout" "$ref/$name" "$out/$name"
   done
 done
 
@@ -97,9 +94,7 @@ for target in np1 tp4 zero2x4; do
   "${launch[@]}" "$loom" train "$cfg" "${gpt[@]}" "${par[@]}" --resume --set run.out_dir="$out" \
     > "$out.log" 2>&1 || fail "reshard to $target: second half failed"
   grep -q "resumed from .*step-000005 at step 5" "$out.log" || fail "reshard to $target: did not resume at step 5"
-  echo -n "gpt2 tp2 x zero3 to step 5, then $target to 10, vs 1 process: "
-  /usr/bin/python3 "$here/compare_runs.py" "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt" 1e-5 --weights-rtol=1e-4 ||
-    fail "reshard to $target: differs"
+  parity "gpt2 tp2 x zero3 to step 5, then $target to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
 done
 ckpt=$base/tiny_gpt/step-000005
 "$loom" ckpt export "$ckpt" "$work/export.safetensors" > "$work/export.log" 2>&1 || fail "ckpt export failed"
@@ -107,13 +102,6 @@ ckpt=$base/tiny_gpt/step-000005
   fail "the export of a tensor-parallel checkpoint differs from it"
 
 # Bad layouts: one clear error, non-zero exit, before any step.
-bad() {
-  local np=$1 expect=$2; shift 2
-  "$mpirun" --oversubscribe -np $np "$loom" train "$@" --set run.out_dir="$work/bad" > "$work/bad.log" 2>&1 &&
-    { fail "accepted: $*"; return; }
-  grep -q "$expect" "$work/bad.log" || fail "no clear error for $*: $(grep -m2 error "$work/bad.log")"
-  grep -q "^step " "$work/bad.log" && fail "work started before the error for $*"
-}
 bad 4 "model.heads 4 (key/value heads 2) must be divisible by parallel.tp 4" "$cfg" "${gpt[@]}" \
   --set model.style=llama --set model.kv_heads=2 --set parallel.tp=4
 bad 2 "model.heads 3 (key/value heads 3) must be divisible by parallel.tp 2" "$cfg" "${gpt[@]}" \
@@ -123,4 +111,4 @@ bad 4 "sequence parallelism splits the 18 tokens (model.context) over parallel.t
 bad 2 "parallel.sequence_parallel needs parallel.tp > 1" "$cfg" "${gpt[@]}" --set parallel.sequence_parallel=true
 bad 4 "multiply to 8 but the world has 4 processes" "$cfg" "${gpt[@]}" --set parallel.tp=4 --set parallel.dp_shard=2
 
-[ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }
+finish

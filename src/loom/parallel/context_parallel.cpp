@@ -120,6 +120,18 @@ void merge(const Tensor& out, const Tensor& lse, const Run& qr, const Tensor& o,
     }
 }
 
+// A key/value block and its positions on their way to the next rank of the ring.
+struct BlockShift {
+  RingShift k, v, positions;
+  BlockShift(const Tensor& kb, const Tensor& vb, const Tensor& pb, const GroupPtr& group)
+      : k(kb, 1, group), v(vb, 1, group), positions(pb, 1, group) {}
+  void finish(Tensor& kb, Tensor& vb, Tensor& pb) {
+    kb = k.finish();
+    vb = v.finish();
+    pb = positions.finish();
+  }
+};
+
 struct RingAttentionBackward : Node {
   Tensor q, k, v, out, lse, positions;  // this rank's rows; out and lse over every rank's keys
   bool causal = false;
@@ -139,12 +151,8 @@ struct RingAttentionBackward : Node {
     const int64_t P = group->size();
     for (int64_t step = 0; step < P; ++step) {
       // The block moves on while its gradients are computed; they follow it afterwards.
-      std::unique_ptr<RingShift> next_k, next_v, next_p;
-      if (step + 1 < P) {
-        next_k = std::make_unique<RingShift>(kb, 1, group);
-        next_v = std::make_unique<RingShift>(vb, 1, group);
-        next_p = std::make_unique<RingShift>(pb, 1, group);
-      }
+      std::unique_ptr<BlockShift> next;
+      if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
       for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
                     [&](const Run& qr, const Run& kr, Sees sees) {
                       Tensor gq_part = Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)});
@@ -161,9 +169,7 @@ struct RingAttentionBackward : Node {
         RingShift sgk(gk, 1, group), sgv(gv, 1, group);
         gk = sgk.finish();
         gv = sgv.finish();
-        kb = next_k->finish();
-        vb = next_v->finish();
-        pb = next_p->finish();
+        next->finish(kb, vb, pb);
       }
     }
     RingShift home_k(gk, 1, group), home_v(gv, 1, group);
@@ -201,12 +207,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     Tensor kb = kc, vb = vc, pb = pc;
     for (int64_t step = 0; step < P; ++step) {
       // The next block starts moving while this one is used.
-      std::unique_ptr<RingShift> next_k, next_v, next_p;
-      if (step + 1 < P) {
-        next_k = std::make_unique<RingShift>(kb, 1, group);
-        next_v = std::make_unique<RingShift>(vb, 1, group);
-        next_p = std::make_unique<RingShift>(pb, 1, group);
-      }
+      std::unique_ptr<BlockShift> next;
+      if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
       for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
                     [&](const Run& qr, const Run& kr, Sees sees) {
                       Tensor o = Tensor::empty({B, H, qr.length, D}), l = Tensor::empty({B, H, qr.length});
@@ -214,11 +216,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
                                                                 Tensor(), scale, sees == Sees::Causal, o, l);
                       merge(out, lse, qr, o, l);
                     });
-      if (next_k) {
-        kb = next_k->finish();
-        vb = next_v->finish();
-        pb = next_p->finish();
-      }
+      if (next) next->finish(kb, vb, pb);
     }
     return std::vector<Tensor>{out, lse};
   });

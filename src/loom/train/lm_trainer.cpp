@@ -428,18 +428,13 @@ void train_gpt(const Config& cfg, Resume resume) {
     guard.begin_step(step);
     double loss_sum = 0;
     if (const auto* pipe = par.pipeline()) {
-      // The step's micro-batches go through the pipeline schedule; gradients accumulate over
-      // them (the last stage starts each backward from loss / micro-batches).
       std::vector<Batch> batches;
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) batches.push_back(prefetch.next());
-      par.begin_pipeline_step();
       parallel::PipelineStages stages = gpt_stages(model, *pipe, batches, rows);
       stages.loss = [&guard, step, loss = stages.loss](const Tensor& out, int64_t m) {
         return guard.guard_loss(loss(out, m), step);
       };
-      const double sum = parallel::run_pipeline(pipe->schedule, stages, pipe->group);
-      par.end_pipeline_step();
-      loss_sum = par.from_last_stage(sum / double(tc.grad_accum));
+      loss_sum = par.run_pipeline_step(stages);
     }
     for (int64_t micro = 0; micro < tc.grad_accum && !par.pipeline(); ++micro) {
       Batch b = prefetch.next();

@@ -224,6 +224,14 @@ std::vector<int64_t> ParallelRun::sequence_rows(int64_t T) const {
                                              : parallel::ContextParallelKind::Ulysses);
 }
 
+double ParallelRun::run_pipeline_step(const parallel::PipelineStages& stages) {
+  begin_micro_step(0, 2);
+  const double sum = parallel::run_pipeline(pipeline_.schedule, stages, pipeline_.group);
+  begin_micro_step(1, 2);
+  after_backward(1, 2);
+  return from_last_stage(sum / double(pipeline_.schedule.micro_batches));
+}
+
 double ParallelRun::from_last_stage(double value) const {
   if (!pipeline()) return value;
   Tensor t = from_vector(std::vector<float>{pipeline_.last ? float(value) : 0.0f}, {1});

@@ -88,13 +88,11 @@ class ParallelRun {
   // Around each micro-step's backward: gradients are exchanged as the strategy says.
   void begin_micro_step(int64_t micro, int64_t grad_accum);
   void after_backward(int64_t micro, int64_t grad_accum);
-  // Around a pipeline schedule (every micro-batch of a step): gradients stay local while the
-  // passes run (ZeRO-2/3 reduce each block's as they always do) and are exchanged once after.
-  void begin_pipeline_step() { begin_micro_step(0, 2); }
-  void end_pipeline_step() {
-    begin_micro_step(1, 2);
-    after_backward(1, 2);
-  }
+  // One step's micro-batches through the pipeline schedule (gradients accumulate over them:
+  // the last stage starts each backward from loss / micro-batches). Gradients stay local while
+  // the passes run (ZeRO-2/3 reduce each block's as they always do) and are exchanged once
+  // after. Returns the step's mean loss, on every rank.
+  double run_pipeline_step(const parallel::PipelineStages& stages);
   // Global gradient norm (before clipping to max_norm, if > 0): over every parameter's whole
   // gradient, each counted once however it is split or replicated.
   double clip_grad_norm(double max_norm);

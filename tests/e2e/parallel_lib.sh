@@ -1,0 +1,23 @@
+# Shared by the parallel end-to-end tests (sourced after setting loom, mpirun, work and here):
+# failure counting, parity with one process, and the check that a bad layout fails early.
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# parity LABEL REFERENCE_RUN RUN: losses to 1e-5 relative, final weights and AdamW moments to
+# 1e-4 (compare_runs.py prints the measured differences).
+parity() {
+  echo -n "$1 vs 1 process: "
+  /usr/bin/python3 "$here/compare_runs.py" "$2" "$3" 1e-5 --weights-rtol=1e-4 || fail "$1: not equal to 1 process"
+}
+
+# bad NP EXPECTED ARGS...: `loom train ARGS` on NP processes must exit non-zero with EXPECTED in
+# its output and before any training step.
+bad() {
+  local np=$1 expect=$2; shift 2
+  "$mpirun" --oversubscribe -np $np "$loom" train "$@" --set run.out_dir="$work/bad" > "$work/bad.log" 2>&1 &&
+    { fail "accepted: $*"; return; }
+  grep -q "$expect" "$work/bad.log" || fail "no clear error for $*: $(grep -m2 error "$work/bad.log")"
+  grep -q "^step " "$work/bad.log" && fail "work started before the error for $*"
+}
+
+finish() { [ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }; }
