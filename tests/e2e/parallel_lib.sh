@@ -20,4 +20,16 @@ bad() {
   grep -q "^step " "$work/bad.log" && fail "work started before the error for $*"
 }
 
+# model_config MODEL: the tiny config of gpt2, llama (grouped-query attention) or dit, as cfg (the
+# file), extra (its --set arguments) and name (the run's name).
+model_config() {
+  case $1 in
+    dit) cfg=$here/tiny_dit.toml; extra=(--set sample.per_class=1) ;;
+    gpt2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0) ;;
+    llama) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
+      --set model.style=llama --set model.kv_heads=2) ;;
+  esac
+  name=$(basename "$cfg" .toml)
+}
+
 finish() { [ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }; }

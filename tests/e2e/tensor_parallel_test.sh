@@ -19,13 +19,7 @@ source "$here/parallel_lib.sh"
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=2 --set model.heads=4
   --set train.batch_size=8)
 for model in gpt2 llama dit; do
-  case $model in
-    dit) cfg=$here/tiny_dit.toml; extra=(--set sample.per_class=1) ;;
-    gpt2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0) ;;
-    llama) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
-      --set model.style=llama --set model.kv_heads=2) ;;
-  esac
-  name=$(basename "$cfg" .toml)
+  model_config $model
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
     fail "$model: single-process run failed"

@@ -68,8 +68,6 @@ class ParallelRun {
     std::shared_ptr<dist::ProcessGroup> group;
   };
   const Pipeline* pipeline() const { return pipeline_.schedule.ranks > 1 ? &pipeline_ : nullptr; }
-  // A value the last pipeline stage computed (the loss), on every rank (itself without pp).
-  double from_last_stage(double value) const;
   // Context parallelism with a model that takes sequence shards (its plan says so): the rows of
   // a T-long sequence this rank feeds the model; empty when it takes whole sequences.
   std::vector<int64_t> sequence_rows(int64_t T) const;
@@ -132,6 +130,8 @@ class ParallelRun {
   std::set<std::string> ends_shared_;         // parameters both ends hold (a tied embedding)
   // Every parameter of the whole model (name, shape) and the pipeline rank that has it.
   std::vector<std::tuple<std::string, Shape, int>> whole_model_;
+  // A value the last pipeline stage computed (the loss), on every rank (itself without pp).
+  double from_last_stage(double value) const;
   // Keeps this rank's stages, removes the rest from the model; returns the kept blocks.
   std::vector<std::string> setup_pipeline(nn::Module& model, const nn::ParallelPlan& plan);
   parallel::TensorParallelLayout tp_layout_;
