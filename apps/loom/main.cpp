@@ -16,6 +16,7 @@
 #include "rank_log.h"
 #include "loom/data/bpe.h"
 #include "loom/data/text.h"
+#include "loom/train/bench.h"
 #include "loom/train/classifier.h"
 #include "loom/train/config.h"
 #include "loom/train/dit_trainer.h"
@@ -27,9 +28,11 @@ int usage() {
   std::fprintf(stderr,
                "usage: loom <command> [args]\n"
                "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
+               "        [--profile steps=A:B]\n"
                "      train a model (model.kind dit or gpt); the run directory is\n"
                "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
-               "      --resume auto: from the newest one whose checksums all match\n"
+               "      --resume auto: from the newest one whose checksums all match;\n"
+               "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"
                "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
                "         [--seed N] [--png PATH] [--npy PREFIX]\n"
                "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
@@ -50,6 +53,10 @@ int usage() {
                "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
                "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
                "      --max-restarts R a failed train job restarts with --resume auto\n"
+               "  bench [CONFIG ...|all] [--precision f32|bf16] [--warmup N] [--steps N] [--json FILE]\n"
+               "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
+               "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
+               "      against a GEMM ceiling measured first (docs/performance.md)\n"
                "  version\n");
   return 2;
 }
@@ -82,6 +89,12 @@ int train(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--set") {
       overrides.push_back(value_of(argc, argv, i));
+    } else if (a == "--profile") {
+      // --profile steps=A:B is the config key run.profile_steps.
+      const std::string v = value_of(argc, argv, i);
+      LOOM_CHECK(v.rfind("steps=", 0) == 0)
+          << "train: --profile expects steps=A:B (e.g. --profile steps=5:7), got '" << v << "'";
+      overrides.push_back("run.profile_steps=\"" + v.substr(6) + "\"");
     } else if (a == "--resume") {
       resume = loom::train::Resume::Latest;
       if (i + 1 < argc && std::strcmp(argv[i + 1], "auto") == 0) {
@@ -367,6 +380,62 @@ int ckpt(int argc, char** argv) {
   return 1;
 }
 
+int bench(int argc, char** argv) {
+  loom::train::BenchOptions options;
+  std::vector<std::string> names;
+  std::string json_path;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--precision") {
+      options.precision = value_of(argc, argv, i);
+    } else if (a == "--warmup") {
+      options.warmup = parse_int("--warmup", value_of(argc, argv, i));
+    } else if (a == "--steps") {
+      options.steps = parse_int("--steps", value_of(argc, argv, i));
+    } else if (a == "--json") {
+      json_path = value_of(argc, argv, i);
+    } else if (a.rfind("--", 0) == 0) {
+      LOOM_FAIL() << "bench: unknown flag " << a;
+    } else if (a == "all") {
+      for (const auto& s : loom::train::standard_bench_specs()) names.push_back(s.name);
+    } else {
+      names.push_back(a);
+    }
+  }
+  if (names.empty())
+    for (const auto& s : loom::train::standard_bench_specs()) names.push_back(s.name);
+  std::vector<loom::train::BenchSpec> specs;
+  for (const auto& n : names) specs.push_back(loom::train::bench_spec(n));  // all checked first
+  const loom::DType dtype = options.precision == "bf16" ? loom::DType::BF16 : loom::DType::F32;
+  const double ceiling = loom::train::measure_gemm_ceiling(dtype);
+  std::printf("GEMM ceiling (%s, 2048^3, best of 5): %.1f GFLOP/s\n", options.precision.c_str(), ceiling);
+  std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %6s\n", "config", "dtype", "median_ms", "min_ms",
+              "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU");
+  std::FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+  LOOM_CHECK(json_path.empty() || json) << "bench: cannot open " << json_path << " for writing";
+  for (const auto& spec : specs) {
+    const auto r = loom::train::run_bench(spec, options, ceiling);
+    char items[32];
+    std::snprintf(items, sizeof items, "%.1f %s", r.items_per_s, spec.unit());
+    std::printf("%-10s %-5s %9.1f %9.1f %9.1f %12s %8.1f %8.1f %5.1f%%\n", r.name.c_str(),
+                r.precision.c_str(), r.median_ms, r.min_ms, r.max_ms, items, r.gflop_per_step,
+                r.gflops, 100.0 * r.mfu);
+    std::fflush(stdout);
+    if (json) {
+      std::string ms;
+      for (double t : r.step_ms) ms += (ms.empty() ? "" : ", ") + std::to_string(t);
+      std::fprintf(json,
+                   "{\"config\": \"%s\", \"precision\": \"%s\", \"ms\": [%s], \"median_ms\": %.3f, "
+                   "\"items_per_s\": %.3f, \"unit\": \"%s\", \"gflop_per_step\": %.3f, \"gflops\": %.3f, "
+                   "\"ceiling_gflops\": %.3f, \"mfu\": %.4f, \"loss\": %.6f}\n",
+                   r.name.c_str(), r.precision.c_str(), ms.c_str(), r.median_ms, r.items_per_s,
+                   spec.unit(), r.gflop_per_step, r.gflops, r.ceiling_gflops, r.mfu, r.final_loss);
+    }
+  }
+  if (json) std::fclose(json);
+  return 0;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -376,6 +445,7 @@ int run(int argc, char** argv) {
   if (cmd == "eval") return eval(argc - 2, argv + 2);
   if (cmd == "tokenizer") return tokenizer(argc - 2, argv + 2);
   if (cmd == "ckpt") return ckpt(argc - 2, argv + 2);
+  if (cmd == "bench") return bench(argc - 2, argv + 2);
   if (cmd == "launch") return loom::cli::launch(argc - 2, argv + 2);
   if (cmd == "version") {
     std::printf("loom 0.1.0\n");

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "loom/backend/backend.h"
+#include "loom/core/trace.h"
 
 namespace loom {
 
@@ -70,8 +71,8 @@ void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph) {
-  LOOM_CHECK(roots.size() == grads.size()) << "backward: " << roots.size() << " roots but "
-                                           << grads.size() << " gradients";
+  LOOM_CHECK(roots.size() == grads.size())
+      << "backward: " << roots.size() << " roots but " << grads.size() << " gradients";
   NoGradGuard no_grad;  // backward computations are not themselves recorded
 
   // Seed gradients: ones for scalar roots without an explicit gradient.
@@ -144,12 +145,15 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     std::vector<Tensor> grad_inputs;
     if (!grad_outputs.empty()) {  // else no gradient reached this node: only pass through
       grad_outputs.resize(n->num_outputs);
+      trace::Scope scope(n->name(), "backward");
+      if (scope.active() && n->trace_module)
+        scope.set_args(std::string("\"module\": \"") + n->trace_module + "\"");
       grad_inputs = n->backward(grad_outputs);
       grad_outputs.clear();
       if (!retain_graph) n->release();
       LOOM_CHECK(grad_inputs.size() == n->inputs.size())
-          << "autograd: " << n->name() << " returned " << grad_inputs.size()
-          << " gradients for " << n->inputs.size() << " inputs";
+          << "autograd: " << n->name() << " returned " << grad_inputs.size() << " gradients for "
+          << n->inputs.size() << " inputs";
     }
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Edge& e = n->inputs[i];

@@ -6,14 +6,35 @@ namespace loom {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+thread_local const char* t_trace_module = nullptr;
 std::atomic<uint64_t> g_next_sequence_nr{0};
+}  // namespace
+
+bool grad_mode_enabled() {
+  return t_grad_enabled;
+}
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  t_grad_enabled = previous_;
+}
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) {
+  t_grad_enabled = true;
+}
+EnableGradGuard::~EnableGradGuard() {
+  t_grad_enabled = previous_;
 }
 
-bool grad_mode_enabled() { return t_grad_enabled; }
-NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
-EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
-EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+const char* current_trace_module() {
+  return t_trace_module;
+}
+TraceModuleScope::TraceModuleScope(const char* module) : previous_(t_trace_module) {
+  t_trace_module = module;
+}
+TraceModuleScope::~TraceModuleScope() {
+  t_trace_module = previous_;
+}
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!t_grad_enabled) return false;
@@ -41,6 +62,7 @@ void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs
   for (const Tensor& t : inputs) node->inputs.push_back(edge_of(t));
   node->num_outputs = uint32_t(outputs.size());
   node->sequence_nr = g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
+  node->trace_module = t_trace_module;
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_grad_fn(node, uint32_t(i));
 }
 

@@ -15,8 +15,8 @@ namespace loom {
 // Where the gradient of one op input flows: into output `input_nr`... of `node`, or, when the
 // input was a leaf that requires grad, into that leaf's .grad.
 struct Edge {
-  std::shared_ptr<Node> node;  // the producer of the input (null for leaves / no-grad inputs)
-  uint32_t output_nr = 0;      // which output of that producer the input was
+  std::shared_ptr<Node> node;        // the producer of the input (null for leaves / no-grad inputs)
+  uint32_t output_nr = 0;            // which output of that producer the input was
   std::shared_ptr<TensorImpl> leaf;  // set when the input is a leaf requiring grad
   bool active() const { return node != nullptr || leaf != nullptr; }
 };
@@ -35,6 +35,23 @@ struct Node {
   // Creation order; the engine runs ready nodes latest-first, i.e. close to reverse forward
   // order, which is the order DDP/FSDP hooks expect gradients to become ready in.
   uint64_t sequence_nr = 0;
+  // The profiler's name of the module whose forward recorded the node (null unless a profile
+  // window was recording then): its backward event says which module it belongs to.
+  const char* trace_module = nullptr;
+};
+
+// The module whose forward runs on this thread, as the profiler names it (null: none known).
+const char* current_trace_module();
+// Sets it for a scope (Module::call, while the profiler records).
+class TraceModuleScope {
+ public:
+  explicit TraceModuleScope(const char* module);
+  ~TraceModuleScope();
+  TraceModuleScope(const TraceModuleScope&) = delete;
+  TraceModuleScope& operator=(const TraceModuleScope&) = delete;
+
+ private:
+  const char* previous_;
 };
 
 // True when gradients should be recorded on this thread (see NoGradGuard).

@@ -4,17 +4,24 @@
 #include <cstring>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 
 namespace loom {
 
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::Parameters: return "parameters";
-    case MemCategory::Gradients: return "gradients";
-    case MemCategory::OptimizerState: return "optimizer";
-    case MemCategory::Activations: return "activations";
-    case MemCategory::Communication: return "communication";
-    case MemCategory::Other: return "other";
+    case MemCategory::Parameters:
+      return "parameters";
+    case MemCategory::Gradients:
+      return "gradients";
+    case MemCategory::OptimizerState:
+      return "optimizer";
+    case MemCategory::Activations:
+      return "activations";
+    case MemCategory::Communication:
+      return "communication";
+    case MemCategory::Other:
+      return "other";
   }
   return "?";
 }
@@ -28,7 +35,9 @@ size_t CachingHostAllocator::size_class(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
-CachingHostAllocator::~CachingHostAllocator() { release_cached(); }
+CachingHostAllocator::~CachingHostAllocator() {
+  release_cached();
+}
 
 void CachingHostAllocator::count_live(MemCategory category, int64_t delta) {
   const int c = int(category);
@@ -36,6 +45,16 @@ void CachingHostAllocator::count_live(MemCategory category, int64_t delta) {
   stats_.live_total += delta;
   if (stats_.live[c] > stats_.peak[c]) stats_.peak[c] = stats_.live[c];
   if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
+  // The profiler's memory timeline: a sample on every change of at least 4 KiB.
+  if (trace::recording() && (delta >= 4096 || delta <= -4096)) {
+    static const char* const keys[kNumMemCategories] = {
+        mem_category_name(MemCategory(0)), mem_category_name(MemCategory(1)),
+        mem_category_name(MemCategory(2)), mem_category_name(MemCategory(3)),
+        mem_category_name(MemCategory(4)), mem_category_name(MemCategory(5))};
+    double mb[kNumMemCategories];
+    for (int i = 0; i < kNumMemCategories; ++i) mb[i] = double(stats_.live[i]) / 1e6;
+    trace::counter("memory (MB)", keys, mb, kNumMemCategories);
+  }
 }
 
 void* CachingHostAllocator::allocate(size_t nbytes, MemCategory category) {
@@ -59,8 +78,7 @@ void* CachingHostAllocator::allocate(size_t nbytes, MemCategory category) {
       ptr = std::aligned_alloc(64, block);
     }
     LOOM_CHECK(ptr) << "out of host memory allocating " << nbytes << " bytes for "
-                    << mem_category_name(category) << " (reserved " << stats_.reserved
-                    << " bytes)";
+                    << mem_category_name(category) << " (reserved " << stats_.reserved << " bytes)";
     stats_.reserved += int64_t(block);
     stats_.system_allocs++;
   }
@@ -119,11 +137,15 @@ namespace {
 thread_local MemCategory t_category = MemCategory::Activations;
 }
 
-MemCategory current_mem_category() { return t_category; }
+MemCategory current_mem_category() {
+  return t_category;
+}
 MemCategoryScope::MemCategoryScope(MemCategory category) : previous_(t_category) {
   t_category = category;
 }
-MemCategoryScope::~MemCategoryScope() { t_category = previous_; }
+MemCategoryScope::~MemCategoryScope() {
+  t_category = previous_;
+}
 
 }  // namespace loom
 
@@ -138,5 +160,7 @@ Allocator& allocator_for(DeviceType type) {
                 << ": Loom was built without that backend, or it is not initialised";
   return *a;
 }
-void register_allocator(DeviceType type, Allocator* allocator) { g_allocators[int(type)] = allocator; }
+void register_allocator(DeviceType type, Allocator* allocator) {
+  g_allocators[int(type)] = allocator;
+}
 }  // namespace loom

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 
 namespace loom {
 
@@ -45,6 +46,7 @@ class Prefetcher {
   Batch next() {
     std::unique_lock<std::mutex> lock(mutex_);
     if (ready_.empty() && error_ == nullptr) {  // the step waits for data: time it
+      trace::Scope scope("data_wait", "data");
       const auto start = std::chrono::steady_clock::now();
       ready_cv_.wait(lock, [this] { return !ready_.empty() || error_ != nullptr; });
       waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

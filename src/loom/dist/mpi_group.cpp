@@ -17,6 +17,7 @@
 
 #include "loom/core/dtype.h"
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 
 namespace loom::dist {
 
@@ -87,6 +88,13 @@ struct Op {
   std::function<void()> complete;
   std::vector<MPI_Request> requests;
   Clock::time_point started;
+  // For the profiler: the call's name, the bytes this rank hands to it, the group, and (while
+  // recording) its start and the lane of the "collectives" tracks it occupies.
+  const char* kind = "";
+  int64_t bytes = 0;
+  std::string group;
+  int64_t trace_start_ns = 0;
+  int trace_lane = -1;
 };
 
 class CommThread {
@@ -160,6 +168,28 @@ class CommThread {
   }
 
  private:
+  // Collectives in flight overlap in time, so each gets a lane (a track of its own) that is
+  // free when it starts: events on one track never overlap.
+  void trace_begin(Op& op) {
+    op.trace_start_ns = trace::now_ns();
+    size_t lane = 0;
+    while (lane < lane_busy_.size() && lane_busy_[lane]) ++lane;
+    if (lane == lane_busy_.size()) {
+      lane_busy_.push_back(false);
+      lane_tids_.push_back(trace::virtual_track("collectives " + std::to_string(lane)));
+    }
+    lane_busy_[lane] = true;
+    op.trace_lane = int(lane);
+  }
+  void trace_end(Op& op) {
+    if (op.trace_lane < 0) return;
+    lane_busy_[size_t(op.trace_lane)] = false;
+    std::string args = "\"bytes\": " + std::to_string(op.bytes) + ", \"group\": \"" + op.group +
+                       "\", \"work\": \"" + op.work->description() + "\"";
+    trace::complete(op.kind, "collective", op.trace_start_ns, trace::now_ns(), std::move(args),
+                    lane_tids_[size_t(op.trace_lane)]);
+  }
+
   void loop() {
     std::vector<std::unique_ptr<Op>> running;
     Clock::time_point busy_since{};  // when `running` last became non-empty
@@ -185,6 +215,7 @@ class CommThread {
       if (running.empty() && !fresh.empty()) busy_since = Clock::now();
       for (auto& op : fresh) {
         op->started = Clock::now();
+        if (trace::recording()) trace_begin(*op);
         try {
           op->start(op->requests);
         } catch (const std::exception& e) {
@@ -212,6 +243,7 @@ class CommThread {
         }
         // Counted before the waiter wakes, so its reading of comm_times() includes this op.
         std::unique_ptr<Op> finished = std::move(running[i]);
+        trace_end(*finished);
         running.erase(running.begin() + ptrdiff_t(i));
         if (running.empty()) add_in_flight_seconds(seconds_between(busy_since, Clock::now()));
         finished->work->finish(error);
@@ -330,6 +362,8 @@ class CommThread {
   int abort_code_ = -1;
   std::atomic<bool> stopped_{false};
   std::thread thread_;
+  std::vector<bool> lane_busy_;  // the communication thread's own (see trace_begin)
+  std::vector<int> lane_tids_;
 };
 
 std::unique_ptr<CommThread> g_thread;
@@ -353,6 +387,7 @@ class MpiGroup final : public ProcessGroup {
     LOOM_CHECK(!(op == ReduceOp::Avg && t.dtype() == DType::I64))
         << "all_reduce on group " << name() << ": avg of i64 is not defined";
     auto o = collective("all_reduce");
+    o->bytes = int64_t(t.nbytes());
     const int n = mpi_count(t.numel(), "all_reduce");
     const double divisor = op == ReduceOp::Avg ? double(size()) : 1.0;
     MPI_Comm comm = comm_;
@@ -379,6 +414,7 @@ class MpiGroup final : public ProcessGroup {
     LOOM_CHECK(!(op == ReduceOp::Avg && in.dtype() == DType::I64))
         << "reduce_scatter on group " << name() << ": avg of i64 is not defined";
     auto o = collective("reduce_scatter");
+    o->bytes = int64_t(in.nbytes());
     const int n = mpi_count(out.numel(), "reduce_scatter");
     const double divisor = op == ReduceOp::Avg ? double(size()) : 1.0;
     MPI_Comm comm = comm_;
@@ -408,6 +444,7 @@ class MpiGroup final : public ProcessGroup {
   WorkPtr all_gather(const Tensor& in, const Tensor& out) override {
     check_chunked(out, in, "all_gather");
     auto o = collective("all_gather");
+    o->bytes = int64_t(in.nbytes());
     const int n = mpi_count(in.numel(), "all_gather");
     const MPI_Datatype type = mpi_type(in.dtype());
     MPI_Comm comm = comm_;
@@ -426,6 +463,7 @@ class MpiGroup final : public ProcessGroup {
     check_tensor(t, "broadcast");
     check_peer(root, "broadcast");
     auto o = collective("broadcast");
+    o->bytes = int64_t(t.nbytes());
     const int n = mpi_count(t.numel(), "broadcast");
     const MPI_Datatype type = mpi_type(t.dtype());
     MPI_Comm comm = comm_;
@@ -444,6 +482,7 @@ class MpiGroup final : public ProcessGroup {
         << dtype_name(in.dtype()) << ") and out (" << out.numel() << " " << dtype_name(out.dtype())
         << ") must have the same dtype and a number of elements divisible by " << size();
     auto o = collective("all_to_all");
+    o->bytes = int64_t(in.nbytes());
     const int n = mpi_count(in.numel() / size(), "all_to_all");
     const MPI_Datatype type = mpi_type(in.dtype());
     MPI_Comm comm = comm_;
@@ -479,6 +518,7 @@ class MpiGroup final : public ProcessGroup {
         << "all_to_all_v on group " << name() << ": counts sum to " << in_total << " sent and "
         << out_total << " received, tensors hold " << in.numel() << " and " << out.numel();
     auto o = collective("all_to_all_v");
+    o->bytes = int64_t(in.nbytes());
     const MPI_Datatype type = mpi_type(in.dtype());
     const int p = size();
     MPI_Comm comm = comm_;
@@ -528,6 +568,8 @@ class MpiGroup final : public ProcessGroup {
     o->seq = ++seq_;
     o->group_id = group_id_;
     o->work = std::make_shared<Work>(std::string(what) + " #" + std::to_string(o->seq));
+    o->kind = what;
+    o->group = name();
     o->where = "group " + describe();
     for (int i = 0; i < size(); ++i)
       if (i != rank()) o->waits_for.push_back(world_ranks()[size_t(i)]);
@@ -545,6 +587,9 @@ class MpiGroup final : public ProcessGroup {
         << what << " on group " << name() << ": tag " << tag << " (expected 0 <= tag < 32768)";
     auto o = std::make_unique<Op>();
     o->group_id = group_id_;
+    o->kind = what;
+    o->bytes = int64_t(t.nbytes());
+    o->group = name();
     o->work = std::make_shared<Work>(std::string(what) + (sending ? " to" : " from") + " rank " +
                                      std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     o->where = "group " + describe();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "loom/autograd/node.h"
+#include "loom/core/trace.h"
 #include "loom/ops/creation.h"
 
 namespace loom::nn {
@@ -55,17 +56,25 @@ void Module::init_parameters(uint64_t seed) {
     const Tensor& t = named[i].tensor;
     const RngKey key{seed, "init", named[i].name};
     switch (init.kind) {
-      case Init::Normal: fill_normal(t, key, 0, init.a, init.b); break;
-      case Init::Uniform: fill_uniform(t, key, 0, init.a, init.b); break;
+      case Init::Normal:
+        fill_normal(t, key, 0, init.a, init.b);
+        break;
+      case Init::Uniform:
+        fill_uniform(t, key, 0, init.a, init.b);
+        break;
       case Init::XavierUniform: {
-        LOOM_CHECK(t.dim() == 2) << "xavier init of '" << named[i].name << "' needs a 2-D shape, got "
-                                 << t.shape();
+        LOOM_CHECK(t.dim() == 2) << "xavier init of '" << named[i].name
+                                 << "' needs a 2-D shape, got " << t.shape();
         const float bound = std::sqrt(6.0f / float(t.size(0) + t.size(1)));
         fill_uniform(t, key, 0, -bound, bound);
         break;
       }
-      case Init::Zeros: fill_(t, 0.0); break;
-      case Init::Ones: fill_(t, 1.0); break;
+      case Init::Zeros:
+        fill_(t, 0.0);
+        break;
+      case Init::Ones:
+        fill_(t, 1.0);
+        break;
     }
   }
 }
@@ -105,7 +114,15 @@ std::shared_ptr<Module> Module::remove_submodule(const std::string& name) {
   return nullptr;
 }
 
+void Module::name_for_trace(const std::string& root) {
+  trace_name_ = root;
+  for (auto& [name, child] : children_)
+    child->name_for_trace(root == "model" ? name : root + "." + name);
+}
+
 Tensor Module::call(const std::vector<Tensor>& inputs, const ForwardFn& fn) const {
+  trace::Scope scope(trace_name_.empty() ? nullptr : trace_name_.c_str(), "forward");
+  TraceModuleScope module(scope.active() ? trace_name_.c_str() : current_trace_module());
   // Wrapper i runs around wrappers 0..i-1, which run around fn.
   ForwardFn inner = fn;
   for (const auto& wrap : wrappers_)

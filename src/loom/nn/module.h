@@ -46,6 +46,9 @@ class Module {
   void init_parameters(uint64_t seed);
 
   void set_training(bool training);  // recursively
+  // Names every module of the tree for the profiler by its path ("blocks.3.attn"; this one
+  // gets `root`): their forward calls become trace events of that name.
+  void name_for_trace(const std::string& root = "model");
   bool training() const { return training_; }
 
   // The submodule at a dotted path ("blocks.3"); throws naming the path if there is none.
@@ -89,6 +92,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::vector<ForwardWrapper> wrappers_;
   bool training_ = true;
+  std::string trace_name_;  // empty: not traced
 };
 
 }  // namespace loom::nn

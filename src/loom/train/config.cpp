@@ -1,4 +1,5 @@
 #include "loom/train/config.h"
+#include "loom/train/profiler.h"
 
 #include <cstdlib>
 
@@ -189,6 +190,12 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);
   c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
   c.run.memory_limit_mb = f.get_double("run", "memory_limit_mb", c.run.memory_limit_mb);
+  c.run.profile_steps = f.get_string("run", "profile_steps", c.run.profile_steps);
+  try {
+    parse_profile_steps(c.run.profile_steps);
+  } catch (const Error& e) {
+    LOOM_FAIL() << "config " << path << ": run.profile_steps: " << e.what();
+  }
   LOOM_CHECK(c.run.memory_limit_mb >= 0)
       << "config " << path << ": run.memory_limit_mb must be >= 0 (0: no limit), got "
       << c.run.memory_limit_mb;

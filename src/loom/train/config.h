@@ -17,6 +17,7 @@ struct RunConfig {
   std::string out_dir = "runs";
   uint64_t seed = 0;
   double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
+  std::string profile_steps;   // "A:B": trace steps A..B (train/profiler.h); "": no profile
 };
 
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.

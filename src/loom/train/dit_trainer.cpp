@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "loom/core/trace.h"
 #include "loom/core/atomic_file.h"
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
@@ -16,9 +17,12 @@
 #include "loom/diffusion/png.h"
 #include "loom/ops/ops.h"
 #include "loom/optim/ema.h"
+#include "loom/train/bench.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/parallel_run.h"
 #include "loom/train/step_guard.h"
+#include "loom/dist/world.h"
+#include "loom/train/profiler.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -190,11 +194,20 @@ void train_dit(const Config& cfg, Resume resume) {
   Progress progress(par.metrics_path(run_dir), tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
+  BenchSpec work;  // one step's work, for the MFU of the progress line
+  work.kind = "dit";
+  work.dit = cfg.dit;
+  work.batch = tc.batch_size * tc.grad_accum;
+  progress.count_flops(train_step_flops(work), measure_gemm_ceiling(DType::F32, 1024),
+                       dist::world_size());
   StepGuard guard(cfg, par, run_dir);
+  Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *dist::world());
+  model.name_for_trace();
   diffusion::VelocityFn velocity = velocity_of(model);
   Sampler::State position = sampler.state();
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
+    profiler.begin_step(step);
     guard.begin_step(step);
     double loss_sum = 0;
     if (const auto* pipe = par.pipeline()) {
@@ -231,10 +244,14 @@ void train_dit(const Config& cfg, Resume resume) {
         tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
     const std::vector<double> agreed = par.sum_over_dp({loss_sum, local_out_of_time ? 1.0 : 0.0});
     loss_sum = agreed[0] / double(par.dp_size());
-    const double grad_norm = par.clip_grad_norm(tc.grad_clip);
+    const double grad_norm = [&] {
+      trace::Scope scope("clip_grad_norm", "optimizer");
+      return par.clip_grad_norm(tc.grad_clip);
+    }();
     const double lr = cfg.schedule.lr_at(step);
     const bool update = guard.accept(step, loss_sum, grad_norm);
     if (update) {
+      trace::Scope scope("optimizer_step", "optimizer");
       opt.step(lr);
       par.after_optimizer_step();
     }
@@ -247,6 +264,7 @@ void train_dit(const Config& cfg, Resume resume) {
       ema.update(step - tc.ema_start);
     }
     guard.end_step(step, prefetch.waited_seconds());
+    profiler.end_step(step);
     const bool last = step + 1 == tc.steps;
     if ((step + 1) % tc.log_every == 0 || last || step == start_step) {
       progress.log(step, loss_sum, lr,

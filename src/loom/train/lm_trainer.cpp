@@ -11,6 +11,7 @@
 
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/trace.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/rng.h"
 #include "loom/data/bpe.h"
@@ -18,9 +19,12 @@
 #include "loom/data/text.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/ops/ops.h"
+#include "loom/train/bench.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/parallel_run.h"
 #include "loom/train/step_guard.h"
+#include "loom/dist/world.h"
+#include "loom/train/profiler.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -417,7 +421,16 @@ void train_gpt(const Config& cfg, Resume resume) {
   Progress progress(par.metrics_path(run_dir), tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
+  BenchSpec work;  // one step's work, for the MFU of the progress line
+  work.kind = "gpt";
+  work.gpt = cfg.gpt;
+  work.batch = B * tc.grad_accum;
+  work.seq = T;
+  progress.count_flops(train_step_flops(work), measure_gemm_ceiling(DType::F32, 1024),
+                       dist::world_size());
   StepGuard guard(cfg, par, run_dir);
+  Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *dist::world());
+  model.name_for_trace();
   const std::vector<int64_t> rows = par.sequence_rows(T);  // empty: whole sequences
   const MeanLoss mean_loss = par.pipeline() ? pipeline_loss(model, *par.pipeline(), rows)
                                             : whole_model_loss(model, rows);
@@ -425,6 +438,7 @@ void train_gpt(const Config& cfg, Resume resume) {
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
     const auto step_begin = Clock::now();
+    profiler.begin_step(step);
     guard.begin_step(step);
     double loss_sum = 0;
     if (const auto* pipe = par.pipeline()) {
@@ -452,15 +466,20 @@ void train_gpt(const Config& cfg, Resume resume) {
         tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
     const std::vector<double> agreed = par.sum_over_dp({loss_sum, local_out_of_time ? 1.0 : 0.0});
     loss_sum = agreed[0] / double(par.dp_size());
-    const double grad_norm = par.clip_grad_norm(tc.grad_clip);
+    const double grad_norm = [&] {
+      trace::Scope scope("clip_grad_norm", "optimizer");
+      return par.clip_grad_norm(tc.grad_clip);
+    }();
     const double lr = cfg.schedule.lr_at(step);
     if (guard.accept(step, loss_sum, grad_norm)) {
+      trace::Scope scope("optimizer_step", "optimizer");
       opt.step(lr);
       par.after_optimizer_step();
     }
     par.zero_grad();
     if (guard.needs_rollback()) guard.roll_back(step, opt, {});
     guard.end_step(step, prefetch.waited_seconds());
+    profiler.end_step(step);
     train_seconds += seconds_since(step_begin);
 
     const bool last = step + 1 == tc.steps;

@@ -41,13 +41,17 @@ double Progress::elapsed_seconds() const {
 
 namespace {
 // Console names of the memory categories, in MemCategory order.
-constexpr const char* kShortNames[kNumMemCategories] = {"param", "grad", "optim", "act", "comm", "other"};
-Json number(double v) { return std::isfinite(v) ? Json(v) : Json(std::to_string(v)); }
+constexpr const char* kShortNames[kNumMemCategories] = {"param", "grad", "optim",
+                                                        "act",   "comm", "other"};
+Json number(double v) {
+  return std::isfinite(v) ? Json(v) : Json(std::to_string(v));
+}
 }  // namespace
 
 void Progress::log(int64_t step, double loss, double lr, Json extra) {
   Json metrics = Json::object({{"step", step + 1}, {"loss", number(loss)}, {"lr", lr}});
-  for (const auto& [k, v] : extra.items()) metrics.set(k, v.is_double() ? number(v.as_double()) : v);
+  for (const auto& [k, v] : extra.items())
+    metrics.set(k, v.is_double() ? number(v.as_double()) : v);
   const auto now = std::chrono::steady_clock::now();
   const double dt = std::chrono::duration<double>(now - last_time_).count();
   const int64_t steps_done = last_step_ < 0 ? 0 : step - last_step_;
@@ -58,14 +62,25 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   // Per step since the last line: compute, exposed communication, idle (see the header).
   const dist::CommTimes comm = dist::comm_times();
   const double data_wait = data_wait_ ? data_wait_() : 0.0;
+  // Step time split (ms per step since the last line) and MFU; "-" on the first line.
+  char split[128] = "-", mfu[32] = "";
   if (steps_done > 0) {
     const double n = double(steps_done), waited = comm.waited_s - last_waited_,
-                 idle = data_wait - last_data_wait_;
-    metrics.set("time_s", Json::object({{"step", dt / n},
-                                        {"compute", (dt - waited - idle) / n},
-                                        {"comm_exposed", waited / n},
-                                        {"idle", idle / n},
-                                        {"comm_in_flight", (comm.in_flight_s - last_in_flight_) / n}}));
+                 idle = data_wait - last_data_wait_, compute = dt - waited - idle;
+    metrics.set("time_s",
+                Json::object({{"step", dt / n},
+                              {"compute", compute / n},
+                              {"comm_exposed", waited / n},
+                              {"idle", idle / n},
+                              {"comm_in_flight", (comm.in_flight_s - last_in_flight_) / n}}));
+    std::snprintf(split, sizeof split, "%.0f ms/step (compute %.0f, comm %.0f, data %.0f)",
+                  1e3 * dt / n, 1e3 * compute / n, 1e3 * waited / n, 1e3 * idle / n);
+    if (peak_flops_ > 0) {
+      const double achieved = flops_per_step_ * n / dt;
+      metrics.set("mfu", Json(achieved / peak_flops_));
+      metrics.set("gflops", Json(achieved / 1e9));
+      std::snprintf(mfu, sizeof mfu, " | MFU %.0f%%", 100.0 * achieved / peak_flops_);
+    }
   }
   last_waited_ = comm.waited_s;
   last_in_flight_ = comm.in_flight_s;
@@ -80,7 +95,8 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   std::string breakdown;
   for (int c = 0; c < kNumMemCategories; ++c) {
     const char* name = mem_category_name(MemCategory(c));
-    by_category.set(name, Json::object({{"live", mem.live[size_t(c)]}, {"peak", mem.peak[size_t(c)]}}));
+    by_category.set(name,
+                    Json::object({{"live", mem.live[size_t(c)]}, {"peak", mem.peak[size_t(c)]}}));
     char part[48];
     std::snprintf(part, sizeof part, "%s%s %.0f", c ? " " : "", kShortNames[c],
                   double(mem.live[size_t(c)]) / 1e6);
@@ -92,12 +108,13 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
     std::fflush(metrics_);
   }
   const double eta = step_time * double(total_steps_ - step - 1);
-  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s | %s elapsed | ETA %s | mem %.0f MB "
-              "(%s; peak %.0f)\n",
-              (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_,
-              format_duration(elapsed_seconds()).c_str(),
-              steps_done > 0 ? format_duration(eta).c_str() : "-", double(mem.live_total) / 1e6,
-              breakdown.c_str(), double(mem.peak_total) / 1e6);
+  std::printf(
+      "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s%s | %s | %s elapsed | ETA %s | "
+      "mem %.0f MB (%s; peak %.0f)\n",
+      (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_, mfu, split,
+      format_duration(elapsed_seconds()).c_str(),
+      steps_done > 0 ? format_duration(eta).c_str() : "-", double(mem.live_total) / 1e6,
+      breakdown.c_str(), double(mem.peak_total) / 1e6);
   std::fflush(stdout);
 }
 

@@ -23,6 +23,12 @@ class Progress {
   // The step's time is split into compute, exposed communication (waits on collectives) and
   // idle (waits for data): `data_wait` gives the total seconds spent waiting for data so far.
   void count_data_wait(std::function<double()> data_wait) { data_wait_ = std::move(data_wait); }
+  // MFU on each line: `flops_per_step` of the whole job (train_step_flops) against `ranks`
+  // times a rank's GEMM ceiling (GFLOP/s, measured at start-up).
+  void count_flops(double flops_per_step, double ceiling_gflops, int ranks) {
+    flops_per_step_ = flops_per_step;
+    peak_flops_ = ceiling_gflops * 1e9 * double(ranks);
+  }
 
  private:
   std::FILE* metrics_ = nullptr;
@@ -31,6 +37,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_time_;
   int64_t last_step_ = -1;
   std::function<double()> data_wait_;
+  double flops_per_step_ = 0, peak_flops_ = 0;
   double last_waited_ = 0, last_in_flight_ = 0, last_data_wait_ = 0;  // totals at the last log
 };
 

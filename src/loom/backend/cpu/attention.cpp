@@ -402,7 +402,9 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 }
 
 // Runs fn(scratch, t) for t in [0, tasks) on one OpenMP team; each thread builds its Scratch
-// with make_scratch when it takes its first task. Dynamic scheduling, because under a causal
+// with make_scratch first, whether or not it gets a task: then every call takes the same
+// buffers from the caching allocator, and a step that finds a thread busier than in the last
+// one makes no new system allocation. Dynamic scheduling, because under a causal
 // mask later query blocks carry more key blocks. An exception cannot cross the parallel
 // region, so the first one is carried out and rethrown here.
 template <typename MakeScratch, typename Fn>
@@ -419,13 +421,10 @@ void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
 #pragma omp parallel num_threads(threads)
   {
     try {
-      std::optional<decltype(make_scratch())> scratch;
+      auto scratch = make_scratch();
       // nowait: a thread that throws leaves the loop without waiting at its barrier.
 #pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t t = 0; t < tasks; ++t) {
-        if (!scratch) scratch.emplace(make_scratch());
-        fn(*scratch, t);
-      }
+      for (int64_t t = 0; t < tasks; ++t) fn(scratch, t);
     } catch (...) {
 #pragma omp critical(loom_attention_error)
       if (!error) error = std::current_exception();

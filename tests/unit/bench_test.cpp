@@ -1,0 +1,153 @@
+// `loom bench`'s pieces: the analytic FLOP count against the GEMMs a step really runs, the
+// timing loop on a tiny config, and no system allocation in the steady-state step.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "loom/autograd/engine.h"
+#include "loom/core/allocator.h"
+#include "loom/core/trace.h"
+#include "loom/diffusion/flow_matching.h"
+#include "loom/ops/creation.h"
+#include "loom/optim/adamw.h"
+#include "loom/train/bench.h"
+#include "loom/train/profiler.h"
+
+namespace loom::train {
+namespace {
+
+// Sum of the "flop" args of the matmul kernel calls in a trace (the traced backend writes
+// 2 * batch * M * N * K for each).
+double traced_gemm_flops(const std::string& json) {
+  double total = 0;
+  const std::string key = "\"flop\": ";
+  for (size_t at = json.find(key); at != std::string::npos; at = json.find(key, at + 1))
+    total += std::strtod(json.c_str() + at + key.size(), nullptr);
+  return total;
+}
+
+BenchSpec tiny_gpt() {
+  BenchSpec s;
+  s.name = "tiny_gpt";
+  s.kind = "gpt";
+  s.gpt.vocab_size = 96;
+  s.gpt.context = 32;
+  s.gpt.width = 48;
+  s.gpt.depth = 2;
+  s.gpt.heads = 3;
+  s.batch = 2;
+  s.seq = 16;
+  return s;
+}
+
+BenchSpec tiny_dit() {
+  BenchSpec s;
+  s.name = "tiny_dit";
+  s.kind = "dit";
+  s.dit.image_size = 8;
+  s.dit.patch = 2;
+  s.dit.width = 32;
+  s.dit.depth = 2;
+  s.dit.heads = 2;
+  s.batch = 3;
+  return s;
+}
+
+// Attention's two products per step (forward + backward = 3x forward), which the fused
+// attention kernel computes and the GEMM count therefore does not see.
+double attention_flops(const BenchSpec& s) {
+  if (s.kind == "gpt") {
+    const double keys = (double(s.seq) + 1) / 2;
+    return 3.0 * double(s.gpt.depth) * 4.0 * keys * double(s.gpt.width) * double(s.seq * s.batch);
+  }
+  const double T = double(s.dit.tokens());
+  return 3.0 * double(s.dit.depth) * 4.0 * T * double(s.dit.width) * T * double(s.batch);
+}
+
+TEST(Bench, AnalyticFlopsMatchTheGemmsOfAStep) {
+  for (const BenchSpec& spec : {tiny_gpt(), tiny_dit()}) {
+    BenchOptions o;
+    o.warmup = 0;
+    o.steps = 1;
+    trace::start(trace::now_ns());
+    run_bench(spec, o, 0);
+    const std::string json = trace::stop(0, "test");
+    const double counted = traced_gemm_flops(json) + attention_flops(spec);
+    // The step's GEMMs: forward, and dX and dW in backward; run_bench's own loss (item) and
+    // the optimizer run none. The count leaves out only the patch/label embeddings' input
+    // gradients (no dX of the first layer is computed), so it may fall short by those.
+    EXPECT_NEAR(counted / train_step_flops(spec), 1.0, 0.03) << spec.name;
+    EXPECT_LE(counted, train_step_flops(spec) * 1.0001) << spec.name;
+  }
+}
+
+TEST(Bench, StandardConfigsHaveTheIssueShapes) {
+  const BenchSpec gpt2 = bench_spec("gpt2_124m");
+  // GPT-2 small's 124M parameters (with the 1024-position table and tied head), and about 193
+  // GFLOP per B4 x T64 step: 6 * 124M * 256 tokens plus attention.
+  models::Gpt model(gpt2.gpt);
+  EXPECT_NEAR(double(model.num_parameters()) / 1e6, 124.5, 0.5);
+  EXPECT_NEAR(train_step_flops(gpt2) / 1e9, 190.7, 1.0);
+  EXPECT_EQ(gpt2.items_per_step(), 256);
+  EXPECT_EQ(bench_spec("dit_small").items_per_step(), 64);
+  EXPECT_THROW(bench_spec("gpt3"), Error);
+}
+
+TEST(Bench, TimesStepsAndReportsConsistentRates) {
+  BenchOptions o;
+  o.warmup = 1;
+  o.steps = 3;
+  const BenchResult r = run_bench(tiny_gpt(), o, 100.0);
+  ASSERT_EQ(r.step_ms.size(), 3u);
+  EXPECT_LE(r.min_ms, r.median_ms);
+  EXPECT_LE(r.median_ms, r.max_ms);
+  EXPECT_NEAR(r.items_per_s, 32.0 / (r.median_ms / 1e3), 1e-6 * r.items_per_s);
+  EXPECT_NEAR(r.mfu, r.gflops / 100.0, 1e-12);
+  EXPECT_TRUE(std::isfinite(r.final_loss));
+  o.precision = "f16";
+  EXPECT_THROW(run_bench(tiny_gpt(), o, 100.0), Error);
+}
+
+TEST(Bench, SteadyStateStepsMakeNoSystemAllocation) {
+  // After two warm-up steps every buffer a step needs is in the caching allocator's free
+  // lists: further steps never call the system allocator. On one thread: with several, two
+  // threads' kernel scratch buffers of one size are live at once only when the threads happen
+  // to overlap, so a later step may still take one more block (bounded by threads x sizes).
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  BenchOptions o;
+  o.warmup = 2;
+  o.steps = 1;
+  run_bench(tiny_dit(), o, 0);  // warms the caches of a model of these shapes
+  const int64_t before = host_allocator().stats().system_allocs;
+  o.warmup = 0;
+  o.steps = 3;
+  // A fresh model of the same shapes reuses the freed blocks of the first one.
+  run_bench(tiny_dit(), o, 0);
+  EXPECT_EQ(host_allocator().stats().system_allocs, before);
+  omp_set_num_threads(threads);
+}
+
+TEST(Profiler, ParsesStepWindows) {
+  EXPECT_FALSE(parse_profile_steps("").on());
+  const ProfileWindow w = parse_profile_steps("5:7");
+  EXPECT_EQ(w.first, 5);
+  EXPECT_EQ(w.last, 7);
+  for (const char* bad : {"7:5", "0:2", "5", "a:b", "5:7x", "-1:3"})
+    EXPECT_THROW(parse_profile_steps(bad), Error) << bad;
+}
+
+TEST(Profiler, ScopesRecordNothingWhenOff) {
+  trace::start(trace::now_ns());
+  const std::string empty = trace::stop(0, "t");
+  { trace::Scope s("outside", "test"); }  // not recording
+  const std::string after = trace::stop(0, "t");
+  EXPECT_EQ(after.find("outside"), std::string::npos);
+  EXPECT_EQ(empty, after);
+}
+
+}  // namespace
+}  // namespace loom::train
