@@ -31,8 +31,9 @@ class KeptScope {
 
 struct CheckpointBackward : Node {
   CheckpointFn fn;
-  std::vector<Tensor> saved_inputs;  // detached: the only activations kept (and, selective,
+  std::vector<Tensor> saved_inputs;   // detached: the only activations kept (and, selective,
   std::shared_ptr<KeptOutputs> kept;  // the expensive ops' outputs)
+  DType autocast = DType::F32;        // the forward's mode, which the recompute repeats
 
   const char* name() const override { return "CheckpointBackward"; }
 
@@ -47,6 +48,7 @@ struct CheckpointBackward : Node {
     std::vector<Tensor> outputs;
     {
       EnableGradGuard enable;
+      AutocastGuard mode(autocast);
       if (kept) kept->replay = true;
       {
         KeptScope scope(kept.get());
@@ -71,7 +73,8 @@ struct CheckpointBackward : Node {
     }
     if (!roots.empty()) loom::backward(roots, grads);
     std::vector<Tensor> result;
-    for (const Tensor& leaf : leaves) result.push_back(leaf.requires_grad() ? leaf.grad() : Tensor());
+    for (const Tensor& leaf : leaves)
+      result.push_back(leaf.requires_grad() ? leaf.grad() : Tensor());
     return result;
   }
 
@@ -117,6 +120,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   auto node = std::make_shared<CheckpointBackward>();
   node->fn = fn;
   node->kept = kept;
+  node->autocast = autocast_dtype();
   for (const Tensor& t : inputs) node->saved_inputs.push_back(t.detach());
   // Recorded even when no explicit input requires grad: parameters captured by fn may.
   std::vector<Tensor> detached;

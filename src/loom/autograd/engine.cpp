@@ -74,6 +74,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   LOOM_CHECK(roots.size() == grads.size())
       << "backward: " << roots.size() << " roots but " << grads.size() << " gradients";
   NoGradGuard no_grad;  // backward computations are not themselves recorded
+  AutocastGuard exact(DType::F32);  // nodes compute in the dtypes their forward saved
 
   // Seed gradients: ones for scalar roots without an explicit gradient.
   std::vector<Tensor> seeds(roots.size());

@@ -7,6 +7,7 @@ namespace loom {
 namespace {
 thread_local bool t_grad_enabled = true;
 thread_local const char* t_trace_module = nullptr;
+thread_local DType t_autocast = DType::F32;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 }  // namespace
 
@@ -24,6 +25,18 @@ EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) {
 }
 EnableGradGuard::~EnableGradGuard() {
   t_grad_enabled = previous_;
+}
+
+DType autocast_dtype() {
+  return t_autocast;
+}
+AutocastGuard::AutocastGuard(DType compute) : previous_(t_autocast) {
+  LOOM_CHECK(compute == DType::F32 || compute == DType::BF16)
+      << "autocast: compute dtype must be f32 or bf16, got " << dtype_name(compute);
+  t_autocast = compute;
+}
+AutocastGuard::~AutocastGuard() {
+  t_autocast = previous_;
 }
 
 const char* current_trace_module() {

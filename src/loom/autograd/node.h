@@ -69,6 +69,23 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Mixed precision: while an AutocastGuard(BF16) is active on this thread, linear, matmul and
+// attention compute on bf16 copies of their f32 operands (GEMMs accumulate in f32 and return
+// f32); every other op, the parameters (f32 master weights), the gradients and the optimizer
+// state stay f32. Backward follows the dtypes its forward chose, whatever the mode is then
+// (the engine turns autocast off for the backward pass; a recompute restores the forward's).
+DType autocast_dtype();  // F32: off
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType compute);  // F32 or BF16
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  DType previous_;
+};
+
 // Turns recording back on inside a NoGradGuard (the recompute of activation checkpointing).
 class EnableGradGuard {
  public:

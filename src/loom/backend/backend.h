@@ -120,6 +120,9 @@ class Backend {
                           double eps, double weight_decay, int64_t step) = 0;
   // y = a * y + b * x (EMA of weights, interpolation).
   virtual void axpby(const Tensor& y, const Tensor& x, double a, double b) = 0;
+  // sum of x_i^2 over a contiguous f32 tensor, in one pass without a temporary (gradient norms);
+  // partial sums in f32 over short runs, totals in f64.
+  virtual double sum_squares(const Tensor& x) = 0;
 
   // --- fused scaled-dot-product attention (flash-style: no S x S matrix is materialised) ---
   // q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA); mask, if defined, is an

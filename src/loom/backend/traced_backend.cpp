@@ -158,6 +158,10 @@ class TracedBackend final : public Backend {
     trace::Scope s("axpby", "op");
     inner_.axpby(y, x, a, b);
   }
+  double sum_squares(const Tensor& x) override {
+    trace::Scope s("sum_squares", "op");
+    return inner_.sum_squares(x);
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          float scale, bool causal, const Tensor& out, const Tensor& lse) override {
     trace::Scope s("attention_forward", "op");

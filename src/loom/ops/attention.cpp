@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "loom/ops/creation.h"
 #include "loom/ops/detail.h"
 
 namespace loom {
@@ -15,8 +16,8 @@ namespace {
 // The kernel reads (B, H, S, D) operands through their strides as long as each row of D values
 // is contiguous and rows do not overlap; only other layouts are copied.
 Tensor rows_contiguous(const Tensor& t) {
-  const bool rows_ok = (t.size(3) == 1 || t.stride(3) == 1) &&
-                       (t.size(2) == 1 || t.stride(2) >= t.size(3));
+  const bool rows_ok =
+      (t.size(3) == 1 || t.stride(3) == 1) && (t.size(2) == 1 || t.stride(2) >= t.size(3));
   return rows_ok ? t : detail::raw_contiguous(t);
 }
 
@@ -39,8 +40,8 @@ struct AttentionBackward : Node {
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gq = empty_heads_like(q), gk = empty_heads_like(k), gv = empty_heads_like(v);
-    backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse,
-                                     rows_contiguous(g[0]), gq, gk, gv);
+    backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, rows_contiguous(g[0]),
+                                     gq, gk, gv);
     return {gq, gk, gv, Tensor()};
   }
   void release() override { q = k = v = mask = out = lse = Tensor(); }
@@ -67,6 +68,14 @@ Tensor broadcast_mask(const Tensor& mask, const Shape& target) {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& mask, bool causal, float scale) {
   const char* op = "attention";
+  if (autocast_dtype() == DType::BF16 && q.dtype() == DType::F32 && k.dtype() == DType::F32 &&
+      v.dtype() == DType::F32) {
+    // Mixed precision: attention on bf16 q, k, v (the kernel accumulates in f32 and keeps its
+    // softmax statistics in f32); the output comes back as f32 like the inputs.
+    return to_dtype(scaled_dot_product_attention(to_dtype(q, DType::BF16), to_dtype(k, DType::BF16),
+                                                 to_dtype(v, DType::BF16), mask, causal, scale),
+                    DType::F32);
+  }
   detail::check_floating(op, q, "q");
   detail::check_floating(op, k, "k");
   detail::check_floating(op, v, "v");
@@ -75,21 +84,19 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
       << "attention: expected q, k, v as (B, H, S, D), got " << q.shape() << ", " << k.shape()
       << ", " << v.shape();
-  LOOM_CHECK(k.shape() == v.shape()) << "attention: k " << k.shape() << " and v " << v.shape()
-                                     << " differ";
+  LOOM_CHECK(k.shape() == v.shape())
+      << "attention: k " << k.shape() << " and v " << v.shape() << " differ";
   LOOM_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3))
       << "attention: q " << q.shape() << " and k " << k.shape() << " differ in batch or head dim";
   LOOM_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0)
       << "attention: " << q.size(1) << " query heads are not a multiple of " << k.size(1)
       << " key/value heads (q " << q.shape() << ", k " << k.shape() << ")";
-  LOOM_CHECK(!causal || q.size(2) <= k.size(2))
-      << "attention: causal with more queries (" << q.size(2) << ") than keys (" << k.size(2)
-      << ")";
+  LOOM_CHECK(!causal || q.size(2) <= k.size(2)) << "attention: causal with more queries ("
+                                                << q.size(2) << ") than keys (" << k.size(2) << ")";
   if (scale <= 0) scale = 1.0f / std::sqrt(float(q.size(3)));
   Tensor qc = rows_contiguous(q), kc = rows_contiguous(k), vc = rows_contiguous(v);
-  Tensor m = mask.defined()
-                 ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
-                 : Tensor();
+  Tensor m = mask.defined() ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
+                            : Tensor();
   // The output always as (B, S, H, D) memory: attention is followed by merging the heads.
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
   const auto computed = computed_or_kept([&] {

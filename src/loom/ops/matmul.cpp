@@ -18,24 +18,43 @@ Tensor as_batched(const Tensor& t) {
   return t.as_strided({1, t.size(0), t.size(1)}, {0, t.stride(0), t.stride(1)}, t.offset());
 }
 
-Tensor mT(const Tensor& t) { return transpose(t, -2, -1); }
+Tensor mT(const Tensor& t) {
+  return transpose(t, -2, -1);
+}
+
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op, DType out_dtype);
+
+// A bf16 copy of t for autocast (outside the graph: the op's own node carries the gradient).
+Tensor lowered(const Tensor& t) {
+  if (t.dtype() == DType::BF16) return t;
+  Tensor out = Tensor::empty(t.shape(), DType::BF16, t.device());
+  backend_of(t).copy(t, out);
+  return out;
+}
+
+// x @ y in backward: a mixed-precision product takes bf16 operands (the gradient rounded like
+// the forward's inputs) and returns f32, as the forward did.
+Tensor product(const Tensor& x, const Tensor& y, bool mixed) {
+  return mixed ? gemm(lowered(x), lowered(y), Tensor(), "matmul", DType::F32) : matmul(x, y);
+}
 
 struct MatmulBackward : Node {
-  Tensor a, b;
+  Tensor a, b;         // bf16 copies when mixed
+  bool mixed = false;  // autocast: bf16 operands, f32 output
   const char* name() const override { return "MatmulBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     Tensor ga, gb;
-    if (inputs[0].active()) ga = sum_to_shape(matmul(g, mT(b)), a.shape());
+    if (inputs[0].active()) ga = sum_to_shape(product(g, mT(b), mixed), a.shape());
     if (inputs[1].active()) {
       if (b.dim() == 2 && g.dim() == 3) {
         // Broadcast b: fold the batch into the rows so dB is one GEMM, not a sum of many.
         Tensor g2 = reshape(g, {-1, g.size(-1)});
         Tensor a2 = reshape(a.dim() == 3 ? a : expand(a, {g.size(0), a.size(0), a.size(1)}),
                             {-1, a.size(-1)});
-        gb = matmul(mT(a2), g2);
+        gb = product(mT(a2), g2, mixed);
       } else {
-        gb = sum_to_shape(matmul(mT(a), g), b.shape());
+        gb = sum_to_shape(product(mT(a), g, mixed), b.shape());
       }
     }
     return {ga, gb};
@@ -43,7 +62,7 @@ struct MatmulBackward : Node {
   void release() override { a = b = Tensor(); }
 };
 
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op) {
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op, DType out_dtype) {
   detail::check_floating(op, a, "a");
   detail::check_floating(op, b, "b");
   detail::check_same_dtype(op, a, b);
@@ -58,41 +77,49 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op
   const int64_t batch = std::max(batch_a, batch_b);
   Shape out_shape = {a.size(-2), b.size(-1)};
   if (a.dim() == 3 || b.dim() == 3) out_shape.insert(out_shape.begin(), batch);
-  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  Tensor out = Tensor::empty(out_shape, out_dtype, a.device());
   // Any strides go to the kernel as they are: it packs only layouts the GEMM cannot read.
-  backend_of(a).matmul(as_batched(a), as_batched(b), bias,
-                       out.as_strided({batch, out_shape[out_shape.size() - 2],
-                                       out_shape.back()},
-                                      {out_shape.size() == 3 ? out.stride(0) : 0,
-                                       out.stride(-2), 1},
-                                      0));
+  backend_of(a).matmul(
+      as_batched(a), as_batched(b), bias,
+      out.as_strided({batch, out_shape[out_shape.size() - 2], out_shape.back()},
+                     {out_shape.size() == 3 ? out.stride(0) : 0, out.stride(-2), 1}, 0));
   return out;
 }
 
 struct LinearBackward : Node {
-  Tensor x2, weight;  // x2: x flattened to (M, K)
+  Tensor x2, weight;   // x2: x flattened to (M, K); both bf16 copies when mixed
+  bool mixed = false;  // autocast: bf16 operands, f32 output
   Shape x_shape;
   bool has_bias;
   const char* name() const override { return "LinearBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     Tensor g2 = reshape(grads[0], {-1, weight.size(0)});  // (M, N)
     Tensor gx, gw, gbias;
-    if (inputs[0].active()) gx = reshape(matmul(g2, weight), x_shape);  // (M, K)
-    if (inputs[1].active()) gw = matmul(mT(g2), x2);                     // (N, K)
+    if (mixed) g2 = lowered(g2);  // rounded once for both products
+    if (inputs[0].active()) gx = reshape(product(g2, weight, mixed), x_shape);  // (M, K)
+    if (inputs[1].active()) gw = product(mT(g2), x2, mixed);                    // (N, K)
     if (has_bias && inputs[2].active()) gbias = sum(g2, {0});
     return {gx, gw, gbias};
   }
   void release() override { x2 = weight = Tensor(); }
 };
 
+bool autocast_bf16(const Tensor& a, const Tensor& b) {
+  return autocast_dtype() == DType::BF16 && a.dtype() == DType::F32 && b.dtype() == DType::F32;
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  Tensor out = computed_or_kept([&] { return std::vector<Tensor>{gemm(a, b, Tensor(), "matmul")}; })[0];
+  const bool mixed = autocast_bf16(a, b);
+  const Tensor ag = mixed ? lowered(a.detach()) : a, bg = mixed ? lowered(b.detach()) : b;
+  Tensor out = computed_or_kept(
+      [&] { return std::vector<Tensor>{gemm(ag, bg, Tensor(), "matmul", a.dtype())}; })[0];
   if (any_requires_grad({a, b})) {
     auto node = std::make_shared<MatmulBackward>();
-    node->a = a.detach();
-    node->b = b.detach();
+    node->a = ag.detach();
+    node->b = bg.detach();
+    node->mixed = mixed;
     record(node, {a, b}, {out});
   }
   return out;
@@ -113,10 +140,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     NoGradGuard raw;  // the graph edge is recorded once, below, against x itself
     x2 = reshape(x, {-1, x.size(-1)});
   }
+  const bool mixed = autocast_bf16(x, weight);
+  if (mixed) x2 = lowered(x2);
+  const Tensor w = mixed ? lowered(weight.detach()) : weight.detach();
   Tensor out2 = computed_or_kept([&] {
-    return std::vector<Tensor>{gemm(x2, mT(weight.detach()),
-                                    bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(),
-                                    "linear")};
+    return std::vector<Tensor>{
+        gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), "linear",
+             x.dtype())};
   })[0];
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
@@ -124,7 +154,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();
-    node->weight = weight.detach();
+    node->weight = w;
+    node->mixed = mixed;
     node->x_shape = x.shape();
     node->has_bias = bias.defined();
     record(node, {x, weight, bias}, {out});

@@ -76,8 +76,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor g32 = to_dtype(g, DType::F32);
-    total += double(item(sum(mul(g32, g32))));
+    total += backend_for(g.device()).sum_squares(contiguous(to_dtype(g, DType::F32)));
   }
   const double norm = std::sqrt(total);
   if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {

@@ -351,10 +351,8 @@ void ZeroDataParallel::after_backward(int64_t micro, int64_t grad_accum) {
 
 double ZeroDataParallel::clip_grad_norm(double max_norm) {
   double local = 0;
-  for (auto& g : shared_->groups) {
-    const float* x = g.grad_shard.data<float>();
-    for (int64_t i = 0; i < g.shard; ++i) local += double(x[i]) * double(x[i]);
-  }
+  for (auto& g : shared_->groups)
+    local += backend_for(g.grad_shard.device()).sum_squares(g.grad_shard);  // (S)
   Tensor t = Tensor::empty({1});
   t.data<float>()[0] = float(local);
   shard_->all_reduce(t, dist::ReduceOp::Sum)->wait();

@@ -7,8 +7,10 @@
 
 #include "loom/autograd/engine.h"
 #include "loom/backend/backend.h"
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/rng.h"
+#include "loom/core/trace.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/ops/creation.h"
 #include "loom/ops/matmul.h"
@@ -114,7 +116,8 @@ double measure_gemm_ceiling(DType dtype, int64_t n) {
   for (int rep = 0; rep < 6; ++rep) {
     const auto start = std::chrono::steady_clock::now();
     backend.matmul(a, b, Tensor(), c);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rep > 0) best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
   }
   return best;
@@ -138,8 +141,9 @@ BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double
   LOOM_CHECK(options.steps > 0 && options.warmup >= 0)
       << "bench: steps must be positive and warmup non-negative (got " << options.steps << ", "
       << options.warmup << ")";
-  LOOM_CHECK(options.precision == "f32")
-      << "bench: precision '" << options.precision << "' is not supported (f32)";
+  LOOM_CHECK(options.precision == "f32" || options.precision == "bf16")
+      << "bench: precision '" << options.precision << "' is not supported (f32 or bf16)";
+  const DType compute = options.precision == "bf16" ? DType::BF16 : DType::F32;
   std::shared_ptr<nn::Module> model;
   std::function<Tensor()> loss_fn;
   if (spec.kind == "gpt") {
@@ -175,13 +179,29 @@ BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double
   BenchResult r;
   r.name = spec.name;
   r.precision = options.precision;
-  for (int64_t i = 0; i < options.warmup + options.steps; ++i) {
+  const int64_t total = options.warmup + options.steps;
+  for (int64_t i = 0; i < total; ++i) {
+    if (i == total - 1 && !options.trace_path.empty()) {
+      model->name_for_trace();
+      trace::name_this_thread("main");
+      trace::start(trace::now_ns());
+    }
     const auto start = std::chrono::steady_clock::now();
-    Tensor loss = loss_fn();
-    backward(loss);
-    optim::clip_grad_norm(params, 1.0);
-    opt.step(adamw.lr);
-    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(compute);
+      loss = loss_fn();
+      backward(loss);
+    }
+    {
+      trace::Scope scope("clip_grad_norm", "optimizer");
+      optim::clip_grad_norm(params, 1.0);
+    }
+    {
+      trace::Scope scope("optimizer_step", "optimizer");
+      opt.step(adamw.lr);
+      opt.zero_grad();
+    }
     r.final_loss = double(item(loss));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -189,6 +209,8 @@ BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double
         << "bench: " << spec.name << " loss is not finite at step " << i;
     if (i >= options.warmup) r.step_ms.push_back(ms);
   }
+  if (!options.trace_path.empty())
+    write_file_atomic(options.trace_path, trace::stop(0, spec.name + " " + options.precision));
   std::vector<double> sorted = r.step_ms;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();

@@ -216,6 +216,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
   t.stop_after = f.get_int("train", "stop_after", t.stop_after);
   t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
+  t.precision = f.get_string("train", "precision", t.precision);
+  LOOM_CHECK(t.precision == "f32" || t.precision == "bf16")
+      << "config " << path << ": train.precision must be \"f32\" or \"bf16\", got \"" << t.precision
+      << "\"";
   LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
              t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
       << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "

@@ -40,6 +40,9 @@ struct TrainLoopConfig {
   double max_minutes = 0;    // > 0: stop (and checkpoint) when the time budget runs out
   int64_t stop_after = 0;    // > 0: stop (and checkpoint) once this global step is done
   double grad_clip = 1.0;    // <= 0: no clipping
+  // "f32", or "bf16": mixed precision (matmuls and attention on bf16 copies, f32 master
+  // weights, gradients and optimizer state; see AutocastGuard)
+  std::string precision = "f32";
   double ema_decay = 0.999;  // dit only
   int64_t ema_start = 0;  // dit only: steps before the EMA starts tracking (it copies until then)
 };

@@ -209,6 +209,7 @@ void train_dit(const Config& cfg, Resume resume) {
   for (; step < tc.steps; ++step) {
     profiler.begin_step(step);
     guard.begin_step(step);
+    AutocastGuard autocast(tc.precision == "bf16" ? DType::BF16 : DType::F32);
     double loss_sum = 0;
     if (const auto* pipe = par.pipeline()) {
       std::vector<diffusion::FlowMatchingBatch> batches;

@@ -440,6 +440,7 @@ void train_gpt(const Config& cfg, Resume resume) {
     const auto step_begin = Clock::now();
     profiler.begin_step(step);
     guard.begin_step(step);
+    AutocastGuard autocast(tc.precision == "bf16" ? DType::BF16 : DType::F32);
     double loss_sum = 0;
     if (const auto* pipe = par.pipeline()) {
       std::vector<Batch> batches;
@@ -487,6 +488,7 @@ void train_gpt(const Config& cfg, Resume resume) {
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     if (eval_now) {
       const auto t0 = Clock::now();
+      AutocastGuard exact(DType::F32);  // held-out figures in full precision
       const LmEvalResult r = evaluate_over_dp(par, mean_loss, T, tok, data.val, periodic_windows, B);
       extra.set("val", eval_json(r));
       std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1),

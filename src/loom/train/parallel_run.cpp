@@ -357,7 +357,7 @@ double ParallelRun::clip_grad_norm(double max_norm) {
     for (const auto& p : pieces_) {
       const Tensor g = p.gradient();
       if (!g.defined()) continue;
-      const double sq = double(item(sum(mul(g, g))));
+      const double sq = backend_for(g.device()).sum_squares(contiguous(to_dtype(g, DType::F32)));
       local += sq / (tp_sharded(p) ? 1.0 : double(tp_->size())) / (ends_shared_.count(p.name) ? 2.0 : 1.0);
     }
     Tensor t = from_vector(std::vector<float>{float(local)}, {1});

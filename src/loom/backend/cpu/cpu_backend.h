@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout, const Tensor& ggate, const Tensor& gup) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) override;
   void axpby(const Tensor& y, const Tensor& x, double a, double b) override;
+  double sum_squares(const Tensor& x) override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale, bool causal, const Tensor& out, const Tensor& lse) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale, bool causal, const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& gq, const Tensor& gk, const Tensor& gv) override;
 };

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Mixed precision: the first 200 steps of the small shipped configs (configs/gpt_kjv.toml and
+# configs/dit_fmnist.toml) in train.precision = "bf16" follow the f32 loss curve: every
+# 10-step mean of the per-step loss within 1% of f32's (same data, same draws, so only the
+# bf16 rounding of matmul and attention operands separates them). The curves must also
+# differ somewhere (the bf16 run really rounded).
+# Usage: precision_test.sh LOOM_BINARY WORK_DIR
+set -uo pipefail
+loom=$1 work=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$work" && mkdir -p "$work"
+run() {  # config name precision [--set ...]
+  local cfg=$1 name=$2 precision=$3
+  shift 3
+  "$loom" train "$root/configs/$cfg" --set run.out_dir="$work" --set run.name="$name" \
+    --set train.steps=200 --set train.log_every=1 --set train.max_minutes=0 \
+    --set train.precision=\""$precision"\" "$@" > "$work/$name.log" 2>&1 ||
+    { cat "$work/$name.log"; exit 1; }
+}
+for p in f32 bf16; do
+  run gpt_kjv.toml gpt_$p $p --set eval.every=0 --set sample.tokens=0
+  run dit_fmnist.toml dit_$p $p --set eval.classifier=\"\" --set sample.per_class=1 --set sample.steps=2
+done
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+failed = False
+for model in ("gpt", "dit"):
+    def losses(p):
+        return [json.loads(l)["loss"] for l in open(f"{work}/{model}_{p}/metrics.jsonl")]
+    a, b = losses("f32"), losses("bf16")
+    assert len(a) == len(b) == 200, (len(a), len(b))
+    worst = max(abs(sum(a[i:i + 10]) - sum(b[i:i + 10])) / abs(sum(a[i:i + 10])) for i in range(0, 200, 10))
+    step = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    print(f"{model}: worst 10-step mean difference {100 * worst:.3f}% (bound 1%), worst single step {100 * step:.3f}%")
+    if worst > 0.01:
+        print(f"FAIL: {model} bf16 loss curve leaves 1% of f32")
+        failed = True
+    if step == 0:
+        print(f"FAIL: {model} bf16 losses equal f32 bit for bit: nothing ran in bf16")
+        failed = True
+sys.exit(1 if failed else 0)
+PY
+[ $? -eq 0 ] || exit 1
+echo PASS

@@ -1,0 +1,135 @@
+// Mixed precision (AutocastGuard(BF16)): linear and attention compute on bf16 copies of their
+// f32 operands with f32 accumulation and f32 results; gradients and parameters stay f32; the
+// mode does not leak into backward or into code outside the guard.
+//
+// Reference: float64 products of the bf16-rounded operands (what the kernel multiplies), so
+// only f32 accumulation separates the two: a K-term sum is within K * 2^-24 * sum|a b| of
+// exact, checked against 4x that plus 1e-7.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "loom/autograd/engine.h"
+#include "loom/core/dtype.h"
+#include "loom/ops/ops.h"
+
+namespace loom {
+namespace {
+
+double bf16_round(float x) {
+  return double(to_f32(to_bf16(x)));
+}
+
+Tensor random_tensor(const Shape& shape, const char* name) {
+  Tensor t = randn(shape, RngKey{7, "autocast_test", name});
+  t.set_requires_grad(true);
+  return t;
+}
+
+// (M, K) @ (N, K)^T in float64 on bf16-rounded values; err: the f32 accumulation bound.
+void reference_product(const std::vector<float>& a, const std::vector<float>& b, int64_t M,
+                       int64_t N, int64_t K, std::vector<double>& out, std::vector<double>& err) {
+  out.assign(size_t(M * N), 0.0);
+  err.assign(size_t(M * N), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = bf16_round(a[size_t(m * K + k)]) * bf16_round(b[size_t(n * K + k)]);
+        s += p;
+        mag += std::fabs(p);
+      }
+      out[size_t(m * N + n)] = s;
+      err[size_t(m * N + n)] = 4.0 * double(K) * std::ldexp(1.0, -24) * mag + 1e-7;
+    }
+}
+
+std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  std::vector<float> t(v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = v[size_t(r * cols + c)];
+  return t;
+}
+
+TEST(Autocast, LinearForwardAndBackwardOnBf16Operands) {
+  const int64_t M = 6, K = 40, N = 5;
+  Tensor x = random_tensor({M, K}, "x"), w = random_tensor({N, K}, "w");
+  Tensor y, g = randn({M, N}, RngKey{7, "autocast_test", "g"});
+  {
+    AutocastGuard autocast(DType::BF16);
+    y = linear(x, w);
+    backward(y, g);
+  }
+  ASSERT_EQ(y.dtype(), DType::F32);
+  ASSERT_EQ(x.grad().dtype(), DType::F32);
+  ASSERT_EQ(w.grad().dtype(), DType::F32);
+  EXPECT_EQ(w.dtype(), DType::F32);  // master weights untouched
+
+  const std::vector<float> xv = to_vector(x), wv = to_vector(w), gv = to_vector(g);
+  std::vector<double> ref, err;
+  reference_product(xv, wv, M, N, K, ref, err);
+  const std::vector<float> yv = to_vector(y);
+  bool differs_from_f32 = false;
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(yv[i], ref[i], err[i]) << "y " << i;
+  // f32 inputs give a different product: the rounding to bf16 really happened.
+  {
+    Tensor y32 = linear(x.detach(), w.detach());
+    const std::vector<float> y32v = to_vector(y32);
+    for (size_t i = 0; i < ref.size(); ++i) differs_from_f32 |= std::fabs(y32v[i] - yv[i]) > 1e-5;
+  }
+  EXPECT_TRUE(differs_from_f32);
+  // dx = g @ w (K-sum over N): as (M, N) @ (K, N)^T; dw = g^T @ x: as (N, M) @ (K, M)^T.
+  reference_product(gv, transposed(wv, N, K), M, K, N, ref, err);
+  const std::vector<float> gx = to_vector(x.grad());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(gx[i], ref[i], err[i]) << "dx " << i;
+  reference_product(transposed(gv, M, N), transposed(xv, M, K), N, K, M, ref, err);
+  const std::vector<float> gw = to_vector(w.grad());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(gw[i], ref[i], err[i]) << "dw " << i;
+}
+
+TEST(Autocast, AttentionRunsInBf16AndReturnsF32) {
+  Tensor q = random_tensor({2, 2, 7, 8}, "q"), k = random_tensor({2, 2, 7, 8}, "k"),
+         v = random_tensor({2, 2, 7, 8}, "v");
+  Tensor out16, out32 = scaled_dot_product_attention(q, k, v, Tensor(), true);
+  {
+    AutocastGuard autocast(DType::BF16);
+    out16 = scaled_dot_product_attention(q, k, v, Tensor(), true);
+  }
+  ASSERT_EQ(out16.dtype(), DType::F32);
+  backward(sum(out16));
+  ASSERT_EQ(q.grad().dtype(), DType::F32);
+  const std::vector<float> a = to_vector(out16), b = to_vector(out32);
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
+  EXPECT_GT(max_diff, 0.0);   // bf16 inputs change the result...
+  EXPECT_LT(max_diff, 3e-2);  // ...by about their rounding (2^-9 relative, outputs ~1)
+}
+
+TEST(Autocast, ModeIsScopedAndBackwardFollowsTheForward) {
+  EXPECT_EQ(autocast_dtype(), DType::F32);
+  Tensor x = random_tensor({3, 4}, "x2"), w = random_tensor({2, 4}, "w2");
+  Tensor y;
+  {
+    AutocastGuard autocast(DType::BF16);
+    EXPECT_EQ(autocast_dtype(), DType::BF16);
+    y = linear(x, w);
+  }
+  EXPECT_EQ(autocast_dtype(), DType::F32);
+  // An f32 forward backpropagated inside a bf16 guard stays exact f32.
+  Tensor x2 = random_tensor({3, 4}, "x3");
+  Tensor y2 = linear(x2, w.detach());
+  {
+    AutocastGuard autocast(DType::BF16);
+    backward(sum(y2));
+  }
+  const std::vector<float> wv = to_vector(w), gx = to_vector(x2.grad());
+  for (int64_t m = 0; m < 3; ++m)
+    for (int64_t k = 0; k < 4; ++k)
+      EXPECT_FLOAT_EQ(gx[size_t(m * 4 + k)], wv[size_t(k)] + wv[size_t(4 + k)]);
+  EXPECT_THROW(AutocastGuard(DType::F16), Error);
+}
+
+}  // namespace
+}  // namespace loom
