@@ -1,10 +1,10 @@
 // The `loom` command line.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -12,54 +12,55 @@
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/error.h"
-#include "loom/dist/world.h"
-#include "rank_log.h"
 #include "loom/data/bpe.h"
 #include "loom/data/text.h"
+#include "loom/dist/world.h"
 #include "loom/train/bench.h"
 #include "loom/train/classifier.h"
 #include "loom/train/config.h"
 #include "loom/train/dit_trainer.h"
 #include "loom/train/lm_trainer.h"
+#include "rank_log.h"
 
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: loom <command> [args]\n"
-               "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
-               "        [--profile steps=A:B]\n"
-               "      train a model (model.kind dit or gpt); the run directory is\n"
-               "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
-               "      --resume auto: from the newest one whose checksums all match;\n"
-               "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"
-               "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
-               "         [--seed N] [--png PATH] [--npy PREFIX]\n"
-               "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
-               "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
-               "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
-               "  eval CHECKPOINT_DIR [--windows N] | [--samples N --steps N --cfg S --classifier DIR]\n"
-               "      held-out loss of a GPT checkpoint (nats/token, nats/byte, bits/byte) over\n"
-               "      the whole held-out text, or N evenly spread windows of it\n"
-               "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
-               "      learn a byte-level BPE tokenizer with N tokens and save it\n"
-               "  tokenizer check --tokenizer PATH --input FILE\n"
-               "      encode FILE, decode it again and compare (round trip)\n"
-               "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
-               "      write one part of a (sharded) checkpoint as one consolidated file\n"
-               "  ckpt verify CHECKPOINT_DIR\n"
-               "      read every tensor of a checkpoint, checking each piece against its manifest\n"
-               "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S]] -- COMMAND ...\n"
-               "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
-               "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
-               "      --max-restarts R a failed train job restarts with --resume auto\n"
-               "  bench [CONFIG ...|all] [--precision f32|bf16] [--warmup N] [--steps N] [--json FILE]\n"
-               "        [--trace FILE]\n"
-               "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
-               "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
-               "      against a GEMM ceiling measured first (docs/performance.md); --trace:\n"
-               "      the last step's Chrome trace (one config)\n"
-               "  version\n");
+  std::fprintf(
+      stderr,
+      "usage: loom <command> [args]\n"
+      "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
+      "        [--profile steps=A:B]\n"
+      "      train a model (model.kind dit or gpt); the run directory is\n"
+      "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
+      "      --resume auto: from the newest one whose checksums all match;\n"
+      "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"
+      "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
+      "         [--seed N] [--png PATH] [--npy PREFIX]\n"
+      "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
+      "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
+      "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
+      "  eval CHECKPOINT_DIR [--windows N] | [--samples N --steps N --cfg S --classifier DIR]\n"
+      "      held-out loss of a GPT checkpoint (nats/token, nats/byte, bits/byte) over\n"
+      "      the whole held-out text, or N evenly spread windows of it\n"
+      "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
+      "      learn a byte-level BPE tokenizer with N tokens and save it\n"
+      "  tokenizer check --tokenizer PATH --input FILE\n"
+      "      encode FILE, decode it again and compare (round trip)\n"
+      "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
+      "      write one part of a (sharded) checkpoint as one consolidated file\n"
+      "  ckpt verify CHECKPOINT_DIR\n"
+      "      read every tensor of a checkpoint, checking each piece against its manifest\n"
+      "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S]] -- COMMAND ...\n"
+      "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
+      "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
+      "      --max-restarts R a failed train job restarts with --resume auto\n"
+      "  bench [CONFIG ...|all] [--precision f32|bf16] [--warmup N] [--steps N] [--json FILE]\n"
+      "        [--trace FILE]\n"
+      "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
+      "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
+      "      against a GEMM ceiling measured first (docs/performance.md); --trace:\n"
+      "      the last step's Chrome trace (one config)\n"
+      "  version\n");
   return 2;
 }
 
@@ -242,10 +243,11 @@ int eval(int argc, char** argv) {
     o.heun = cfg.sample.heun;
     o.seed = cfg.run.seed;
     const auto q = loom::train::evaluate_dit_checkpoint(ckpt, classifier, samples, o);
-    std::printf("%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
-                "(ratio %.1f), cfg %.1f, %lld steps -> %s/eval.json\n",
-                ckpt.c_str(), 100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
-                q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, ckpt.c_str());
+    std::printf(
+        "%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
+        "(ratio %.1f), cfg %.1f, %lld steps -> %s/eval.json\n",
+        ckpt.c_str(), 100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
+        q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, ckpt.c_str());
     return 0;
   }
   LOOM_CHECK(kind == "gpt") << "eval: " << ckpt << " holds a checkpoint of model kind '" << kind
@@ -345,16 +347,16 @@ int ckpt_export(int argc, char** argv) {
     else
       positional.push_back(a);
   }
-  LOOM_CHECK(positional.size() == 2)
-      << "ckpt export: expected CHECKPOINT_DIR OUT.safetensors, got " << positional.size()
-      << " paths";
+  LOOM_CHECK(positional.size() == 2) << "ckpt export: expected CHECKPOINT_DIR OUT.safetensors, got "
+                                     << positional.size() << " paths";
   const loom::CheckpointReader ckpt(positional[0]);
   const auto tensors = ckpt.read_all(part);
   LOOM_CHECK(!tensors.empty()) << "ckpt export: " << positional[0] << " has no tensors under '"
                                << part << "/'";
   int64_t bytes = 0;
   for (const auto& [name, t] : tensors) bytes += int64_t(t.nbytes());
-  loom::save_safetensors(positional[1], tensors, {{"loom_checkpoint", positional[0]}, {"part", part}});
+  loom::save_safetensors(positional[1], tensors,
+                         {{"loom_checkpoint", positional[0]}, {"part", part}});
   std::printf("%s: %zu tensors, %lld bytes (%s of %s)\n", positional[1].c_str(), tensors.size(),
               (long long)bytes, part.c_str(), positional[0].c_str());
   return 0;
@@ -418,13 +420,14 @@ int bench(int argc, char** argv) {
   for (const auto& spec : specs) {
     results.push_back(loom::train::run_bench(spec, options, 0));
     const auto& r = results.back();
-    std::fprintf(stderr, "%s %s: %.1f ms/step (median of %zu)\n", r.name.c_str(), r.precision.c_str(),
-                 r.median_ms, r.step_ms.size());
+    std::fprintf(stderr, "%s %s: %.1f ms/step (median of %zu)\n", r.name.c_str(),
+                 r.precision.c_str(), r.median_ms, r.step_ms.size());
   }
   const double ceiling = std::max(ceiling_before, loom::train::measure_gemm_ceiling(dtype));
-  std::printf("GEMM ceiling (%s, 2048^3 through Loom's matmul, best of 5 before and after): %.1f "
-              "GFLOP/s\n",
-              options.precision.c_str(), ceiling);
+  std::printf(
+      "GEMM ceiling (%s, 2048^3 through Loom's matmul, best of 5 before and after): %.1f "
+      "GFLOP/s\n",
+      options.precision.c_str(), ceiling);
   std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %6s\n", "config", "dtype", "median_ms", "min_ms",
               "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU");
   std::FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
@@ -442,12 +445,13 @@ int bench(int argc, char** argv) {
     if (json) {
       std::string ms;
       for (double t : r.step_ms) ms += (ms.empty() ? "" : ", ") + std::to_string(t);
-      std::fprintf(json,
-                   "{\"config\": \"%s\", \"precision\": \"%s\", \"ms\": [%s], \"median_ms\": %.3f, "
-                   "\"items_per_s\": %.3f, \"unit\": \"%s\", \"gflop_per_step\": %.3f, \"gflops\": %.3f, "
-                   "\"ceiling_gflops\": %.3f, \"mfu\": %.4f, \"loss\": %.6f}\n",
-                   r.name.c_str(), r.precision.c_str(), ms.c_str(), r.median_ms, r.items_per_s,
-                   spec.unit(), r.gflop_per_step, r.gflops, r.ceiling_gflops, r.mfu, r.final_loss);
+      std::fprintf(
+          json,
+          "{\"config\": \"%s\", \"precision\": \"%s\", \"ms\": [%s], \"median_ms\": %.3f, "
+          "\"items_per_s\": %.3f, \"unit\": \"%s\", \"gflop_per_step\": %.3f, \"gflops\": %.3f, "
+          "\"ceiling_gflops\": %.3f, \"mfu\": %.4f, \"loss\": %.6f}\n",
+          r.name.c_str(), r.precision.c_str(), ms.c_str(), r.median_ms, r.items_per_s, spec.unit(),
+          r.gflop_per_step, r.gflops, r.ceiling_gflops, r.mfu, r.final_loss);
     }
   }
   if (json) std::fclose(json);

@@ -231,6 +231,23 @@ TEST(MatmulKernel, F32PaddedAndPackedLayouts) {
     }
 }
 
+// Leading dimensions of 1024 f32 / 2048 bf16 elements (4 KB) on operands of >= 64K elements:
+// the kernel copies these into a padded layout first (cache-set aliasing); row- and
+// column-major, as a (a) or b operand, with bias.
+TEST(MatmulKernel, FourKilobyteLeadingDimensionsArePadded) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const int64_t ld = dtype == DType::F32 ? 1024 : 2048;
+    for (Layout la : {Layout::Row, Layout::Col})
+      for (Layout lb : {Layout::Row, Layout::Col}) {
+        Case c;
+        c.in = c.out = dtype;
+        c.m = 70, c.k = ld, c.n = 72, c.la = la, c.lb = lb, c.bias = true;
+        c.bias_dtype = dtype;
+        check(c);
+      }
+  }
+}
+
 TEST(MatmulKernel, F32Batched) {
   for (Layout la : {Layout::Row, Layout::Col, Layout::Interleaved})
     for (Layout lb : {Layout::Row, Layout::Col, Layout::Interleaved}) {

@@ -40,6 +40,34 @@ struct NarrowBackward : Node {
   }
 };
 
+// split's parts share one node: their gradients are written into one buffer, each element
+// once (a NarrowBackward per part would zero a whole input-sized buffer per part and the
+// engine would then add them up: 3 x 3 passes over the fused qkv gradient instead of 1).
+struct SplitBackward : Node {
+  Shape input_shape;
+  DType dtype;
+  int64_t dim;
+  std::vector<int64_t> sizes;
+  const char* name() const override { return "SplitBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Device device = cpu_device();
+    for (const Tensor& t : g)
+      if (t.defined()) device = t.device();
+    Tensor gx = Tensor::empty(input_shape, dtype, device);
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Tensor slot = narrow(gx, dim, at, sizes[i]);
+      if (g[i].defined()) {
+        copy_(slot, g[i]);
+      } else {
+        fill_(slot, 0.0);
+      }
+      at += sizes[i];
+    }
+    return {gx};
+  }
+};
+
 struct ExpandBackward : Node {
   Shape input_shape;
   const char* name() const override { return "ExpandBackward"; }
@@ -81,9 +109,8 @@ bool view_strides(const Tensor& x, const Shape& shape, Shape& strides) {
   int64_t chunk_numel = 1, view_numel = 1;
   for (int64_t d = x.dim() - 1; d >= 0; --d) {
     chunk_numel *= old_shape[size_t(d)];
-    const bool chunk_ends =
-        d == 0 || (old_shape[size_t(d - 1)] != 1 &&
-                   old_strides[size_t(d - 1)] != chunk_numel * chunk_stride);
+    const bool chunk_ends = d == 0 || (old_shape[size_t(d - 1)] != 1 &&
+                                       old_strides[size_t(d - 1)] != chunk_numel * chunk_stride);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < chunk_numel || shape[size_t(view_d)] == 1)) {
       strides[size_t(view_d)] = view_numel * chunk_stride;
@@ -235,8 +262,8 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     if (x.size(i) == target) {
       strides[size_t(lead + i)] = x.stride(i);
     } else {
-      LOOM_CHECK(x.size(i) == 1) << "expand: cannot expand shape " << x.shape() << " to "
-                                 << shape << " (dim " << i << " is " << x.size(i) << ")";
+      LOOM_CHECK(x.size(i) == 1) << "expand: cannot expand shape " << x.shape() << " to " << shape
+                                 << " (dim " << i << " is " << x.size(i) << ")";
     }
   }
   if (shape == x.shape()) return x;
@@ -266,8 +293,8 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     const Tensor& t = xs[i];
     detail::check_same_dtype("cat", first, t);
     detail::check_same_device("cat", first, t);
-    LOOM_CHECK(t.dim() == first.dim()) << "cat: tensor " << i << " has shape " << t.shape()
-                                       << ", tensor 0 has " << first.shape();
+    LOOM_CHECK(t.dim() == first.dim())
+        << "cat: tensor " << i << " has shape " << t.shape() << ", tensor 0 has " << first.shape();
     for (int64_t d = 0; d < t.dim(); ++d)
       LOOM_CHECK(d == dim || t.size(d) == first.size(d))
           << "cat: along dim " << dim << ", tensor " << i << " has shape " << t.shape()
@@ -309,10 +336,21 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   LOOM_CHECK(total == x.size(dim)) << "split: sizes add up to " << total << " but dim " << dim
                                    << " of " << x.shape() << " is " << x.size(dim);
   std::vector<Tensor> parts;
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    parts.push_back(narrow(x, dim, at, s));
-    at += s;
+  {
+    NoGradGuard raw;  // one node for all the parts, below
+    int64_t at = 0;
+    for (int64_t s : sizes) {
+      parts.push_back(narrow(x, dim, at, s));
+      at += s;
+    }
+  }
+  if (any_requires_grad({x})) {
+    auto node = std::make_shared<SplitBackward>();
+    node->input_shape = x.shape();
+    node->dtype = x.dtype();
+    node->dim = dim;
+    node->sizes = sizes;
+    record(node, {x}, parts);
   }
   return parts;
 }
