@@ -22,6 +22,11 @@ packages=(
 if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
+# `bootstrap.sh compare`: what bench/compare needs besides: an optimised BLAS for PyTorch
+# (without it Debian's torch uses the reference BLAS, 15x slower, and a comparison means nothing).
+if [ "${1:-}" = compare ]; then
+  packages+=(libopenblas0-pthread)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

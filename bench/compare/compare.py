@@ -14,7 +14,8 @@ gives the median over rounds. Besides same-dtype ratios it gives Loom bf16 again
 elsewhere its bf16 matmuls fall back to slow reference loops, minutes per step; leave bf16
 out of --torch-dtypes there.)
 
-PyTorch runs at its best: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (which this workplace sets to
+Needs `bash scripts/bootstrap.sh compare` first (an optimised BLAS for PyTorch). PyTorch runs
+at its best: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (which this workplace sets to
 pin OpenBLAS to generic kernels) are removed from its environment only, and the OpenBLAS core
 it picked is reported. Loom's environment is left as it is.
 """
@@ -43,8 +44,12 @@ def run_torch(config, dtype, args):
                           str(args.warmup), str(args.steps)],
                          env=env, capture_output=True, text=True, check=True)
     core = re.search(r"Core: (\S+)", out.stdout + out.stderr)
+    if not core:
+        sys.exit("compare: PyTorch is not running on OpenBLAS (it printed no 'Core:' line), so it "
+                 "would use the reference BLAS and be timed far below its best; install it with "
+                 "`bash scripts/bootstrap.sh compare` (Debian's libopenblas0-pthread)")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["blas_core"] = core.group(1) if core else "unknown"
+    result["blas_core"] = core.group(1)
     return result
 
 

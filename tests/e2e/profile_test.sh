@@ -21,4 +21,7 @@ python3 "$here/check_trace.py" "$work/tiny_gpt/trace/rank1.json" 1 2>/dev/null &
 out=$("$loom" train "$here/tiny_gpt.toml" --set run.out_dir="$work/bad" --profile steps=4:2 2>&1) &&
   { echo "FAIL: --profile steps=4:2 was accepted"; exit 1; }
 grep -q "expected A:B with 1 <= A <= B" <<< "$out" || { echo "FAIL: unclear error: $out"; exit 1; }
+out=$("$loom" train "$here/tiny_gpt.toml" --set run.out_dir="$work/bad" --profile steps=5:9 2>&1) &&
+  { echo "FAIL: a window past train.steps was accepted"; exit 1; }
+grep -q "ends after the last step" <<< "$out" || { echo "FAIL: unclear error: $out"; exit 1; }
 echo PASS

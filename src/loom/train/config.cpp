@@ -224,6 +224,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
              t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
       << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
       << "keep_checkpoints must be positive; ckpt_every, max_minutes and stop_after non-negative";
+  LOOM_CHECK(parse_profile_steps(c.run.profile_steps).last <= t.steps)
+      << "config " << path << ": run.profile_steps " << c.run.profile_steps
+      << " ends after the last step (train.steps = " << t.steps << ")";
 
   if (c.model_kind == "dit") {
     read_dit(f, c);
