@@ -59,7 +59,7 @@ int usage() {
       "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
       "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
       "      against a GEMM ceiling measured first (docs/performance.md); --trace:\n"
-      "      the last step's Chrome trace (one config)\n"
+      "      a Chrome trace of one more step after the timed ones (one config)\n"
       "  version\n");
   return 2;
 }
@@ -410,8 +410,12 @@ int bench(int argc, char** argv) {
   }
   if (names.empty())
     for (const auto& s : loom::train::standard_bench_specs()) names.push_back(s.name);
+  LOOM_CHECK(options.precision == "f32" || options.precision == "bf16")
+      << "bench: --precision must be f32 or bf16, got '" << options.precision << "'";
   std::vector<loom::train::BenchSpec> specs;
   for (const auto& n : names) specs.push_back(loom::train::bench_spec(n));  // all checked first
+  LOOM_CHECK(options.trace_path.empty() || specs.size() == 1)
+      << "bench: --trace writes one config's step; name one config (got " << specs.size() << ")";
   const loom::DType dtype = options.precision == "bf16" ? loom::DType::BF16 : loom::DType::F32;
   // The ceiling is measured before and after the runs and the higher kept: on a shared
   // machine a moment of contention would otherwise lower it (and inflate MFU).

@@ -16,8 +16,9 @@ for f in rank0.json rank1.json trace.json; do
   [ -s "$work/tiny_gpt/trace/$f" ] || { echo "FAIL: no trace/$f"; cat "$work/run.log"; exit 1; }
 done
 python3 "$here/check_trace.py" "$work/tiny_gpt/trace/trace.json" 2 || exit 1
-python3 "$here/check_trace.py" "$work/tiny_gpt/trace/rank1.json" 1 2>/dev/null &&
+out=$(python3 "$here/check_trace.py" "$work/tiny_gpt/trace/rank1.json" 1 2>&1) &&
   { echo "FAIL: rank 1's own trace passed as rank 0"; exit 1; }
+grep -q "rank 0 is missing" <<< "$out" || { echo "FAIL: rank1.json rejected for another reason: $out"; exit 1; }
 out=$("$loom" train "$here/tiny_gpt.toml" --set run.out_dir="$work/bad" --profile steps=4:2 2>&1) &&
   { echo "FAIL: --profile steps=4:2 was accepted"; exit 1; }
 grep -q "expected A:B with 1 <= A <= B" <<< "$out" || { echo "FAIL: unclear error: $out"; exit 1; }

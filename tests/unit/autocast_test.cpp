@@ -88,6 +88,24 @@ TEST(Autocast, LinearForwardAndBackwardOnBf16Operands) {
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(gw[i], ref[i], err[i]) << "dw " << i;
 }
 
+TEST(Autocast, LinearBiasGradientIsTheF32Sum) {
+  // The bias gradient sums the f32 incoming gradient (not its bf16 rounding) and stays f32.
+  Tensor x = random_tensor({5, 8}, "xb"), w = random_tensor({3, 8}, "wb"),
+         b = random_tensor({3}, "b");
+  Tensor g = randn({5, 3}, RngKey{7, "autocast_test", "gb"});
+  {
+    AutocastGuard autocast(DType::BF16);
+    backward(linear(x, w, b), g);
+  }
+  ASSERT_EQ(b.grad().dtype(), DType::F32);
+  const std::vector<float> gv = to_vector(g), gb = to_vector(b.grad());
+  for (int64_t n = 0; n < 3; ++n) {
+    double s = 0;
+    for (int64_t m = 0; m < 5; ++m) s += gv[size_t(m * 3 + n)];
+    EXPECT_NEAR(gb[size_t(n)], s, 1e-6) << n;
+  }
+}
+
 TEST(Autocast, AttentionRunsInBf16AndReturnsF32) {
   Tensor q = random_tensor({2, 2, 7, 8}, "q"), k = random_tensor({2, 2, 7, 8}, "k"),
          v = random_tensor({2, 2, 7, 8}, "v");
@@ -117,6 +135,16 @@ TEST(Autocast, ModeIsScopedAndBackwardFollowsTheForward) {
     y = linear(x, w);
   }
   EXPECT_EQ(autocast_dtype(), DType::F32);
+  // A bf16 forward backpropagated outside the guard still uses bf16 operands: with a gradient
+  // of ones, dx[m][k] = sum_n bf16(w[n][k]) exactly (2 terms, exact in f32).
+  backward(sum(y));
+  {
+    const std::vector<float> wv = to_vector(w), gx = to_vector(x.grad());
+    for (int64_t m = 0; m < 3; ++m)
+      for (int64_t k = 0; k < 4; ++k)
+        EXPECT_EQ(double(gx[size_t(m * 4 + k)]),
+                  bf16_round(wv[size_t(k)]) + bf16_round(wv[size_t(4 + k)]));
+  }
   // An f32 forward backpropagated inside a bf16 guard stays exact f32.
   Tensor x2 = random_tensor({3, 4}, "x3");
   Tensor y2 = linear(x2, w.detach());

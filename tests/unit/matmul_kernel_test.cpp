@@ -232,19 +232,23 @@ TEST(MatmulKernel, F32PaddedAndPackedLayouts) {
 }
 
 // Leading dimensions of 1024 f32 / 2048 bf16 elements (4 KB) on operands of >= 64K elements:
-// the kernel copies these into a padded layout first (cache-set aliasing); row- and
-// column-major, as a (a) or b operand, with bias.
+// the kernel copies these into a padded layout first (cache-set aliasing). Each case pads a
+// different operand: a row-major (lda = k), b column-major (ldb = k), a column-major
+// (lda = m), b row-major (ldb = n); with bias.
 TEST(MatmulKernel, FourKilobyteLeadingDimensionsArePadded) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     const int64_t ld = dtype == DType::F32 ? 1024 : 2048;
-    for (Layout la : {Layout::Row, Layout::Col})
-      for (Layout lb : {Layout::Row, Layout::Col}) {
-        Case c;
-        c.in = c.out = dtype;
-        c.m = 70, c.k = ld, c.n = 72, c.la = la, c.lb = lb, c.bias = true;
-        c.bias_dtype = dtype;
-        check(c);
-      }
+    const std::array<std::array<int64_t, 3>, 3> mkn = {{{70, ld, 72}, {ld, 70, 72}, {72, 70, ld}}};
+    const std::array<std::pair<Layout, Layout>, 3> layouts = {
+        {{Layout::Row, Layout::Col}, {Layout::Col, Layout::Row}, {Layout::Col, Layout::Row}}};
+    for (size_t i = 0; i < mkn.size(); ++i) {
+      Case c;
+      c.in = c.out = dtype;
+      c.m = mkn[i][0], c.k = mkn[i][1], c.n = mkn[i][2];
+      c.la = layouts[i].first, c.lb = layouts[i].second, c.bias = true;
+      c.bias_dtype = dtype;
+      check(c);
+    }
   }
 }
 

@@ -121,7 +121,7 @@ class Backend {
   // y = a * y + b * x (EMA of weights, interpolation).
   virtual void axpby(const Tensor& y, const Tensor& x, double a, double b) = 0;
   // sum of x_i^2 over a contiguous f32 tensor, in one pass without a temporary (gradient norms);
-  // partial sums in f32 over short runs, totals in f64.
+  // partial sums in f32 over runs of 1024, added in f64 in a fixed order (deterministic).
   virtual double sum_squares(const Tensor& x) = 0;
 
   // --- fused scaled-dot-product attention (flash-style: no S x S matrix is materialised) ---

@@ -107,16 +107,20 @@ void counter(const char* name, const char* const* keys, const double* values, in
     std::snprintf(buf, sizeof buf, "%s\"%s\": %.17g", i ? ", " : "", keys[i], values[i]);
     args += buf;
   }
-  Track& track = this_thread_track();
-  append(track, Event{name, "memory", 'C', track.tid, now_ns(), 0, std::move(args)});
+  // One track for every thread's samples (kernels' worker threads allocate scratch too).
+  static const int tid = virtual_track("memory");
+  Track* track = track_by_tid(tid);
+  append(*track, Event{name, "memory", 'C', tid, now_ns(), 0, std::move(args)});
 }
 
 int virtual_track(const std::string& name) {
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
-    for (const auto& t : r.tracks)
+    for (const auto& t : r.tracks) {
+      std::lock_guard<std::mutex> tl(t->mutex);
       if (t->name == name) return t->tid;
+    }
   }
   return r.add(name)->tid;
 }

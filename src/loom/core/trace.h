@@ -26,7 +26,7 @@ void complete(const char* name, const char* cat, int64_t start_ns, int64_t end_n
 void counter(const char* name, const char* const* keys, const double* values, int n);
 // A named track that is not a thread (e.g. a lane of in-flight collectives); its id for tid.
 int virtual_track(const std::string& name);
-// Names the calling thread's track ("main", "comm", "prefetch").
+// Names the calling thread's track ("main"; other threads' tracks are called "thread").
 void name_this_thread(const std::string& name);
 
 // Times the enclosing block as a complete event on the calling thread.

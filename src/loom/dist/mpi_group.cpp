@@ -219,6 +219,7 @@ class CommThread {
         try {
           op->start(op->requests);
         } catch (const std::exception& e) {
+          trace_end(*op);  // frees its lane
           op->work->finish(e.what());
           continue;
         }

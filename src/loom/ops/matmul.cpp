@@ -87,7 +87,9 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op
 }
 
 struct LinearBackward : Node {
-  Tensor x2, weight;   // x2: x flattened to (M, K); both bf16 copies when mixed
+  // x2: x flattened to (M, K), a bf16 copy when mixed. weight: the f32 parameter itself (not a
+  // bf16 copy), so ZeRO-3 can free and re-gather it; backward lowers it again.
+  Tensor x2, weight;
   bool mixed = false;  // autocast: bf16 operands, f32 output
   Shape x_shape;
   bool has_bias;
@@ -95,10 +97,10 @@ struct LinearBackward : Node {
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     Tensor g2 = reshape(grads[0], {-1, weight.size(0)});  // (M, N)
     Tensor gx, gw, gbias;
-    if (mixed) g2 = lowered(g2);  // rounded once for both products
+    if (has_bias && inputs[2].active()) gbias = sum(g2, {0});  // from the f32 gradient
+    if (mixed) g2 = lowered(g2);                               // rounded once for both products
     if (inputs[0].active()) gx = reshape(product(g2, weight, mixed), x_shape);  // (M, K)
     if (inputs[1].active()) gw = product(mT(g2), x2, mixed);                    // (N, K)
-    if (has_bias && inputs[2].active()) gbias = sum(g2, {0});
     return {gx, gw, gbias};
   }
   void release() override { x2 = weight = Tensor(); }
@@ -154,7 +156,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();
-    node->weight = w;
+    node->weight = weight.detach();
     node->mixed = mixed;
     node->x_shape = x.shape();
     node->has_bias = bias.defined();

@@ -179,9 +179,11 @@ BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double
   BenchResult r;
   r.name = spec.name;
   r.precision = options.precision;
-  const int64_t total = options.warmup + options.steps;
+  // With a trace, one more step after the timed ones is recorded (tracing costs time).
+  const int64_t timed_end = options.warmup + options.steps;
+  const int64_t total = timed_end + (options.trace_path.empty() ? 0 : 1);
   for (int64_t i = 0; i < total; ++i) {
-    if (i == total - 1 && !options.trace_path.empty()) {
+    if (i == timed_end) {
       model->name_for_trace();
       trace::name_this_thread("main");
       trace::start(trace::now_ns());
@@ -207,7 +209,7 @@ BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     LOOM_CHECK(std::isfinite(r.final_loss))
         << "bench: " << spec.name << " loss is not finite at step " << i;
-    if (i >= options.warmup) r.step_ms.push_back(ms);
+    if (i >= options.warmup && i < timed_end) r.step_ms.push_back(ms);
   }
   if (!options.trace_path.empty())
     write_file_atomic(options.trace_path, trace::stop(0, spec.name + " " + options.precision));

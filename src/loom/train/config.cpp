@@ -1,9 +1,10 @@
 #include "loom/train/config.h"
-#include "loom/train/profiler.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "loom/train/config_file.h"
+#include "loom/train/profiler.h"
 
 namespace loom::train {
 
@@ -22,12 +23,14 @@ void check_pipeline(const Config& c, const std::string& path) {
       << " (more than 1 only with pipeline_schedule = \"interleaved\")";
   if (pp == 1) return;
   const int64_t depth = c.model_kind == "gpt" ? c.gpt.depth : c.dit.depth;
-  LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp << " x pipeline_chunks "
-                              << V << " = " << pp * V << " stages for model.depth " << depth
+  LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp
+                              << " x pipeline_chunks " << V << " = " << pp * V
+                              << " stages for model.depth " << depth
                               << " blocks (each stage needs at least one)";
   LOOM_CHECK(p.pipeline_schedule != "interleaved" || M % pp == 0)
-      << "config " << path << ": the interleaved schedule needs train.grad_accum (the micro-batches, "
-      << M << ") to be a multiple of parallel.pp " << pp;
+      << "config " << path
+      << ": the interleaved schedule needs train.grad_accum (the micro-batches, " << M
+      << ") to be a multiple of parallel.pp " << pp;
 }
 
 // Heads, features and tokens must split over the tensor- and context-parallel ranks: checked
@@ -53,17 +56,19 @@ void check_model_parallel(const Config& c, const std::string& path) {
   LOOM_CHECK(!gpt || c.parallel.dims.pp > 1 || c.gpt.vocab_size % tp == 0)
       << "config " << path << ": model.vocab_size " << c.gpt.vocab_size
       << " must be divisible by parallel.tp " << tp << " (the embedding and head split over it)";
-  const std::string what = std::to_string(tokens) + (gpt ? " tokens (model.context)" : " tokens per image");
+  const std::string what =
+      std::to_string(tokens) + (gpt ? " tokens (model.context)" : " tokens per image");
   const bool ring = c.parallel.context_parallel == "ring";
   if (cp > 1) {
     LOOM_CHECK(tokens % (ring ? 2 * cp : cp) == 0)
-        << "config " << path << ": " << (ring ? "ring" : "Ulysses") << " context parallelism splits the "
-        << what << " into " << (ring ? 2 * cp : cp) << " chunks (parallel.cp " << cp
-        << (ring ? ", two chunks per rank" : "") << "), which does not divide them";
+        << "config " << path << ": " << (ring ? "ring" : "Ulysses")
+        << " context parallelism splits the " << what << " into " << (ring ? 2 * cp : cp)
+        << " chunks (parallel.cp " << cp << (ring ? ", two chunks per rank" : "")
+        << "), which does not divide them";
     LOOM_CHECK(ring || ((heads / tp) % cp == 0 && (kv_heads / tp) % cp == 0))
         << "config " << path << ": Ulysses attention splits each tensor-parallel rank's "
-        << heads / tp << " heads (" << kv_heads / tp << " key/value heads) over parallel.cp "
-        << cp << ", which does not divide them";
+        << heads / tp << " heads (" << kv_heads / tp << " key/value heads) over parallel.cp " << cp
+        << ", which does not divide them";
   }
   LOOM_CHECK(!c.parallel.sequence_parallel || (tokens / cp) % tp == 0)
       << "config " << path << ": sequence parallelism splits the " << what
@@ -224,9 +229,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
              t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
       << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
       << "keep_checkpoints must be positive; ckpt_every, max_minutes and stop_after non-negative";
-  LOOM_CHECK(parse_profile_steps(c.run.profile_steps).last <= t.steps)
+  const int64_t last_step = t.stop_after > 0 ? std::min(t.steps, t.stop_after) : t.steps;
+  LOOM_CHECK(parse_profile_steps(c.run.profile_steps).last <= last_step)
       << "config " << path << ": run.profile_steps " << c.run.profile_steps
-      << " ends after the last step (train.steps = " << t.steps << ")";
+      << " ends after the last step (" << last_step << ", from train.steps and train.stop_after)";
 
   if (c.model_kind == "dit") {
     read_dit(f, c);
@@ -298,8 +304,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   r.spike_zscore = f.get_double("resilience", "spike_zscore", r.spike_zscore);
   r.consistency_every = f.get_int("resilience", "consistency_every", r.consistency_every);
   LOOM_CHECK(r.max_skips_in_row > 0 && r.max_rollbacks >= 0 && r.straggler_every >= 0 &&
-             r.straggler_factor > 1 &&
-             r.spike_zscore >= 0 && r.consistency_every >= 0)
+             r.straggler_factor > 1 && r.spike_zscore >= 0 && r.consistency_every >= 0)
       << "config " << path << ": resilience.max_skips_in_row must be positive, max_rollbacks, "
       << "straggler_every, consistency_every and spike_zscore non-negative, straggler_factor "
       << "above 1";

@@ -6,24 +6,24 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "loom/core/trace.h"
-#include "loom/core/atomic_file.h"
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/atomic_file.h"
+#include "loom/core/trace.h"
 #include "loom/data/idx.h"
 #include "loom/data/npy.h"
 #include "loom/data/prefetch.h"
 #include "loom/data/sampler.h"
 #include "loom/diffusion/png.h"
+#include "loom/dist/world.h"
 #include "loom/ops/ops.h"
 #include "loom/optim/ema.h"
 #include "loom/train/bench.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/parallel_run.h"
-#include "loom/train/step_guard.h"
-#include "loom/dist/world.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
+#include "loom/train/step_guard.h"
 
 namespace loom::train {
 
@@ -78,12 +78,15 @@ parallel::PipelineStages dit_stages(const models::Dit& model, const ParallelRun:
 }
 
 diffusion::VelocityFn velocity_of(const models::Dit& model) {
-  return [&model](const Tensor& x, const Tensor& t, const Tensor& y) { return model.forward(x, t, y); };
+  return [&model](const Tensor& x, const Tensor& t, const Tensor& y) {
+    return model.forward(x, t, y);
+  };
 }
 
 }  // namespace
 
-Tensor sample_dit_images(const models::Dit& model, const Tensor& labels, const DitSampleOptions& o) {
+Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
+                         const DitSampleOptions& o) {
   const auto& c = model.config;
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
@@ -129,7 +132,8 @@ void train_dit(const Config& cfg, Resume resume) {
       << "dataset images " << data.images.shape() << " do not match model.channels "
       << cfg.dit.channels << " and model.image_size " << cfg.dit.image_size;
   LOOM_CHECK(data.num_classes <= cfg.dit.num_classes)
-      << "dataset has " << data.num_classes << " classes, model.num_classes is " << cfg.dit.num_classes;
+      << "dataset has " << data.num_classes << " classes, model.num_classes is "
+      << cfg.dit.num_classes;
 
   models::Dit model(cfg.dit);
   model.init_parameters(cfg.run.seed);
@@ -156,7 +160,8 @@ void train_dit(const Config& cfg, Resume resume) {
       par.load_checkpoint(reader, ema_state());
       start_step = state.at("step").as_int();
       opt.set_steps_taken(state.at("optimizer_steps").as_int());
-      sampler.set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+      sampler.set_state(
+          {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
     }
   }
@@ -198,8 +203,10 @@ void train_dit(const Config& cfg, Resume resume) {
   work.kind = "dit";
   work.dit = cfg.dit;
   work.batch = tc.batch_size * tc.grad_accum;
-  progress.count_flops(train_step_flops(work), measure_gemm_ceiling(DType::F32, 1024),
-                       dist::world_size());
+  progress.count_flops(
+      train_step_flops(work),
+      measure_gemm_ceiling(tc.precision == "bf16" ? DType::BF16 : DType::F32, 1024),
+      dist::world_size());
   StepGuard guard(cfg, par, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *dist::world());
   model.name_for_trace();
@@ -287,6 +294,7 @@ void train_dit(const Config& cfg, Resume resume) {
     }
   }
 
+  profiler.finish();      // a run stopped inside the profile window still writes its trace
   par.wait_checkpoint();  // the last checkpoint is complete before the run reports or exits
   const double train_seconds = progress.elapsed_seconds();
   const double images_per_second =
@@ -299,8 +307,13 @@ void train_dit(const Config& cfg, Resume resume) {
   // Samples from the EMA weights: one row per class.
   models::Dit ema_model(cfg.dit);
   load_state_dict(ema_model, as_map(ema_weights), "ema");
-  DitSampleOptions so{cfg.sample.per_class, cfg.sample.steps, cfg.sample.cfg_scale, cfg.sample.heun,
-                      cfg.run.seed, run_dir + "/samples.png", ""};
+  DitSampleOptions so{cfg.sample.per_class,
+                      cfg.sample.steps,
+                      cfg.sample.cfg_scale,
+                      cfg.sample.heun,
+                      cfg.run.seed,
+                      run_dir + "/samples.png",
+                      ""};
   write_samples(ema_model, so);
   std::printf("samples: %s (EMA weights, %lld Euler%s steps, cfg %.1f)\n", so.png_path.c_str(),
               (long long)so.steps, so.heun ? "/Heun" : "", so.cfg_scale);
@@ -319,10 +332,11 @@ void train_dit(const Config& cfg, Resume resume) {
                                   {"sample_steps", so.steps},
                                   {"train_seconds", train_seconds},
                                   {"images_per_second", images_per_second}}));
-    std::printf("eval: class accuracy %.1f%% of %lld samples, FID %.3f (real-data floor %.3f, "
-                "ratio %.1f) -> %s/eval.json\n",
-                100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
-                q.fid / q.fid_floor, run_dir.c_str());
+    std::printf(
+        "eval: class accuracy %.1f%% of %lld samples, FID %.3f (real-data floor %.3f, "
+        "ratio %.1f) -> %s/eval.json\n",
+        100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor, q.fid / q.fid_floor,
+        run_dir.c_str());
   }
 }
 
@@ -334,8 +348,8 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
       << " model, not a DiT";
   const fs::path run_dir = fs::path(ckpt_dir).parent_path();
   const std::string config_path = (run_dir / "config.toml").string();
-  LOOM_CHECK(fs::exists(config_path)) << "sample: " << config_path
-                                      << " not found (expected beside the checkpoint directory)";
+  LOOM_CHECK(fs::exists(config_path))
+      << "sample: " << config_path << " not found (expected beside the checkpoint directory)";
   Config cfg = load_config(config_path);
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(reader.read_all("ema")), ckpt_dir + " (ema)");

@@ -11,21 +11,21 @@
 
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
-#include "loom/core/trace.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/rng.h"
+#include "loom/core/trace.h"
 #include "loom/data/bpe.h"
 #include "loom/data/prefetch.h"
 #include "loom/data/text.h"
+#include "loom/dist/world.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/ops/ops.h"
 #include "loom/train/bench.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/parallel_run.h"
-#include "loom/train/step_guard.h"
-#include "loom/dist/world.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
+#include "loom/train/step_guard.h"
 
 namespace loom::train {
 
@@ -155,7 +155,8 @@ Shard local_rows(const Batch& b, const std::vector<int64_t>& rows) {
       local_ids.push_back(ids[size_t(i * T + r)]);
       local_targets.push_back(targets[size_t(i * T + r)]);
     }
-  return {from_vector(local_ids, {B, n}), from_vector(local_targets, {B, n}), from_vector(rows, {n})};
+  return {from_vector(local_ids, {B, n}), from_vector(local_targets, {B, n}),
+          from_vector(rows, {n})};
 }
 
 // The mean cross-entropy of a batch of windows (the whole model's forward, or a pipeline's).
@@ -172,12 +173,14 @@ MeanLoss whole_model_loss(const models::Gpt& model, const std::vector<int64_t>& 
 // chunks' blocks, final norm, head and loss after the last; micro-batch m is batches[m] (its
 // rows `rows` under context parallelism).
 parallel::PipelineStages gpt_stages(const models::Gpt& model, const ParallelRun::Pipeline& pipe,
-                                    const std::vector<Batch>& batches, const std::vector<int64_t>& rows) {
+                                    const std::vector<Batch>& batches,
+                                    const std::vector<int64_t>& rows) {
   parallel::PipelineStages st;
   auto shards = std::make_shared<std::vector<Shard>>();
   for (const Batch& b : batches) shards->push_back(local_rows(b, rows));
   const Tensor& first_ids = shards->at(0).ids;
-  const Tensor pos = rows.empty() ? model.default_positions(first_ids.size(1)) : shards->at(0).positions;
+  const Tensor pos =
+      rows.empty() ? model.default_positions(first_ids.size(1)) : shards->at(0).positions;
   for (const auto& [begin, end] : pipe.chunk_blocks)
     st.forward.push_back([&model, begin, end, pos](const Tensor& x) {
       Tensor h = x;
@@ -187,7 +190,9 @@ parallel::PipelineStages gpt_stages(const models::Gpt& model, const ParallelRun:
       }
       return h;
     });
-  st.input = [&model, shards, pos](int64_t m) { return model.embed(shards->at(size_t(m)).ids, pos); };
+  st.input = [&model, shards, pos](int64_t m) {
+    return model.embed(shards->at(size_t(m)).ids, pos);
+  };
   st.loss = [&model, shards](const Tensor& out, int64_t m) {
     return model.criterion->forward(model.head(out), shards->at(size_t(m)).targets);
   };
@@ -239,7 +244,8 @@ LmEvalResult evaluate_over_dp(const ParallelRun& par, const MeanLoss& mean_loss,
   const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
                                   starts.begin() + ptrdiff_t((r + 1) * n / P));
   const int64_t most = int64_t((n + P - 1) / P);
-  LmEvalResult result = evaluate(mean_loss, T, tok, tokens, mine, batch, (most + batch - 1) / batch);
+  LmEvalResult result =
+      evaluate(mean_loss, T, tok, tokens, mine, batch, (most + batch - 1) / batch);
   const std::vector<double> total =
       par.sum_over_dp({result.nats, double(result.tokens), double(result.bytes)});
   result.nats = total[0];
@@ -426,14 +432,16 @@ void train_gpt(const Config& cfg, Resume resume) {
   work.gpt = cfg.gpt;
   work.batch = B * tc.grad_accum;
   work.seq = T;
-  progress.count_flops(train_step_flops(work), measure_gemm_ceiling(DType::F32, 1024),
-                       dist::world_size());
+  progress.count_flops(
+      train_step_flops(work),
+      measure_gemm_ceiling(tc.precision == "bf16" ? DType::BF16 : DType::F32, 1024),
+      dist::world_size());
   StepGuard guard(cfg, par, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *dist::world());
   model.name_for_trace();
   const std::vector<int64_t> rows = par.sequence_rows(T);  // empty: whole sequences
-  const MeanLoss mean_loss = par.pipeline() ? pipeline_loss(model, *par.pipeline(), rows)
-                                            : whole_model_loss(model, rows);
+  const MeanLoss mean_loss =
+      par.pipeline() ? pipeline_loss(model, *par.pipeline(), rows) : whole_model_loss(model, rows);
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
   int64_t step = start_step;
   for (; step < tc.steps; ++step) {
@@ -489,7 +497,8 @@ void train_gpt(const Config& cfg, Resume resume) {
     if (eval_now) {
       const auto t0 = Clock::now();
       AutocastGuard exact(DType::F32);  // held-out figures in full precision
-      const LmEvalResult r = evaluate_over_dp(par, mean_loss, T, tok, data.val, periodic_windows, B);
+      const LmEvalResult r =
+          evaluate_over_dp(par, mean_loss, T, tok, data.val, periodic_windows, B);
       extra.set("val", eval_json(r));
       std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1),
                   eval_line(r).c_str(), seconds_since(t0));
@@ -511,6 +520,7 @@ void train_gpt(const Config& cfg, Resume resume) {
       break;
     }
   }
+  profiler.finish();      // a run stopped inside the profile window still writes its trace
   par.wait_checkpoint();  // the last checkpoint is complete before the run reports or exits
   const int64_t steps_run = step - start_step;
   if (steps_run > 0)
@@ -520,8 +530,8 @@ void train_gpt(const Config& cfg, Resume resume) {
 
   // The final held-out loss, over the whole held-out split.
   const auto t0 = Clock::now();
-  const LmEvalResult r = evaluate_over_dp(
-      par, mean_loss, T, tok, data.val, eval_window_starts(int64_t(data.val.size()), T, 0), B);
+  const LmEvalResult r = evaluate_over_dp(par, mean_loss, T, tok, data.val,
+                                          eval_window_starts(int64_t(data.val.size()), T, 0), B);
   // The text sample runs on the main rank alone, on a full copy of the weights (collective).
   std::unique_ptr<models::Gpt> full_model;
   if (cfg.lm_sample.tokens > 0) {

@@ -30,7 +30,9 @@ Profiler::Profiler(const ProfileWindow& window, const std::string& run_dir,
     : window_(window), dir_(run_dir + "/trace"), world_(world) {}
 
 void Profiler::begin_step(int64_t step) {
-  if (!window_.on() || step + 1 != window_.first) return;
+  if (!window_.on() || recording_ || step + 1 < window_.first || step + 1 > window_.last) return;
+  recording_ = true;
+  first_step_ = last_step_ = step + 1;
   std::filesystem::create_directories(dir_);
   world_.barrier()->wait();  // every rank leaves at nearly the same moment: a common origin
   trace::name_this_thread("main");
@@ -38,7 +40,17 @@ void Profiler::begin_step(int64_t step) {
 }
 
 void Profiler::end_step(int64_t step) {
-  if (!window_.on() || step + 1 != window_.last) return;
+  if (!recording_) return;
+  last_step_ = step + 1;
+  if (last_step_ == window_.last) write();
+}
+
+void Profiler::finish() {
+  if (recording_) write();
+}
+
+void Profiler::write() {
+  recording_ = false;
   const int rank = world_.rank();
   const std::string json = trace::stop(rank, "rank " + std::to_string(rank));
   const std::string path = dir_ + "/rank" + std::to_string(rank) + ".json";
@@ -50,14 +62,18 @@ void Profiler::end_step(int64_t step) {
   bool first = true;
   for (int r = 0; r < world_.size(); ++r) {
     std::ifstream in(dir_ + "/rank" + std::to_string(r) + ".json");
-    LOOM_CHECK(in) << "profiler: cannot read " << dir_ << "/rank" << r
-                   << ".json (the run directory must be shared by the ranks)";
+    if (!in) {  // a warning, not an error: the other ranks have gone on training
+      std::printf(
+          "profile: cannot read %s/rank%d.json (the run directory is not shared by the "
+          "ranks?): the merged trace leaves it out\n",
+          dir_.c_str(), r);
+      continue;
+    }
     std::stringstream ss;
     ss << in.rdbuf();
     const std::string s = ss.str();
     const size_t open = s.find('['), close = s.rfind(']');
-    LOOM_CHECK(open != std::string::npos && close != std::string::npos && close > open)
-        << "profiler: " << dir_ << "/rank" << r << ".json is not a trace";
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
     std::string body = s.substr(open + 1, close - open - 1);
     while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.pop_back();
     while (!body.empty() && body.front() == '\n') body.erase(body.begin());
@@ -68,7 +84,7 @@ void Profiler::end_step(int64_t step) {
   merged += "\n]}\n";
   write_file_atomic(dir_ + "/trace.json", merged);
   std::printf("profile: steps %lld-%lld written to %s/trace.json (and rank<R>.json)\n",
-              (long long)window_.first, (long long)window_.last, dir_.c_str());
+              (long long)first_step_, (long long)last_step_, dir_.c_str());
   std::fflush(stdout);
 }
 

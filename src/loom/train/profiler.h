@@ -23,12 +23,20 @@ class Profiler {
  public:
   // world: the ranks whose traces are merged (every rank of the job calls the same steps).
   Profiler(const ProfileWindow& window, const std::string& run_dir, dist::ProcessGroup& world);
-  // Around each training step (`step` 0-based, as the trainers count).
+  // Around each training step (`step` 0-based, as the trainers count). Recording starts at
+  // the first step of the window this run executes (a run resumed inside the window records
+  // the rest of it) and is written after step B.
   void begin_step(int64_t step);
   void end_step(int64_t step);
+  // After the loop: writes what was recorded if the run stopped inside the window (a time
+  // budget ran out); every rank calls it, as every rank stops at the same step.
+  void finish();
 
  private:
+  void write();
   ProfileWindow window_;
+  bool recording_ = false;
+  int64_t first_step_ = 0, last_step_ = 0;  // 1-based: the steps recorded
   std::string dir_;
   dist::ProcessGroup& world_;
 };

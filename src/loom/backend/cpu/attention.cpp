@@ -24,7 +24,6 @@
 #include <cmath>
 #include <exception>
 #include <limits>
-#include <optional>
 #include <type_traits>
 #include <vector>
 

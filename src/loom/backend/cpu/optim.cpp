@@ -1,6 +1,7 @@
 // Optimizer update kernels: one pass over flat f32 parameter, gradient and state buffers.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/parallel.h"
@@ -65,15 +66,19 @@ double CpuBackend::sum_squares(const Tensor& x) {
   const float* p = x.data<float>();
   const int64_t n = x.numel(), run = 1024;  // f32 partial sums over runs of 1024 (vectorised)
   const int64_t runs = (n + run - 1) / run;
-  double total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static) if (n > 65536)
+  // Each run's partial goes to its own slot and the slots are added in order: the result does
+  // not depend on the thread count or on which thread finishes first.
+  std::vector<double> partial(static_cast<size_t>(runs));
+#pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t r = 0; r < runs; ++r) {
     const int64_t begin = r * run, end = std::min(n, begin + run);
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = begin; i < end; ++i) s += p[i] * p[i];
-    total += double(s);
+    partial[size_t(r)] = double(s);
   }
+  double total = 0;
+  for (double s : partial) total += s;
   return total;
 }
 
