@@ -28,6 +28,7 @@ classifier: build
 
 bench: build
 	@for b in $(BUILD)/*_bench; do echo "== $$b"; $$b; done
+	@echo "== loom bench (training steps of the standard models, MFU)"; OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom bench
 	@echo "== bench/dist/overlap.sh"; bash bench/dist/overlap.sh $(BUILD)/loom
 	@echo "== bench/checkpoint_overhead.sh"; bash bench/checkpoint_overhead.sh $(BUILD)/loom
 	@echo "== pipeline_bubble (4 ranks)"; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
