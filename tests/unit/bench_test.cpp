@@ -30,30 +30,13 @@ double traced_gemm_flops(const std::string& json) {
 }
 
 BenchSpec tiny_gpt() {
-  BenchSpec s;
-  s.name = "tiny_gpt";
-  s.kind = "gpt";
-  s.gpt.vocab_size = 96;
-  s.gpt.context = 32;
-  s.gpt.width = 48;
-  s.gpt.depth = 2;
-  s.gpt.heads = 3;
-  s.batch = 2;
-  s.seq = 16;
-  return s;
+  return gpt_bench("tiny_gpt",
+                   {.vocab_size = 96, .context = 32, .width = 48, .depth = 2, .heads = 3}, 2, 16);
 }
 
 BenchSpec tiny_dit() {
-  BenchSpec s;
-  s.name = "tiny_dit";
-  s.kind = "dit";
-  s.dit.image_size = 8;
-  s.dit.patch = 2;
-  s.dit.width = 32;
-  s.dit.depth = 2;
-  s.dit.heads = 2;
-  s.batch = 3;
-  return s;
+  return dit_bench("tiny_dit", {.image_size = 8, .patch = 2, .width = 32, .depth = 2, .heads = 2},
+                   3);
 }
 
 // Attention's two products per step (forward + backward = 3x forward), which the fused

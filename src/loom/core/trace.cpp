@@ -23,7 +23,6 @@ struct Event {
   const char* name;
   const char* cat;
   char ph;  // 'X' complete, 'C' counter
-  int tid;
   int64_t ts_ns, dur_ns;
   std::string args;
 };
@@ -95,8 +94,8 @@ void complete(const char* name, const char* cat, int64_t start_ns, int64_t end_n
   if (!recording()) return;
   Track* track = tid < 0 ? &this_thread_track() : track_by_tid(tid);
   if (!track) return;
-  append(*track, Event{name, cat, 'X', track->tid, start_ns,
-                       std::max<int64_t>(0, end_ns - start_ns), std::move(args)});
+  append(*track,
+         Event{name, cat, 'X', start_ns, std::max<int64_t>(0, end_ns - start_ns), std::move(args)});
 }
 
 void counter(const char* name, const char* const* keys, const double* values, int n) {
@@ -110,7 +109,7 @@ void counter(const char* name, const char* const* keys, const double* values, in
   // One track for every thread's samples (kernels' worker threads allocate scratch too).
   static const int tid = virtual_track("memory");
   Track* track = track_by_tid(tid);
-  append(*track, Event{name, "memory", 'C', tid, now_ns(), 0, std::move(args)});
+  append(*track, Event{name, "memory", 'C', now_ns(), 0, std::move(args)});
 }
 
 int virtual_track(const std::string& name) {
@@ -178,7 +177,7 @@ std::string stop(int pid, const std::string& process_name) {
       append_escaped(out, e.name);
       out += "\", \"cat\": \"";
       append_escaped(out, e.cat);
-      std::snprintf(buf, sizeof buf, "\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f", pid, e.tid,
+      std::snprintf(buf, sizeof buf, "\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f", pid, t->tid,
                     double(e.ts_ns - r.origin_ns) / 1e3);
       out += buf;
       if (e.ph == 'X') {

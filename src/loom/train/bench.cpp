@@ -19,40 +19,38 @@
 
 namespace loom::train {
 
+BenchSpec gpt_bench(std::string name, const models::GptConfig& config, int64_t batch, int64_t seq) {
+  BenchSpec s;
+  s.name = std::move(name);
+  s.kind = "gpt";
+  s.gpt = config;
+  s.batch = batch;
+  s.seq = seq;
+  return s;
+}
+
+BenchSpec dit_bench(std::string name, const models::DitConfig& config, int64_t batch) {
+  BenchSpec s;
+  s.name = std::move(name);
+  s.kind = "dit";
+  s.dit = config;
+  s.batch = batch;
+  return s;
+}
+
 std::vector<BenchSpec> standard_bench_specs() {
-  // GPT-2 124M: 12 layers, 12 heads, width 768, vocabulary 50304 (50257 padded to a multiple
-  // of 64), tied embeddings, 1024 positions; batch 4 x 64 tokens.
-  BenchSpec gpt2;
-  gpt2.name = "gpt2_124m";
-  gpt2.kind = "gpt";
-  gpt2.gpt.vocab_size = 50304;
-  gpt2.gpt.context = 1024;
-  gpt2.gpt.width = 768;
-  gpt2.gpt.depth = 12;
-  gpt2.gpt.heads = 12;
-  gpt2.batch = 4;
-  gpt2.seq = 64;
-  // The small GPT: 6 layers, width 384, 6 heads, byte vocabulary; batch 16 x 256.
-  BenchSpec small;
-  small.name = "gpt_small";
-  small.kind = "gpt";
-  small.gpt.vocab_size = 256;
-  small.gpt.context = 256;
-  small.gpt.width = 384;
-  small.gpt.depth = 6;
-  small.gpt.heads = 6;
-  small.batch = 16;
-  small.seq = 256;
-  // DiT-small: width 256, depth 6, 4 heads, patch 2 on 28x28x1 (196 tokens); batch 64.
-  BenchSpec dit;
-  dit.name = "dit_small";
-  dit.kind = "dit";
-  dit.dit.width = 256;
-  dit.dit.depth = 6;
-  dit.dit.heads = 4;
-  dit.dit.patch = 2;
-  dit.batch = 64;
-  return {gpt2, small, dit};
+  return {
+      // GPT-2 124M: 12 layers, 12 heads, width 768, vocabulary 50304 (50257 padded to a
+      // multiple of 64), tied embeddings, 1024 positions; batch 4 x 64 tokens.
+      gpt_bench("gpt2_124m",
+                {.vocab_size = 50304, .context = 1024, .width = 768, .depth = 12, .heads = 12}, 4,
+                64),
+      // The small GPT: 6 layers, width 384, 6 heads, byte vocabulary; batch 16 x 256.
+      gpt_bench("gpt_small",
+                {.vocab_size = 256, .context = 256, .width = 384, .depth = 6, .heads = 6}, 16, 256),
+      // DiT-small: width 256, depth 6, 4 heads, patch 2 on 28x28x1 (196 tokens); batch 64.
+      dit_bench("dit_small", {.patch = 2, .width = 256, .depth = 6, .heads = 4}, 64),
+  };
 }
 
 BenchSpec bench_spec(const std::string& name) {

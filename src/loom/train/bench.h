@@ -23,6 +23,10 @@ struct BenchSpec {
   const char* unit() const { return kind == "gpt" ? "tok" : "img"; }
 };
 
+// A GPT step of batch x seq tokens, or a DiT step of batch images.
+BenchSpec gpt_bench(std::string name, const models::GptConfig& config, int64_t batch, int64_t seq);
+BenchSpec dit_bench(std::string name, const models::DitConfig& config, int64_t batch);
+
 // The standard configs (bench/compare/torch_bench.py mirrors them).
 std::vector<BenchSpec> standard_bench_specs();
 BenchSpec bench_spec(const std::string& name);  // throws naming the known ones

@@ -199,12 +199,8 @@ void train_dit(const Config& cfg, Resume resume) {
   Progress progress(par.metrics_path(run_dir), tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
-  BenchSpec work;  // one step's work, for the MFU of the progress line
-  work.kind = "dit";
-  work.dit = cfg.dit;
-  work.batch = tc.batch_size * tc.grad_accum;
-  progress.count_flops(
-      train_step_flops(work),
+  progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
+      train_step_flops(dit_bench(cfg.run.name, cfg.dit, tc.batch_size * tc.grad_accum)),
       measure_gemm_ceiling(tc.precision == "bf16" ? DType::BF16 : DType::F32, 1024),
       dist::world_size());
   StepGuard guard(cfg, par, run_dir);

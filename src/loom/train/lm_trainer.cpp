@@ -427,13 +427,8 @@ void train_gpt(const Config& cfg, Resume resume) {
   Progress progress(par.metrics_path(run_dir), tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
-  BenchSpec work;  // one step's work, for the MFU of the progress line
-  work.kind = "gpt";
-  work.gpt = cfg.gpt;
-  work.batch = B * tc.grad_accum;
-  work.seq = T;
-  progress.count_flops(
-      train_step_flops(work),
+  progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
+      train_step_flops(gpt_bench(cfg.run.name, cfg.gpt, B * tc.grad_accum, T)),
       measure_gemm_ceiling(tc.precision == "bf16" ? DType::BF16 : DType::F32, 1024),
       dist::world_size());
   StepGuard guard(cfg, par, run_dir);
