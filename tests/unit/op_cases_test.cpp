@@ -185,6 +185,18 @@ void register_matmul() {
                                {F({6, 5}), F({3, 5})},
                                [](const TV& x) { return loom::linear(x[0], x[1]); },
                                [](const RV& x) { return ref::linear(x[0], x[1], nullptr); }}});
+  // gelu(linear(x)) as one fused op.
+  auto linear_gelu_ref = [](const R& linear_out) { return ref::unary(linear_out, ref::gelu_tanh); };
+  harness::register_op(
+      "linear_gelu",
+      {OpCase{"bias",
+              {F({2, 3, 5}), F({4, 5}), F({4})},
+              [](const TV& x) { return loom::linear_gelu(x[0], x[1], x[2]); },
+              [=](const RV& x) { return linear_gelu_ref(ref::linear(x[0], x[1], &x[2])); }},
+       OpCase{"no bias",
+              {F({6, 5}), F({3, 5})},
+              [](const TV& x) { return loom::linear_gelu(x[0], x[1]); },
+              [=](const RV& x) { return linear_gelu_ref(ref::linear(x[0], x[1], nullptr)); }}});
 }
 
 void register_shape_ops() {

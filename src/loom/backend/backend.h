@@ -108,6 +108,11 @@ class Backend {
   virtual void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout,
                                  const Tensor& gx, const Tensor& gshift,
                                  const Tensor& gscale) = 0;
+  // The backward of gelu(x W^T + b) with the bias added by the GEMM: over contiguous pre
+  // (rows, n) = x W^T + b, gpre = gout * gelu'(pre) and, when gbias is defined, gbias (n) = the
+  // column sums of gpre (f64 partials over fixed chunks of rows: deterministic), in one pass.
+  virtual void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
+                                  const Tensor& gbias) = 0;
   // out = silu(gate) * up, same shapes.
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout,

@@ -139,6 +139,11 @@ class TracedBackend final : public Backend {
     trace::Scope s("modulate_backward", "op");
     inner_.modulate_backward(x, scale, gout, gx, gshift, gscale);
   }
+  void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
+                          const Tensor& gbias) override {
+    trace::Scope s("gelu_bias_backward", "op");
+    inner_.gelu_bias_backward(pre, gout, gpre, gbias);
+  }
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override {
     trace::Scope s("swiglu_forward", "op");
     inner_.swiglu_forward(gate, up, out);

@@ -13,7 +13,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Init init, Init bias_init
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  return call({x}, [this](const std::vector<Tensor>& in) { return linear(in[0], weight, bias); });
+  return call({x}, [this](const std::vector<Tensor>& in) {
+    return gelu ? linear_gelu(in[0], weight, bias) : linear(in[0], weight, bias);
+  });
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k) : kernel(k) {
@@ -61,9 +63,10 @@ Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight, eps)
 Mlp::Mlp(int64_t dim, int64_t hidden, Init init) {
   fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden, true, init));
   fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim, true, init));
+  fc1->gelu = true;
 }
 
-Tensor Mlp::forward(const Tensor& x) const { return fc2->forward(gelu(fc1->forward(x))); }
+Tensor Mlp::forward(const Tensor& x) const { return fc2->forward(fc1->forward(x)); }
 
 SwiGLU::SwiGLU(int64_t dim, int64_t hidden, Init init) {
   w1 = register_module("w1", std::make_shared<Linear>(dim, hidden, false, init));

@@ -13,6 +13,9 @@ class Linear : public Module {
   // (..., in) -> (..., out), through call() so that tensor parallelism can wrap it.
   Tensor forward(const Tensor& x) const;
   Tensor weight, bias;                    // (out, in), (out) or undefined
+  // forward returns gelu(x W^T + b) through the fused linear_gelu (Mlp's fc1). Elementwise, so
+  // column parallelism keeps it; row parallelism refuses it (it would act on partial sums).
+  bool gelu = false;
 };
 
 // Channels-last 2-D convolution, stride 1, "same" zero padding (ops/conv.h).
@@ -65,7 +68,7 @@ class RMSNorm : public Module {
   float eps;
 };
 
-// Linear -> GELU (tanh) -> Linear.
+// Linear -> GELU (tanh) -> Linear; fc1 applies the GELU itself (Linear::gelu, fused).
 class Mlp : public Module {
  public:
   Mlp(int64_t dim, int64_t hidden, Init init = Init::xavier_uniform());

@@ -90,20 +90,30 @@ struct LinearBackward : Node {
   // x2: x flattened to (M, K), a bf16 copy when mixed. weight: the f32 parameter itself (not a
   // bf16 copy), so ZeRO-3 can free and re-gather it; backward lowers it again.
   Tensor x2, weight;
+  Tensor pre;          // linear_gelu: x W^T + b (M, N), the GELU's input; undefined otherwise
   bool mixed = false;  // autocast: bf16 operands, f32 output
   Shape x_shape;
   bool has_bias;
-  const char* name() const override { return "LinearBackward"; }
+  const char* name() const override { return pre.defined() ? "LinearGeluBackward" : "LinearBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     Tensor g2 = reshape(grads[0], {-1, weight.size(0)});  // (M, N)
     Tensor gx, gw, gbias;
-    if (has_bias && inputs[2].active()) gbias = sum(g2, {0});  // from the f32 gradient
-    if (mixed) g2 = lowered(g2);                               // rounded once for both products
+    const bool want_bias = has_bias && inputs[2].active();
+    if (pre.defined()) {
+      // Through the GELU, with the bias gradient summed in the same pass.
+      const Tensor gpre = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+      if (want_bias) gbias = Tensor::empty({pre.size(1)}, pre.dtype(), pre.device());
+      backend_of(pre).gelu_bias_backward(pre, detail::raw_contiguous(g2), gpre, gbias);
+      g2 = gpre;
+    } else if (want_bias) {
+      gbias = sum(g2, {0});  // from the f32 gradient
+    }
+    if (mixed) g2 = lowered(g2);  // rounded once for both products
     if (inputs[0].active()) gx = reshape(product(g2, weight, mixed), x_shape);  // (M, K)
     if (inputs[1].active()) gw = product(mT(g2), x2, mixed);                    // (N, K)
     return {gx, gw, gbias};
   }
-  void release() override { x2 = weight = Tensor(); }
+  void release() override { x2 = weight = pre = Tensor(); }
 };
 
 bool autocast_bf16(const Tensor& a, const Tensor& b) {
@@ -127,15 +137,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_floating("linear", x, "input");
-  detail::check_floating("linear", weight, "weight");
-  LOOM_CHECK(weight.dim() == 2) << "linear: weight must be (out, in), got " << weight.shape();
+namespace {
+
+// linear, and with gelu = true linear_gelu: the GELU applied to the GEMM's output (which the
+// backward keeps as the GELU's input).
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu) {
+  const char* op = gelu ? "linear_gelu" : "linear";
+  detail::check_floating(op, x, "input");
+  detail::check_floating(op, weight, "weight");
+  LOOM_CHECK(weight.dim() == 2) << op << ": weight must be (out, in), got " << weight.shape();
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1))
-      << "linear: input " << x.shape() << " does not match weight " << weight.shape()
+      << op << ": input " << x.shape() << " does not match weight " << weight.shape()
       << " (expected last dim " << weight.size(1) << ")";
   if (bias.defined()) {
-    detail::check_shape("linear", bias, {weight.size(0)}, "bias");
+    detail::check_shape(op, bias, {weight.size(0)}, "bias");
   }
   Tensor x2;
   {
@@ -147,9 +162,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Tensor w = mixed ? lowered(weight.detach()) : weight.detach();
   Tensor out2 = computed_or_kept([&] {
     return std::vector<Tensor>{
-        gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), "linear",
+        gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
              x.dtype())};
   })[0];
+  Tensor pre;
+  if (gelu) {
+    // Outside any selective checkpoint's keep list: recomputing it from the kept GEMM output
+    // is cheap.
+    pre = out2;
+    out2 = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+    backend_of(pre).unary(UnaryOp::Gelu, 0.0, pre, out2);
+  }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
   Tensor out = out2.as_strided(out_shape, contiguous_strides(out_shape), 0);
@@ -157,12 +180,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();
     node->weight = weight.detach();
+    node->pre = pre;
     node->mixed = mixed;
     node->x_shape = x.shape();
     node->has_bias = bias.defined();
     record(node, {x, weight, bias}, {out});
   }
   return out;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, false);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, true);
 }
 
 }  // namespace loom

@@ -213,6 +213,9 @@ class Applier {
   // along the sequence) and the whole bias added once, after the sum.
   void split_columns(const std::string& path, nn::Linear& lin,
                      const std::vector<std::vector<std::pair<int64_t, int64_t>>>& columns) {
+    LOOM_CHECK(!lin.gelu) << "tensor parallel: " << path << " applies a GELU to its output, "
+                          << "which a row-parallel layer only has as partial sums; make it "
+                          << "column-parallel";
     shard(path + ".weight", lin.weight, 1, columns);
     const Tensor bias = std::exchange(lin.bias, Tensor());
     lin.add_forward_wrapper([group = group_, dim = seq_dim_, bias](const nn::Module::ForwardFn& fn,

@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
   void rope(const Tensor& x, const Tensor& positions, double theta, bool inverse, const Tensor& out) override;
   void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale, const Tensor& out) override;
   void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout, const Tensor& gx, const Tensor& gshift, const Tensor& gscale) override;
+  void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre, const Tensor& gbias) override;
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout, const Tensor& ggate, const Tensor& gup) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) override;

@@ -4,6 +4,8 @@
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
+#include "loom/backend/cpu/parallel.h"
+#include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/strided.h"
 #include "loom/backend/cpu/vec_math.h"
 
@@ -58,14 +60,15 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
   });
 }
 
-[[gnu::always_inline]] inline float gelu_tanh(float x) {
-  const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-  return 0.5f * x * (1.0f + cpu::fast_tanh(u));
+// GELU, tanh approximation, through 0.5 (1 + tanh(u)) = sigmoid(2u): one exp and one
+// division per element and no branch (fast_tanh needs a second path near 0).
+[[gnu::always_inline]] inline float gelu_sigmoid(float x) {  // sigmoid(2u), u = k (x + c x^3)
+  return 1.0f / (1.0f + cpu::fast_exp(-2.0f * kSqrt2OverPi * x * (1.0f + kGeluCoeff * x * x)));
 }
+[[gnu::always_inline]] inline float gelu_tanh(float x) { return x * gelu_sigmoid(x); }
 [[gnu::always_inline]] inline float gelu_tanh_grad(float x) {
-  const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-  const float t = cpu::fast_tanh(u);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+  const float s = gelu_sigmoid(x);
+  return s + x * s * (1.0f - s) * (2.0f * kSqrt2OverPi) * (1.0f + 3.0f * kGeluCoeff * x * x);
 }
 [[gnu::always_inline]] inline float silu_grad(float x) {
   const float s = cpu::fast_sigmoid(x);
@@ -132,6 +135,62 @@ void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, con
       case UnaryOp::AddScalar: run(1, [](float) { return 1.0f; }); break;
       case UnaryOp::MulScalar: run(1, [=](float) { return alpha; }); break;
       case UnaryOp::Relu: run(1, [](float v) { return v > 0.0f ? 1.0f : 0.0f; }); break;
+    }
+  });
+}
+
+void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
+                                    const Tensor& gbias) {
+  check_same("gelu_bias_backward", pre, gout);
+  check_same("gelu_bias_backward", pre, gpre);
+  LOOM_CHECK(pre.dim() == 2 && pre.is_contiguous() && gout.is_contiguous() && gpre.is_contiguous())
+      << "gelu_bias_backward: expected contiguous (rows, n) tensors, got " << pre.shape();
+  const int64_t rows = pre.size(0), n = pre.size(1);
+  LOOM_CHECK(!gbias.defined() || (gbias.numel() == n && gbias.dtype() == pre.dtype() &&
+                                  gbias.is_contiguous()))
+      << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
+  // Chunks of a fixed number of rows, each summing its rows' gpre (as stored) into f64 column
+  // partials, added in chunk order afterwards: the same bits whatever the thread count.
+  constexpr int64_t kChunk = 512;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  // f64 partials (chunks, n), in a float scratch buffer of twice the count.
+  cpu::ScratchBuffer partial_storage(gbias.defined() ? size_t(2 * chunks * n) : 0);
+  double* partial = reinterpret_cast<double*>(partial_storage.data());
+  cpu::dispatch_float(pre.dtype(), "gelu_bias_backward", [&](auto z) {
+    using T = decltype(z);
+    const T* xs = static_cast<const T*>(pre.data_ptr());
+    const T* gs = static_cast<const T*>(gout.data_ptr());
+    T* os = static_cast<T*>(gpre.data_ptr());
+    cpu::parallel_for(chunks, kChunk * n * 25, [&](int64_t begin, int64_t end) {
+      for (int64_t chunk = begin; chunk < end; ++chunk) {
+        double* acc = partial ? partial + chunk * n : nullptr;
+        if (acc) std::fill_n(acc, n, 0.0);
+        const int64_t r0 = chunk * kChunk, r1 = std::min(rows, r0 + kChunk);
+        for (int64_t i = r0 * n; i < r1 * n; ++i)
+          os[i] = from_f32<T>(to_f32(gs[i]) * gelu_tanh_grad(to_f32(xs[i])));
+        if (!acc) continue;
+        // The chunk's gpre was just written (and is still in cache): add it up, four rows per
+        // pass over acc for a quarter of the accumulator loads and stores.
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+          const T* o = os + r * n;
+#pragma omp simd
+          for (int64_t c = 0; c < n; ++c)
+            acc[c] += (double(to_f32(o[c])) + double(to_f32(o[c + n]))) +
+                      (double(to_f32(o[c + 2 * n])) + double(to_f32(o[c + 3 * n])));
+        }
+        for (; r < r1; ++r) {
+#pragma omp simd
+          for (int64_t c = 0; c < n; ++c) acc[c] += double(to_f32(os[r * n + c]));
+        }
+      }
+    });
+    if (!partial) return;
+    T* b = static_cast<T*>(gbias.data_ptr());
+    for (int64_t c = 0; c < n; ++c) {
+      double total = 0.0;
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) total += partial[chunk * n + c];
+      b[c] = from_f32<T>(float(total));
     }
   });
 }

@@ -1,0 +1,133 @@
+// The CPU kernels that sum bias gradients over many rows, on shapes that split into several
+// chunks of rows, against float64 loops:
+//   sum_middle (the sum over the middle dim of (outer, n, inner): a plain bias gradient),
+//   gelu_bias_backward (gpre = gout * gelu'(pre) and the column sums of gpre in one pass).
+//
+// Tolerance of the sums: the kernels accumulate in float64 and round once, so an f32 result is
+// within one f32 rounding (2^-24 relative) of the exact sum, checked against 2^-23 * sum|x| per
+// column. A bf16 output adds one bf16 rounding (2^-9), checked against 2^-8.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "loom/backend/backend.h"
+#include "loom/core/tensor.h"
+#include "loom/ops/creation.h"
+
+namespace loom {
+namespace {
+
+Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
+  Tensor f = Tensor::empty(shape, DType::F32);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = uniform(rng);
+  return dtype == DType::F32 ? f : to_dtype(f, dtype);
+}
+
+std::vector<float> values_of(const Tensor& t) {
+  const Tensor f = t.dtype() == DType::F32 ? t : to_dtype(t, DType::F32);
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+
+struct SumCase {
+  int64_t outer, n, inner;
+};
+
+class SumMiddle : public ::testing::TestWithParam<SumCase> {};
+
+TEST_P(SumMiddle, MatchesFloat64Sum) {
+  const SumCase c = GetParam();
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = random_tensor({c.outer, c.n, c.inner}, dtype, 7);
+    Tensor out = Tensor::empty({c.outer, c.inner}, dtype);
+    cpu_backend().sum_middle(x, out);
+    const std::vector<float> xv = values_of(x), got = values_of(out);
+    const double bound = dtype == DType::F32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -8);
+    for (int64_t i = 0; i < c.outer; ++i)
+      for (int64_t col = 0; col < c.inner; ++col) {
+        double sum = 0.0, abs_sum = 0.0;
+        for (int64_t r = 0; r < c.n; ++r) {
+          const double v = xv[(i * c.n + r) * c.inner + col];
+          sum += v;
+          abs_sum += std::fabs(v);
+        }
+        ASSERT_NEAR(got[i * c.inner + col], sum, bound * std::max(abs_sum, std::fabs(sum)))
+            << "outer " << i << ", column " << col;
+      }
+  }
+}
+
+// Row chunks are 512 rows: cover one chunk, several, a ragged last one, and several outer
+// indices.
+INSTANTIATE_TEST_SUITE_P(Shapes, SumMiddle,
+                         ::testing::Values(SumCase{1, 3, 5}, SumCase{1, 512, 256},
+                                           SumCase{1, 1300, 300}, SumCase{3, 1025, 513},
+                                           SumCase{2, 2049, 17}));
+
+// The row chunks are fixed, not per thread: one thread and two give the same bits.
+TEST(SumMiddle, SameBitsOnOneThreadAndTwo) {
+  const Tensor x = random_tensor({2, 3000, 260}, DType::F32, 11);
+  Tensor one = Tensor::empty({2, 260}, DType::F32), two = Tensor::empty({2, 260}, DType::F32);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  cpu_backend().sum_middle(x, one);
+  omp_set_num_threads(2);
+  cpu_backend().sum_middle(x, two);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(one.data_ptr(), two.data_ptr(), one.numel() * sizeof(float)), 0);
+}
+
+double gelu_tanh_grad(double x) {
+  const double k = std::sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// gpre against the float64 derivative (f32 math with a fast exp: within 1e-5 of max |gpre|),
+// the bias gradient against the float64 column sums of the kernel's own f32 gpre values
+// (the rounding bound above), and the same bits on one thread and two.
+TEST(GeluBiasBackward, MatchesFloat64AndIsDeterministic) {
+  const int64_t rows = 1300, n = 70;
+  Tensor pre = random_tensor({rows, n}, DType::F32, 3), gout = random_tensor({rows, n}, DType::F32, 4);
+  for (int64_t i = 0; i < pre.numel(); ++i) pre.data<float>()[i] *= 4.0f;  // both GELU tails
+  Tensor gpre = Tensor::empty({rows, n}, DType::F32), gbias = Tensor::empty({n}, DType::F32);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  cpu_backend().gelu_bias_backward(pre, gout, gpre, gbias);
+  double max_ref = 0.0;
+  std::vector<double> ref(size_t(rows * n));
+  for (int64_t i = 0; i < rows * n; ++i) {
+    ref[i] = double(gout.data<float>()[i]) * gelu_tanh_grad(pre.data<float>()[i]);
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+  }
+  for (int64_t i = 0; i < rows * n; ++i)
+    ASSERT_NEAR(gpre.data<float>()[i], ref[i], 1e-5 * max_ref) << "element " << i;
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0.0, abs_sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += gpre.data<float>()[r * n + c];
+      abs_sum += std::fabs(gpre.data<float>()[r * n + c]);
+    }
+    ASSERT_NEAR(gbias.data<float>()[c], sum, std::ldexp(1.0, -23) * abs_sum) << "column " << c;
+  }
+  Tensor gpre1 = Tensor::empty({rows, n}, DType::F32), gbias1 = Tensor::empty({n}, DType::F32);
+  omp_set_num_threads(1);
+  cpu_backend().gelu_bias_backward(pre, gout, gpre1, gbias1);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(gbias.data_ptr(), gbias1.data_ptr(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(gpre.data_ptr(), gpre1.data_ptr(), rows * n * sizeof(float)), 0);
+  // Without a bias gradient only gpre is written.
+  Tensor gpre2 = Tensor::empty({rows, n}, DType::F32);
+  cpu_backend().gelu_bias_backward(pre, gout, gpre2, Tensor());
+  EXPECT_EQ(std::memcmp(gpre.data_ptr(), gpre2.data_ptr(), rows * n * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace loom
