@@ -113,6 +113,21 @@ class Backend {
   // column sums of gpre (f64 partials over fixed chunks of rows: deterministic), in one pass.
   virtual void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                   const Tensor& gbias) = 0;
+  // LayerNorm without affine parameters fused with modulate (DiT's adaLN): y = (x - mean) *
+  // rstd * (1 + scale) + shift; x (B, T, C), shift/scale (B, C); mean/rstd (B * T) f32.
+  virtual void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift,
+                                           const Tensor& scale, float eps, const Tensor& y,
+                                           const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void layer_norm_modulate_backward(const Tensor& x, const Tensor& scale,
+                                            const Tensor& mean, const Tensor& rstd,
+                                            const Tensor& gy, const Tensor& gx,
+                                            const Tensor& gshift, const Tensor& gscale) = 0;
+  // DiT's gated residual: out = x + gate * h; x/h (B, T, C), gate (B, C) broadcast over T.
+  virtual void gated_residual_forward(const Tensor& x, const Tensor& gate, const Tensor& h,
+                                      const Tensor& out) = 0;
+  // gh = gout * gate and ggate (B, C) = the sum over T of gout * h, in one pass.
+  virtual void gated_residual_backward(const Tensor& h, const Tensor& gate, const Tensor& gout,
+                                       const Tensor& gh, const Tensor& ggate) = 0;
   // out = silu(gate) * up, same shapes.
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout,

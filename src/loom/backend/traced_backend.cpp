@@ -144,6 +144,28 @@ class TracedBackend final : public Backend {
     trace::Scope s("gelu_bias_backward", "op");
     inner_.gelu_bias_backward(pre, gout, gpre, gbias);
   }
+  void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                                   float eps, const Tensor& y, const Tensor& mean,
+                                   const Tensor& rstd) override {
+    trace::Scope s("layer_norm_modulate_forward", "op");
+    inner_.layer_norm_modulate_forward(x, shift, scale, eps, y, mean, rstd);
+  }
+  void layer_norm_modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& gy, const Tensor& gx,
+                                    const Tensor& gshift, const Tensor& gscale) override {
+    trace::Scope s("layer_norm_modulate_backward", "op");
+    inner_.layer_norm_modulate_backward(x, scale, mean, rstd, gy, gx, gshift, gscale);
+  }
+  void gated_residual_forward(const Tensor& x, const Tensor& gate, const Tensor& h,
+                              const Tensor& out) override {
+    trace::Scope s("gated_residual_forward", "op");
+    inner_.gated_residual_forward(x, gate, h, out);
+  }
+  void gated_residual_backward(const Tensor& h, const Tensor& gate, const Tensor& gout,
+                               const Tensor& gh, const Tensor& ggate) override {
+    trace::Scope s("gated_residual_backward", "op");
+    inner_.gated_residual_backward(h, gate, gout, gh, ggate);
+  }
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override {
     trace::Scope s("swiglu_forward", "op");
     inner_.swiglu_forward(gate, up, out);

@@ -32,6 +32,10 @@ class CpuBackend final : public Backend {
   void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale, const Tensor& out) override;
   void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout, const Tensor& gx, const Tensor& gshift, const Tensor& gscale) override;
   void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre, const Tensor& gbias) override;
+  void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale, float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& mean, const Tensor& rstd, const Tensor& gy, const Tensor& gx, const Tensor& gshift, const Tensor& gscale) override;
+  void gated_residual_forward(const Tensor& x, const Tensor& gate, const Tensor& h, const Tensor& out) override;
+  void gated_residual_backward(const Tensor& h, const Tensor& gate, const Tensor& gout, const Tensor& gh, const Tensor& ggate) override;
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gout, const Tensor& ggate, const Tensor& gup) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) override;

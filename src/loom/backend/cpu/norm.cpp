@@ -49,9 +49,11 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const
       for (int64_t r = b; r < e; ++r) {
         const T* row = xp + r * C;
         float m = 0.0f;
+#pragma omp simd reduction(+ : m)
         for (int64_t i = 0; i < C; ++i) m += to_f32(row[i]);
         m /= float(C);
         float v = 0.0f;
+#pragma omp simd reduction(+ : v)
         for (int64_t i = 0; i < C; ++i) {
           const float d = to_f32(row[i]) - m;
           v += d * d;
@@ -76,7 +78,8 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
                                      const Tensor& gweight, const Tensor& gbias) {
   const int64_t rows = x.size(0), C = x.size(1);
   const int threads = omp_get_max_threads();
-  ParamGradPartials partials(threads, C, 2);
+  const bool param_grads = gweight.defined() || gbias.defined();
+  ParamGradPartials partials(param_grads ? threads : 0, C, 2);
   cpu::dispatch_float(x.dtype(), "layer_norm_backward", [&](auto z) {
     using T = decltype(z);
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -88,26 +91,38 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num();
-      double* gw_acc = partials.slot(t, 0);
-      double* gb_acc = partials.slot(t, 1);
+      double* gw_acc = param_grads ? partials.slot(t, 0) : nullptr;
+      double* gb_acc = param_grads ? partials.slot(t, 1) : nullptr;
       std::vector<float> xhat(static_cast<size_t>(C)), g(static_cast<size_t>(C));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = xp + r * C;
         const T* gr = gp + r * C;
+        const float m = mp[r], rs = rp[r];
+        // g: the gradient w.r.t. the normalised value.
+        for (int64_t i = 0; i < C; ++i) g[i] = to_f32(gr[i]);
+        if (wp) {
+          for (int64_t i = 0; i < C; ++i) g[i] *= to_f32(wp[i]);
+        }
         float sum_g = 0.0f, sum_g_xhat = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
         for (int64_t i = 0; i < C; ++i) {
-          xhat[i] = (to_f32(xr[i]) - mp[r]) * rp[r];
-          const float go = to_f32(gr[i]);
-          gw_acc[i] += double(go * xhat[i]);
-          gb_acc[i] += double(go);
-          g[i] = wp ? go * to_f32(wp[i]) : go;  // gradient w.r.t. the normalised value
+          xhat[i] = (to_f32(xr[i]) - m) * rs;
           sum_g += g[i];
           sum_g_xhat += g[i] * xhat[i];
         }
+        if (param_grads) {
+#pragma omp simd
+          for (int64_t i = 0; i < C; ++i) {
+            const float go = to_f32(gr[i]);
+            gw_acc[i] += double(go * xhat[i]);
+            gb_acc[i] += double(go);
+          }
+        }
         const float a = sum_g / float(C), b = sum_g_xhat / float(C);
         T* out = gxp + r * C;
-        for (int64_t i = 0; i < C; ++i) out[i] = from_f32<T>((g[i] - a - xhat[i] * b) * rp[r]);
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) out[i] = from_f32<T>((g[i] - a - xhat[i] * b) * rs);
       }
     }
     if (gweight.defined()) {
@@ -134,6 +149,7 @@ void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, float e
       for (int64_t r = b; r < e; ++r) {
         const T* row = xp + r * C;
         float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
         for (int64_t i = 0; i < C; ++i) {
           const float v = to_f32(row[i]);
           ss += v * v;
@@ -155,7 +171,7 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
                                    const Tensor& gy, const Tensor& gx, const Tensor& gweight) {
   const int64_t rows = x.size(0), C = x.size(1);
   const int threads = omp_get_max_threads();
-  ParamGradPartials partials(threads, C, 1);
+  ParamGradPartials partials(gweight.defined() ? threads : 0, C, 1);
   cpu::dispatch_float(x.dtype(), "rms_norm_backward", [&](auto z) {
     using T = decltype(z);
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -165,23 +181,29 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
     const float* rp = rstd.data<float>();
 #pragma omp parallel num_threads(threads)
     {
-      double* gw_acc = partials.slot(omp_get_thread_num(), 0);
+      double* gw_acc = gweight.defined() ? partials.slot(omp_get_thread_num(), 0) : nullptr;
       std::vector<float> xhat(static_cast<size_t>(C)), g(static_cast<size_t>(C));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = xp + r * C;
         const T* gr = gp + r * C;
+        const float rs = rp[r];
         float sum_g_xhat = 0.0f;
+#pragma omp simd reduction(+ : sum_g_xhat)
         for (int64_t i = 0; i < C; ++i) {
-          xhat[i] = to_f32(xr[i]) * rp[r];
+          xhat[i] = to_f32(xr[i]) * rs;
           const float go = to_f32(gr[i]);
-          gw_acc[i] += double(go * xhat[i]);
           g[i] = wp ? go * to_f32(wp[i]) : go;
           sum_g_xhat += g[i] * xhat[i];
         }
+        if (gw_acc) {
+#pragma omp simd
+          for (int64_t i = 0; i < C; ++i) gw_acc[i] += double(to_f32(gr[i]) * xhat[i]);
+        }
         const float b = sum_g_xhat / float(C);
         T* out = gxp + r * C;
-        for (int64_t i = 0; i < C; ++i) out[i] = from_f32<T>((g[i] - xhat[i] * b) * rp[r]);
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) out[i] = from_f32<T>((g[i] - xhat[i] * b) * rs);
       }
     }
     if (gweight.defined()) {

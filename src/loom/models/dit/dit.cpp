@@ -6,6 +6,12 @@
 
 namespace loom::models {
 
+namespace {
+// The adaLN norms: LayerNorm without affine parameters (the modulation supplies scale and
+// shift), fused with that modulation (layer_norm_modulate).
+constexpr float kNormEps = 1e-6f;
+}  // namespace
+
 void DitConfig::validate() const {
   LOOM_CHECK(image_size > 0 && patch > 0 && image_size % patch == 0)
       << "dit: image_size " << image_size << " is not a multiple of patch " << patch;
@@ -51,22 +57,19 @@ Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
 
 DitBlock::DitBlock(const DitConfig& c) {
   const int64_t D = c.width;
-  norm1 = register_module("norm1", std::make_shared<nn::LayerNorm>(D, false, 1e-6f));
   attn = register_module("attn", std::make_shared<nn::Attention>(
                                      nn::AttentionConfig{D, c.heads, c.heads, false, 0.0, true,
                                                          nn::Init::xavier_uniform()}));
-  norm2 = register_module("norm2", std::make_shared<nn::LayerNorm>(D, false, 1e-6f));
   mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, int64_t(double(D) * c.mlp_ratio)));
   ada = register_module("ada", std::make_shared<nn::Linear>(D, 6 * D, true, nn::Init::zeros()));
 }
 
 Tensor DitBlock::forward(const Tensor& x, const Tensor& c) const {
   auto mod = split(ada->forward(silu(c)), c.size(-1), -1);  // 6 x (B, D)
-  auto gated = [](const Tensor& gate, const Tensor& h) { return mul(unsqueeze(gate, 1), h); };
-  Tensor h = attn->forward(modulate(norm1->forward(x), contiguous(mod[0]), contiguous(mod[1])));
-  Tensor x1 = add(x, gated(mod[2], h));
-  h = mlp->forward(modulate(norm2->forward(x1), contiguous(mod[3]), contiguous(mod[4])));
-  return add(x1, gated(mod[5], h));
+  Tensor h = attn->forward(layer_norm_modulate(x, contiguous(mod[0]), contiguous(mod[1]), kNormEps));
+  Tensor x1 = gated_residual(x, contiguous(mod[2]), h);
+  h = mlp->forward(layer_norm_modulate(x1, contiguous(mod[3]), contiguous(mod[4]), kNormEps));
+  return gated_residual(x1, contiguous(mod[5]), h);
 }
 
 Dit::Dit(const DitConfig& c) : config(c) {
@@ -79,7 +82,6 @@ Dit::Dit(const DitConfig& c) : config(c) {
   y_embed = register_module("y_embed", std::make_shared<nn::Embedding>(c.num_classes + 1, D));
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<DitBlock>(c)));
-  final_norm = register_module("final.norm", std::make_shared<nn::LayerNorm>(D, false, 1e-6f));
   final_ada = register_module("final.ada", std::make_shared<nn::Linear>(D, 2 * D, true, nn::Init::zeros()));
   final_linear = register_module(
       "final.linear", std::make_shared<nn::Linear>(D, p * p * c.channels, true, nn::Init::zeros()));
@@ -120,7 +122,7 @@ Tensor Dit::head(const Tensor& h, const Tensor& c) const {
                 g = S / p, D = config.width;
   auto mod = split(final_ada->forward(silu(c)), D, -1);  // shift, scale
   Tensor out = final_linear->forward(
-      modulate(final_norm->forward(h), contiguous(mod[0]), contiguous(mod[1])));  // (B, T, p p C)
+      layer_norm_modulate(h, contiguous(mod[0]), contiguous(mod[1]), kNormEps));  // (B, T, p p C)
   // Unpatchify: (B, g, g, p, p, C) -> (B, C, g, p, g, p) -> (B, C, S, S).
   out = permute(reshape(out, {B, g, g, p, p, C}), {0, 5, 1, 3, 2, 4});
   return reshape(out, {B, C, S, S});

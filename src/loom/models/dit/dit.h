@@ -23,12 +23,12 @@ struct DitConfig {
 };
 
 // One transformer block whose norms are modulated by the conditioning (adaLN-Zero: the
-// modulation and hence the block start as the identity).
+// modulation and hence the block start as the identity). The norms have no parameters of their
+// own; each is fused with its modulation (layer_norm_modulate).
 class DitBlock : public nn::Module {
  public:
   explicit DitBlock(const DitConfig& c);
   Tensor forward(const Tensor& x, const Tensor& c) const;  // x (B, T, D), c (B, D)
-  std::shared_ptr<nn::LayerNorm> norm1, norm2;
   std::shared_ptr<nn::Attention> attn;
   std::shared_ptr<nn::Mlp> mlp;
   std::shared_ptr<nn::Linear> ada;  // silu(c) -> 6 D: shift, scale, gate for attn and mlp
@@ -65,7 +65,6 @@ class Dit : public nn::Module {
  private:
   std::shared_ptr<nn::Linear> patch_embed, t_fc1, t_fc2, final_ada, final_linear;
   std::shared_ptr<nn::Embedding> y_embed;
-  std::shared_ptr<nn::LayerNorm> final_norm;
   Tensor pos_embed;  // (T, D) fixed 2-D sin-cos, not a parameter
 };
 
