@@ -99,6 +99,31 @@ struct Block {
   }
 };
 
+// q, k and v cut from one projection output: the attention backward writes their gradients
+// into one buffer of that layout and the split takes it whole. The result must equal the one
+// through separate q, k, v copies (the ordinary path: three buffers, copied into place).
+TEST(Autograd, AttentionGradientsJoinedInPlaceMatchSeparateOnes) {
+  const int64_t B = 2, S = 5, Hq = 2, Hkv = 1, D = 4, W = (Hq + 2 * Hkv) * D;
+  auto gradient = [&](bool separate) {
+    Tensor x = loom::randn({B, S, W}, loom::RngKey{3, "test", "qkv"});
+    x.set_requires_grad(true);
+    auto parts = loom::split(x, std::vector<int64_t>{Hq * D, Hkv * D, Hkv * D}, -1);
+    auto heads = [&](const Tensor& t, int64_t h) {
+      Tensor v = loom::permute(loom::reshape(t, {B, S, h, D}), {0, 2, 1, 3});
+      return separate ? loom::contiguous(v) : v;
+    };
+    Tensor o = loom::scaled_dot_product_attention(heads(parts[0], Hq), heads(parts[1], Hkv),
+                                                  heads(parts[2], Hkv), Tensor(), true);
+    Tensor r = loom::randn(o.shape(), loom::RngKey{3, "test", "r"});
+    loom::backward(loom::sum(loom::mul(o, r)));
+    return loom::to_vector(x.grad());
+  };
+  const std::vector<float> joined = gradient(false), separate = gradient(true);
+  ASSERT_EQ(joined.size(), separate.size());
+  for (size_t i = 0; i < joined.size(); ++i)
+    EXPECT_NEAR(joined[i], separate[i], 1e-6f) << "element " << i;
+}
+
 TEST(Checkpoint, GivesIdenticalGradientsToThePlainFunction) {
   Tensor x0 = loom::randn({4, 3, 6}, loom::RngKey{2, "data", "x"});
   enum Mode { Plain, Full, Selective };

@@ -123,6 +123,15 @@ TEST(GeluBiasBackward, MatchesFloat64AndIsDeterministic) {
   omp_set_num_threads(threads);
   EXPECT_EQ(std::memcmp(gbias.data_ptr(), gbias1.data_ptr(), n * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(gpre.data_ptr(), gpre1.data_ptr(), rows * n * sizeof(float)), 0);
+  // Rows of any stride (padded like a GEMM operand) give the same values.
+  Tensor padded = Tensor::empty({rows, n + 16}, DType::F32);
+  Tensor gpre_padded = padded.as_strided({rows, n}, {n + 16, 1}, 0);
+  Tensor gbias_padded = Tensor::empty({n}, DType::F32);
+  cpu_backend().gelu_bias_backward(pre, gout, gpre_padded, gbias_padded);
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_EQ(std::memcmp(gpre.data<float>() + r * n, padded.data<float>() + r * (n + 16),
+                          n * sizeof(float)), 0) << "row " << r;
+  EXPECT_EQ(std::memcmp(gbias.data_ptr(), gbias_padded.data_ptr(), n * sizeof(float)), 0);
   // Without a bias gradient only gpre is written.
   Tensor gpre2 = Tensor::empty({rows, n}, DType::F32);
   cpu_backend().gelu_bias_backward(pre, gout, gpre2, Tensor());

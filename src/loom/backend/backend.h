@@ -108,9 +108,10 @@ class Backend {
   virtual void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout,
                                  const Tensor& gx, const Tensor& gshift,
                                  const Tensor& gscale) = 0;
-  // The backward of gelu(x W^T + b) with the bias added by the GEMM: over contiguous pre
-  // (rows, n) = x W^T + b, gpre = gout * gelu'(pre) and, when gbias is defined, gbias (n) = the
-  // column sums of gpre (f64 partials over fixed chunks of rows: deterministic), in one pass.
+  // The backward of gelu(x W^T + b) with the bias added by the GEMM: over pre (rows, n) =
+  // x W^T + b, gpre = gout * gelu'(pre) and, when gbias is defined, gbias (n) = the column sums
+  // of gpre (f64 partials over fixed chunks of rows: deterministic), in one pass. pre, gout and
+  // gpre may have any row stride (rows contiguous); gbias is contiguous.
   virtual void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                   const Tensor& gbias) = 0;
   // LayerNorm without affine parameters fused with modulate (DiT's adaLN): y = (x - mean) *

@@ -33,13 +33,43 @@ Tensor empty_heads_like(const Tensor& like) {
   return detail::empty_like(like);
 }
 
+// Whether q, k and v are the [q | k | v] column blocks of one (B, S, W) projection output,
+// heads interleaved within each position (W = (Hq + 2 Hkv) D).
+bool one_projection(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t B = q.size(0), S = q.size(2), D = q.size(3), Hq = q.size(1), Hkv = k.size(1);
+  const int64_t W = (Hq + 2 * Hkv) * D;
+  auto sliced = [&](const Tensor& t, int64_t offset) {
+    return t.storage() == q.storage() && t.offset() == offset && t.stride(0) == S * W &&
+           t.stride(1) == D && t.stride(2) == W && t.stride(3) == 1;
+  };
+  return B > 0 && S > 1 && sliced(q, q.offset()) && sliced(k, q.offset() + Hq * D) &&
+         sliced(v, q.offset() + (Hq + Hkv) * D);
+}
+
 struct AttentionBackward : Node {
   Tensor q, k, v, mask, out, lse;
   float scale;
   bool causal;
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    Tensor gq = empty_heads_like(q), gk = empty_heads_like(k), gv = empty_heads_like(v);
+    Tensor gq, gk, gv;
+    if (one_projection(q, k, v)) {
+      // The gradients in the projection output's layout, one buffer: the split's backward then
+      // takes it whole instead of copying three parts into place.
+      const int64_t B = q.size(0), S = q.size(2), D = q.size(3), Hq = q.size(1), Hkv = k.size(1);
+      const int64_t W = (Hq + 2 * Hkv) * D;
+      const Tensor joined = Tensor::empty({B, S, W}, q.dtype(), q.device());
+      auto part = [&](int64_t heads, int64_t at) {
+        return joined.as_strided({B, heads, S, D}, {S * W, D, W, 1}, at);
+      };
+      gq = part(Hq, 0);
+      gk = part(Hkv, Hq * D);
+      gv = part(Hkv, (Hq + Hkv) * D);
+    } else {
+      gq = empty_heads_like(q);
+      gk = empty_heads_like(k);
+      gv = empty_heads_like(v);
+    }
     backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, rows_contiguous(g[0]),
                                      gq, gk, gv);
     return {gq, gk, gv, Tensor()};

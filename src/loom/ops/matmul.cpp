@@ -38,6 +38,29 @@ Tensor product(const Tensor& x, const Tensor& y, bool mixed) {
   return mixed ? gemm(lowered(x), lowered(y), Tensor(), "matmul", DType::F32) : matmul(x, y);
 }
 
+// An uninitialised (rows, cols) matrix for a GEMM operand. Rows whose length is a multiple of
+// 4 KB put a GEMM's packing loads into the same few cache sets, so the CPU matmul copies such
+// operands with padded rows first (backend/cpu/matmul.cpp); a large one is given padded rows
+// here instead (16 elements, the same padding), so that no copy is needed.
+Tensor empty_gemm_operand(int64_t rows, int64_t cols, DType dtype, Device device) {
+  const int64_t row_bytes = cols * int64_t(dtype_size(dtype));
+  if (row_bytes % 4096 != 0 || rows < 64 || rows * cols < 65536)
+    return Tensor::empty({rows, cols}, dtype, device);
+  const int64_t stride = cols + 16;
+  return Tensor::empty({rows, stride}, dtype, device).as_strided({rows, cols}, {stride, 1}, 0);
+}
+
+// m (rows, cols) with unit column stride seen as `shape` (..., cols), rows in order.
+Tensor rows_as(const Tensor& m, const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  int64_t stride = m.stride(0);
+  for (size_t i = shape.size() - 1; i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return m.as_strided(shape, strides, m.offset());
+}
+
 struct MatmulBackward : Node {
   Tensor a, b;         // bf16 copies when mixed
   bool mixed = false;  // autocast: bf16 operands, f32 output
@@ -101,7 +124,7 @@ struct LinearBackward : Node {
     const bool want_bias = has_bias && inputs[2].active();
     if (pre.defined()) {
       // Through the GELU, with the bias gradient summed in the same pass.
-      const Tensor gpre = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+      const Tensor gpre = empty_gemm_operand(pre.size(0), pre.size(1), pre.dtype(), pre.device());
       if (want_bias) gbias = Tensor::empty({pre.size(1)}, pre.dtype(), pre.device());
       backend_of(pre).gelu_bias_backward(pre, detail::raw_contiguous(g2), gpre, gbias);
       g2 = gpre;
@@ -170,12 +193,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
     // Outside any selective checkpoint's keep list: recomputing it from the kept GEMM output
     // is cheap.
     pre = out2;
-    out2 = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+    out2 = empty_gemm_operand(pre.size(0), pre.size(1), pre.dtype(), pre.device());  // next layer's
     backend_of(pre).unary(UnaryOp::Gelu, 0.0, pre, out2);
   }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
-  Tensor out = out2.as_strided(out_shape, contiguous_strides(out_shape), 0);
+  Tensor out = rows_as(out2, out_shape);
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();

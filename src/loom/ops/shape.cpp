@@ -49,7 +49,28 @@ struct SplitBackward : Node {
   int64_t dim;
   std::vector<int64_t> sizes;
   const char* name() const override { return "SplitBackward"; }
+  // The parts' gradients as one tensor without a copy, when they already are the slices of one
+  // dense buffer that the split would cut (the attention backward writes q, k and v's
+  // gradients that way when they came from one projection); undefined otherwise.
+  Tensor already_joined(const std::vector<Tensor>& g) const {
+    for (const Tensor& t : g)
+      if (!t.defined() || t.dtype() != dtype || t.storage() != g[0].storage()) return Tensor();
+    int64_t numel = 1;
+    for (int64_t n : input_shape) numel *= n;
+    if (g[0].offset() + numel > int64_t(g[0].storage()->nbytes() / dtype_size(dtype))) return Tensor();
+    const Tensor whole = g[0].as_strided(input_shape, contiguous_strides(input_shape), g[0].offset());
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const Tensor slot = narrow(whole, dim, at, sizes[i]);
+      if (g[i].shape() != slot.shape() || g[i].strides() != slot.strides() ||
+          g[i].offset() != slot.offset())
+        return Tensor();
+      at += sizes[i];
+    }
+    return whole;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    if (Tensor whole = already_joined(g); whole.defined()) return {whole};
     Device device = cpu_device();
     for (const Tensor& t : g)
       if (t.defined()) device = t.device();

@@ -143,12 +143,16 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
                                     const Tensor& gbias) {
   check_same("gelu_bias_backward", pre, gout);
   check_same("gelu_bias_backward", pre, gpre);
-  LOOM_CHECK(pre.dim() == 2 && pre.is_contiguous() && gout.is_contiguous() && gpre.is_contiguous())
-      << "gelu_bias_backward: expected contiguous (rows, n) tensors, got " << pre.shape();
+  auto rows_ok = [](const Tensor& t) {
+    return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
+  };
+  LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
+      << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
   const int64_t rows = pre.size(0), n = pre.size(1);
   LOOM_CHECK(!gbias.defined() || (gbias.numel() == n && gbias.dtype() == pre.dtype() &&
                                   gbias.is_contiguous()))
       << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
+  const int64_t sx = pre.stride(0), sg = gout.stride(0), so = gpre.stride(0);
   // Chunks of a fixed number of rows, each summing its rows' gpre (as stored) into f64 column
   // partials, added in chunk order afterwards: the same bits whatever the thread count.
   constexpr int64_t kChunk = 512;
@@ -163,25 +167,29 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
     T* os = static_cast<T*>(gpre.data_ptr());
     cpu::parallel_for(chunks, kChunk * n * 25, [&](int64_t begin, int64_t end) {
       for (int64_t chunk = begin; chunk < end; ++chunk) {
-        double* acc = partial ? partial + chunk * n : nullptr;
-        if (acc) std::fill_n(acc, n, 0.0);
         const int64_t r0 = chunk * kChunk, r1 = std::min(rows, r0 + kChunk);
-        for (int64_t i = r0 * n; i < r1 * n; ++i)
-          os[i] = from_f32<T>(to_f32(gs[i]) * gelu_tanh_grad(to_f32(xs[i])));
-        if (!acc) continue;
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* x = xs + r * sx;
+          const T* g = gs + r * sg;
+          T* o = os + r * so;
+          for (int64_t c = 0; c < n; ++c) o[c] = from_f32<T>(to_f32(g[c]) * gelu_tanh_grad(to_f32(x[c])));
+        }
+        if (!partial) continue;
         // The chunk's gpre was just written (and is still in cache): add it up, four rows per
         // pass over acc for a quarter of the accumulator loads and stores.
+        double* acc = partial + chunk * n;
+        std::fill_n(acc, n, 0.0);
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {
-          const T* o = os + r * n;
+          const T* o = os + r * so;
 #pragma omp simd
           for (int64_t c = 0; c < n; ++c)
-            acc[c] += (double(to_f32(o[c])) + double(to_f32(o[c + n]))) +
-                      (double(to_f32(o[c + 2 * n])) + double(to_f32(o[c + 3 * n])));
+            acc[c] += (double(to_f32(o[c])) + double(to_f32(o[c + so]))) +
+                      (double(to_f32(o[c + 2 * so])) + double(to_f32(o[c + 3 * so])));
         }
         for (; r < r1; ++r) {
 #pragma omp simd
-          for (int64_t c = 0; c < n; ++c) acc[c] += double(to_f32(os[r * n + c]));
+          for (int64_t c = 0; c < n; ++c) acc[c] += double(to_f32(os[r * so + c]));
         }
       }
     });

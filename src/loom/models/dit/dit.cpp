@@ -97,7 +97,7 @@ nn::ParallelPlan Dit::parallel_plan() const {
     plan.blocks.push_back(b);
   }
   plan.first_stage = {"patch_embed", "t_embed.fc1", "t_embed.fc2", "y_embed"};
-  plan.last_stage = {"final.norm", "final.ada", "final.linear"};
+  plan.last_stage = {"final.ada", "final.linear"};
   return plan;
 }
 
