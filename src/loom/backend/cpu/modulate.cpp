@@ -1,12 +1,12 @@
 // The adaLN pieces of a DiT block, with per-sample (B, C) conditioning broadcast over T: the
 // modulation x * (1 + scale) + shift, alone and fused with the LayerNorm (no affine) before it,
 // and the gated residual x + gate * h.
-#include <cmath>
 #include <vector>
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
 #include "loom/backend/cpu/parallel.h"
+#include "loom/backend/cpu/row_stats.h"
 
 namespace loom {
 
@@ -84,17 +84,8 @@ void CpuBackend::layer_norm_modulate_forward(const Tensor& x, const Tensor& shif
         const E* xr = xp + row * C;
         const E* shr = sh + row / T * C;
         const E* scr = sc + row / T * C;
-        float m = 0.0f;
-#pragma omp simd reduction(+ : m)
-        for (int64_t c = 0; c < C; ++c) m += to_f32(xr[c]);
-        m /= float(C);
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int64_t c = 0; c < C; ++c) {
-          const float d = to_f32(xr[c]) - m;
-          v += d * d;
-        }
-        const float rs = 1.0f / std::sqrt(v / float(C) + eps);
+        float m, rs;
+        cpu::layer_norm_stats(xr, C, eps, m, rs);
         mp[row] = m;
         rp[row] = rs;
         E* yr = yp + row * C;

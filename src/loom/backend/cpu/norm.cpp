@@ -6,6 +6,7 @@
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
 #include "loom/backend/cpu/parallel.h"
+#include "loom/backend/cpu/row_stats.h"
 
 namespace loom {
 
@@ -48,17 +49,8 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const
     cpu::parallel_for(rows, 8 * C, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* row = xp + r * C;
-        float m = 0.0f;
-#pragma omp simd reduction(+ : m)
-        for (int64_t i = 0; i < C; ++i) m += to_f32(row[i]);
-        m /= float(C);
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int64_t i = 0; i < C; ++i) {
-          const float d = to_f32(row[i]) - m;
-          v += d * d;
-        }
-        const float rs = 1.0f / std::sqrt(v / float(C) + eps);
+        float m, rs;
+        cpu::layer_norm_stats(row, C, eps, m, rs);
         mp[r] = m;
         rp[r] = rs;
         T* out = yp + r * C;
