@@ -56,6 +56,11 @@ class Backend {
   // (stride 0). bias (N) is optional (undefined tensor). Same dtype for a and b; out f32 or
   // that dtype; accumulation in f32.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
+  // The row stride (elements) a (rows, cols) matrix should be allocated with when it will be a
+  // GEMM operand: cols, or more where the GEMM would otherwise copy it to a padded layout.
+  virtual int64_t gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) {
+    return cols;
+  }
 
   // --- normalisation over the last dim of contiguous (rows, C) ---
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

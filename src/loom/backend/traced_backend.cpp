@@ -62,6 +62,9 @@ class TracedBackend final : public Backend {
     trace::Scope s("sum_middle", "op");
     inner_.sum_middle(x, out);
   }
+  int64_t gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) override {
+    return inner_.gemm_operand_row_stride(rows, cols, dtype);
+  }
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override {
     trace::Scope s("matmul", "op");
     if (s.active()) s.set_args(gemm_args(a, b));

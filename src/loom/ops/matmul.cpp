@@ -38,15 +38,11 @@ Tensor product(const Tensor& x, const Tensor& y, bool mixed) {
   return mixed ? gemm(lowered(x), lowered(y), Tensor(), "matmul", DType::F32) : matmul(x, y);
 }
 
-// An uninitialised (rows, cols) matrix for a GEMM operand. Rows whose length is a multiple of
-// 4 KB put a GEMM's packing loads into the same few cache sets, so the CPU matmul copies such
-// operands with padded rows first (backend/cpu/matmul.cpp); a large one is given padded rows
-// here instead (16 elements, the same padding), so that no copy is needed.
+// An uninitialised (rows, cols) matrix for a GEMM operand, with the row stride the backend
+// prefers (the CPU pads rows of a multiple of 4 KB, which its GEMM would otherwise copy).
 Tensor empty_gemm_operand(int64_t rows, int64_t cols, DType dtype, Device device) {
-  const int64_t row_bytes = cols * int64_t(dtype_size(dtype));
-  if (row_bytes % 4096 != 0 || rows < 64 || rows * cols < 65536)
-    return Tensor::empty({rows, cols}, dtype, device);
-  const int64_t stride = cols + 16;
+  const int64_t stride = backend_for(device).gemm_operand_row_stride(rows, cols, dtype);
+  if (stride == cols) return Tensor::empty({rows, cols}, dtype, device);
   return Tensor::empty({rows, stride}, dtype, device).as_strided({rows, cols}, {stride, 1}, 0);
 }
 

@@ -16,6 +16,7 @@ class CpuBackend final : public Backend {
   void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out, const Tensor& argmax) override;
   void sum_middle(const Tensor& x, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override;
+  int64_t gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& gy, const Tensor& gx, const Tensor& gweight, const Tensor& gbias) override;
   void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y, const Tensor& rstd) override;

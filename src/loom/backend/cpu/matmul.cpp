@@ -109,21 +109,26 @@ MatrixView dense_like(const MatrixView& v, DType dtype) {
 // gradient of a 256 -> 1024 linear over 12544 rows: 69 GFLOP/s, 162 with 16 elements of
 // padding). Such an operand is copied with a padded leading dimension when the copy is small
 // next to the product: at least 64 products per element copied.
-bool aliases_cache_sets(const MatrixView& v, int64_t other_dim) {
-  if (v.batch != 1 || v.rows < 2 || v.cols < 2) return false;
-  const int64_t ld = v.cs == 1 ? v.rs : v.cs;
-  const int64_t bytes = ld * int64_t(dtype_size(v.dtype));
-  return bytes % 4096 == 0 && v.rows * v.cols >= 65536 && other_dim >= 64;
+// (Producers can avoid the copy: gemm_operand_row_stride below.)
+constexpr int64_t kLeadingDimPadding = 16;
+
+bool ld_aliases(int64_t ld, DType dtype, int64_t elements, int64_t other_dim) {
+  return ld * int64_t(dtype_size(dtype)) % 4096 == 0 && elements >= 65536 && other_dim >= 64;
 }
 
-// v's layout (row- or column-major, as it is) with the leading dimension padded by 16.
+bool aliases_cache_sets(const MatrixView& v, int64_t other_dim) {
+  if (v.batch != 1 || v.rows < 2 || v.cols < 2) return false;
+  return ld_aliases(v.cs == 1 ? v.rs : v.cs, v.dtype, v.rows * v.cols, other_dim);
+}
+
+// v's layout (row- or column-major, as it is) with the leading dimension padded.
 MatrixView padded_like(const MatrixView& v) {
   MatrixView d = v;
   d.data = nullptr;
   if (v.cs == 1) {
-    d.rs = v.cols + 16;
+    d.rs = v.cols + kLeadingDimPadding;
   } else {
-    d.cs = v.rows + 16;
+    d.cs = v.rows + kLeadingDimPadding;
   }
   d.bs = v.cs == 1 ? v.rows * d.rs : v.cols * d.cs;
   return d;
@@ -446,6 +451,12 @@ void run(const Problem& p) {
 }
 
 }  // namespace
+
+int64_t CpuBackend::gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) {
+  // Rows of the matrix are the leading dimension both ways it is used (as is, transposed);
+  // the product's other side is at least as long as `rows` in the layers this serves.
+  return ld_aliases(cols, dtype, rows * cols, rows) ? cols + kLeadingDimPadding : cols;
+}
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
