@@ -252,6 +252,26 @@ TEST(MatmulKernel, FourKilobyteLeadingDimensionsArePadded) {
   }
 }
 
+// Products of at least 2048 rows into 128-256 columns run as chunks of 256 rows, one oneDNN
+// call each (matmul.cpp): the rows below leave a short last chunk, and each case moves a
+// different operand (padded or transposed a, transposed b, a strided output with padding).
+TEST(MatmulKernel, ManyRowsIntoNarrowOutputs) {
+  const int64_t m = 8 * 256 + 131;
+  for (int64_t n : {128, 200, 256}) {
+    Case c;
+    c.m = m, c.k = 65, c.n = n, c.bias = true;
+    check(c);
+    c.la = Layout::PaddedRow, c.lb = Layout::Col, c.out_pad = 3;
+    check(c);
+    c.la = Layout::Col, c.lb = Layout::Row, c.bias = false;
+    check(c);
+  }
+  Case c;  // bf16 operands without a native kernel are widened, then cut like f32
+  c.m = m, c.k = 33, c.n = 256, c.bias = true;
+  c.in = DType::BF16;
+  check(c);
+}
+
 TEST(MatmulKernel, F32Batched) {
   for (Layout la : {Layout::Row, Layout::Col, Layout::Interleaved})
     for (Layout lb : {Layout::Row, Layout::Col, Layout::Interleaved}) {
