@@ -272,6 +272,17 @@ TEST(MatmulKernel, ManyRowsIntoNarrowOutputs) {
   check(c);
 }
 
+// Products with K >= 8 x max(M, N) (and >= 2^26 multiply-adds) are split along K between the
+// threads, each part into its own buffer, then summed (matmul.cpp): a transposed a (a weight
+// gradient), a padded a, a transposed b, bias and a strided output. K is odd so the parts differ.
+TEST(MatmulKernel, LongInnerDimension) {
+  Case c;
+  c.m = 64, c.n = 130, c.k = 8191, c.la = Layout::Col, c.bias = true;
+  check(c);
+  c.la = Layout::PaddedRow, c.lb = Layout::Col, c.out_pad = 3;
+  check(c);
+}
+
 TEST(MatmulKernel, F32Batched) {
   for (Layout la : {Layout::Row, Layout::Col, Layout::Interleaved})
     for (Layout lb : {Layout::Row, Layout::Col, Layout::Interleaved}) {
