@@ -272,6 +272,20 @@ TEST(MatmulKernel, ManyRowsIntoNarrowOutputs) {
   check(c);
 }
 
+// Products of at most 512 rows into at least 1024 columns (and >= 2^26 multiply-adds) run as
+// chunks of 256 columns (matmul.cpp): a short last chunk, bias, transposed and padded b.
+TEST(MatmulKernel, FewRowsIntoWideOutputs) {
+  Case c;
+  c.m = 256, c.k = 260, c.n = 4 * 256 + 77, c.bias = true;
+  check(c);
+  c.lb = Layout::Col, c.out_pad = 3;
+  check(c);
+  c.la = Layout::Col, c.lb = Layout::PaddedRow, c.bias = false;
+  check(c);
+  c.la = Layout::Row, c.lb = Layout::Col, c.bias = true, c.in = DType::BF16;  // widened, then cut
+  check(c);
+}
+
 // Products with K >= 8 x max(M, N) (and >= 2^26 multiply-adds) are split along K between the
 // threads, each part into its own buffer, then summed (matmul.cpp): a transposed a (a weight
 // gradient), a padded a, a transposed b, bias and a strided output. K is odd so the parts differ.

@@ -6,9 +6,9 @@
 // process; each thread also keeps its own memory objects for every geometry it has run, so a
 // call in the steady state only binds data pointers and executes (no allocation on our side
 // beyond the scratchpad oneDNN asks for, which comes from the caching allocator). Products with
-// many rows and a narrow output are cut into row chunks that our threads share, and products with
-// a long inner dimension are split along it between the threads (run_in_row_chunks,
-// run_in_inner_parts).
+// a narrow output and many rows, or a wide output and few rows, are cut into chunks that our
+// threads share, and products with a long inner dimension are split along it between the
+// threads (run_in_chunks, run_in_inner_parts).
 //
 // Layouts oneDNN cannot address (no unit stride in the matrix, overlapping matrices) are
 // packed into a dense temporary first. bf16 without a native oneDNN kernel (CPUs without
@@ -429,36 +429,59 @@ void run_widened(const Problem& p) {
   if (p.out.dtype != DType::F32) convert(q.out, p.out);
 }
 
-// A product with a narrow output (128 to 256 columns) and many rows is cut into chunks of 256
-// rows that the threads take in turn, each chunk one sequential oneDNN call (oneDNN runs
-// sequentially inside our parallel region). oneDNN's own threading of these shapes leaves
-// speed behind. Measured in one process, alternating, against one oneDNN call:
-//   x1.19-1.26  12544 x 1024 @ 1024 x 256 and 12544 x 768 @ 768 x 256 (DiT-small's fc2 forward,
-//               fc1 and qkv input gradients); x1.13 12544 x 256 @ 256 x 256; x1.12 N = 128;
-//   x0.80-0.99  N of 768-1536 (at the GEMM ceiling already), N of 64 or less;
-//   x1.0        4096 x 1536 @ 1536 x 384.
-// The DiT-small training step: x1.057 (median of 5 alternating rounds).
-constexpr int64_t kRowChunk = 256;
+// Some products run faster cut into chunks of 256 output rows or columns that the threads
+// take in turn, each chunk one sequential oneDNN call (oneDNN runs sequentially inside our
+// parallel region), than as one call that oneDNN threads itself. Measured in one process,
+// alternating, against one oneDNN call (median of 8-12):
+//   rows: a narrow output (128-256 columns) with many rows: x1.19-1.26 on 12544 x 1024 @
+//     1024 x 256 and 12544 x 768 @ 768 x 256 (DiT-small's fc2 forward, fc1 and qkv input
+//     gradients), x1.13 on 12544 x 256 @ 256 x 256, x1.12 with 128 columns; but x0.80-0.99
+//     with 768-1536 columns (at the GEMM ceiling already) or 64 and fewer.
+//   columns: a wide output (at least 1024 columns) with few rows (at most 512): x1.25 on
+//     256 x 768 @ 768 x 3072 (GPT-2's fc1), x1.31 on its vocabulary head (50304 columns),
+//     x1.10-1.17 with 2304 columns; but x0.7-0.8 with 4096 rows.
+// Training steps (median of 5-6 alternating rounds): DiT-small x1.057 from the row chunks,
+// GPT-2 124M x1.059 from the column chunks.
+enum class Chunks { None, Rows, Cols };
+constexpr int64_t kChunk = 256;
 
-bool cut_into_row_chunks(const Problem& p) {
-  return p.a.dtype == DType::F32 && p.out.batch == 1 && p.out.cols >= 128 && p.out.cols <= 256 &&
-         p.out.rows >= 8 * kRowChunk && !omp_in_parallel() && omp_get_max_threads() > 1;
+Chunks chunking(const Problem& p) {
+  if (p.a.dtype != DType::F32 || p.out.batch != 1 || omp_in_parallel() ||
+      omp_get_max_threads() < 2)
+    return Chunks::None;
+  const int64_t m = p.out.rows, n = p.out.cols, k = p.a.cols;
+  if (n >= 128 && n <= 256 && m >= 8 * kChunk) return Chunks::Rows;
+  if (m <= 512 && n >= 4 * kChunk && m * n * k >= (int64_t(1) << 26)) return Chunks::Cols;
+  return Chunks::None;
 }
 
-void run_in_row_chunks(const Problem& p) {
-  const int64_t chunks = (p.out.rows + kRowChunk - 1) / kRowChunk;
-  const int64_t a_elem = int64_t(dtype_size(p.a.dtype)), out_elem = int64_t(dtype_size(p.out.dtype));
+void run_in_chunks(const Problem& p, Chunks along) {
+  const bool rows = along == Chunks::Rows;
+  const int64_t extent = rows ? p.out.rows : p.out.cols;
+  const int64_t chunks = (extent + kChunk - 1) / kChunk;
+  const int64_t in_elem = int64_t(dtype_size(p.a.dtype)), out_elem = int64_t(dtype_size(p.out.dtype));
   std::exception_ptr error;
   // Dynamic: a thread slowed by the machine's other load takes fewer chunks.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) {
     try {
       Problem part = p;
-      const int64_t r0 = c * kRowChunk;
-      part.a.rows = part.out.rows = std::min(kRowChunk, p.out.rows - r0);
-      part.a.data += r0 * p.a.rs * a_elem;
-      part.out.data += r0 * p.out.rs * out_elem;
+      const int64_t first = c * kChunk, size = std::min(kChunk, extent - first);
+      if (rows) {
+        part.a.rows = part.out.rows = size;
+        part.a.data += first * p.a.rs * in_elem;
+        part.out.data += first * p.out.rs * out_elem;
+      } else {
+        part.b.cols = part.out.cols = size;
+        part.b.data += first * p.b.cs * in_elem;
+        part.out.data += first * p.out.cs * out_elem;
+        if (p.bias.data) {
+          part.bias.n = size;
+          part.bias.data += first * p.bias.stride * int64_t(dtype_size(p.bias.dtype));
+        }
+      }
       canonicalize(part.a, true);
+      canonicalize(part.b, true);
       canonicalize(part.out, false);
       const PlanKey key = key_of(part);
       execute(binding_for(key, part), part);
@@ -545,9 +568,10 @@ void run(const Problem& p) {
   if (pad_a) q.a = padded_like(p.a);
   if (pad_b) q.b = padded_like(p.b);
   if (pack_bias) q.bias.stride = 1;
-  const bool chunked = cut_into_row_chunks(q), split = !chunked && split_inner_dim(q);
+  const Chunks chunks = chunking(q);
+  const bool split = chunks == Chunks::None && split_inner_dim(q);
   Binding* bind = nullptr;
-  if (!chunked && !split) {
+  if (chunks == Chunks::None && !split) {
     bind = &binding_for(key_of(q), q);
     if (bind->plan->widen) return run_widened(p);
   }
@@ -558,7 +582,7 @@ void run(const Problem& p) {
   if (pad_a) q.a = padded(p.a, a_storage);
   if (pad_b) q.b = padded(p.b, b_storage);
   if (pack_bias) q.bias = packed_bias(p.bias, p.bias.dtype, bias_storage);
-  if (chunked) return run_in_row_chunks(q);
+  if (chunks != Chunks::None) return run_in_chunks(q, chunks);
   if (split) return run_in_inner_parts(q);
   execute(*bind, q);
 }
