@@ -439,7 +439,7 @@ void run_widened(const Problem& p) {
 //     with 768-1536 columns (at the GEMM ceiling already) or 64 and fewer.
 //   columns: a wide output (at least 1024 columns) with few rows (at most 512): x1.25 on
 //     256 x 768 @ 768 x 3072 (GPT-2's fc1), x1.31 on its vocabulary head (50304 columns),
-//     x1.10-1.17 with 2304 columns; but x0.7-0.8 with 4096 rows.
+//     x1.03-1.17 with 2304 columns; but x0.7-0.8 with 4096 rows.
 // Training steps (median of 5-6 alternating rounds): DiT-small x1.057 from the row chunks,
 // GPT-2 124M x1.059 from the column chunks.
 enum class Chunks { None, Rows, Cols };
@@ -516,9 +516,10 @@ void run_in_inner_parts(const Problem& p) {
   std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
+    // The runtime may grant fewer threads than asked for: the team splits K.
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
     try {
-      const int64_t k0 = k * t / threads, k1 = k * (t + 1) / threads;
+      const int64_t k0 = k * t / team, k1 = k * (t + 1) / team;
       Problem part = p;
       part.a.data += k0 * p.a.cs * elem;
       part.a.cols = k1 - k0;
@@ -545,7 +546,7 @@ void run_in_inner_parts(const Problem& p) {
 #pragma omp for
       for (int64_t i = 0; i < m; ++i) {
         float* row = out + i * p.out.rs;
-        for (int u = 1; u < threads; ++u) {
+        for (int u = 1; u < team; ++u) {
           const float* part_row = partials + (u - 1) * m * n + i * n;
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j) row[j] += part_row[j];
