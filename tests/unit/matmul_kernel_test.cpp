@@ -8,6 +8,7 @@
 // output is checked against twice that. A bf16 output adds one rounding, at most 2^-9 of the
 // result's magnitude, checked against 2^-8.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -252,10 +253,21 @@ TEST(MatmulKernel, FourKilobyteLeadingDimensionsArePadded) {
   }
 }
 
+// The chunked and split paths below run only with two or more OpenMP threads.
+class TwoThreads {
+ public:
+  TwoThreads() : saved_(omp_get_max_threads()) { omp_set_num_threads(2); }
+  ~TwoThreads() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
 // Products of at least 2048 rows into 128-256 columns run as chunks of 256 rows, one oneDNN
 // call each (matmul.cpp): the rows below leave a short last chunk, and each case moves a
 // different operand (padded or transposed a, transposed b, a strided output with padding).
 TEST(MatmulKernel, ManyRowsIntoNarrowOutputs) {
+  TwoThreads threads;
   const int64_t m = 8 * 256 + 131;
   for (int64_t n : {128, 200, 256}) {
     Case c;
@@ -275,6 +287,7 @@ TEST(MatmulKernel, ManyRowsIntoNarrowOutputs) {
 // Products of at most 512 rows into at least 1024 columns (and >= 2^26 multiply-adds) run as
 // chunks of 256 columns (matmul.cpp): a short last chunk, bias, transposed and padded b.
 TEST(MatmulKernel, FewRowsIntoWideOutputs) {
+  TwoThreads threads;
   Case c;
   c.m = 256, c.k = 260, c.n = 4 * 256 + 77, c.bias = true;
   check(c);
@@ -290,6 +303,7 @@ TEST(MatmulKernel, FewRowsIntoWideOutputs) {
 // threads, each part into its own buffer, then summed (matmul.cpp): a transposed a (a weight
 // gradient), a padded a, a transposed b, bias and a strided output. K is odd so the parts differ.
 TEST(MatmulKernel, LongInnerDimension) {
+  TwoThreads threads;
   Case c;
   c.m = 64, c.n = 130, c.k = 8191, c.la = Layout::Col, c.bias = true;
   check(c);
