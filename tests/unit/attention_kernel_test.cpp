@@ -323,8 +323,11 @@ void expect_padding_untouched(const Tensor& view, const char* what) {
   const int64_t D = view.size(3), P = view.stride(1);
   const std::vector<double> all =
       from_tensor(view.as_strided({view.size(0) * view.stride(0)}, {1}, 0));
-  for (size_t i = 0; i < all.size(); ++i)
-    if (int64_t(i) % P >= D) ASSERT_TRUE(std::isnan(all[i])) << what << ": padding written at " << i;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (int64_t(i) % P >= D) {
+      ASSERT_TRUE(std::isnan(all[i])) << what << ": padding written at " << i;
+    }
+  }
 }
 
 KernelResult run_kernel(const Case& c, const Problem& p, DType dtype) {
@@ -459,6 +462,17 @@ TEST(AttentionKernel, InterleavedLayoutsReadAndWrittenInPlace) {
   check_case({2, 4, 2, 130, 130, 8, true, MaskKind::None, DType::F32, 0, true}, next_seed());
   check_case({1, 2, 2, 65, 257, 64, false, MaskKind::Full, DType::F32, 0, true}, next_seed());
   check_case({2, 4, 1, 65, 130, 64, true, MaskKind::None, DType::BF16, 0, true}, next_seed());
+}
+
+// Without a causal mask, up to 256 keys are one tile by up to 256 queries (attention.cpp): a
+// DiT's 196 tokens in the interleaved layout of one qkv projection, f32 and bf16; more queries
+// than one tile holds; and 256 / 257 keys on either side of the rule.
+TEST(AttentionKernel, ShortNonCausalSequencesAsOneTile) {
+  check_case({2, 4, 4, 196, 196, 64, false, MaskKind::None, DType::F32, 0, true}, next_seed());
+  check_case({1, 2, 2, 196, 196, 64, false, MaskKind::Full, DType::BF16, 0, true}, next_seed());
+  check_case({1, 2, 1, 300, 200, 8, false, MaskKind::Broadcast}, next_seed());
+  check_case({1, 2, 2, 256, 256, 8, false, MaskKind::None}, next_seed());
+  check_case({1, 2, 2, 40, 257, 8, false, MaskKind::Full}, next_seed());
 }
 
 TEST(AttentionKernel, BitwiseIdenticalForAnyThreadCount) {
