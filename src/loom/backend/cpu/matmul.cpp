@@ -442,6 +442,22 @@ void run_widened(const Problem& p) {
 //     x1.03-1.17 with 2304 columns; but x0.7-0.8 with 4096 rows.
 // Training steps (median of 5-6 alternating rounds): DiT-small x1.057 from the row chunks,
 // GPT-2 124M x1.059 from the column chunks.
+// One piece of a product cut up below, run sequentially on the calling thread (oneDNN inside our
+// parallel region), with its own cached primitive: pieces differ in shape and offsets only.
+void execute_part(Problem part) {
+  canonicalize(part.a, true);
+  canonicalize(part.b, true);
+  canonicalize(part.out, false);
+  const PlanKey key = key_of(part);
+  execute(binding_for(key, part), part);
+}
+
+// An exception cannot leave an OpenMP region: the first one is kept and rethrown after it.
+void keep_first_error(std::exception_ptr& error) {
+#pragma omp critical(loom_matmul_error)
+  if (!error) error = std::current_exception();
+}
+
 enum class Chunks { None, Rows, Cols };
 constexpr int64_t kChunk = 256;
 
@@ -480,14 +496,9 @@ void run_in_chunks(const Problem& p, Chunks along) {
           part.bias.data += first * p.bias.stride * int64_t(dtype_size(p.bias.dtype));
         }
       }
-      canonicalize(part.a, true);
-      canonicalize(part.b, true);
-      canonicalize(part.out, false);
-      const PlanKey key = key_of(part);
-      execute(binding_for(key, part), part);
+      execute_part(part);
     } catch (...) {
-#pragma omp critical(loom_matmul_error)
-      if (!error) error = std::current_exception();
+      keep_first_error(error);
     }
   }
   if (error) std::rethrow_exception(error);
@@ -530,14 +541,9 @@ void run_in_inner_parts(const Problem& p) {
                               m * n, n, 1};
         part.bias = BiasView{};
       }
-      canonicalize(part.a, true);
-      canonicalize(part.b, true);
-      canonicalize(part.out, false);
-      const PlanKey key = key_of(part);
-      execute(binding_for(key, part), part);
+      execute_part(part);
     } catch (...) {
-#pragma omp critical(loom_matmul_error)
-      if (!error) error = std::current_exception();
+      keep_first_error(error);
     }
     // Every thread reaches the barrier, a failed one too, or the others would wait forever.
 #pragma omp barrier
