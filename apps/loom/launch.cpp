@@ -28,6 +28,10 @@ namespace loom::cli {
 
 namespace {
 
+// Start-up bound once the hang watch is on: loading a large checkpoint or staging data on a
+// cluster takes minutes, far longer than a sensible hang timeout.
+constexpr double kDefaultStartupS = 600;
+
 // The run directory of `train CONFIG [--set k=v ...] [--resume [auto]]` (for events.jsonl).
 std::string run_dir_of(const std::vector<std::string>& command) {
   LOOM_CHECK(!command.empty() && command[0] == "train")
@@ -64,39 +68,70 @@ struct Outcome {
   std::string cause;  // the first line that says why, or the status
 };
 
-// No rank has written its heartbeat (run_dir/logs/heartbeat-rank-R, at most once a second
-// as a step begins) for hang_s seconds although the job has run that long: "" if it is
-// making progress, else what each rank last reported.
-std::string stalled(const std::string& run_dir, double hang_s, double running_s) {
+// The supervisor's watch over one attempt. Start-up (MPI init, the model build, loading a
+// checkpoint, the first batch) lasts until every rank has written its first heartbeat
+// (run_dir/logs/heartbeat-rank-R, at most once a second as a step begins) in this attempt;
+// it may take startup_s. Only then does the hang clock run: a job none of whose ranks has
+// written a heartbeat for hang_s has hung. 0 turns either check off.
+struct Watch {
+  int ranks = 1;
+  double hang_s = 0, startup_s = 0;
+};
+
+// "" while the attempt (started at attempt_start, running for running_s) is starting up or
+// making progress, else why it is to be ended.
+std::string stalled(const std::string& run_dir, const Watch& watch, double running_s,
+                    std::filesystem::file_time_type attempt_start) {
   namespace fs = std::filesystem;
-  if (hang_s <= 0 || running_s < hang_s) return "";
+  if (watch.hang_s <= 0 && watch.startup_s <= 0) return "";
   const auto now = fs::file_time_type::clock::now();
+  std::vector<bool> reported(size_t(watch.ranks), false);
   std::string beats;
   double newest_age = running_s;
-  if (fs::is_directory(run_dir + "/logs"))
-    for (const auto& e : fs::directory_iterator(run_dir + "/logs")) {
+  std::error_code ec;
+  if (fs::is_directory(run_dir + "/logs", ec))
+    for (const auto& e : fs::directory_iterator(run_dir + "/logs", ec)) {
       const std::string name = e.path().filename().string();
       if (name.rfind("heartbeat-rank-", 0) != 0) continue;
-      const double age = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();
+      const auto written = fs::last_write_time(e.path(), ec);
+      // A heartbeat left by an earlier attempt or run says nothing about this one.
+      if (ec || written < attempt_start) continue;
+      const int rank = std::atoi(name.c_str() + 15);
+      if (rank < 0 || rank >= watch.ranks) continue;
+      reported[size_t(rank)] = true;
+      const double age = std::chrono::duration<double>(now - written).count();
       newest_age = std::min(newest_age, age);
       std::string what;
       std::getline(std::ifstream(e.path()), what);
       beats += (beats.empty() ? "" : ", ") + ("rank " + name.substr(15)) + ": " + what + ", " +
                std::to_string(int(age)) + " s ago";
     }
-  if (newest_age < hang_s) return "";
-  return "no progress for " + std::to_string(int(hang_s)) + " s (launch --hang-timeout); last " +
-         "heartbeats: " + (beats.empty() ? "none" : beats);
+  std::string silent;
+  for (int r = 0; r < watch.ranks; ++r)
+    if (!reported[size_t(r)]) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+  if (!silent.empty()) {  // still starting up
+    if (watch.startup_s <= 0 || running_s < watch.startup_s) return "";
+    return "start-up took more than " + std::to_string(int(watch.startup_s)) +
+           " s (launch --startup-timeout): rank(s) " + silent + " of " +
+           std::to_string(watch.ranks) + " never began a step" +
+           (beats.empty() ? "" : "; heartbeats: " + beats);
+  }
+  if (watch.hang_s <= 0 || newest_age < watch.hang_s) return "";
+  return "no progress for " + std::to_string(int(watch.hang_s)) + " s (launch --hang-timeout); " +
+         "last heartbeats: " + beats;
 }
 
 // Runs args with LOOM_RESTART=attempt, passing its output through; keeps the line of its
-// stderr that best says why it failed. A job that stops making progress (see stalled()) is
-// ended with SIGTERM (then SIGKILL).
+// stderr that best says why it failed. A job that does not start up in time or stops making
+// progress (see stalled()) is ended with SIGTERM (then SIGKILL).
 Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std::string& run_dir,
-                    double hang_s) {
+                    const Watch& watch) {
   int pipe_fds[2];
   LOOM_CHECK(::pipe(pipe_fds) == 0) << "launch: pipe: " << std::strerror(errno);
   const auto start = std::chrono::steady_clock::now();
+  // Half a second of slack for the file system's coarser clock.
+  const auto attempt_start =
+      std::filesystem::file_time_type::clock::now() - std::chrono::milliseconds(500);
   const pid_t pid = ::fork();
   LOOM_CHECK(pid >= 0) << "launch: fork: " << std::strerror(errno);
   if (pid == 0) {
@@ -121,7 +156,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
     if (ready == 0) {  // quiet for a second: is the job still moving?
       const double running =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (hang_cause.empty() && !(hang_cause = stalled(run_dir, hang_s, running)).empty()) {
+      if (hang_cause.empty() && !(hang_cause = stalled(run_dir, watch, running, attempt_start)).empty()) {
         std::fprintf(stderr, "launch: %s; ending the job\n", hang_cause.c_str());
         ::kill(pid, SIGTERM);
         std::thread([pid] {  // mpirun forwards SIGTERM to the ranks; a stuck one gets SIGKILL
@@ -163,7 +198,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
 // Runs the job until it succeeds or has been restarted max_restarts times, each restart from
 // the newest valid checkpoint; every failure is logged with its cause to events.jsonl.
 int supervise(const std::vector<std::string>& mpirun, const std::vector<std::string>& command,
-              int max_restarts, double hang_s) {
+              int max_restarts, const Watch& watch) {
   const std::string run_dir = run_dir_of(command);
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> args = mpirun;
@@ -172,7 +207,7 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
     for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
     std::fprintf(stderr, "launch (attempt %d): %s\n", attempt, line.c_str());
     std::fflush(stderr);
-    const Outcome out = run_attempt(args, attempt, run_dir, hang_s);
+    const Outcome out = run_attempt(args, attempt, run_dir, watch);
     if (out.status == 0) {
       if (attempt > 0)
         loom::train::append_event(run_dir, "completed", Json::object({{"attempts", attempt + 1}}));
@@ -199,7 +234,7 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
 int launch(int argc, char** argv) {
   std::string np, hostfile;
   int max_restarts = 0;
-  double hang_s = 0;
+  double hang_s = 0, startup_s = -1;  // -1: the default, 600 s once --hang-timeout is given
   int i = 0;
   for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     const std::string a = argv[i];
@@ -223,10 +258,15 @@ int launch(int argc, char** argv) {
       hang_s = std::strtod(argv[++i], &end);
       LOOM_CHECK(end && *end == 0 && hang_s > 0)
           << "launch: --hang-timeout '" << argv[i] << "' is not a positive number of seconds";
+    } else if (a == "--startup-timeout") {
+      char* end = nullptr;
+      startup_s = std::strtod(argv[++i], &end);
+      LOOM_CHECK(end && *end == 0 && startup_s > 0)
+          << "launch: --startup-timeout '" << argv[i] << "' is not a positive number of seconds";
     } else {
       LOOM_FAIL() << "launch: unknown option " << a
-                  << " (expected -n N [--hostfile FILE] [--max-restarts R] [--hang-timeout S] -- "
-                     "COMMAND ...)";
+                  << " (expected -n N [--hostfile FILE] [--max-restarts R] [--hang-timeout S] "
+                     "[--startup-timeout S] -- COMMAND ...)";
     }
   }
   LOOM_CHECK(!np.empty()) << "launch: -n N is required";
@@ -239,7 +279,14 @@ int launch(int argc, char** argv) {
   if (!hostfile.empty()) args.insert(args.end(), {"--hostfile", hostfile});
   args.push_back(self);
   LOOM_CHECK(hang_s == 0 || max_restarts > 0) << "launch: --hang-timeout needs --max-restarts";
-  if (max_restarts > 0) return supervise(args, {argv + i + 1, argv + argc}, max_restarts, hang_s);
+  LOOM_CHECK(startup_s < 0 || max_restarts > 0) << "launch: --startup-timeout needs --max-restarts";
+  if (max_restarts > 0) {
+    Watch watch;
+    watch.ranks = std::atoi(np.c_str());
+    watch.hang_s = hang_s;
+    watch.startup_s = startup_s >= 0 ? startup_s : hang_s > 0 ? kDefaultStartupS : 0;
+    return supervise(args, {argv + i + 1, argv + argc}, max_restarts, watch);
+  }
   for (int k = i + 1; k < argc; ++k) args.push_back(argv[k]);
 
   std::string line;

@@ -5,7 +5,10 @@
 // (a rank killed, crashed or timed out) it is started again with `--resume auto`, up to R
 // times, each failure logged with its cause to <run dir>/events.jsonl. With --hang-timeout S it
 // also ends (and restarts) a job none of whose ranks has begun a step for S seconds -- a hung
-// job, told from a slow one by the ranks' heartbeats.
+// job, told from a slow one by the ranks' heartbeats. The hang clock starts only once every
+// rank has begun its first step of the attempt (start-up: MPI, the model, a checkpoint to
+// load, the first batch); start-up has its own bound, --startup-timeout S (default 600 s
+// with --hang-timeout, else off), and its message names the ranks that never reported.
 #pragma once
 
 namespace loom::cli {

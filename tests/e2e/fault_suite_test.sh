@@ -13,6 +13,8 @@
 #    step 10's data, ending bitwise where a run that skipped steps 6-9 ends;
 #  - a stalled rank: the others' collective times out within dist.timeout_s, naming it; with a
 #    long timeout, `launch --hang-timeout` sees the heartbeats stop and restarts the job;
+#  - start-up is not a hang: a rank that starts 12 s late under `--hang-timeout 5` is not
+#    ended; one that never starts is ended by `--startup-timeout`, naming it, and restarted;
 #  - a rank slowed to twice its step time is flagged as a straggler (and no other rank is);
 #  - one flipped bit in one replica's weights stops the run at the next consistency check,
 #    naming that rank, before the state is checkpointed.
@@ -146,6 +148,28 @@ LOOM_FAULT="stall:rank=2,step=4" "$loom" launch -n 4 --max-restarts 1 --hang-tim
 grep -q '"event":"restart".*"cause":"no progress for 5 s' "$work/hang/tiny_gpt/events.jsonl" &&
   echo "ok: $(grep -o 'launch: no progress.*' "$work/hang.log" | head -1 | cut -c1-160)" ||
   fail "the hang was not logged as the restart's cause"
+
+# --- start-up slower than the hang timeout (a large checkpoint to load) is not a hang ---
+LOOM_FAULT="startup:rank=3,ms=12000" "$loom" launch -n 4 --max-restarts 1 --hang-timeout 5 -- \
+  train "$cfg" "${common[@]}" --set dist.timeout_s=600 --set run.out_dir="$work/slow_start" \
+  > "$work/slow_start.log" 2>&1 || fail "the job that started slowly did not complete"
+grep -q "LOOM_FAULT: rank 3 starts up 12000 ms late" "$work/slow_start.log" ||
+  fail "the start-up delay was not injected"
+if grep -q '"event":"restart"' "$work/slow_start/tiny_gpt/events.jsonl" 2>/dev/null ||
+   grep -q "^launch: .*ending the job" "$work/slow_start.log"; then
+  fail "a slow start-up was taken for a hang: $(grep -m1 '^launch: .*ending' "$work/slow_start.log")"
+else
+  echo "ok: a start-up of 12 s under --hang-timeout 5 ran to completion in one attempt"
+fi
+# ... but start-up has its own bound, and its message names the rank that never began.
+LOOM_FAULT="startup:rank=1,ms=600000" "$loom" launch -n 4 --max-restarts 1 --hang-timeout 5 \
+  --startup-timeout 20 -- train "$cfg" "${common[@]}" --set dist.timeout_s=600 \
+  --set run.out_dir="$work/no_start" > "$work/no_start.log" 2>&1 ||
+  fail "the job whose rank never started was not restarted to completion"
+grep -q '"event":"restart".*"cause":"start-up took more than 20 s (launch --startup-timeout): rank(s) 1 of 4 never began a step' \
+  "$work/no_start/tiny_gpt/events.jsonl" &&
+  echo "ok: $(grep -o 'launch: start-up took.*' "$work/no_start.log" | head -1 | cut -c1-160)" ||
+  fail "the start-up timeout was not logged as the restart's cause, naming rank 1"
 
 # --- a straggler (2 ranks: one per core, so the others' times are not inflated by sharing) ---
 LOOM_FAULT="slow:rank=1,step=1,factor=2" "$loom" launch -n 2 -- train "$cfg" "${common[@]}" \

@@ -31,6 +31,8 @@ TEST(FaultPlan, SelectsTheFaultsOfTheAttempt) {
   EXPECT_EQ(first.slowdown(30, 2), 2.5);
   EXPECT_EQ(first.slowdown(30, 1), 1.0);
   EXPECT_TRUE(FaultPlan::parse("", 0).empty());
+  EXPECT_FALSE(FaultPlan::parse("startup:rank=3,ms=200", 0).empty());
+  EXPECT_TRUE(FaultPlan::parse("startup:rank=3,ms=200,attempt=1", 0).empty());
 }
 
 TEST(FaultPlan, MalformedSpecsAreNamed) {
@@ -43,6 +45,8 @@ TEST(FaultPlan, MalformedSpecsAreNamed) {
   expect_error("sleep:rank=1,step=2", "needs ms=M");
   expect_error("slow:rank=1,step=2,factor=0.5", "factor '0.5'");
   expect_error("corrupt:step=2", "needs file=F");
+  expect_error("startup:rank=1", "'startup:rank=1' needs ms=M");
+  expect_error("startup:rank=1,ms=5,step=2", "'startup:rank=1,ms=5,step=2' takes no step");
 }
 
 }  // namespace

@@ -46,9 +46,9 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
     f.kind = text.substr(0, colon);
     LOOM_CHECK(f.kind == "kill" || f.kind == "sleep" || f.kind == "slow" || f.kind == "nan" ||
                f.kind == "bitflip" || f.kind == "stall" || f.kind == "corrupt" ||
-               f.kind == "truncate")
+               f.kind == "truncate" || f.kind == "startup")
         << "LOOM_FAULT: unknown fault '" << f.kind
-        << "' (expected kill, sleep, slow, nan, bitflip, stall, corrupt or truncate)";
+        << "' (expected kill, sleep, slow, nan, bitflip, stall, startup, corrupt or truncate)";
     bool has_step = false;
     std::stringstream fields(colon == std::string::npos ? "" : text.substr(colon + 1));
     std::string field;
@@ -77,8 +77,11 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
         LOOM_FAIL() << "LOOM_FAULT: unknown key '" << key << "' in '" << text << "'";
       }
     }
-    LOOM_CHECK(has_step && f.step > 0) << "LOOM_FAULT: '" << text << "' needs step=S (S >= 1)";
-    LOOM_CHECK(f.kind != "sleep" || f.ms > 0) << "LOOM_FAULT: '" << text << "' needs ms=M";
+    LOOM_CHECK(f.kind == "startup" ? !has_step : has_step && f.step > 0)
+        << "LOOM_FAULT: '" << text << "' "
+        << (f.kind == "startup" ? "takes no step" : "needs step=S (S >= 1)");
+    LOOM_CHECK((f.kind != "sleep" && f.kind != "startup") || f.ms > 0)
+        << "LOOM_FAULT: '" << text << "' needs ms=M";
     LOOM_CHECK((f.kind != "corrupt" && f.kind != "truncate") || !f.file.empty())
         << "LOOM_FAULT: '" << text << "' needs file=F (a file of the checkpoint directory)";
     if (f.attempt == attempt) plan.faults_.push_back(f);
@@ -101,6 +104,15 @@ void FaultPlan::at_step_begin(int64_t step, int rank) const {
     }
     if (f.kind == "sleep" && step >= f.step) std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
   }
+}
+
+void FaultPlan::at_startup(int rank) const {
+  for (const Fault& f : faults_)
+    if (f.kind == "startup" && f.rank == rank) {
+      std::fprintf(stderr, "LOOM_FAULT: rank %d starts up %lld ms late\n", rank, (long long)f.ms);
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+    }
 }
 
 bool FaultPlan::flips_bit(int64_t step, int rank) const {

@@ -12,6 +12,8 @@
 //                                 (silent data corruption: its replicas now disagree)
 //   stall:rank=R,step=S           rank R stops for good as step S begins (a hung rank: the
 //                                 others' next collective times out)
+//   startup:rank=R,ms=M           rank R takes M ms longer to start up: it sleeps before its
+//                                 first step (a slow checkpoint load or data staging)
 //   corrupt:step=S,file=F         once the checkpoint of step S is written, one byte in the
 //                                 middle of its file F flips
 //   truncate:step=S,file=F        ... its file F loses its second half
@@ -34,6 +36,7 @@ class FaultPlan {
 
   bool empty() const { return faults_.empty(); }
   void at_step_begin(int64_t step, int rank) const;   // kill, sleep, stall
+  void at_startup(int rank) const;                    // startup
   bool poisons_loss(int64_t step, int rank) const;    // nan
   double slowdown(int64_t step, int rank) const;      // slow: F, else 1
   bool flips_bit(int64_t step, int rank) const;       // bitflip
