@@ -198,6 +198,7 @@ void train_dit(const Config& cfg, Resume resume) {
 
   Progress progress(par.metrics_path(run_dir), tc.steps, "img", tc.batch_size * tc.grad_accum,
                     /*append=*/start_step > 0);
+  progress.set_time_budget(tc.max_minutes * 60);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
       train_step_flops(dit_bench(cfg.run.name, cfg.dit, tc.batch_size * tc.grad_accum)),

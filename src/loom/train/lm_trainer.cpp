@@ -426,6 +426,7 @@ void train_gpt(const Config& cfg, Resume resume) {
       eval_window_starts(int64_t(data.val.size()), T, cfg.eval.windows);
   Progress progress(par.metrics_path(run_dir), tc.steps, "tok", B * T * tc.grad_accum,
                     /*append=*/start_step > 0);
+  progress.set_time_budget(tc.max_minutes * 60);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
       train_step_flops(gpt_bench(cfg.run.name, cfg.gpt, B * tc.grad_accum, T)),

@@ -1,5 +1,6 @@
 #include "loom/train/progress.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "loom/core/allocator.h"
@@ -19,6 +20,11 @@ std::string format_duration(double s) {
     std::snprintf(buf, sizeof buf, "%lds", t);
   }
   return buf;
+}
+
+double eta_seconds(double step_s, int64_t steps_left, double budget_s, double elapsed_s) {
+  const double by_steps = step_s * double(steps_left);
+  return budget_s > 0 ? std::max(0.0, std::min(by_steps, budget_s - elapsed_s)) : by_steps;
 }
 
 Progress::Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
@@ -107,13 +113,15 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
     std::fprintf(metrics_, "%s\n", metrics.dump().c_str());
     std::fflush(metrics_);
   }
-  const double eta = step_time * double(total_steps_ - step - 1);
+  const double elapsed = elapsed_seconds();
+  const double eta = eta_seconds(step_time, total_steps_ - step - 1, budget_s_, elapsed);
+  const bool budget_first = budget_s_ > 0 && eta < step_time * double(total_steps_ - step - 1);
   std::printf(
-      "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s%s | %s | %s elapsed | ETA %s | "
+      "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s%s | %s | %s elapsed | ETA %s%s | "
       "mem %.0f MB (%s; peak %.0f)\n",
       (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_, mfu, split,
-      format_duration(elapsed_seconds()).c_str(),
-      steps_done > 0 ? format_duration(eta).c_str() : "-", double(mem.live_total) / 1e6,
+      format_duration(elapsed).c_str(), steps_done > 0 ? format_duration(eta).c_str() : "-",
+      steps_done > 0 && budget_first ? " (max_minutes)" : "", double(mem.live_total) / 1e6,
       breakdown.c_str(), double(mem.peak_total) / 1e6);
   std::fflush(stdout);
 }

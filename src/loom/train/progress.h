@@ -20,6 +20,9 @@ class Progress {
   // line. Non-finite values are recorded as strings ("nan"), which JSON can hold.
   void log(int64_t step, double loss, double lr, Json extra = Json::object());
   double elapsed_seconds() const;
+  // A time budget (train.max_minutes, as seconds; 0: none): the run stops at whichever comes
+  // first, the last step or the budget, and so does the ETA.
+  void set_time_budget(double seconds) { budget_s_ = seconds; }
   // The step's time is split into compute, exposed communication (waits on collectives) and
   // idle (waits for data): `data_wait` gives the total seconds spent waiting for data so far.
   void count_data_wait(std::function<double()> data_wait) { data_wait_ = std::move(data_wait); }
@@ -37,10 +40,14 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_time_;
   int64_t last_step_ = -1;
   std::function<double()> data_wait_;
-  double flops_per_step_ = 0, peak_flops_ = 0;
+  double flops_per_step_ = 0, peak_flops_ = 0, budget_s_ = 0;
   double last_waited_ = 0, last_in_flight_ = 0, last_data_wait_ = 0;  // totals at the last log
 };
 
 std::string format_duration(double seconds);  // "1h02m", "3m12s", "45s"
+
+// Seconds until the run ends: the remaining steps at step_s each, or what is left of the
+// time budget (budget_s > 0) after elapsed_s, whichever is sooner.
+double eta_seconds(double step_s, int64_t steps_left, double budget_s, double elapsed_s);
 
 }  // namespace loom::train
