@@ -24,45 +24,74 @@
 
 namespace {
 
-int usage() {
-  std::fprintf(
-      stderr,
-      "usage: loom <command> [args]\n"
-      "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
-      "        [--profile steps=A:B]\n"
-      "      train a model (model.kind dit or gpt); the run directory is\n"
-      "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
-      "      --resume auto: from the newest one whose checksums all match;\n"
-      "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"
-      "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
-      "         [--seed N] [--png PATH] [--npy PREFIX]\n"
-      "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
-      "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
-      "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
-      "  eval CHECKPOINT_DIR [--windows N] | [--samples N --steps N --cfg S --classifier DIR]\n"
-      "      held-out loss of a GPT checkpoint (nats/token, nats/byte, bits/byte) over\n"
-      "      the whole held-out text, or N evenly spread windows of it\n"
-      "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
-      "      learn a byte-level BPE tokenizer with N tokens and save it\n"
-      "  tokenizer check --tokenizer PATH --input FILE\n"
-      "      encode FILE, decode it again and compare (round trip)\n"
-      "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
-      "      write one part of a (sharded) checkpoint as one consolidated file\n"
-      "  ckpt verify CHECKPOINT_DIR\n"
-      "      read every tensor of a checkpoint, checking each piece against its manifest\n"
-      "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S] [--startup-timeout S]]\n"
-      "         -- COMMAND ...\n"
-      "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
-      "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
-      "      --max-restarts R a failed train job restarts with --resume auto\n"
-      "  bench [CONFIG ...|all] [--precision f32|bf16] [--warmup N] [--steps N] [--json FILE]\n"
-      "        [--trace FILE]\n"
-      "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
-      "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
-      "      against a GEMM ceiling measured first (docs/performance.md); --trace:\n"
-      "      a Chrome trace of one more step after the timed ones (one config)\n"
-      "  version\n");
-  return 2;
+// Each command's synopsis and what it does: `loom COMMAND --help` prints its own entry,
+// `loom --help` (or a bad command) all of them.
+struct CommandHelp {
+  const char* command;
+  const char* text;
+};
+constexpr CommandHelp kHelp[] = {
+    {"train",
+     "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
+     "        [--profile steps=A:B]\n"
+     "      train a model (model.kind dit, gpt or vit_classifier); the run directory is\n"
+     "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
+     "      --resume auto: from the newest one whose checksums all match;\n"
+     "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"},
+    {"sample",
+     "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
+     "         [--seed N] [--png PATH] [--npy PREFIX]\n"
+     "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
+     "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
+     "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
+     "      CHECKPOINT_DIR: a step-NNNNNN directory, or a run directory (its `latest`)\n"},
+    {"eval",
+     "  eval CHECKPOINT_DIR [--windows N] | [--samples N --steps N --cfg S --classifier DIR]\n"
+     "      GPT: held-out loss (nats/token, nats/byte, bits/byte) over the whole held-out\n"
+     "      text, or N evenly spread windows of it; DiT: class accuracy and FID of N\n"
+     "      samples against the classifier's features (docs/evaluation.md)\n"
+     "      CHECKPOINT_DIR: a step-NNNNNN directory, or a run directory (its `latest`)\n"},
+    {"tokenizer",
+     "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
+     "      learn a byte-level BPE tokenizer with N tokens and save it\n"
+     "  tokenizer check --tokenizer PATH --input FILE\n"
+     "      encode FILE, decode it again and compare (round trip)\n"},
+    {"ckpt",
+     "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
+     "      write one part of a (sharded) checkpoint as one consolidated file\n"
+     "  ckpt verify CHECKPOINT_DIR\n"
+     "      read every tensor of a checkpoint, checking each piece against its manifest\n"},
+    {"launch",
+     "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S]\n"
+     "         [--startup-timeout S]] -- COMMAND ...\n"
+     "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
+     "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
+     "      --max-restarts R a failed train job restarts with --resume auto; with\n"
+     "      --hang-timeout S a job no rank of which began a step for S seconds is ended\n"
+     "      and restarted (start-up excepted: it is bounded by --startup-timeout,\n"
+     "      default 600 s)\n"},
+    {"bench",
+     "  bench [CONFIG ...|all] [--precision f32|bf16] [--warmup N] [--steps N] [--json FILE]\n"
+     "        [--trace FILE]\n"
+     "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
+     "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
+     "      against a GEMM ceiling measured first (docs/performance.md); --trace:\n"
+     "      a Chrome trace of one more step after the timed ones (one config)\n"},
+    {"version", "  version\n      print Loom's version\n"},
+};
+
+int usage(std::FILE* to = stderr) {
+  std::fprintf(to, "usage: loom <command> [args]   (loom <command> --help: that command)\n");
+  for (const auto& h : kHelp) std::fputs(h.text, to);
+  return to == stderr ? 2 : 0;
+}
+
+// `loom COMMAND --help` / `-h` anywhere before a `--` (after it, the words belong to the
+// command that launch runs).
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc && std::strcmp(argv[i], "--") != 0; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+  return false;
 }
 
 // Reads the value after flag i, or fails naming the flag.
@@ -146,12 +175,11 @@ std::string checkpoint_arg(const char* command, int argc, char** argv,
     ckpt = a;
   }
   LOOM_CHECK(!ckpt.empty()) << command << ": no checkpoint directory given";
-  return ckpt;
+  return loom::train::checkpoint_from_user_path(ckpt);
 }
 
-int sample_gpt(int argc, char** argv) {
+int sample_gpt(const std::string& ckpt, int argc, char** argv) {
   loom::train::GptSampleOptions o;
-  std::string ckpt;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--prompt")
@@ -164,8 +192,6 @@ int sample_gpt(int argc, char** argv) {
       o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
     else if (a.rfind("--", 0) == 0)
       LOOM_FAIL() << "sample: unknown option " << a << " for a GPT checkpoint";
-    else
-      ckpt = a;
   }
   const std::string text = loom::train::sample_gpt(ckpt, o);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -177,10 +203,9 @@ int sample(int argc, char** argv) {
   const std::string ckpt_dir = checkpoint_arg("sample", argc, argv,
                                               {"--per-class", "--steps", "--cfg", "--seed", "--png",
                                                "--npy", "--prompt", "--tokens", "--temperature"});
-  if (loom::train::checkpoint_model_kind(ckpt_dir) == "gpt") return sample_gpt(argc, argv);
+  if (loom::train::checkpoint_model_kind(ckpt_dir) == "gpt") return sample_gpt(ckpt_dir, argc, argv);
   loom::train::DitSampleOptions o;
   o.png_path = "samples.png";
-  std::string ckpt;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--per-class")
@@ -199,11 +224,8 @@ int sample(int argc, char** argv) {
       o.npy_prefix = value_of(argc, argv, i);
     else if (a.rfind("--", 0) == 0)
       LOOM_FAIL() << "sample: unknown option " << a;
-    else
-      ckpt = a;
   }
-  LOOM_CHECK(!ckpt.empty()) << "sample: no checkpoint directory given";
-  loom::train::sample_dit(ckpt, o);
+  loom::train::sample_dit(ckpt_dir, o);
   return 0;
 }
 
@@ -232,6 +254,7 @@ int eval(int argc, char** argv) {
     }
   }
   LOOM_CHECK(!ckpt.empty()) << "eval: no checkpoint directory given";
+  ckpt = loom::train::checkpoint_from_user_path(ckpt);
   LOOM_CHECK(windows >= 0) << "eval: --windows must be non-negative (0: all), got " << windows;
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
   if (kind == "dit") {
@@ -350,6 +373,7 @@ int ckpt_export(int argc, char** argv) {
   }
   LOOM_CHECK(positional.size() == 2) << "ckpt export: expected CHECKPOINT_DIR OUT.safetensors, got "
                                      << positional.size() << " paths";
+  positional[0] = loom::train::checkpoint_from_user_path(positional[0]);
   const loom::CheckpointReader ckpt(positional[0]);
   const auto tensors = ckpt.read_all(part);
   LOOM_CHECK(!tensors.empty()) << "ckpt export: " << positional[0] << " has no tensors under '"
@@ -365,12 +389,13 @@ int ckpt_export(int argc, char** argv) {
 
 int ckpt_verify(int argc, char** argv) {
   LOOM_CHECK(argc == 1) << "ckpt verify: expected CHECKPOINT_DIR";
-  const loom::CheckpointReader ckpt(argv[0]);
+  const std::string dir = loom::train::checkpoint_from_user_path(argv[0]);
+  const loom::CheckpointReader ckpt(dir);
   int64_t bytes = 0;
   const auto names = ckpt.names("");
   for (const auto& name : names) bytes += int64_t(ckpt.read_full(name).nbytes());
   ckpt.read_text("trainer_state.json");
-  std::printf("%s: %zu tensors, %lld bytes, %s\n", argv[0], names.size(), (long long)bytes,
+  std::printf("%s: %zu tensors, %lld bytes, %s\n", dir.c_str(), names.size(), (long long)bytes,
               ckpt.has_checksums() ? "every checksum matches"
                                    : "all readable (older single-process layout: no checksums)");
   return 0;
@@ -467,6 +492,13 @@ int bench(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
+  if (wants_help(argc, argv))
+    for (const auto& h : kHelp)
+      if (cmd == h.command) {
+        std::printf("usage: loom %s ...\n%s", h.command, h.text);
+        return 0;
+      }
   if (cmd == "train") return train(argc - 2, argv + 2);
   if (cmd == "sample") return sample(argc - 2, argv + 2);
   if (cmd == "eval") return eval(argc - 2, argv + 2);
@@ -478,6 +510,7 @@ int run(int argc, char** argv) {
     std::printf("loom 0.1.0\n");
     return 0;
   }
+  std::fprintf(stderr, "loom: unknown command '%s'\n", cmd.c_str());
   return usage();
 }
 

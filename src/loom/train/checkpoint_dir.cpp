@@ -67,6 +67,19 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return fs::is_directory(dir) ? dir.string() : "";
 }
 
+std::string checkpoint_from_user_path(const std::string& user_path) {
+  // "runs/x/step-000100/" as "runs/x/step-000100": its parent must be the run directory.
+  fs::path p = fs::path(user_path).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  const std::string path = p.string();
+  if (!fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "manifest.json"))
+    return path;
+  const std::string dir = latest_checkpoint(path);
+  LOOM_CHECK(!dir.empty()) << path << " is a run directory whose `latest` names no checkpoint "
+                           << "directory (name a step-NNNNNN directory instead)";
+  return dir;
+}
+
 Json read_trainer_state(const CheckpointReader& ckpt) {
   return Json::parse(ckpt.read_text("trainer_state.json"), ckpt.dir() + "/trainer_state.json");
 }

@@ -22,6 +22,9 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::Proc
 std::string checkpoint_dir_name(const std::string& run_dir, int64_t step);
 // The directory named by run_dir/latest, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
+// What a user names as a checkpoint: a checkpoint directory as it is, or a run directory
+// (one holding `latest`) as the checkpoint its `latest` names; fails clearly if that is gone.
+std::string checkpoint_from_user_path(const std::string& path);
 // trainer_state.json of a checkpoint (checked against its manifest).
 Json read_trainer_state(const CheckpointReader& ckpt);
 

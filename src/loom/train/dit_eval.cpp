@@ -26,7 +26,12 @@ DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_
   std::vector<int64_t> y;
   for (int64_t i = 0; i < num_samples; ++i) y.push_back(i % classes);  // class-balanced
   Tensor labels = from_vector(y, {num_samples});
+  std::printf("eval: sampling %lld images for class accuracy and FID\n", (long long)num_samples);
+  std::fflush(stdout);
   Tensor samples = sample_dit_images(model, labels, options);
+  std::printf("eval: classifier features of the samples, the test set and %lld real images\n",
+              (long long)num_samples);
+  std::fflush(stdout);
 
   ImageDataset test = fashion_mnist(data_path, false), train = fashion_mnist(data_path, true);
   DitQuality q;

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -91,11 +92,24 @@ Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
   diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes};
+  // Sampling thousands of images takes minutes on a CPU: a line every 10 s says how far.
+  const auto start = std::chrono::steady_clock::now();
+  auto last_line = start;
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
     Tensor x = diffusion::sample(velocity_of(model), {n, c.channels, c.image_size, c.image_size},
                                  narrow(labels, 0, at, n), sc, o.seed + uint64_t(at));
     parts.push_back(x);
+    const auto now = std::chrono::steady_clock::now();
+    if (N > chunk && (now - last_line >= std::chrono::seconds(10) || at + n == N)) {
+      last_line = now;
+      const double s = std::chrono::duration<double>(now - start).count();
+      std::printf("sampling: %lld/%lld images (%lld steps each) | %s elapsed | ETA %s\n",
+                  (long long)(at + n), (long long)N, (long long)o.steps,
+                  format_duration(s).c_str(),
+                  format_duration(s / double(at + n) * double(N - at - n)).c_str());
+      std::fflush(stdout);
+    }
   }
   NoGradGuard no_grad;
   Tensor all = cat(parts, 0);
@@ -119,6 +133,11 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
     write_npy(o.npy_prefix + "_images.npy", images);
     write_npy(o.npy_prefix + "_labels.npy", labels);
   }
+  std::printf("samples: %lld images (%lld per class, %lld %s steps, cfg %.2f) -> %s%s%s\n",
+              (long long)images.size(0), (long long)o.per_class, (long long)o.steps,
+              o.heun ? "Heun" : "Euler", o.cfg_scale, o.png_path.c_str(),
+              !o.png_path.empty() && !o.npy_prefix.empty() ? " and " : "",
+              o.npy_prefix.empty() ? "" : (o.npy_prefix + "_{images,labels}.npy").c_str());
 }
 
 }  // namespace
@@ -312,8 +331,6 @@ void train_dit(const Config& cfg, Resume resume) {
                       run_dir + "/samples.png",
                       ""};
   write_samples(ema_model, so);
-  std::printf("samples: %s (EMA weights, %lld Euler%s steps, cfg %.1f)\n", so.png_path.c_str(),
-              (long long)so.steps, so.heun ? "/Heun" : "", so.cfg_scale);
 
   if (!cfg.eval.classifier.empty()) {
     const DitQuality q =
