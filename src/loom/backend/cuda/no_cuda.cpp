@@ -4,8 +4,8 @@
 namespace loom {
 
 Backend& cuda_backend() {
-  LOOM_FAIL() << "this Loom was built without the CUDA backend; use device cpu or rebuild "
-                 "with -DLOOM_CUDA=ON on a machine with nvcc";
+  LOOM_FAIL() << "this Loom has no CUDA backend yet (only the CPU backend is built); use "
+                 "device cpu";
 }
 
 }  // namespace loom
