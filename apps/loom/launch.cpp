@@ -1,10 +1,12 @@
 #include "launch.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,8 @@
 #include "loom/core/error.h"
 #include "loom/train/config.h"
 #include "loom/train/events.h"
+#include "loom/train/preemption.h"
+#include "loom/train/run_directory.h"
 
 #ifndef LOOM_MPIRUN
 #define LOOM_MPIRUN "mpirun"
@@ -31,6 +35,8 @@ namespace {
 // Start-up bound once the hang watch is on: loading a large checkpoint or staging data on a
 // cluster takes minutes, far longer than a sensible hang timeout.
 constexpr double kDefaultStartupS = 600;
+using loom::train::kExitPreempted;
+using loom::train::kExitRefused;
 
 // The run directory of `train CONFIG [--set k=v ...] [--resume [auto]]` (for events.jsonl).
 std::string run_dir_of(const std::vector<std::string>& command) {
@@ -64,9 +70,24 @@ std::vector<std::string> resuming(std::vector<std::string> command) {
 }
 
 struct Outcome {
-  int status = 0;     // the exit status, or 128 + signal
-  std::string cause;  // the first line that says why, or the status
+  int status = 0;          // the exit status, or 128 + signal
+  std::string cause;       // the first line that says why, or the status
+  bool preempted = false;  // the job checkpointed and stopped on a preemption signal
 };
+
+// A preemption signal to the launcher (SIGTERM, SIGINT, SIGUSR1): noted here, passed on to
+// the job as SIGTERM (which mpirun forwards to every rank), and the job is not restarted.
+std::atomic<int> launcher_signal{0};
+void note_signal(int signal) { launcher_signal.store(signal); }
+void arm_launcher_signals() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = note_signal;
+  sigemptyset(&action.sa_mask);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1}) ::sigaction(s, &action, nullptr);
+}
+// How long a signalled job may take to checkpoint and stop before it is killed.
+constexpr int kPreemptGraceS = 300;
 
 // The supervisor's watch over one attempt. Start-up (MPI init, the model build, loading a
 // checkpoint, the first batch) lasts until every rank has written its first heartbeat
@@ -135,6 +156,10 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   const pid_t pid = ::fork();
   LOOM_CHECK(pid >= 0) << "launch: fork: " << std::strerror(errno);
   if (pid == 0) {
+    // A process group of its own (the whole job can be ended at once; a terminal's Ctrl-C
+    // reaches the launcher, which passes it on), and it is told if the launcher dies.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::setenv("LOOM_RESTART", std::to_string(attempt).c_str(), 1);
     ::dup2(pipe_fds[1], STDERR_FILENO);
     ::close(pipe_fds[0]);
@@ -147,9 +172,22 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
     ::_exit(127);
   }
   ::close(pipe_fds[1]);
+  ::setpgid(pid, pid);  // as the child does: whichever runs first
   std::string error_line, notice_line, hang_cause, line;
+  bool preempted = false;
+  int forwarded = 0;
   char buf[4096];
   for (;;) {
+    if (const int s = launcher_signal.load(); s != 0 && forwarded == 0) {
+      forwarded = s;
+      std::fprintf(stderr, "launch: signal %d: asking the job to checkpoint and stop (SIGTERM "
+                   "to every rank; killed after %d s)\n", s, kPreemptGraceS);
+      ::kill(pid, SIGTERM);
+      std::thread([pid] {
+        std::this_thread::sleep_for(std::chrono::seconds(kPreemptGraceS));
+        ::kill(-pid, SIGKILL);
+      }).detach();
+    }
     pollfd p{pipe_fds[0], POLLIN, 0};
     const int ready = ::poll(&p, 1, 1000);
     if (ready < 0 && errno == EINTR) continue;
@@ -176,6 +214,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
         continue;
       }
       if (error_line.empty() && line.find("loom: error") != std::string::npos) error_line = line;
+      if (line.rfind("loom: preempted", 0) == 0) preempted = true;
       if (notice_line.empty() && (line.find("exited on signal") != std::string::npos ||
                                   line.find("LOOM_FAULT") != std::string::npos))
         notice_line = line;
@@ -186,8 +225,12 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   int wstatus = 0;
   while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
+  // Nothing of the job outlives it (ranks that mpirun left behind included).
+  ::kill(-pid, SIGKILL);
   Outcome out;
   out.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  out.preempted = preempted || (forwarded != 0 && out.status == kExitPreempted);
+  if (out.preempted) out.status = kExitPreempted;
   out.cause = !hang_cause.empty()    ? hang_cause
               : !error_line.empty()  ? error_line
               : !notice_line.empty() ? notice_line
@@ -208,10 +251,20 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
     std::fprintf(stderr, "launch (attempt %d): %s\n", attempt, line.c_str());
     std::fflush(stderr);
     const Outcome out = run_attempt(args, attempt, run_dir, watch);
+    if (out.preempted) {  // checkpointed on request: the scheduler requeues, we do not restart
+      std::fprintf(stderr, "launch: the job was preempted and checkpointed; not restarting "
+                   "(exit status %d; continue with --resume auto)\n", kExitPreempted);
+      return kExitPreempted;
+    }
     if (out.status == 0) {
       if (attempt > 0)
         loom::train::append_event(run_dir, "completed", Json::object({{"attempts", attempt + 1}}));
       return 0;
+    }
+    if (out.status == kExitRefused) {  // the run directory refused it: a restart would too
+      std::fprintf(stderr, "launch: the run directory refused the job (%s); not restarting\n",
+                   out.cause.c_str());
+      return out.status;
     }
     const bool give_up = attempt == max_restarts;
     loom::train::append_event(run_dir, give_up ? "gave_up" : "restart",
@@ -280,6 +333,7 @@ int launch(int argc, char** argv) {
   args.push_back(self);
   LOOM_CHECK(hang_s == 0 || max_restarts > 0) << "launch: --hang-timeout needs --max-restarts";
   LOOM_CHECK(startup_s < 0 || max_restarts > 0) << "launch: --startup-timeout needs --max-restarts";
+  arm_launcher_signals();
   if (max_restarts > 0) {
     Watch watch;
     watch.ranks = std::atoi(np.c_str());
@@ -293,13 +347,9 @@ int launch(int argc, char** argv) {
   for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
   std::fprintf(stderr, "launch: %s\n", line.c_str());
   std::fflush(stderr);
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  ::execvp(cargs[0], cargs.data());
-  LOOM_FAIL() << "launch: cannot run " << cargs[0] << ": " << std::strerror(errno)
-              << " (OpenMPI's mpirun, Debian package openmpi-bin)";
-  return 1;
+  // Not exec'd: the launcher stays to pass signals on and to leave no process behind.
+  const Outcome out = run_attempt(args, 0, "", Watch{});
+  return out.status;
 }
 
 }  // namespace loom::cli

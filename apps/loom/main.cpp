@@ -11,6 +11,7 @@
 #include "launch.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
+#include "loom/core/allocator.h"
 #include "loom/core/error.h"
 #include "loom/data/bpe.h"
 #include "loom/data/text.h"
@@ -20,6 +21,8 @@
 #include "loom/train/config.h"
 #include "loom/train/dit_trainer.h"
 #include "loom/train/lm_trainer.h"
+#include "loom/train/preemption.h"
+#include "loom/train/run_directory.h"
 #include "rank_log.h"
 
 namespace {
@@ -32,11 +35,13 @@ struct CommandHelp {
 };
 constexpr CommandHelp kHelp[] = {
     {"train",
-     "  train CONFIG.toml [--set section.key=value ...] [--resume [auto]]\n"
+     "  train CONFIG.toml [--set section.key=value ...] [--resume [auto] | --overwrite]\n"
      "        [--profile steps=A:B]\n"
      "      train a model (model.kind dit, gpt or vit_classifier); the run directory is\n"
-     "      <run.out_dir>/<run.name>; --resume: from the `latest` checkpoint;\n"
-     "      --resume auto: from the newest one whose checksums all match;\n"
+     "      <run.out_dir>/<run.name>, and a fresh run refuses one that holds a run;\n"
+     "      --resume: continue it from its `latest` checkpoint; --resume auto: from the\n"
+     "      newest one whose checksums all match; --overwrite: move it aside, start anew;\n"
+     "      exit status 3: the run directory refused the run (nothing changed there)\n"
      "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"},
     {"sample",
      "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
@@ -60,7 +65,8 @@ constexpr CommandHelp kHelp[] = {
      "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
      "      write one part of a (sharded) checkpoint as one consolidated file\n"
      "  ckpt verify CHECKPOINT_DIR\n"
-     "      read every tensor of a checkpoint, checking each piece against its manifest\n"},
+     "      check a checkpoint as resuming would: manifest and its checksum, every tensor\n"
+     "      the run's model needs in its shape, every piece against its checksum\n"},
     {"launch",
      "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S]\n"
      "         [--startup-timeout S]] -- COMMAND ...\n"
@@ -118,9 +124,12 @@ int train(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   loom::train::Resume resume = loom::train::Resume::No;
+  bool overwrite = false;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--set") {
+    if (a == "--overwrite") {
+      overwrite = true;
+    } else if (a == "--set") {
       overrides.push_back(value_of(argc, argv, i));
     } else if (a == "--profile") {
       // --profile steps=A:B is the config key run.profile_steps.
@@ -148,12 +157,23 @@ int train(int argc, char** argv) {
     return 0;
   }
   loom::train::Config config = loom::train::load_config(config_path, overrides);
+  loom::train::arm_preemption(loom::train::parse_signal_names(config.resilience.preempt_signals));
   loom::dist::init_world({config.parallel.timeout_s});
+  loom::train::check_fits_in_memory(config, loom::dist::world_size());
+  // run.memory_limit_mb holds from the start: the model build is inside it too.
+  loom::host_allocator().set_limit(int64_t(config.run.memory_limit_mb * 1024 * 1024));
+  // The run directory first: its lock, and whether this is its own run starting or resuming.
+  const loom::train::RunDirectory run = loom::train::RunDirectory::open(
+      config.run_dir(), config.run.id, resume, overwrite, *loom::dist::world());
+  if (config.run.id != run.id()) {  // recorded in config.toml and the checkpoints
+    overrides.push_back("run.id=\"" + run.id() + "\"");
+    config = loom::train::load_config(config_path, overrides);
+  }
   loom::cli::start_rank_logs(config.run_dir());
   if (config.model_kind == "gpt") {
-    loom::train::train_gpt(config, resume);
+    loom::train::train_gpt(config, run.resume_from());
   } else {
-    loom::train::train_dit(config, resume);
+    loom::train::train_dit(config, run.resume_from());
   }
   return 0;
 }
@@ -390,14 +410,11 @@ int ckpt_export(int argc, char** argv) {
 int ckpt_verify(int argc, char** argv) {
   LOOM_CHECK(argc == 1) << "ckpt verify: expected CHECKPOINT_DIR";
   const std::string dir = loom::train::checkpoint_from_user_path(argv[0]);
-  const loom::CheckpointReader ckpt(dir);
-  int64_t bytes = 0;
-  const auto names = ckpt.names("");
-  for (const auto& name : names) bytes += int64_t(ckpt.read_full(name).nbytes());
-  ckpt.read_text("trainer_state.json");
-  std::printf("%s: %zu tensors, %lld bytes, %s\n", dir.c_str(), names.size(), (long long)bytes,
-              ckpt.has_checksums() ? "every checksum matches"
-                                   : "all readable (older single-process layout: no checksums)");
+  // Exactly what resuming checks: the manifest and its checksum, trainer_state.json, every
+  // tensor the run's model needs in its shape, and every piece against its checksum.
+  loom::train::verify_checkpoint(dir);
+  std::printf("%s: %zu tensors, every checksum matches and resume has all it needs\n",
+              dir.c_str(), loom::CheckpointReader(dir).names("").size());
   return 0;
 }
 
@@ -519,6 +536,14 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     code = run(argc, argv);
+  } catch (const loom::train::Preempted& e) {
+    // Every rank stops together (they agreed after the step), the checkpoint written.
+    std::fprintf(stderr, "loom: %s\n", e.what());
+    code = loom::train::kExitPreempted;
+  } catch (const loom::train::RunRefused& e) {
+    // Every rank refuses together (RunDirectory::open agrees first): no abort needed.
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    code = loom::train::kExitRefused;
   } catch (const std::exception& e) {
     if (loom::dist::world_size() > 1) {
       // The other ranks may be waiting for this one in a collective: end the whole job now.

@@ -15,8 +15,10 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # --- resume is bit-identical ---
-"$loom" train "$cfg" --set run.out_dir="$work/a" > "$work/a.log"
-"$loom" train "$cfg" --set run.out_dir="$work/b" --set train.stop_after=3 > "$work/b1.log"
+# The compared runs share one run id: it is recorded in every checkpoint (trainer_state.json).
+id=(--set run.id=cmp)
+"$loom" train "$cfg" "${id[@]}" --set run.out_dir="$work/a" > "$work/a.log"
+"$loom" train "$cfg" "${id[@]}" --set run.out_dir="$work/b" --set train.stop_after=3 > "$work/b1.log"
 "$loom" train "$cfg" --set run.out_dir="$work/b" --resume > "$work/b2.log"
 grep -q "resumed from .*step-000003 at step 3" "$work/b2.log" || fail "second run did not resume at step 3"
 # The rank file holds every tensor (model, EMA, optimizer); the manifest their checksums.

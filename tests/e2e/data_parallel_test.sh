@@ -22,7 +22,9 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 for model in dit gpt; do
   cfg=$here/tiny_$model.toml
-  common=(--set train.steps=20 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8)
+  # One run id for all: it is part of every checkpoint's bytes, which are compared.
+  common=(--set train.steps=20 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
+    --set run.id=cmp)
   [ $model = gpt ] && common+=(--set eval.every=0 --set sample.tokens=0)
   [ $model = dit ] && common+=(--set sample.per_class=1)
   "$loom" train "$cfg" "${common[@]}" --set run.out_dir="$work/$model-np1" > "$work/$model-np1.log" 2>&1 ||
@@ -106,7 +108,9 @@ ckpt=$work/gpt-reshard/tiny_gpt/step-000010
 "$loom" ckpt verify "$ckpt" > /dev/null 2>&1 || fail "ckpt verify refused an intact checkpoint"
 
 # Damaged checkpoints: each refused with an error naming what is wrong, quickly, under mpirun.
-for damage in missing checksum shape; do
+# rehash FILE: manifest.xxh64 made to match an edited manifest, so the check behind it is reached.
+rehash() { /usr/bin/python3 -c 'import sys, xxhash; print(xxhash.xxh64(open(sys.argv[1], "rb").read()).hexdigest())' "$1" > "$(dirname "$1")/manifest.xxh64"; }
+for damage in missing checksum shape manifest; do
   out=$work/gpt-damaged-$damage
   rm -rf "$out" && cp -r "$work/gpt-reshard" "$out"
   c=$out/tiny_gpt/step-000010
@@ -114,7 +118,10 @@ for damage in missing checksum shape; do
     missing) rm "$c/rank-00002.safetensors"; expect="file rank-00002.safetensors" ;;
     checksum) printf '\x01' | dd of="$c/rank-00001.safetensors" bs=1 seek=$(( $(stat -c %s "$c/rank-00001.safetensors") - 2 )) conv=notrunc 2>/dev/null
       expect="checksum mismatch in rank-00001.safetensors" ;;
-    shape) sed -i '0,/"shape": \[/s//"shape": [2, /' "$c/manifest.json"; expect="do not tile\|cover" ;;
+    shape) sed -i '0,/"shape": \[/s//"shape": [2, /' "$c/manifest.json"; rehash "$c/manifest.json"
+      expect="do not tile\|cover" ;;
+    manifest) sed -i '0,/"shape": \[/s//"shape": [2, /' "$c/manifest.json"
+      expect="manifest.json does not match its checksum" ;;
   esac
   start=$SECONDS
   "$mpirun" --oversubscribe -np 2 "$loom" train "$here/tiny_gpt.toml" "${gpt_common[@]}" --resume \

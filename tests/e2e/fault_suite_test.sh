@@ -27,7 +27,8 @@ export OMP_NUM_THREADS=1
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cfg=$here/tiny_gpt.toml
-common=(--set train.steps=20 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
+# One run id for all runs: it is part of every checkpoint's bytes, which are compared.
+common=(--set run.id=cmp --set train.steps=20 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
   --set eval.every=0 --set sample.tokens=0)
 same_checkpoint() {  # every file of two checkpoint directories byte for byte
   local a=$1 b=$2

@@ -41,10 +41,15 @@ class CheckpointSharded : public TempDirTest {
     loom::write_rank_shard(dir_.string(), 3, {{"model/b", {5}, 0, 5, loom::from_vector(b, {5})}});
     loom::write_manifest(dir_.string(), 4, {{"trainer_state.json", "{\"step\": 3}\n"}});
   }
-  void edit_manifest(const std::function<void(loom::Json&)>& edit) {
+  // Edits the manifest; rehash: also update manifest.xxh64, so the checks behind it run.
+  void edit_manifest(const std::function<void(loom::Json&)>& edit, bool rehash = true) {
     loom::Json m = loom::read_json_file(path("manifest.json"));
     edit(m);
     loom::write_json_file(path("manifest.json"), m);
+    if (!rehash) return;
+    std::ifstream in(path("manifest.json"), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(path("manifest.xxh64")) << loom::xxh64_hex(text.data(), text.size()) << "\n";
   }
 };
 
@@ -136,6 +141,17 @@ TEST_F(CheckpointSharded, ShapeDisagreementsAreNamed) {
                {"rank-00002.safetensors holds 20 elements of F32 for model/w [50, 80)",
                 "the manifest says 30"});
   expect_error([&] { r.read_full("model/nope"); }, {"has no tensor model/nope"});
+}
+
+TEST_F(CheckpointSharded, EditedManifestIsCaughtByItsChecksum) {
+  write_four_ranks();
+  { loom::CheckpointReader intact(dir_.string()); EXPECT_TRUE(intact.manifest_checksummed()); }
+  // A transposed shape with the same element count: every piece still tiles it.
+  edit_manifest([](loom::Json& m) {
+    m.at("tensors").at("model/w").set("shape", loom::Json::array({7, 10}));
+  }, /*rehash=*/false);
+  expect_error([&] { loom::CheckpointReader r(dir_.string()); },
+               {"manifest.json does not match its checksum"});
 }
 
 TEST_F(CheckpointSharded, DirectoryWithoutManifestOrTensorsIsRefused) {

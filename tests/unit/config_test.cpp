@@ -76,7 +76,7 @@ TEST_F(ConfigTest, GptDefaults) {
 }
 
 TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
-  for (const std::string& path : {dit_file(), write("empty.toml", "")}) {
+  for (const std::string& path : {dit_file(), write("defaults.toml", "# every key at its default\n")}) {
     const Config c = load_config(path);
     EXPECT_EQ(c.model_kind, "dit");
     EXPECT_EQ(c.data.dataset, "fashion_mnist");

@@ -135,12 +135,16 @@ void write_manifest(const std::string& dir, int world_size,
     out.commit();
     sums.set(file, Json::object({{"xxh64", xxh64_hex(text.data(), text.size())}}));
   }
-  write_json_file((fs::path(dir) / "manifest.json").string(),
-                  Json::object({{"format", kFormat},
-                                {"version", kVersion},
-                                {"world_size", int64_t(world_size)},
-                                {"files", sums},
-                                {"tensors", tensors}}));
+  // The manifest's own checksum beside it: a damaged or edited manifest is noticed too.
+  const std::string manifest = Json::object({{"format", kFormat},
+                                             {"version", kVersion},
+                                             {"world_size", int64_t(world_size)},
+                                             {"files", sums},
+                                             {"tensors", tensors}})
+                                   .dump(2) + "\n";
+  write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest);
+  write_file_atomic((fs::path(dir) / "manifest.xxh64").string(),
+                    xxh64_hex(manifest.data(), manifest.size()) + "\n");
   for (int r = 0; r < world_size; ++r) fs::remove(fs::path(dir) / rank_name(r, "json"));
 }
 
@@ -162,7 +166,17 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
     return;
   }
   const std::string where = manifest_path.string();
-  const Json m = read_json_file(where);
+  std::ifstream in(where, std::ios::binary);
+  LOOM_CHECK(in) << "cannot read " << where;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Checkpoints written before the manifest had its checksum have no manifest.xxh64.
+  std::ifstream sum_file(fs::path(dir_) / "manifest.xxh64");
+  std::string sum;
+  manifest_checksummed_ = bool(sum_file >> sum);
+  LOOM_CHECK(!manifest_checksummed_ || sum == xxh64_hex(text.data(), text.size()))
+      << "checkpoint " << dir_ << ": manifest.json does not match its checksum (manifest.xxh64): "
+      << "the manifest is damaged or was edited";
+  const Json m = Json::parse(text, "'" + where + "'");
   LOOM_CHECK(m.at("format").as_string() == kFormat && m.at("version").as_int() == kVersion)
       << where << ": not a " << kFormat << " version " << kVersion << " manifest";
   for (const auto& [file, spec] : m.at("files").items())

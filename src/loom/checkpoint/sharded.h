@@ -60,6 +60,8 @@ class CheckpointReader {
 
   const std::string& dir() const { return dir_; }
   bool has_checksums() const { return !legacy_; }  // false for the older layout
+  // manifest.json itself checked against manifest.xxh64 (false: written before that existed).
+  bool manifest_checksummed() const { return manifest_checksummed_; }
   bool contains(const std::string& name) const;
   Shape shape(const std::string& name) const;
   std::vector<std::string> names(const std::string& prefix) const;  // "model/" -> its tensors
@@ -87,6 +89,7 @@ class CheckpointReader {
 
   std::string dir_;
   bool legacy_ = false;
+  bool manifest_checksummed_ = false;
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::string> file_sums_;
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> loaded_;

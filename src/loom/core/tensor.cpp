@@ -69,8 +69,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemCategory category) {
   for (int64_t s : shape) LOOM_CHECK(s >= 0) << "negative size in shape " << shape;
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage =
-      std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device, category);
+  try {
+    impl->storage =
+        std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device, category);
+  } catch (const Error& e) {  // the limit or the machine: say which tensor wanted it
+    std::ostringstream what;
+    what << e.what() << " (a " << dtype_name(dtype) << " tensor of shape (";
+    for (size_t i = 0; i < shape.size(); ++i) what << (i ? ", " : "") << shape[i];
+    what << "))";
+    throw Error(what.str());
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

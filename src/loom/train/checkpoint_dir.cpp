@@ -6,6 +6,9 @@
 #include <fstream>
 
 #include "loom/core/atomic_file.h"
+#include "loom/models/dit/dit.h"
+#include "loom/models/gpt/gpt.h"
+#include "loom/train/config.h"
 #include "loom/ops/ops.h"
 #include "loom/train/events.h"
 
@@ -40,19 +43,51 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::Proc
     fs::rename(tmp_dir, final_dir);
     sync_directory(run_dir);  // the rename itself survives a crash
     write_file_atomic((fs::path(run_dir) / "latest").string(), step_name(step) + "\n");
-    // Keep the newest `keep` complete checkpoints.
-    std::vector<std::string> dirs;
-    for (const auto& e : fs::directory_iterator(run_dir)) {
-      const std::string n = e.path().filename().string();
-      if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos)
-        dirs.push_back(n);
+    // This run's other checkpoints: the newest keep - 1 before this step stay; any beyond it
+    // belong to a line of training the run has left (it resumed from an earlier one).
+    const std::string run_id = state.at("run_id").as_string();
+    std::vector<CheckpointInfo> older;
+    for (const CheckpointInfo& c : list_checkpoints(run_dir)) {
+      if (!c.readable || c.run_id != run_id || c.dir == final_dir.string()) continue;
+      if (c.step > step) {
+        fs::remove_all(c.dir);
+      } else {
+        older.push_back(c);
+      }
     }
-    std::sort(dirs.begin(), dirs.end());
-    for (size_t i = 0; i + size_t(keep) < dirs.size(); ++i)
-      fs::remove_all(fs::path(run_dir) / dirs[i]);
+    for (size_t i = 0; i + size_t(keep - 1) < older.size(); ++i) fs::remove_all(older[i].dir);
   }
   world.barrier()->wait();  // nobody reads or writes the next checkpoint before this one is in
   return final_dir.string();
+}
+
+std::vector<CheckpointInfo> list_checkpoints(const std::string& run_dir) {
+  std::vector<CheckpointInfo> out;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.find(".tmp") != std::string::npos)
+      continue;
+    CheckpointInfo c;
+    c.dir = e.path().string();
+    try {
+      std::ifstream in(c.dir + "/trainer_state.json", std::ios::binary);
+      LOOM_CHECK(in) << "no trainer_state.json";
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const Json state = Json::parse(text, c.dir + "/trainer_state.json");
+      c.step = state.at("step").as_int();
+      c.run_id = state.contains("run_id") ? state.at("run_id").as_string() : "";
+      c.readable = true;
+    } catch (const std::exception&) {
+      c.step = std::atoll(n.c_str() + 5);  // a number, never compared as text
+    }
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
+    return a.step != b.step ? a.step < b.step : a.dir < b.dir;
+  });
+  return out;
 }
 
 std::string checkpoint_dir_name(const std::string& run_dir, int64_t step) {
@@ -84,42 +119,117 @@ Json read_trainer_state(const CheckpointReader& ckpt) {
   return Json::parse(ckpt.read_text("trainer_state.json"), ckpt.dir() + "/trainer_state.json");
 }
 
+namespace {
+
+// What resuming needs of a checkpoint: every tensor the model of config.toml beside it has,
+// in its exact shape, for the weights, both AdamW moments and (DiT) the EMA.
+void check_contents(const CheckpointReader& ckpt, const std::string& dir, const Json& state) {
+  const fs::path config = fs::path(dir).parent_path() / "config.toml";
+  LOOM_CHECK(fs::exists(config)) << "checkpoint " << dir << ": no config.toml beside it (the "
+                                 << "run directory's), so its model cannot be known";
+  const Config cfg = load_config(config.string());
+  const std::string kind = state.at("model_kind").as_string();
+  LOOM_CHECK(kind == cfg.model_kind) << "checkpoint " << dir << " holds a " << kind
+                                     << " model, but " << config.string() << " a " << cfg.model_kind;
+  std::vector<nn::NamedParameter> params;
+  std::unique_ptr<nn::Module> model;
+  if (kind == "dit") {
+    model = std::make_unique<models::Dit>(cfg.dit);
+  } else {
+    model = std::make_unique<models::Gpt>(cfg.gpt);
+  }
+  std::vector<std::string> parts = {"model/", "optimizer/.exp_avg", "optimizer/.exp_avg_sq"};
+  if (kind == "dit") parts.push_back("ema/");
+  for (const nn::NamedParameter& p : model->named_parameters())
+    for (const std::string& part : parts) {
+      const size_t slash = part.find('/') + 1;
+      const std::string name = part.substr(0, slash) + p.name + part.substr(slash);
+      LOOM_CHECK(ckpt.contains(name)) << "checkpoint " << dir << " has no tensor " << name
+                                 << " (resuming needs it)";
+      LOOM_CHECK(ckpt.shape(name) == p.tensor.shape())
+          << "checkpoint " << dir << ": tensor " << name << " has shape " << ckpt.shape(name)
+          << ", the model of " << config.string() << " " << p.tensor.shape();
+    }
+}
+
+}  // namespace
+
 void verify_checkpoint(const std::string& dir) {
   const CheckpointReader ckpt(dir);
   LOOM_CHECK(ckpt.has_checksums()) << "checkpoint " << dir << " has no manifest.json";
-  read_trainer_state(ckpt);
+  LOOM_CHECK(ckpt.manifest_checksummed())
+      << "checkpoint " << dir << " has no manifest.xxh64 (its manifest cannot be checked)";
+  const Json state = read_trainer_state(ckpt);
+  state.at("step").as_int();
+  state.at("optimizer_steps").as_int();
+  check_contents(ckpt, dir, state);
   for (const std::string& name : ckpt.names("")) ckpt.read_full(name);
 }
 
-std::string resume_checkpoint(const std::string& run_dir, Resume mode, dist::ProcessGroup& world) {
-  if (mode == Resume::No) return "";
-  if (mode == Resume::Latest) return latest_checkpoint(run_dir);
-  // Newest first; rank 0 verifies and tells the others which one (-1: none).
-  std::vector<std::string> dirs;
-  if (fs::is_directory(run_dir))
-    for (const auto& e : fs::directory_iterator(run_dir)) {
-      const std::string n = e.path().filename().string();
-      if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos)
-        dirs.push_back(e.path().string());
-    }
-  std::sort(dirs.rbegin(), dirs.rend());
-  int64_t chosen = -1;
-  if (world.rank() == 0) {
-    for (size_t i = 0; i < dirs.size() && chosen < 0; ++i) {
-      try {
-        verify_checkpoint(dirs[i]);
-        chosen = int64_t(i);
-      } catch (const std::exception& e) {
-        std::printf("resume: passing over damaged checkpoint %s: %s\n", dirs[i].c_str(), e.what());
-        append_event(run_dir, "damaged_checkpoint",
-                     Json::object({{"checkpoint", dirs[i]}, {"error", e.what()}}));
-      }
+namespace {
+
+// The newest checkpoint of the run that verify_checkpoint() passes, and whether the run has
+// any checkpoint at all.
+std::pair<std::string, bool> newest_verified(const std::string& run_dir, const std::string& run_id) {
+  std::vector<CheckpointInfo> all = list_checkpoints(run_dir);
+  bool any = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    // An unreadable one may be this run's, damaged: it is tried (and passed over) too.
+    if (it->readable && it->run_id != run_id) continue;
+    any = true;
+    try {
+      verify_checkpoint(it->dir);
+      return {it->dir, true};
+    } catch (const std::exception& e) {
+      std::printf("resume: passing over damaged checkpoint %s: %s\n", it->dir.c_str(), e.what());
+      append_event(run_dir, "damaged_checkpoint",
+                   Json::object({{"checkpoint", it->dir}, {"error", e.what()}}));
     }
   }
-  Tensor t = from_vector(std::vector<int64_t>{chosen}, {1});
+  return {"", any};
+}
+
+}  // namespace
+
+std::string choose_resume_checkpoint(const std::string& run_dir, const std::string& run_id,
+                                     Resume mode) {
+  if (mode == Resume::No) return "";
+  if (mode == Resume::Latest) {
+    std::string name, why;
+    std::ifstream in(fs::path(run_dir) / "latest");
+    if (!in) {
+      why = "there is no `latest` file";
+    } else if (!(in >> name) || name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos) {
+      why = "`latest` does not name a checkpoint";
+    } else {
+      const std::string dir = (fs::path(run_dir) / name).string();
+      for (const CheckpointInfo& c : list_checkpoints(run_dir))
+        if (c.dir == dir && c.readable && c.run_id == run_id) return dir;
+      why = "`latest` names " + name + ", which is not a readable checkpoint of this run";
+    }
+    std::printf("resume: %s in %s; using the newest verified checkpoint of the run instead\n",
+                why.c_str(), run_dir.c_str());
+    append_event(run_dir, "latest_unusable", Json::object({{"reason", why}}));
+  }
+  const auto [dir, any] = newest_verified(run_dir, run_id);
+  LOOM_CHECK(!dir.empty() || !any)
+      << "resume: no checkpoint of run " << run_id << " in " << run_dir
+      << " passes verification (each damaged one is listed above); nothing was overwritten";
+  return dir;
+}
+
+std::string newest_valid_checkpoint(const std::string& run_dir, const std::string& run_id,
+                                    dist::ProcessGroup& world) {
+  int64_t step = -1;
+  if (world.rank() == 0) {
+    const std::string dir = newest_verified(run_dir, run_id).first;
+    for (const CheckpointInfo& c : list_checkpoints(run_dir))
+      if (c.dir == dir) step = c.step;
+  }
+  Tensor t = from_vector(std::vector<int64_t>{step}, {1});
   world.broadcast(t, 0)->wait();
-  chosen = to_vector_i64(t)[0];
-  return chosen < 0 ? "" : dirs[size_t(chosen)];
+  step = to_vector_i64(t)[0];
+  return step < 0 ? "" : checkpoint_dir_name(run_dir, step);
 }
 
 }  // namespace loom::train

@@ -13,11 +13,23 @@
 namespace loom::train {
 
 // Collective over `world`: every rank writes its pieces, rank 0 the manifest and
-// trainer_state.json; then step-<step>/ appears atomically, `latest` names it and only the
-// newest `keep` checkpoints stay. Returns the directory.
+// trainer_state.json (which must hold "run_id"); then step-<step>/ appears atomically, `latest`
+// names it and of this run's checkpoints (by the run id and step inside them, never by name)
+// only the newest `keep` up to this step stay. Another run's checkpoints are never touched.
+// Returns the directory.
 std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::ProcessGroup& world,
                             const std::vector<TensorPiece>& pieces, const Json& state,
                             int64_t keep);
+// One step-* directory of a run directory, as its trainer_state.json describes it.
+struct CheckpointInfo {
+  std::string dir;
+  int64_t step = -1;    // the step recorded inside (from the name if unreadable)
+  std::string run_id;   // the run that wrote it
+  bool readable = false;  // trainer_state.json could be read
+};
+// Every complete step-* directory of run_dir, ordered by step (oldest first).
+std::vector<CheckpointInfo> list_checkpoints(const std::string& run_dir);
+
 // run_dir/step-000100 for step 100.
 std::string checkpoint_dir_name(const std::string& run_dir, int64_t step);
 // The directory named by run_dir/latest, or "" if there is none.
@@ -33,10 +45,16 @@ Json read_trainer_state(const CheckpointReader& ckpt);
 void verify_checkpoint(const std::string& dir);
 
 enum class Resume { No, Latest, Auto };
-// Collective over `world`: the checkpoint to continue from ("" for none), the same on every
-// rank. Latest: the one `latest` names (loading still checks what it reads). Auto: the newest
-// that verify_checkpoint() passes (rank 0 reads it); each damaged one passed over is printed
-// and logged to events.jsonl.
-std::string resume_checkpoint(const std::string& run_dir, Resume mode, dist::ProcessGroup& world);
+// Rank 0 alone: the checkpoint of run `run_id` to continue from. Latest: the one `latest`
+// names if it is this run's; without a usable `latest` (missing, dangling, garbage, another
+// run's) the newest verified one, saying so. Auto: the newest that verify_checkpoint()
+// passes. Each damaged one passed over is printed and logged to events.jsonl. "" when the
+// run has no checkpoint at all; an error when it has some but none is usable.
+std::string choose_resume_checkpoint(const std::string& run_dir, const std::string& run_id,
+                                     Resume mode);
+// Collective over `world`: the newest verified checkpoint of the run (rollbacks), the same on
+// every rank, or "".
+std::string newest_valid_checkpoint(const std::string& run_dir, const std::string& run_id,
+                                    dist::ProcessGroup& world);
 
 }  // namespace loom::train

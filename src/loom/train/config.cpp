@@ -1,4 +1,7 @@
 #include "loom/train/config.h"
+#include "loom/train/preemption.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -196,6 +199,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
   c.run.memory_limit_mb = f.get_double("run", "memory_limit_mb", c.run.memory_limit_mb);
   c.run.profile_steps = f.get_string("run", "profile_steps", c.run.profile_steps);
+  c.run.id = f.get_string("run", "id", c.run.id);
   try {
     parse_profile_steps(c.run.profile_steps);
   } catch (const Error& e) {
@@ -303,6 +307,12 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   r.straggler_factor = f.get_double("resilience", "straggler_factor", r.straggler_factor);
   r.spike_zscore = f.get_double("resilience", "spike_zscore", r.spike_zscore);
   r.consistency_every = f.get_int("resilience", "consistency_every", r.consistency_every);
+  r.preempt_signals = f.get_string("resilience", "preempt_signals", r.preempt_signals);
+  try {
+    parse_signal_names(r.preempt_signals);
+  } catch (const Error& e) {
+    LOOM_FAIL() << "config " << path << ": resilience.preempt_signals: " << e.what();
+  }
   LOOM_CHECK(r.max_skips_in_row > 0 && r.max_rollbacks >= 0 && r.straggler_every >= 0 &&
              r.straggler_factor > 1 && r.spike_zscore >= 0 && r.consistency_every >= 0)
       << "config " << path << ": resilience.max_skips_in_row must be positive, max_rollbacks, "
@@ -312,6 +322,33 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   f.check_all_keys_used();
   c.resolved_toml = f.resolved();
   return c;
+}
+
+void check_fits_in_memory(const Config& c, int world_size) {
+  const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  const double budget = c.run.memory_limit_mb > 0 ? c.run.memory_limit_mb * 1048576.0 : physical;
+  const char* against = c.run.memory_limit_mb > 0 ? "run.memory_limit_mb" : "this machine's memory";
+  // Per block: attention (4 w^2) and MLP (8 w^2 for gpt2 and DiT; llama's SwiGLU about as much);
+  // the DiT's adaLN adds 6 w^2.
+  double params = 0, batch_bytes = 0;
+  const double local_batch = double(c.train.batch_size) / double(std::max(world_size, 1));
+  if (c.model_kind == "gpt") {
+    const double w = double(c.gpt.width), d = double(c.gpt.depth);
+    params = 12 * d * w * w + double(c.gpt.vocab_size) * w;
+    batch_bytes = local_batch * double(c.gpt.context) *
+                  (8 + 4 * double(c.gpt.vocab_size) / double(std::max<int64_t>(c.parallel.dims.tp, 1)));
+  } else {
+    const double w = double(c.dit.width), d = double(c.dit.depth);
+    params = 18 * d * w * w;
+    batch_bytes = local_batch * double(c.dit.channels * c.dit.image_size * c.dit.image_size) * 4;
+  }
+  const double need = 4 * params + batch_bytes;
+  LOOM_CHECK(need <= budget)
+      << "config: this run cannot fit: the model's " << params / 1e6 << "M parameters need "
+      << 4 * params / 1e9 << " GB as f32 weights (built whole on each process before sharding) "
+      << "and one batch of " << c.train.batch_size << " (" << local_batch << " per process) "
+      << batch_bytes / 1e9 << " GB, against " << budget / 1e9 << " GB (" << against
+      << "); make model.width/depth or train.batch_size smaller";
 }
 
 std::string default_cache_dir(const std::string& out_dir) {

@@ -18,6 +18,9 @@ struct RunConfig {
   uint64_t seed = 0;
   double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
   std::string profile_steps;   // "A:B": trace steps A..B (train/profiler.h); "": no profile
+  // The run's identity (train/run_directory.h): set when a run starts, kept by its resumes,
+  // recorded in config.toml and in every checkpoint. "" in a config: a new run gets one.
+  std::string id;
 };
 
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.
@@ -56,6 +59,8 @@ struct ResilienceConfig {
   double straggler_factor = 1.5;  // flagged: compute time above this times the median
   double spike_zscore = 6.0;      // a loss this many deviations above the last 50 is logged (0: off)
   int64_t consistency_every = 100;  // steps between replica weight-hash comparisons (0: off)
+  // Signals that preempt the run: checkpoint, then exit 75 (train/preemption.h); "" : none.
+  std::string preempt_signals = "TERM,INT,USR1";
 };
 
 struct SampleConfig {
@@ -132,6 +137,12 @@ std::string config_model_kind(const std::string& path, const std::vector<std::st
 
 // Where dataset "kjv" puts kjv.txt when data.cache_dir is empty: $XDG_CACHE_HOME/loom, else
 // $HOME/.cache/loom, else <run.out_dir>/cache.
+// Refuses a run that cannot fit, before anything is built: the full model's weights (every
+// process builds it whole before sharding) and this process's share of one batch (its data
+// and, for the GPT, its logits) against run.memory_limit_mb, or the machine's memory. A lower
+// bound, so it never refuses a run that could fit; the error names the sizes.
+void check_fits_in_memory(const Config& config, int world_size);
+
 std::string default_cache_dir(const std::string& out_dir);
 // data.cache_dir, or default_cache_dir(run.out_dir) when it is empty.
 std::string resolved_cache_dir(const Config& config);

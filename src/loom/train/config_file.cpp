@@ -2,6 +2,8 @@
 
 #include <toml++/toml.h>
 
+#include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -37,6 +39,12 @@ toml::table parse_value(const std::string& text) {
 
 ConfigFile::ConfigFile(const std::string& path, const std::vector<std::string>& overrides)
     : impl_(std::make_unique<Impl>()), path_(path) {
+  // A directory, a device or an empty file is no config (toml++ would read it as {}).
+  std::error_code ec;
+  LOOM_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec))
+      << "config " << path << " is not a regular file";
+  LOOM_CHECK(!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) > 0)
+      << "config " << path << " is empty";
   try {
     impl_->table = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -110,6 +118,8 @@ double ConfigFile::get_double(const std::string& section, const std::string& key
     LOOM_CHECK(n->is_number()) << "config " << path_ << ": " << section << "." << key
                                << " must be a number";
     v = n->is_integer() ? double(**n->as_integer()) : **n->as_floating_point();
+    LOOM_CHECK(std::isfinite(v)) << "config " << path_ << ": " << section << "." << key
+                                 << " must be a finite number, got " << v;
   }
   std::ostringstream os;
   os << toml::value<double>(v);

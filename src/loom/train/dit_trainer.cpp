@@ -142,7 +142,7 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
 
 }  // namespace
 
-void train_dit(const Config& cfg, Resume resume) {
+void train_dit(const Config& cfg, const std::string& resume_from) {
   const auto& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
   ParallelRun par(cfg);
@@ -167,11 +167,9 @@ void train_dit(const Config& cfg, Resume resume) {
                   par.dp_rank(), par.dp_size());
 
   int64_t start_step = 0;
-  if (resume != Resume::No) {
-    const std::string ckpt = resume_checkpoint(run_dir, resume, *par.mesh().world());
-    if (ckpt.empty()) {
-      std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
-    } else {
+  if (!resume_from.empty()) {
+    const std::string& ckpt = resume_from;
+    {
       CheckpointReader reader(ckpt);
       Json state = read_trainer_state(reader);
       LOOM_CHECK(state.at("model_kind").as_string() == "dit")
@@ -207,6 +205,7 @@ void train_dit(const Config& cfg, Resume resume) {
   // Collective: every rank writes its pieces.
   auto save = [&](int64_t step, const Sampler::State& pos) {
     Json state = Json::object({{"model_kind", "dit"},
+                               {"run_id", cfg.run.id},
                                {"step", step},
                                {"optimizer_steps", opt.steps_taken()},
                                {"sampler_epoch", pos.epoch},
@@ -295,13 +294,15 @@ void train_dit(const Config& cfg, Resume resume) {
                    Json::object({{"grad_norm", grad_norm}, {"skipped_steps", guard.skipped()}}));
     }
     const bool out_of_time = agreed[1] > 0;
-    const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    const bool preempted = guard.preempted();  // collective over the world
+    const bool stop = out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       guard.before_checkpoint(step);
       const std::string dir = save(step + 1, position);
       if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
       guard.after_checkpoint(dir, step + 1);
     }
+    if (preempted) guard.finish_preempted(step + 1);
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
                   out_of_time ? "time budget used" : "train.stop_after");

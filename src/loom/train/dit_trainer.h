@@ -8,9 +8,9 @@
 
 namespace loom::train {
 
-// Trains per `config` in config.run_dir(); resume: continue from a checkpoint there (see
-// resume_checkpoint in checkpoint_dir.h).
-void train_dit(const Config& config, Resume resume);
+// Trains per `config` in config.run_dir() (opened by RunDirectory, train/run_directory.h):
+// from step 0, or from the checkpoint resume_from.
+void train_dit(const Config& config, const std::string& resume_from);
 
 struct DitSampleOptions {
   int64_t per_class = 10;

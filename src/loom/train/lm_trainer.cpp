@@ -349,7 +349,7 @@ std::string checkpoint_model_kind(const std::string& ckpt_dir) {
   return read_trainer_state(CheckpointReader(ckpt_dir)).at("model_kind").as_string();
 }
 
-void train_gpt(const Config& cfg, Resume resume) {
+void train_gpt(const Config& cfg, const std::string& resume_from) {
   LOOM_CHECK(cfg.model_kind == "gpt") << "train_gpt: model.kind is " << cfg.model_kind;
   const auto& tc = cfg.train;
   const int64_t B = tc.batch_size, T = cfg.gpt.context;
@@ -365,11 +365,9 @@ void train_gpt(const Config& cfg, Resume resume) {
   optim::AdamW& opt = par.setup(model, model.block_names(), model.parallel_plan(), cfg.adamw);
 
   int64_t start_step = 0;
-  if (resume != Resume::No) {
-    const std::string ckpt = resume_checkpoint(run_dir, resume, *par.mesh().world());
-    if (ckpt.empty()) {
-      std::printf("resume: no checkpoint in %s, starting from scratch\n", run_dir.c_str());
-    } else {
+  if (!resume_from.empty()) {
+    const std::string& ckpt = resume_from;
+    {
       CheckpointReader reader(ckpt);
       Json state = read_trainer_state(reader);
       LOOM_CHECK(state.at("model_kind").as_string() == "gpt")
@@ -415,6 +413,7 @@ void train_gpt(const Config& cfg, Resume resume) {
   // Collective: every rank writes its pieces.
   auto save = [&](int64_t step) {
     Json state = Json::object({{"model_kind", "gpt"},
+                               {"run_id", cfg.run.id},
                                {"step", step},
                                {"optimizer_steps", opt.steps_taken()},
                                {"tokens_seen", step * B * T * tc.grad_accum},
@@ -502,13 +501,15 @@ void train_gpt(const Config& cfg, Resume resume) {
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || eval_now)
       progress.log(step, loss_sum, lr, extra);
     const bool out_of_time = agreed[1] > 0;
-    const bool stop = out_of_time || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    const bool preempted = guard.preempted();  // collective over the world
+    const bool stop = out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       guard.before_checkpoint(step);
       const std::string dir = save(step + 1);
       if (par.main()) std::printf("checkpoint %s\n", dir.c_str());
       guard.after_checkpoint(dir, step + 1);
     }
+    if (preempted) guard.finish_preempted(step + 1);
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
                   out_of_time ? "time budget used" : "train.stop_after");

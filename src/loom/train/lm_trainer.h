@@ -24,10 +24,10 @@
 
 namespace loom::train {
 
-// Trains per `config` in config.run_dir(); resume: continue from a checkpoint there (see
-// resume_checkpoint in checkpoint_dir.h).
+// Trains per `config` in config.run_dir() (opened by RunDirectory, train/run_directory.h):
+// from step 0, or from the checkpoint resume_from.
 // Writes checkpoints, metrics.jsonl and, at the end, eval.json with the held-out loss.
-void train_gpt(const Config& config, Resume resume);
+void train_gpt(const Config& config, const std::string& resume_from);
 
 struct LmEvalResult {
   int64_t windows = 0;

@@ -35,6 +35,7 @@ class Progress {
 
  private:
   std::FILE* metrics_ = nullptr;
+  std::string metrics_path_;
   int64_t total_steps_, items_per_step_;
   const char* unit_;
   std::chrono::steady_clock::time_point start_, last_time_;

@@ -15,6 +15,7 @@
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/events.h"
+#include "loom/train/preemption.h"
 
 namespace loom::train {
 
@@ -47,6 +48,7 @@ StepGuard::StepGuard(const Config& cfg, ParallelRun& par, std::string run_dir)
     : rc_(cfg.resilience),
       par_(par),
       run_dir_(std::move(run_dir)),
+      run_id_(cfg.run.id),
       faults_(FaultPlan::from_env()),
       hosts_(gather_hosts(*par.mesh().world())),
       heartbeat_path_(run_dir_ + "/logs/heartbeat-rank-" + std::to_string(par.mesh().world()->rank())) {
@@ -112,6 +114,27 @@ void StepGuard::check_replicas(int64_t step) {
               << " (silent data corruption?). Stopping before it is checkpointed.";
 }
 
+bool StepGuard::preempted() {
+  Tensor flag = from_vector(std::vector<float>{float(preemption_signal())}, {1});
+  par_.mesh().world()->all_reduce(flag, dist::ReduceOp::Max)->wait();
+  return to_vector(flag)[0] > 0;
+}
+
+void StepGuard::finish_preempted(int64_t step) {
+  par_.wait_checkpoint();
+  const int signal = preemption_signal();
+  const std::string dir = checkpoint_dir_name(run_dir_, step);
+  if (par_.main()) {
+    append_event(run_dir_, "preempted", Json::object({{"step", step}, {"checkpoint", dir}}));
+    std::printf("preempted: checkpoint %s written after step %lld; exiting with status %d "
+                "(continue with --resume auto)\n",
+                dir.c_str(), (long long)step, kExitPreempted);
+    std::fflush(stdout);
+  }
+  throw Preempted("preempted" + std::string(signal ? " by signal " + std::to_string(signal) : "") +
+                  " after step " + std::to_string(step) + "; checkpoint " + dir);
+}
+
 void StepGuard::before_checkpoint(int64_t step) {
   if (checked_step_ != step) check_replicas(step);
 }
@@ -171,7 +194,7 @@ void StepGuard::roll_back(int64_t step, optim::AdamW& optimizer,
       << "step " << step + 1 << ": " << in_row_ << " steps in a row were skipped, and the run "
       << "has rolled back " << rollbacks_ << " times already (resilience.max_rollbacks)";
   par_.wait_checkpoint();
-  const std::string ckpt = resume_checkpoint(run_dir_, Resume::Auto, *par_.mesh().world());
+  const std::string ckpt = newest_valid_checkpoint(run_dir_, run_id_, *par_.mesh().world());
   LOOM_CHECK(!ckpt.empty()) << "step " << step + 1 << ": " << in_row_
                             << " steps in a row were skipped and there is no checkpoint to roll "
                             << "back to (set train.ckpt_every)";

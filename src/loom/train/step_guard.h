@@ -54,11 +54,16 @@ class StepGuard {
   void after_checkpoint(const std::string& dir, int64_t step);  // corrupt/truncate faults
 
   int64_t skipped() const { return skipped_; }
+  // Collective over the world, after every step: whether any rank noted a preemption signal.
+  bool preempted();
+  // After the checkpoint of `step` (1-based, completed) was started: waits for it, logs the
+  // `preempted` event and throws Preempted (main exits with kExitPreempted).
+  [[noreturn]] void finish_preempted(int64_t step);
 
  private:
   const ResilienceConfig& rc_;
   ParallelRun& par_;
-  std::string run_dir_;
+  std::string run_dir_, run_id_;
   FaultPlan faults_;
   std::vector<std::string> hosts_;  // by world rank
   void check_replicas(int64_t step);  // collective over the replicas

@@ -1,0 +1,30 @@
+// Preemption: a scheduler (or a person) asks a run to stop by a signal -- SIGTERM, SIGINT or
+// SIGUSR1 by default (resilience.preempt_signals). The handler only notes it; at the end of
+// the current step the ranks agree (any rank noted one: all stop), write a checkpoint, log a
+// `preempted` event and exit with kExitPreempted, which `loom launch` does not restart. A
+// second signal during the save changes nothing: the save completes or, killed, leaves the
+// previous checkpoint as `latest` (writes are atomic).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+// The exit status of a preempted run (EX_TEMPFAIL: "try again"; requeue with --resume auto).
+constexpr int kExitPreempted = 75;
+
+class Preempted : public Error {
+ public:
+  using Error::Error;
+};
+
+// "TERM,INT,USR1" -> signal numbers; "" -> none. Unknown names throw naming them.
+std::vector<int> parse_signal_names(const std::string& names);
+// Installs the noting handler for each signal (replacing the default: ending the process).
+void arm_preemption(const std::vector<int>& signals);
+// The signal this process noted, or 0.
+int preemption_signal();
+
+}  // namespace loom::train
