@@ -76,7 +76,8 @@ struct Outcome {
 };
 
 // A preemption signal to the launcher (SIGTERM, SIGINT, SIGUSR1): noted here, passed on to
-// the job as SIGTERM (which mpirun forwards to every rank), and the job is not restarted.
+// the job as SIGUSR1, and the job is not restarted. mpirun forwards SIGUSR1 to every rank and
+// waits for them; on SIGTERM it would end the job itself, without waiting for a checkpoint.
 std::atomic<int> launcher_signal{0};
 void note_signal(int signal) { launcher_signal.store(signal); }
 void arm_launcher_signals() {
@@ -180,9 +181,9 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   for (;;) {
     if (const int s = launcher_signal.load(); s != 0 && forwarded == 0) {
       forwarded = s;
-      std::fprintf(stderr, "launch: signal %d: asking the job to checkpoint and stop (SIGTERM "
+      std::fprintf(stderr, "launch: signal %d: asking the job to checkpoint and stop (SIGUSR1 "
                    "to every rank; killed after %d s)\n", s, kPreemptGraceS);
-      ::kill(pid, SIGTERM);
+      ::kill(pid, SIGUSR1);
       std::thread([pid] {
         std::this_thread::sleep_for(std::chrono::seconds(kPreemptGraceS));
         ::kill(-pid, SIGKILL);
