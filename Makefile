@@ -16,11 +16,12 @@ build: bootstrap
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The main job. Its evaluation uses the classifier shipped in assets/ (see docs/evaluation.md);
+# The main job, anew each time (--overwrite: an earlier run is moved aside, not deleted).
+# Its evaluation uses the classifier shipped in assets/ (see docs/evaluation.md);
 # `make classifier` trains that classifier again from configs/fmnist_classifier.toml.
 train: build
 	@[ -f assets/fmnist_classifier/model.safetensors ] || $(MAKE) classifier
-	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/dit_fmnist.toml
+	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/dit_fmnist.toml --overwrite
 
 classifier: build
 	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/fmnist_classifier.toml \
