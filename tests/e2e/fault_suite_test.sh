@@ -62,7 +62,7 @@ log, interval = open(sys.argv[1]).read(), int(sys.argv[2])
 kills = [int(k) for k in re.findall(r"^LOOM_FAULT: rank \d+ kills itself at step (\d+)", log, re.M)]
 # Each restart either resumes from a checkpoint or, killed before the first one, starts over.
 resumes = [int(m.group(1) or 0) for m in
-           re.finditer(r"resumed from \S+ at step (\d+)|resume: no checkpoint in \S+, starting from scratch", log)]
+           re.finditer(r"resumed from \S+ at step (\d+)|resume auto: .* no checkpoint yet; starting from step 0", log)]
 if len(kills) != len(resumes) or not kills:
     sys.exit(f"kills {kills} and resumes {resumes} do not pair up")
 for k, r in zip(kills, resumes):
