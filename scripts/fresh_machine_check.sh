@@ -116,7 +116,7 @@ build_s=$(( $(date +%s) - build_start ))
 
 stage="tests (make test)"
 in_root "make test" || fail
-tests=$(grep -o '[0-9]* tests passed, 0 tests failed out of [0-9]*' "$log" | tail -1 || true)
+tests=$(grep -o '100% tests passed, 0 tests failed out of [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
 
 for model in dit gpt; do
   stage="a 20-step loom train of tests/e2e/tiny_$model.toml"
@@ -125,4 +125,4 @@ for model in dit gpt; do
 done
 
 echo "fresh machine: OK ($((packages_after - packages_before)) packages installed, build" \
-     "${build_s} s, tests passed: ${tests:-none counted}, in $(( $(date +%s) - start )) s)"
+     "${build_s} s, ${tests:-?} tests passed, in $(( $(date +%s) - start )) s)"

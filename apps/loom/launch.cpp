@@ -160,7 +160,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
     // A process group of its own (the whole job can be ended at once; a terminal's Ctrl-C
     // reaches the launcher, which passes it on), and it is told if the launcher dies.
     ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    ::prctl(PR_SET_PDEATHSIG, SIGUSR1);  // as a preemption: checkpoint and stop
     ::setenv("LOOM_RESTART", std::to_string(attempt).c_str(), 1);
     ::dup2(pipe_fds[1], STDERR_FILENO);
     ::close(pipe_fds[0]);

@@ -8,8 +8,8 @@
 #include "loom/core/atomic_file.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
-#include "loom/train/config.h"
 #include "loom/ops/ops.h"
+#include "loom/train/config.h"
 #include "loom/train/events.h"
 
 namespace loom::train {
@@ -131,7 +131,6 @@ void check_contents(const CheckpointReader& ckpt, const std::string& dir, const 
   const std::string kind = state.at("model_kind").as_string();
   LOOM_CHECK(kind == cfg.model_kind) << "checkpoint " << dir << " holds a " << kind
                                      << " model, but " << config.string() << " a " << cfg.model_kind;
-  std::vector<nn::NamedParameter> params;
   std::unique_ptr<nn::Module> model;
   if (kind == "dit") {
     model = std::make_unique<models::Dit>(cfg.dit);

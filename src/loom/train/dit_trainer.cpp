@@ -169,18 +169,16 @@ void train_dit(const Config& cfg, const std::string& resume_from) {
   int64_t start_step = 0;
   if (!resume_from.empty()) {
     const std::string& ckpt = resume_from;
-    {
-      CheckpointReader reader(ckpt);
-      Json state = read_trainer_state(reader);
-      LOOM_CHECK(state.at("model_kind").as_string() == "dit")
-          << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string();
-      par.load_checkpoint(reader, ema_state());
-      start_step = state.at("step").as_int();
-      opt.set_steps_taken(state.at("optimizer_steps").as_int());
-      sampler.set_state(
-          {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
-      std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
-    }
+    CheckpointReader reader(ckpt);
+    Json state = read_trainer_state(reader);
+    LOOM_CHECK(state.at("model_kind").as_string() == "dit")
+        << "checkpoint " << ckpt << " is of model kind " << state.at("model_kind").as_string();
+    par.load_checkpoint(reader, ema_state());
+    start_step = state.at("step").as_int();
+    opt.set_steps_taken(state.at("optimizer_steps").as_int());
+    sampler.set_state(
+        {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+    std::printf("resumed from %s at step %lld\n", ckpt.c_str(), (long long)start_step);
   }
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
   // not overwrite the config of the run it refused.
