@@ -42,6 +42,14 @@ repo=$(cd "$here/../.." && pwd)
 grep -q "class accuracy .* FID .* real-data floor" "$work/eval.log" || fail "loom eval printed no metrics: $(cat "$work/eval.log")"
 grep -q '"fid_floor"' "$work/a/tiny_dit/step-000006/eval.json" || fail "no eval.json"
 
+# --- every command has --help: its synopsis on stdout, exit status 0 ---
+for c in train sample eval tokenizer ckpt launch bench version; do
+  if "$loom" $c --help > "$work/help.log" 2>&1 && grep -q "^usage: loom $c" "$work/help.log" &&
+     grep -q "^  $c" "$work/help.log"; then :; else fail "loom $c --help: $(head -2 "$work/help.log")"; fi
+done
+"$loom" --help > "$work/help.log" 2>&1 && grep -q "^  launch -n N" "$work/help.log" &&
+  echo "ok: loom --help and loom COMMAND --help for every command" || fail "loom --help does not list the commands"
+
 # --- bad input: one error line naming the problem, exit status 1 ---
 expect_error() {  # expect_error WHAT PATTERN -- command...
   local what=$1 pattern=$2
