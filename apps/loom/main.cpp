@@ -17,12 +17,12 @@
 #include "loom/data/text.h"
 #include "loom/dist/world.h"
 #include "loom/train/bench.h"
-#include "loom/train/classifier.h"
 #include "loom/train/config.h"
-#include "loom/train/dit_trainer.h"
-#include "loom/train/lm_trainer.h"
 #include "loom/train/preemption.h"
+#include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/gpt.h"
 #include "loom/train/run_directory.h"
+#include "loom/train/trainer.h"
 #include "rank_log.h"
 
 namespace {
@@ -152,10 +152,6 @@ int train(int argc, char** argv) {
     }
   }
   LOOM_CHECK(!config_path.empty()) << "train: no config file given";
-  if (loom::train::config_model_kind(config_path, overrides) == "vit_classifier") {
-    loom::train::train_classifier(loom::train::load_classifier_config(config_path, overrides));
-    return 0;
-  }
   loom::train::Config config = loom::train::load_config(config_path, overrides);
   loom::train::arm_preemption(loom::train::parse_signal_names(config.resilience.preempt_signals));
   loom::dist::init_world({config.parallel.timeout_s});
@@ -170,11 +166,7 @@ int train(int argc, char** argv) {
     config = loom::train::load_config(config_path, overrides);
   }
   loom::cli::start_rank_logs(config.run_dir());
-  if (config.model_kind == "gpt") {
-    loom::train::train_gpt(config, run.resume_from());
-  } else {
-    loom::train::train_dit(config, run.resume_from());
-  }
+  loom::train::train(config, run.resume_from());
   return 0;
 }
 

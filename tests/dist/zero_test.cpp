@@ -46,8 +46,7 @@ TEST_P(Zero3Gather, BlocksExistOnlyInsideTheirForward) {
 
   auto world = dist::world();
   ZeroDataParallel zero(model, model.block_names(), {3, gather}, world,
-                        std::make_shared<dist::SingleProcessGroup>("replicate", world->rank()),
-                        optim::AdamWConfig{});
+                        std::make_shared<dist::SingleProcessGroup>("replicate", world->rank()));
   zero.broadcast_parameters();
 
   int64_t held = 0, total = 0;

@@ -1,6 +1,6 @@
 // Writes small Loom GPT runs for tests/reference/gpt_reference.py to recompute in PyTorch:
 // initial weights, a fixed batch of next-token windows, the step-0 loss and gradients, and the
-// losses of 20 training steps on that batch as train/lm_trainer.cpp takes them (cross-entropy,
+// losses of 20 training steps on that batch as the GPT recipe (train/recipes/gpt.cpp) takes them (cross-entropy,
 // backward, global grad-norm clipping, AdamW with warmup + cosine; see reference_driver.h).
 //
 //   reference_gpt_driver OUT_DIR    ->  OUT_DIR/cases.json, OUT_DIR/<case>/...
@@ -102,7 +102,7 @@ void write_case(const std::string& out, const std::string& name, const models::G
   if (perturb) perturb_constant_parameters(model);
 
   // The fixed batch: B windows of T + 1 uniform random tokens; ids are the first T, targets the
-  // last T (lm_trainer.cpp's gather_windows).
+  // last T (train/recipes/gpt.cpp: gather_windows).
   const int64_t B = batch, T = kSeq;
   Tensor u = Tensor::empty({B, T + 1});
   fill_uniform(u, RngKey{kSeed, "reference.tokens", name});

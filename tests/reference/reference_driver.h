@@ -16,7 +16,7 @@
 //                                 as optim::clip_grad_norm measured it (before clipping)
 //   <dir>/final_weights.safetensors  the weights after those updates
 //
-// Each step is the trainers' step (train/dit_trainer.cpp, train/lm_trainer.cpp): loss,
+// Each step is the trainer's step (train/trainer.cpp): loss,
 // backward, clip_grad_norm(model.parameters(), grad_clip), AdamW step at schedule.lr_at(step),
 // zero_grad. The batch itself is the driver's business (it writes its own .npy files and names
 // them in the "batch" entry of meta.json).

@@ -189,7 +189,7 @@ TEST_F(ConfigTest, WrongTypeIsNamed) {
 
 TEST_F(ConfigTest, BadValuesAreNamed) {
   const std::string gpt = gpt_file();
-  expect_error([&] { load_config(gpt, {"model.kind=rnn"}); }, {"model.kind 'rnn'", "dit or gpt"});
+  expect_error([&] { load_config(gpt, {"model.kind=rnn"}); }, {"model.kind 'rnn'", "dit, gpt or vit_classifier"});
   expect_error([&] { load_config(gpt, {"model.style=rnn"}); }, {"model.style 'rnn'"});
   expect_error(
       [&] {

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <string>
 
-#include "loom/train/classifier.h"
 #include "loom/train/config.h"
 
 namespace {
@@ -17,12 +16,7 @@ TEST(ShippedConfigs, EveryConfigLoads) {
     const std::string path = entry.path().string();
     SCOPED_TRACE(path);
     ++count;
-    const std::string kind = loom::train::config_model_kind(path);
-    if (kind == "vit_classifier") {
-      EXPECT_NO_THROW(loom::train::load_classifier_config(path));
-    } else {
-      EXPECT_NO_THROW(loom::train::load_config(path));
-    }
+    EXPECT_NO_THROW(loom::train::load_config(path));
   }
   EXPECT_GE(count, 4);  // dit_fmnist, dit_fmnist_full, fmnist_classifier, gpt_kjv
 }

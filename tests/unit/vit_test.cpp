@@ -4,7 +4,7 @@
 #include "loom/models/vit/vit.h"
 #include "loom/ops/ops.h"
 #include "loom/optim/adamw.h"
-#include "loom/train/classifier.h"
+#include "loom/train/recipes/vit_classifier.h"
 
 namespace {
 

@@ -70,22 +70,35 @@ std::vector<std::pair<std::string, Tensor>> AdamW::named_state() const {
   return out;
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+std::unique_ptr<AdamW> make_adamw(const OptimizerParams& p, const AdamWConfig& config) {
+  if (p.exp_avg.empty()) return std::make_unique<AdamW>(p.params, config);
+  return std::make_unique<AdamW>(p.params, p.exp_avg, p.exp_avg_sq, config);
+}
+
+double grad_sum_squares(const std::vector<Tensor>& grads, const std::vector<double>& weights) {
   NoGradGuard no_grad;
   double total = 0.0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
     if (!g.defined()) continue;
-    total += backend_for(g.device()).sum_squares(contiguous(to_dtype(g, DType::F32)));
+    const double sq = backend_for(g.device()).sum_squares(contiguous(to_dtype(g, DType::F32)));
+    total += weights.empty() ? sq : sq * weights[i];
   }
-  const double norm = std::sqrt(total);
-  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) backend_for(g.device()).axpby(g, g, scale, 0.0);
-    }
-  }
+  return total;
+}
+
+void scale_grads_to_norm(const std::vector<Tensor>& grads, double norm, double max_norm) {
+  if (max_norm <= 0 || norm <= max_norm || !std::isfinite(norm)) return;
+  const double scale = max_norm / (norm + 1e-6);
+  for (const Tensor& g : grads)
+    if (g.defined()) backend_for(g.device()).axpby(g, g, scale, 0.0);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) grads.push_back(p.grad());
+  const double norm = std::sqrt(grad_sum_squares(grads));
+  scale_grads_to_norm(grads, norm, max_norm);
   return norm;
 }
 

@@ -1,5 +1,6 @@
 // AdamW with decoupled weight decay; state (exp_avg, exp_avg_sq) in f32 per parameter.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,23 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before
-// clipping (max_norm <= 0: only measures).
+// What an optimizer is built from: the parameters and, when someone else owns their moments'
+// storage (ZeRO's flat shards), views of it aligned with them; empty: the optimizer allocates.
+struct OptimizerParams {
+  std::vector<nn::NamedParameter> params;
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+};
+std::unique_ptr<AdamW> make_adamw(const OptimizerParams& params, const AdamWConfig& config);
+
+// Clipping by the global L2 norm, in two halves so that sharded training can sum the squares
+// over its ranks in between (parallel::ParallelModel::clip_grad_norm).
+// The sum of squares of the gradients, each scaled by weights[i] when given (a gradient every
+// one of n ranks holds counts 1/n on each).
+double grad_sum_squares(const std::vector<Tensor>& grads, const std::vector<double>& weights = {});
+// Scales the gradients by max_norm / norm when norm exceeds max_norm > 0 (and is finite).
+void scale_grads_to_norm(const std::vector<Tensor>& grads, double norm, double max_norm);
+// One process: scales all gradients of `params` so their global L2 norm is at most max_norm;
+// returns the norm before clipping (max_norm <= 0: only measures).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace loom::optim

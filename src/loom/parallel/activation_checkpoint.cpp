@@ -6,12 +6,9 @@
 namespace loom::parallel {
 
 void apply_activation_checkpointing(nn::Module& model, const std::vector<std::string>& block_names,
-                                    const std::string& policy) {
-  LOOM_CHECK(policy == "none" || policy == "full" || policy == "selective")
-      << "activation checkpointing policy '" << policy
-      << "' is not known (expected none, full or selective)";
-  if (policy == "none") return;
-  const bool keep_expensive = policy == "selective";
+                                    Recompute policy) {
+  if (policy == Recompute::None) return;
+  const bool keep_expensive = policy == Recompute::Selective;
   for (const std::string& name : block_names)
     model.submodule(name).add_forward_wrapper(
         [keep_expensive](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {

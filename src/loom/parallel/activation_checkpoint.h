@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "loom/nn/module.h"
+#include "loom/parallel/topology.h"  // Recompute
 
 namespace loom::parallel {
 
-// policy: "none", "full" or "selective" (every block).
+// Every block named, by `policy`.
 void apply_activation_checkpointing(nn::Module& model, const std::vector<std::string>& block_names,
-                                    const std::string& policy);
+                                    Recompute policy);
 
 }  // namespace loom::parallel

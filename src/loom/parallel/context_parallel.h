@@ -11,6 +11,7 @@
 #include "loom/nn/module.h"
 #include "loom/nn/parallel_plan.h"
 #include "loom/parallel/functional.h"
+#include "loom/parallel/topology.h"  // ContextParallelKind
 
 namespace loom::parallel {
 
@@ -38,8 +39,6 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 // Load-balanced causal sharding of T positions over P ranks: rank r holds chunks r and
 // 2P - 1 - r of 2P equal chunks, so every rank has as much of the causal triangle to compute.
 std::vector<int64_t> load_balanced_positions(int64_t T, int64_t rank, int64_t P);
-
-enum class ContextParallelKind { Ring, Ulysses };
 
 // The sequence rows rank r of P holds of T: ring, chunks r and 2P - 1 - r (load-balanced);
 // Ulysses, chunk r of P.

@@ -9,14 +9,6 @@
 
 namespace loom::parallel {
 
-ScheduleKind schedule_kind_from_name(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::GPipe;
-  if (name == "1f1b") return ScheduleKind::OneFOneB;
-  if (name == "interleaved") return ScheduleKind::Interleaved1F1B;
-  LOOM_FAIL() << "pipeline schedule '" << name << "' is not known (expected gpipe, 1f1b or "
-              << "interleaved)";
-}
-
 std::string PipeSchedule::str() const {
   std::ostringstream s;
   for (int64_t p = 0; p < ranks; ++p) {

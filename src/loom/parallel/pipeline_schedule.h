@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "loom/parallel/topology.h"  // ScheduleKind
+
 namespace loom::parallel {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
-ScheduleKind schedule_kind_from_name(const std::string& name);  // "gpipe", "1f1b", "interleaved"
 
 struct PipePass {
   bool forward = true;

@@ -190,8 +190,7 @@ struct ZeroDataParallel::Shared {
 
 ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
                                    ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
-                                   std::shared_ptr<dist::ProcessGroup> replicate,
-                                   optim::AdamWConfig config)
+                                   std::shared_ptr<dist::ProcessGroup> replicate)
     : shard_(std::move(shard)), replicate_(std::move(replicate)), shared_(std::make_shared<Shared>()) {
   const int stage = options.stage;
   LOOM_CHECK(stage >= 1 && stage <= 3) << "zero: stage " << stage << " (expected 1, 2 or 3)";
@@ -213,8 +212,9 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
   for (size_t i = 0; i < block_names.size(); ++i)
     LOOM_CHECK(!param_groups[i].empty()) << "zero: block " << block_names[i] << " has no parameters";
 
-  std::vector<nn::NamedParameter> segments;
-  std::vector<Tensor> m_views, v_views;
+  auto& segments = optimizer_params_.params;
+  auto& m_views = optimizer_params_.exp_avg;
+  auto& v_views = optimizer_params_.exp_avg_sq;
   for (size_t gi = 0; gi < param_groups.size(); ++gi) {
     if (param_groups[gi].empty()) continue;
     Group g;
@@ -273,7 +273,6 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     if (g.block) shared_->last_block = int(shared_->groups.size());
     shared_->groups.push_back(std::move(g));
   }
-  optimizer_ = std::make_unique<optim::AdamW>(segments, m_views, v_views, config);
 
   std::weak_ptr<Shared> weak = shared_;
   for (size_t gi = 0; gi < shared_->groups.size(); ++gi) {
@@ -347,24 +346,6 @@ void ZeroDataParallel::after_backward(int64_t micro, int64_t grad_accum) {
       works.push_back(replicate_->all_reduce(g.grad_shard, dist::ReduceOp::Avg));
     for (auto& w : works) w->wait();
   }
-}
-
-double ZeroDataParallel::clip_grad_norm(double max_norm) {
-  double local = 0;
-  for (auto& g : shared_->groups)
-    local += backend_for(g.grad_shard.device()).sum_squares(g.grad_shard);  // (S)
-  Tensor t = Tensor::empty({1});
-  t.data<float>()[0] = float(local);
-  shard_->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(double(t.data<float>()[0]));
-  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
-    const float scale = float(max_norm / (norm + 1e-6));
-    for (auto& g : shared_->groups) {
-      float* x = g.grad_shard.data<float>();
-      for (int64_t i = 0; i < g.shard; ++i) x[i] *= scale;
-    }
-  }
-  return norm;
 }
 
 void ZeroDataParallel::sync_parameters() {

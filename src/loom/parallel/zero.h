@@ -21,7 +21,7 @@
 //            final layers) stays gathered: it is used at both ends of the model.
 //
 // The optimizer (AdamW) updates only the owned shard: its moments exist for 1/S of the
-// elements. Gradient clipping measures the global norm from the shards (one all-reduce).
+// elements. Gradient clipping measures the global norm from the pieces (parallel/parallelize.h).
 //
 // Blocks are wrapped through Module::call (see nn/module.h); a block parameter must be used
 // once per forward (a second use after its gradient is complete would find it freed).
@@ -63,20 +63,21 @@ class ZeroDataParallel {
   // shard: the group the state is sharded over; replicate: size 1, or the HSDP replicas.
   ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
                    ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
-                   std::shared_ptr<dist::ProcessGroup> replicate, optim::AdamWConfig config);
+                   std::shared_ptr<dist::ProcessGroup> replicate);
   ~ZeroDataParallel();
   ZeroDataParallel(const ZeroDataParallel&) = delete;
   ZeroDataParallel& operator=(const ZeroDataParallel&) = delete;
 
-  // AdamW over this rank's pieces (named "<name>[begin:end]"), in the order of pieces().
-  optim::AdamW& optimizer() { return *optimizer_; }
+  // What the optimizer is built from: this rank's pieces (named "<name>[begin:end]", in the
+  // order of pieces(), their gradients bound to the shard's) and their moments' storage in
+  // the flat shards.
+  const optim::OptimizerParams& optimizer_params() const { return optimizer_params_; }
   // This rank's master weights: one piece per parameter that overlaps its shard.
   const std::vector<ParamPiece>& pieces() const { return pieces_; }
 
   void broadcast_parameters();  // every replica takes world rank 0's values
   void begin_micro_step(int64_t micro, int64_t grad_accum);
   void after_backward(int64_t micro, int64_t grad_accum);
-  double clip_grad_norm(double max_norm);  // global norm before clipping
   // After the master pieces changed (optimizer step, checkpoint load): the full parameters
   // follow (stages 1 and 2 all-gather; stage 3 frees the blocks, gathered again when used).
   void sync_parameters();
@@ -95,7 +96,7 @@ class ZeroDataParallel {
   std::vector<ParamPiece> pieces_;
   std::vector<std::pair<size_t, int64_t>> piece_at_;  // (group, offset in its shard) per piece
   std::vector<nn::Module*> wrapped_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  optim::OptimizerParams optimizer_params_;
 };
 
 }  // namespace loom::parallel

@@ -38,6 +38,15 @@ BenchSpec dit_bench(std::string name, const models::DitConfig& config, int64_t b
   return s;
 }
 
+BenchSpec vit_bench(std::string name, const models::VitConfig& config, int64_t batch) {
+  BenchSpec s;
+  s.name = std::move(name);
+  s.kind = "vit";
+  s.vit = config;
+  s.batch = batch;
+  return s;
+}
+
 std::vector<BenchSpec> standard_bench_specs() {
   return {
       // GPT-2 124M: 12 layers, 12 heads, width 768, vocabulary 50304 (50257 padded to a
@@ -85,6 +94,19 @@ double train_step_flops(const BenchSpec& spec) {
     const double per_token = double(c.depth) * block_flops_per_token(C, mlp, qkv_out, keys) +
                              2.0 * C * double(c.vocab_size);
     forward = per_token * T * double(spec.batch);
+  } else if (spec.kind == "vit") {
+    const models::VitConfig& c = spec.vit;
+    const double D = double(c.width), S = double(c.image_size), g = S / double(c.patch);
+    const double stem_in = c.stem_channels > 0 ? double(c.stem_channels) : double(c.channels);
+    // The stem's two 3x3 convolutions at full resolution, then patch embedding, the blocks
+    // (no adaLN) and the head.
+    const double stem = c.stem_channels > 0
+                            ? 2.0 * S * S * 9.0 * (double(c.channels) + stem_in) * stem_in
+                            : 0.0;
+    const double per_token =
+        double(c.depth) * block_flops_per_token(D, c.mlp_ratio * D, 3 * D, g * g) +
+        2.0 * double(c.patch * c.patch) * stem_in * D;
+    forward = (stem + per_token * g * g + 2.0 * D * double(c.num_classes)) * double(spec.batch);
   } else {
     const models::DitConfig& c = spec.dit;
     const double D = double(c.width), T = double(c.tokens());

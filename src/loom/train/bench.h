@@ -8,15 +8,17 @@
 #include "loom/core/dtype.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
+#include "loom/models/vit/vit.h"
 
 namespace loom::train {
 
 // One standard benchmark: a model and the shape of one training step.
 struct BenchSpec {
   std::string name;       // "gpt2_124m", "gpt_small", "dit_small"
-  std::string kind;       // "gpt" or "dit"
+  std::string kind;       // "gpt", "dit" or "vit"
   models::GptConfig gpt;  // kind gpt
   models::DitConfig dit;  // kind dit
+  models::VitConfig vit;  // kind vit (the classifier; not a standard benchmark)
   int64_t batch = 1;
   int64_t seq = 0;  // gpt: tokens per sequence
   int64_t items_per_step() const { return kind == "gpt" ? batch * seq : batch; }
@@ -26,6 +28,7 @@ struct BenchSpec {
 // A GPT step of batch x seq tokens, or a DiT step of batch images.
 BenchSpec gpt_bench(std::string name, const models::GptConfig& config, int64_t batch, int64_t seq);
 BenchSpec dit_bench(std::string name, const models::DitConfig& config, int64_t batch);
+BenchSpec vit_bench(std::string name, const models::VitConfig& config, int64_t batch);
 
 // The standard configs (bench/compare/torch_bench.py mirrors them).
 std::vector<BenchSpec> standard_bench_specs();

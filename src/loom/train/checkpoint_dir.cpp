@@ -6,11 +6,10 @@
 #include <fstream>
 
 #include "loom/core/atomic_file.h"
-#include "loom/models/dit/dit.h"
-#include "loom/models/gpt/gpt.h"
 #include "loom/ops/ops.h"
 #include "loom/train/config.h"
 #include "loom/train/events.h"
+#include "loom/train/recipe.h"
 
 namespace loom::train {
 
@@ -131,14 +130,9 @@ void check_contents(const CheckpointReader& ckpt, const std::string& dir, const 
   const std::string kind = state.at("model_kind").as_string();
   LOOM_CHECK(kind == cfg.model_kind) << "checkpoint " << dir << " holds a " << kind
                                      << " model, but " << config.string() << " a " << cfg.model_kind;
-  std::unique_ptr<nn::Module> model;
-  if (kind == "dit") {
-    model = std::make_unique<models::Dit>(cfg.dit);
-  } else {
-    model = std::make_unique<models::Gpt>(cfg.gpt);
-  }
+  const std::unique_ptr<nn::Module> model = make_bare_model(cfg);
   std::vector<std::string> parts = {"model/", "optimizer/.exp_avg", "optimizer/.exp_avg_sq"};
-  if (kind == "dit") parts.push_back("ema/");
+  for (const std::string& state : recipe_piece_states(kind)) parts.push_back(state + "/");
   for (const nn::NamedParameter& p : model->named_parameters())
     for (const std::string& part : parts) {
       const size_t slash = part.find('/') + 1;
@@ -152,6 +146,23 @@ void check_contents(const CheckpointReader& ckpt, const std::string& dir, const 
 }
 
 }  // namespace
+
+std::string checkpoint_model_kind(const std::string& ckpt_dir) {
+  return read_trainer_state(CheckpointReader(ckpt_dir)).at("model_kind").as_string();
+}
+
+Config run_config_of(const std::string& ckpt_dir, const std::string& kind, const char* what) {
+  const std::string found = checkpoint_model_kind(ckpt_dir);
+  LOOM_CHECK(kind.empty() || found == kind)
+      << what << ": " << ckpt_dir << " is a checkpoint of a " << found << " model, not a " << kind;
+  const fs::path config = fs::path(ckpt_dir).parent_path() / "config.toml";
+  LOOM_CHECK(fs::exists(config))
+      << what << ": " << config.string() << " not found (expected beside the checkpoint directory)";
+  Config cfg = load_config(config.string());
+  LOOM_CHECK(cfg.model_kind == found)
+      << what << ": the config beside " << ckpt_dir << " is of model.kind " << cfg.model_kind;
+  return cfg;
+}
 
 void verify_checkpoint(const std::string& dir) {
   const CheckpointReader ckpt(dir);

@@ -9,6 +9,7 @@
 #include "loom/checkpoint/json.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/dist/process_group.h"
+#include "loom/train/config.h"
 
 namespace loom::train {
 
@@ -39,6 +40,12 @@ std::string latest_checkpoint(const std::string& run_dir);
 std::string checkpoint_from_user_path(const std::string& path);
 // trainer_state.json of a checkpoint (checked against its manifest).
 Json read_trainer_state(const CheckpointReader& ckpt);
+
+// "dit", "gpt", ...: the model kind in a checkpoint's trainer_state.json.
+std::string checkpoint_model_kind(const std::string& ckpt_dir);
+// The config of the run a checkpoint belongs to (config.toml beside it), after checking that
+// the checkpoint is of model kind `kind` ("": any); `what` names the command in errors.
+Config run_config_of(const std::string& ckpt_dir, const std::string& kind, const char* what);
 
 // Reads every tensor and file of a checkpoint, checking each against the manifest; throws
 // naming what is damaged (a truncated or corrupted file, a missing one).

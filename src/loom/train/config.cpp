@@ -14,23 +14,22 @@ namespace loom::train {
 namespace {
 
 void check_pipeline(const Config& c, const std::string& path) {
-  const auto& p = c.parallel;
+  const auto& p = c.parallel.topology;
+  const bool interleaved = p.pipeline_schedule == parallel::ScheduleKind::Interleaved1F1B;
   const int64_t pp = p.dims.pp, V = p.pipeline_chunks, M = c.train.grad_accum;
   LOOM_CHECK(pp >= 1) << "config " << path << ": parallel.pp must be >= 1, got " << pp;
-  LOOM_CHECK(p.pipeline_schedule == "gpipe" || p.pipeline_schedule == "1f1b" ||
-             p.pipeline_schedule == "interleaved")
-      << "config " << path << ": parallel.pipeline_schedule '" << p.pipeline_schedule
-      << "' (expected gpipe, 1f1b or interleaved)";
-  LOOM_CHECK(V >= 1 && (V == 1 || p.pipeline_schedule == "interleaved"))
+  LOOM_CHECK(V >= 1 && (V == 1 || interleaved))
       << "config " << path << ": parallel.pipeline_chunks " << V
       << " (more than 1 only with pipeline_schedule = \"interleaved\")";
   if (pp == 1) return;
+  LOOM_CHECK(c.model_kind != "vit_classifier")
+      << "config " << path << ": model.kind vit_classifier trains on one process (parallel.pp 1)";
   const int64_t depth = c.model_kind == "gpt" ? c.gpt.depth : c.dit.depth;
   LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp
                               << " x pipeline_chunks " << V << " = " << pp * V
                               << " stages for model.depth " << depth
                               << " blocks (each stage needs at least one)";
-  LOOM_CHECK(p.pipeline_schedule != "interleaved" || M % pp == 0)
+  LOOM_CHECK(!interleaved || M % pp == 0)
       << "config " << path
       << ": the interleaved schedule needs train.grad_accum (the micro-batches, " << M
       << ") to be a multiple of parallel.pp " << pp;
@@ -39,13 +38,16 @@ void check_pipeline(const Config& c, const std::string& path) {
 // Heads, features and tokens must split over the tensor- and context-parallel ranks: checked
 // here, before any work, with the keys to change.
 void check_model_parallel(const Config& c, const std::string& path) {
-  const int64_t tp = c.parallel.dims.tp, cp = c.parallel.dims.cp;
+  const auto& p = c.parallel.topology;
+  const int64_t tp = p.dims.tp, cp = p.dims.cp;
   LOOM_CHECK(tp >= 1 && cp >= 1) << "config " << path << ": parallel.tp and cp must be >= 1, got "
                                  << tp << " and " << cp;
-  LOOM_CHECK(!c.parallel.sequence_parallel || tp > 1)
+  LOOM_CHECK(!p.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, path);
   if (tp == 1 && cp == 1) return;
+  LOOM_CHECK(c.model_kind != "vit_classifier")
+      << "config " << path << ": model.kind vit_classifier has no tensor or context parallelism";
   const bool gpt = c.model_kind == "gpt";
   const int64_t heads = gpt ? c.gpt.heads : c.dit.heads;
   const int64_t kv_heads = gpt ? c.gpt.num_kv_heads() : heads;
@@ -56,12 +58,12 @@ void check_model_parallel(const Config& c, const std::string& path) {
       << ") must be divisible by parallel.tp " << tp;
   LOOM_CHECK(hidden % tp == 0) << "config " << path << ": the MLP's " << hidden
                                << " hidden features must be divisible by parallel.tp " << tp;
-  LOOM_CHECK(!gpt || c.parallel.dims.pp > 1 || c.gpt.vocab_size % tp == 0)
+  LOOM_CHECK(!gpt || p.dims.pp > 1 || c.gpt.vocab_size % tp == 0)
       << "config " << path << ": model.vocab_size " << c.gpt.vocab_size
       << " must be divisible by parallel.tp " << tp << " (the embedding and head split over it)";
   const std::string what =
       std::to_string(tokens) + (gpt ? " tokens (model.context)" : " tokens per image");
-  const bool ring = c.parallel.context_parallel == "ring";
+  const bool ring = p.context_parallel == parallel::ContextParallelKind::Ring;
   if (cp > 1) {
     LOOM_CHECK(tokens % (ring ? 2 * cp : cp) == 0)
         << "config " << path << ": " << (ring ? "ring" : "Ulysses")
@@ -73,10 +75,34 @@ void check_model_parallel(const Config& c, const std::string& path) {
         << heads / tp << " heads (" << kv_heads / tp << " key/value heads) over parallel.cp " << cp
         << ", which does not divide them";
   }
-  LOOM_CHECK(!c.parallel.sequence_parallel || (tokens / cp) % tp == 0)
+  LOOM_CHECK(!p.sequence_parallel || (tokens / cp) % tp == 0)
       << "config " << path << ": sequence parallelism splits the " << what
       << (cp > 1 ? " (" + std::to_string(tokens / cp) + " per context-parallel rank)" : "")
       << " over parallel.tp " << tp << ", which does not divide them";
+}
+
+// A key whose value names one of an enum's values: parsed here, once.
+template <typename Parse>
+auto choice(ConfigFile& f, const char* section, const char* key, const char* fallback, Parse parse) {
+  return parse(f.get_string(section, key, fallback),
+               "config " + f.path() + ": " + section + "." + key);
+}
+
+// The Fashion-MNIST classifier that judges DiT samples (train/recipes/vit_classifier.h).
+void read_vit(ConfigFile& f, Config& c) {
+  auto& v = c.vit;
+  v.image_size = f.get_int("model", "image_size", v.image_size);
+  v.channels = f.get_int("model", "channels", v.channels);
+  v.patch = f.get_int("model", "patch", v.patch);
+  v.width = f.get_int("model", "width", v.width);
+  v.depth = f.get_int("model", "depth", v.depth);
+  v.heads = f.get_int("model", "heads", v.heads);
+  v.mlp_ratio = f.get_double("model", "mlp_ratio", v.mlp_ratio);
+  v.num_classes = f.get_int("model", "num_classes", v.num_classes);
+  v.stem_channels = f.get_int("model", "stem_channels", v.stem_channels);
+  v.validate();
+  c.data.path = f.get_string("data", "path", c.data.path);
+  c.train.augment = f.get_bool("train", "augment", c.train.augment);
 }
 
 void read_dit(ConfigFile& f, Config& c) {
@@ -186,11 +212,6 @@ void read_gpt(ConfigFile& f, Config& c) {
 
 }  // namespace
 
-std::string config_model_kind(const std::string& path, const std::vector<std::string>& overrides) {
-  ConfigFile f(path, overrides);
-  return f.get_string("model", "kind", "dit");
-}
-
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   ConfigFile f(path, overrides);
   Config c;
@@ -210,9 +231,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       << c.run.memory_limit_mb;
 
   c.model_kind = f.get_string("model", "kind", c.model_kind);
-  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
+  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt" || c.model_kind == "vit_classifier")
       << "config " << path << ": model.kind '" << c.model_kind
-      << "' is not known (expected dit or gpt)";
+      << "' is not known (expected dit, gpt or vit_classifier)";
 
   auto& t = c.train;
   t.steps = f.get_int("train", "steps", t.steps);
@@ -225,10 +246,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
   t.stop_after = f.get_int("train", "stop_after", t.stop_after);
   t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
-  t.precision = f.get_string("train", "precision", t.precision);
-  LOOM_CHECK(t.precision == "f32" || t.precision == "bf16")
-      << "config " << path << ": train.precision must be \"f32\" or \"bf16\", got \"" << t.precision
+  const std::string precision = f.get_string("train", "precision", "f32");
+  LOOM_CHECK(precision == "f32" || precision == "bf16")
+      << "config " << path << ": train.precision must be \"f32\" or \"bf16\", got \"" << precision
       << "\"";
+  t.precision = dtype_from_name(precision);
   LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
              t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
       << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
@@ -240,8 +262,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
   if (c.model_kind == "dit") {
     read_dit(f, c);
-  } else {
+  } else if (c.model_kind == "gpt") {
     read_gpt(f, c);
+  } else {
+    read_vit(f, c);
   }
 
   auto& o = c.adamw;
@@ -264,39 +288,29 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   s.total_steps = t.steps;
   s.validate();
 
-  auto& p = c.parallel;
+  auto& p = c.parallel.topology;
   p.dims.pp = f.get_int("parallel", "pp", p.dims.pp);
   p.dims.dp_replicate = f.get_int("parallel", "dp_replicate", p.dims.dp_replicate);
   p.dims.dp_shard = f.get_int("parallel", "dp_shard", p.dims.dp_shard);
   p.dims.cp = f.get_int("parallel", "cp", p.dims.cp);
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
-  p.data_parallel = f.get_string("parallel", "data_parallel", p.data_parallel);
-  p.gather_dtype = f.get_string("parallel", "gather_dtype", p.gather_dtype);
-  p.activation_checkpointing =
-      f.get_string("parallel", "activation_checkpointing", p.activation_checkpointing);
-  LOOM_CHECK(p.activation_checkpointing == "none" || p.activation_checkpointing == "full" ||
-             p.activation_checkpointing == "selective")
-      << "config " << path << ": parallel.activation_checkpointing '" << p.activation_checkpointing
-      << "' (expected none, full or selective)";
-  p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
-  p.timeout_s = f.get_double("dist", "timeout_s", p.timeout_s);
-  if (p.data_parallel == "fsdp") p.data_parallel = "zero3";
-  LOOM_CHECK(p.data_parallel == "ddp" || p.data_parallel == "zero1" || p.data_parallel == "zero2" ||
-             p.data_parallel == "zero3")
-      << "config " << path << ": parallel.data_parallel '" << p.data_parallel
-      << "' is not known (expected ddp, zero1, zero2, zero3 or fsdp)";
-  LOOM_CHECK(p.gather_dtype == "f32" || (p.gather_dtype == "bf16" && p.data_parallel == "zero3"))
-      << "config " << path << ": parallel.gather_dtype '" << p.gather_dtype
+  p.data_parallel = choice(f, "parallel", "data_parallel", "ddp", parallel::data_parallel_from_name);
+  const std::string gather = f.get_string("parallel", "gather_dtype", "f32");
+  LOOM_CHECK(gather == "f32" || (gather == "bf16" && p.data_parallel == parallel::DataParallel::Zero3))
+      << "config " << path << ": parallel.gather_dtype '" << gather
       << "' (expected f32, or bf16 with zero3)";
+  p.gather_dtype = dtype_from_name(gather);
+  p.recompute = choice(f, "parallel", "activation_checkpointing", "none", parallel::recompute_from_name);
   p.sequence_parallel = f.get_bool("parallel", "sequence_parallel", p.sequence_parallel);
-  p.context_parallel = f.get_string("parallel", "context_parallel", p.context_parallel);
-  LOOM_CHECK(p.context_parallel == "ring" || p.context_parallel == "ulysses")
-      << "config " << path << ": parallel.context_parallel '" << p.context_parallel
-      << "' (expected ring or ulysses)";
-  p.pipeline_schedule = f.get_string("parallel", "pipeline_schedule", p.pipeline_schedule);
+  p.context_parallel =
+      choice(f, "parallel", "context_parallel", "ring", parallel::context_parallel_from_name);
+  p.pipeline_schedule =
+      choice(f, "parallel", "pipeline_schedule", "1f1b", parallel::schedule_kind_from_name);
   p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);
+  p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
+  c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
   check_model_parallel(c, path);
-  LOOM_CHECK(p.bucket_mb > 0 && p.timeout_s > 0)
+  LOOM_CHECK(p.bucket_mb > 0 && c.parallel.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
 
   auto& r = c.resilience;
@@ -336,11 +350,15 @@ void check_fits_in_memory(const Config& c, int world_size) {
     const double w = double(c.gpt.width), d = double(c.gpt.depth);
     params = 12 * d * w * w + double(c.gpt.vocab_size) * w;
     batch_bytes = local_batch * double(c.gpt.context) *
-                  (8 + 4 * double(c.gpt.vocab_size) / double(std::max<int64_t>(c.parallel.dims.tp, 1)));
-  } else {
+                  (8 + 4 * double(c.gpt.vocab_size) / double(std::max<int64_t>(c.parallel.topology.dims.tp, 1)));
+  } else if (c.model_kind == "dit") {
     const double w = double(c.dit.width), d = double(c.dit.depth);
     params = 18 * d * w * w;
     batch_bytes = local_batch * double(c.dit.channels * c.dit.image_size * c.dit.image_size) * 4;
+  } else {  // the classifier: about as many parameters per block as the DiT's less adaLN
+    const double w = double(c.vit.width), d = double(c.vit.depth);
+    params = 12 * d * w * w;
+    batch_bytes = local_batch * double(c.vit.channels * c.vit.image_size * c.vit.image_size) * 4;
   }
   const double need = 4 * params + batch_bytes;
   LOOM_CHECK(need <= budget)

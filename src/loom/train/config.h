@@ -4,11 +4,12 @@
 #include <vector>
 
 #include "loom/diffusion/flow_matching.h"
-#include "loom/dist/device_mesh.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
+#include "loom/models/vit/vit.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/schedule.h"
+#include "loom/parallel/topology.h"
 
 namespace loom::train {
 
@@ -43,11 +44,12 @@ struct TrainLoopConfig {
   double max_minutes = 0;    // > 0: stop (and checkpoint) when the time budget runs out
   int64_t stop_after = 0;    // > 0: stop (and checkpoint) once this global step is done
   double grad_clip = 1.0;    // <= 0: no clipping
-  // "f32", or "bf16": mixed precision (matmuls and attention on bf16 copies, f32 master
+  // F32, or BF16 ("bf16"): mixed precision (matmuls and attention on bf16 copies, f32 master
   // weights, gradients and optimizer state; see AutocastGuard)
-  std::string precision = "f32";
+  DType precision = DType::F32;
   double ema_decay = 0.999;  // dit only
   int64_t ema_start = 0;  // dit only: steps before the EMA starts tracking (it copies until then)
+  bool augment = true;    // vit_classifier only: random flips and shifts by up to 2 pixels
 };
 
 // [resilience]: how a run reacts to bad steps and slow ranks (see train/step_guard.h).
@@ -88,33 +90,22 @@ struct LmSampleConfig {
   double temperature = 0.8;  // 0: greedy
 };
 
-// [parallel]: the mesh degrees and the data-parallel strategy; [dist]: the backend.
-// train.batch_size is the global batch of one micro-step, split evenly over the dp ranks.
+// [parallel] and [dist]. train.batch_size is the global batch of one micro-step, split evenly
+// over the dp ranks; pipeline micro-batches are train.grad_accum.
 struct ParallelConfig {
-  dist::ParallelDims dims;             // dp_shard = -1: every rank not used by other axes
-  // "ddp", or "zero1", "zero2", "zero3" (sharded over dp_shard, replicated over dp_replicate);
-  // "fsdp" is another name for zero3.
-  std::string data_parallel = "ddp";
-  std::string gather_dtype = "f32";    // zero3: parameters travel as "f32" or "bf16"
-  // "none", "full" (recompute every block) or "selective" (recompute all but matmuls/attention)
-  std::string activation_checkpointing = "none";
-  bool sequence_parallel = false;      // tp > 1: norms and residuals on sequence shards
-  std::string context_parallel = "ring";  // cp > 1: "ring" or "ulysses" attention
-  // pp > 1: "gpipe", "1f1b" or "interleaved" (pipeline_chunks model chunks per rank); the
-  // micro-batches of a step are train.grad_accum.
-  std::string pipeline_schedule = "1f1b";
-  int64_t pipeline_chunks = 1;
-  double bucket_mb = 25;               // ddp: gradient bucket size
-  double timeout_s = 600;              // [dist] timeout_s: a collective older than this aborts
+  parallel::Topology topology;  // the degrees and each axis's typed choice
+  double timeout_s = 600;       // [dist] timeout_s: a collective older than this aborts
 };
 
 struct Config {
   RunConfig run;
   ParallelConfig parallel;
   ResilienceConfig resilience;
-  std::string model_kind = "dit";  // "dit" or "gpt"; only that kind's keys are accepted
+  // "dit", "gpt" or "vit_classifier"; only that kind's keys are accepted
+  std::string model_kind = "dit";
   models::DitConfig dit;
   models::GptConfig gpt;
+  models::VitConfig vit;
   DataConfig data;
   TrainLoopConfig train;
   optim::AdamWConfig adamw;
@@ -131,9 +122,6 @@ struct Config {
 // the key. Only the keys of the chosen model.kind are read, so a key of the other kind (say
 // model.patch in a gpt config) is an unknown key.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
-// model.kind of a config file (after overrides), without validating the rest: which loader
-// and trainer the file is for ("dit", "gpt", "vit_classifier").
-std::string config_model_kind(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Where dataset "kjv" puts kjv.txt when data.cache_dir is empty: $XDG_CACHE_HOME/loom, else
 // $HOME/.cache/loom, else <run.out_dir>/cache.

@@ -44,19 +44,25 @@ std::vector<std::string> gather_hosts(dist::ProcessGroup& world) {
 
 }  // namespace
 
-StepGuard::StepGuard(const Config& cfg, ParallelRun& par, std::string run_dir)
+StepGuard::StepGuard(const Config& cfg, const dist::DeviceMesh& mesh,
+                     const parallel::ParallelModel& model, const optim::AdamW& optimizer,
+                     Checkpointer& checkpointer, std::string run_dir)
     : rc_(cfg.resilience),
-      par_(par),
+      mesh_(mesh),
+      model_(model),
+      optimizer_(optimizer),
+      checkpointer_(checkpointer),
+      main_(mesh.world()->rank() == 0),
       run_dir_(std::move(run_dir)),
       run_id_(cfg.run.id),
       faults_(FaultPlan::from_env()),
-      hosts_(gather_hosts(*par.mesh().world())),
-      heartbeat_path_(run_dir_ + "/logs/heartbeat-rank-" + std::to_string(par.mesh().world()->rank())) {
+      hosts_(gather_hosts(*mesh.world())),
+      heartbeat_path_(run_dir_ + "/logs/heartbeat-rank-" + std::to_string(mesh.world()->rank())) {
   std::filesystem::create_directories(run_dir_ + "/logs");
 }
 
 void StepGuard::begin_step(int64_t step) {
-  const int rank = par_.mesh().world()->rank();
+  const int rank = mesh_.world()->rank();
   // The first step of this process ends its start-up (what the supervisor's start-up bound
   // measures); the startup fault delays it.
   if (last_beat_ == std::chrono::steady_clock::time_point{}) faults_.at_startup(rank);
@@ -68,22 +74,22 @@ void StepGuard::begin_step(int64_t step) {
     std::ofstream(heartbeat_path_, std::ios::trunc) << "step " << step + 1 << "\n";
   }
   faults_.at_step_begin(step + 1, rank);
-  if (faults_.flips_bit(step + 1, rank) && !par_.pieces().empty()) {
-    auto* word = static_cast<uint32_t*>(par_.pieces()[0].value.data_ptr());
+  if (faults_.flips_bit(step + 1, rank) && !model_.pieces().empty()) {
+    auto* word = static_cast<uint32_t*>(model_.pieces()[0].value.data_ptr());
     *word ^= 1u;  // the lowest mantissa bit of the first weight
     std::fprintf(stderr, "LOOM_FAULT: rank %d flipped a bit of %s at step %lld\n", rank,
-                 par_.pieces()[0].name.c_str(), (long long)(step + 1));
+                 model_.pieces()[0].name.c_str(), (long long)(step + 1));
   }
 }
 
 void StepGuard::check_replicas(int64_t step) {
   checked_step_ = step;
-  dist::ProcessGroup& replicas = par_.replicas();
+  dist::ProcessGroup& replicas = model_.replicas();
   if (replicas.size() < 2) return;
   // A hash of this rank's master weights and AdamW moments (i64 travels exactly).
   uint64_t h = 0;
-  for (const auto& p : par_.pieces()) h = xxh64(p.value.data_ptr(), p.value.nbytes(), h);
-  for (const auto& [name, t] : par_.optimizer_moments()) h = xxh64(t.data_ptr(), t.nbytes(), h);
+  for (const auto& p : model_.pieces()) h = xxh64(p.value.data_ptr(), p.value.nbytes(), h);
+  for (const auto& [name, t] : optimizer_.named_state()) h = xxh64(t.data_ptr(), t.nbytes(), h);
   Tensor all = Tensor::empty({replicas.size()}, DType::I64);
   replicas.all_gather(from_vector(std::vector<int64_t>{int64_t(h)}, {1}), all)->wait();
   const std::vector<int64_t> hashes = to_vector_i64(all);
@@ -106,7 +112,7 @@ void StepGuard::check_replicas(int64_t step) {
              hosts_[size_t(world_rank)] + ")";
       ranks.push_back(world_rank);
     }
-  if (par_.main())
+  if (main_)
     append_event(run_dir_, "replica_mismatch", Json::object({{"step", step + 1}, {"ranks", ranks}}));
   LOOM_FAIL() << "step " << step + 1 << ": the replicas of group " << replicas.describe()
               << " hold different weights or optimizer state; "
@@ -115,17 +121,17 @@ void StepGuard::check_replicas(int64_t step) {
 }
 
 bool StepGuard::preempted() {
-  if (par_.mesh().world()->size() == 1) return preemption_signal() != 0;
+  if (mesh_.world()->size() == 1) return preemption_signal() != 0;
   Tensor flag = from_vector(std::vector<float>{float(preemption_signal())}, {1});
-  par_.mesh().world()->all_reduce(flag, dist::ReduceOp::Max)->wait();
+  mesh_.world()->all_reduce(flag, dist::ReduceOp::Max)->wait();
   return to_vector(flag)[0] > 0;
 }
 
 void StepGuard::finish_preempted(int64_t step) {
-  par_.wait_checkpoint();
+  checkpointer_.wait();
   const int signal = preemption_signal();
   const std::string dir = checkpoint_dir_name(run_dir_, step);
-  if (par_.main()) {
+  if (main_) {
     append_event(run_dir_, "preempted", Json::object({{"step", step}, {"checkpoint", dir}}));
     std::printf("preempted: checkpoint %s written after step %lld; exiting with status %d "
                 "(continue with --resume auto)\n",
@@ -141,8 +147,8 @@ void StepGuard::before_checkpoint(int64_t step) {
 }
 
 Tensor StepGuard::guard_loss(const Tensor& loss, int64_t step) const {
-  if (!faults_.poisons_loss(step + 1, par_.mesh().world()->rank())) return loss;
-  std::fprintf(stderr, "LOOM_FAULT: NaN loss on rank %d at step %lld\n", par_.mesh().world()->rank(),
+  if (!faults_.poisons_loss(step + 1, mesh_.world()->rank())) return loss;
+  std::fprintf(stderr, "LOOM_FAULT: NaN loss on rank %d at step %lld\n", mesh_.world()->rank(),
                (long long)(step + 1));
   return mul_scalar(loss, std::nan(""));
 }
@@ -150,7 +156,7 @@ Tensor StepGuard::guard_loss(const Tensor& loss, int64_t step) const {
 bool StepGuard::skip(int64_t step, double loss, double grad_norm, const char* why) {
   ++skipped_;
   ++in_row_;
-  if (par_.main()) {
+  if (main_) {
     std::printf("step %lld skipped (%s): loss %g, gradient norm %g (%lld skipped so far)\n",
                 (long long)(step + 1), why, loss, grad_norm, (long long)skipped_);
     append_event(run_dir_, "skipped_step",
@@ -174,7 +180,7 @@ bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
     const double sd = std::sqrt(var / double(recent_losses_.size() - 1));
     const double z = sd > 0 ? (loss - mean) / sd : 0;
     if (z > rc_.spike_zscore) {
-      if (par_.main()) {
+      if (main_) {
         std::printf("step %lld: loss spike %.4f (z-score %.1f over the last %zu steps)\n",
                     (long long)(step + 1), loss, z, recent_losses_.size());
         append_event(run_dir_, "loss_spike",
@@ -189,25 +195,21 @@ bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
   return true;
 }
 
-void StepGuard::roll_back(int64_t step, optim::AdamW& optimizer,
-                          const std::vector<PieceState>& extra) {
+void StepGuard::roll_back(int64_t step) {
   LOOM_CHECK(rollbacks_ < rc_.max_rollbacks)
       << "step " << step + 1 << ": " << in_row_ << " steps in a row were skipped, and the run "
       << "has rolled back " << rollbacks_ << " times already (resilience.max_rollbacks)";
-  par_.wait_checkpoint();
-  const std::string ckpt = newest_valid_checkpoint(run_dir_, run_id_, *par_.mesh().world());
+  checkpointer_.wait();
+  const std::string ckpt = newest_valid_checkpoint(run_dir_, run_id_, *mesh_.world());
   LOOM_CHECK(!ckpt.empty()) << "step " << step + 1 << ": " << in_row_
                             << " steps in a row were skipped and there is no checkpoint to roll "
                             << "back to (set train.ckpt_every)";
-  const CheckpointReader reader(ckpt);
-  const Json state = read_trainer_state(reader);
-  par_.load_checkpoint(reader, extra);
-  optimizer.set_steps_taken(state.at("optimizer_steps").as_int());
+  const Json state = checkpointer_.load(ckpt);
   ++rollbacks_;
   in_row_ = 0;
   recent_losses_.clear();
   const int64_t from = state.at("step").as_int();
-  if (par_.main()) {
+  if (main_) {
     std::printf("step %lld: %lld steps in a row skipped; rolled back to %s and skipping the data "
                 "of steps %lld-%lld\n",
                 (long long)(step + 1), (long long)rc_.max_skips_in_row, ckpt.c_str(),
@@ -226,7 +228,7 @@ void StepGuard::end_step(int64_t step, double data_wait) {
     const double waited = dist::comm_times().waited_s - waited_at_start_;
     return std::max(0.0, wall - waited - (data_wait - data_at_start_));
   };
-  const double slowdown = faults_.slowdown(step + 1, par_.mesh().world()->rank());
+  const double slowdown = faults_.slowdown(step + 1, mesh_.world()->rank());
   if (slowdown > 1)
     std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) * compute_seconds()));
   compute_s_ += compute_seconds();
@@ -234,14 +236,14 @@ void StepGuard::end_step(int64_t step, double data_wait) {
   ++compute_steps_;
   if (rc_.consistency_every > 0 && (step + 1) % rc_.consistency_every == 0) check_replicas(step);
   if (rc_.straggler_every == 0 || (step + 1) % rc_.straggler_every != 0) return;
-  dist::ProcessGroup& world = *par_.mesh().world();
+  dist::ProcessGroup& world = *mesh_.world();
   Tensor all = Tensor::empty({world.size()});
   world.all_gather(from_vector(std::vector<float>{float(compute_s_ / double(compute_steps_))}, {1}), all)
       ->wait();
   compute_s_ = 0;
   compute_steps_ = 0;
   const std::vector<float> times = to_vector(all);
-  if (!par_.main() || world.size() < 2) return;
+  if (!main_ || world.size() < 2) return;
   for (int r = 0; r < world.size(); ++r) {
     // Against the median of the other ranks: with two ranks, the other one.
     std::vector<float> others;
@@ -266,8 +268,8 @@ void StepGuard::end_step(int64_t step, double data_wait) {
 
 void StepGuard::after_checkpoint(const std::string& dir, int64_t step) {
   if (!faults_.damages_checkpoint(step)) return;
-  par_.wait_checkpoint();  // damage what is on disk, not what a background save still writes
-  faults_.after_checkpoint(dir, step, par_.mesh().world()->rank());
+  checkpointer_.wait();  // damage what is on disk, not what a background save still writes
+  faults_.after_checkpoint(dir, step, mesh_.world()->rank());
 }
 
 }  // namespace loom::train

@@ -28,24 +28,28 @@
 #include "loom/core/tensor.h"
 #include "loom/train/config.h"
 #include "loom/train/fault.h"
-#include "loom/train/parallel_run.h"
+#include "loom/dist/device_mesh.h"
+#include "loom/optim/adamw.h"
+#include "loom/parallel/parallelize.h"
+#include "loom/train/checkpointer.h"
 
 namespace loom::train {
 
 class StepGuard {
  public:
   // Collective over the world (the ranks exchange their host names).
-  StepGuard(const Config& cfg, ParallelRun& par, std::string run_dir);
+  StepGuard(const Config& cfg, const dist::DeviceMesh& mesh, const parallel::ParallelModel& model,
+            const optim::AdamW& optimizer, Checkpointer& checkpointer, std::string run_dir);
 
   // step: 0-based index of the step about to run.
   void begin_step(int64_t step);
   Tensor guard_loss(const Tensor& loss, int64_t step) const;  // the nan fault
   // After the gradients are reduced: whether to apply the update (else: skip and count).
   bool accept(int64_t step, double loss, double grad_norm);
-  // After a skipped step: whether too many came in a row, and the rollback itself (collective;
-  // extra: per-piece state such as the EMA, as for ParallelRun::load_checkpoint).
+  // After a skipped step: whether too many came in a row, and the rollback itself (collective:
+  // everything the checkpointer saves comes back).
   bool needs_rollback() const { return in_row_ >= rc_.max_skips_in_row; }
-  void roll_back(int64_t step, optim::AdamW& optimizer, const std::vector<PieceState>& extra);
+  void roll_back(int64_t step);
   // After the step; collective every straggler_every steps. data_wait: total seconds the run
   // has waited for data so far.
   void end_step(int64_t step, double data_wait);
@@ -62,7 +66,11 @@ class StepGuard {
 
  private:
   const ResilienceConfig& rc_;
-  ParallelRun& par_;
+  const dist::DeviceMesh& mesh_;
+  const parallel::ParallelModel& model_;
+  const optim::AdamW& optimizer_;
+  Checkpointer& checkpointer_;
+  bool main_;
   std::string run_dir_, run_id_;
   FaultPlan faults_;
   std::vector<std::string> hosts_;  // by world rank

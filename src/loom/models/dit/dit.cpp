@@ -128,13 +128,18 @@ Tensor Dit::head(const Tensor& h, const Tensor& c) const {
   return reshape(out, {B, C, S, S});
 }
 
+Tensor Dit::run_blocks(Tensor h, const Tensor& c, int64_t begin, int64_t end) const {
+  for (int64_t i = begin; i < end; ++i) {
+    const auto& block = blocks[size_t(i)];
+    // Through call(): parallelism applied from outside wraps each block's forward.
+    h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
+  }
+  return h;
+}
+
 Tensor Dit::forward(const Tensor& x, const Tensor& t, const Tensor& y) const {
   const Embedded e = embed(x, t, y);
-  Tensor h = e.tokens;
-  const Tensor& c = e.conditioning;
-  for (const auto& block : blocks)
-    h = block->call({h, c}, [&block](const auto& in) { return block->forward(in[0], in[1]); });
-  return head(h, c);
+  return head(run_blocks(e.tokens, e.conditioning, 0, int64_t(blocks.size())), e.conditioning);
 }
 
 }  // namespace loom::models

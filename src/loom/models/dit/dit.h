@@ -41,12 +41,14 @@ class Dit : public nn::Module {
   // -> velocity (B, C, H, W).
   Tensor forward(const Tensor& x, const Tensor& t, const Tensor& y) const;
   // The pieces of forward, for pipeline stages applied from outside:
-  // forward(x, t, y) = head(blocks[D-1](... blocks[0](h, c) ..., c), c) with (h, c) = embed(x, t, y).
+  // forward(x, t, y) = head(run_blocks(h, c, 0, depth), c) with (h, c) = embed(x, t, y).
   struct Embedded {
     Tensor tokens;        // (B, T, D): patch embeddings plus positions
     Tensor conditioning;  // (B, D): timestep plus class embedding
   };
   Embedded embed(const Tensor& x, const Tensor& t, const Tensor& y) const;
+  // Blocks [begin, end) on tokens h (B, T, D) with conditioning c (B, D) -> (B, T, D).
+  Tensor run_blocks(Tensor h, const Tensor& c, int64_t begin, int64_t end) const;
   Tensor head(const Tensor& h, const Tensor& c) const;  // final adaLN layer, unpatchify
   // The transformer blocks, for activation checkpointing and sharding applied from outside.
   std::vector<std::shared_ptr<DitBlock>> blocks;

@@ -153,10 +153,16 @@ Tensor Gpt::head(const Tensor& h) const {
 Tensor Gpt::forward(const Tensor& ids, const Tensor& positions) const {
   LOOM_CHECK(ids.dim() == 2) << "gpt: expected token ids (B, T), got " << ids.shape();
   const Tensor pos = positions.defined() ? positions : default_positions(ids.size(1));
-  Tensor h = embed(ids, pos);  // (B, T, C)
-  for (const auto& block : blocks)
-    h = block->call({h}, [&block, pos](const auto& in) { return block->forward(in[0], pos); });
-  return head(h);
+  return head(run_blocks(embed(ids, pos), pos, 0, int64_t(blocks.size())));  // (B, T, V)
+}
+
+Tensor Gpt::run_blocks(Tensor h, const Tensor& positions, int64_t begin, int64_t end) const {
+  for (int64_t i = begin; i < end; ++i) {
+    const auto& block = blocks[size_t(i)];
+    // Through call(): parallelism applied from outside wraps each block's forward.
+    h = block->call({h}, [&block, positions](const auto& in) { return block->forward(in[0], positions); });
+  }
+  return h;
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const Tensor& positions) const {

@@ -69,8 +69,10 @@ class Gpt : public nn::Module {
   Tensor loss(const Tensor& ids, const Tensor& targets, const Tensor& positions = Tensor()) const;
 
   // The pieces of forward, for pipeline stages applied from outside:
-  // forward(ids) = head(blocks[D-1](... blocks[0](embed(ids), positions) ...)).
+  // forward(ids) = head(run_blocks(embed(ids, positions), positions, 0, depth)).
   Tensor embed(const Tensor& ids, const Tensor& positions) const;  // -> (B, T, C)
+  // Blocks [begin, end) on h (B, T, C) at positions (T) -> (B, T, C).
+  Tensor run_blocks(Tensor h, const Tensor& positions, int64_t begin, int64_t end) const;
   Tensor head(const Tensor& h) const;  // (B, T, C) -> final norm -> logits (B, T, V)
   // 0..T-1 after checking T against the context; the default positions of forward.
   Tensor default_positions(int64_t T) const;

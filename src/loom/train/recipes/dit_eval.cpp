@@ -1,6 +1,5 @@
 // Quality of a DiT: class accuracy of its samples and FID on the classifier's features.
 #include <cstdio>
-#include <filesystem>
 
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
@@ -9,12 +8,10 @@
 #include "loom/diffusion/fid.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
-#include "loom/train/classifier.h"
-#include "loom/train/dit_trainer.h"
+#include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/vit_classifier.h"
 
 namespace loom::train {
-
-namespace fs = std::filesystem;
 
 DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_dir,
                         const std::string& data_path, int64_t num_samples,
@@ -56,15 +53,9 @@ DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_
 
 DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
                                    int64_t num_samples, const DitSampleOptions& options) {
-  CheckpointReader reader(ckpt_dir);
-  Json state = read_trainer_state(reader);
-  LOOM_CHECK(state.at("model_kind").as_string() == "dit")
-      << "eval: " << ckpt_dir << " is a checkpoint of a " << state.at("model_kind").as_string()
-      << " model, not a DiT";
-  const std::string config_path = (fs::path(ckpt_dir).parent_path() / "config.toml").string();
-  Config cfg = load_config(config_path);
+  const Config cfg = run_config_of(ckpt_dir, "dit", "eval");
   models::Dit model(cfg.dit);
-  load_state_dict(model, as_map(reader.read_all("ema")), ckpt_dir + " (ema)");
+  load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
   DitQuality q = evaluate_dit(model, classifier_dir, cfg.data.path, num_samples, options);
   write_json_file(ckpt_dir + "/eval.json",
                   Json::object({{"samples", q.samples},

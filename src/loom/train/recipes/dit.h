@@ -1,16 +1,15 @@
-// Training, sampling and evaluation of the class-conditional DiT with flow matching.
+// The class-conditional DiT with flow matching and an EMA of its weights: its recipe, and
+// sampling and evaluation from its checkpoints.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "loom/models/dit/dit.h"
-#include "loom/train/checkpoint_dir.h"
-#include "loom/train/config.h"
+#include "loom/train/recipe.h"
 
 namespace loom::train {
 
-// Trains per `config` in config.run_dir() (opened by RunDirectory, train/run_directory.h):
-// from step 0, or from the checkpoint resume_from.
-void train_dit(const Config& config, const std::string& resume_from);
+std::unique_ptr<Recipe> make_dit_recipe(const Config& config);
 
 struct DitSampleOptions {
   int64_t per_class = 10;
@@ -18,7 +17,7 @@ struct DitSampleOptions {
   double cfg_scale = 2.0;
   bool heun = false;
   uint64_t seed = 0;
-  std::string png_path;   // grid, one row per class ("" = none)
+  std::string png_path;    // grid, one row per class ("" = none)
   std::string npy_prefix;  // writes <prefix>_images.npy (N, C, H, W) f32 and _labels.npy i64
 };
 

@@ -1,5 +1,6 @@
-// Training, evaluation and sampling of the GPT language model on a text corpus (the King
-// James Bible by default, or any UTF-8 file), with byte-level or BPE tokens.
+// The GPT language model on a text corpus (the King James Bible by default, or any UTF-8
+// file), with byte-level or BPE tokens: its recipe, and evaluation and sampling from its
+// checkpoints.
 //
 // Data: the text is split into a training head and a held-out tail (split_text), each
 // tokenized on its own. A training step draws B * grad_accum random windows of T + 1 tokens
@@ -17,17 +18,15 @@
 // byte-level tokens; for BPE: total nats / total bytes of the evaluated text).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
-#include "loom/train/checkpoint_dir.h"
-#include "loom/train/config.h"
+#include "loom/train/recipe.h"
 
 namespace loom::train {
 
-// Trains per `config` in config.run_dir() (opened by RunDirectory, train/run_directory.h):
-// from step 0, or from the checkpoint resume_from.
 // Writes checkpoints, metrics.jsonl and, at the end, eval.json with the held-out loss.
-void train_gpt(const Config& config, const std::string& resume_from);
+std::unique_ptr<Recipe> make_gpt_recipe(const Config& config);
 
 struct LmEvalResult {
   int64_t windows = 0;
@@ -53,8 +52,5 @@ struct GptSampleOptions {
 // Continues `prompt` with options.tokens tokens from a GPT checkpoint directory; returns the
 // prompt and its continuation as text.
 std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options);
-
-// "dit" or "gpt", from the checkpoint's trainer_state.json.
-std::string checkpoint_model_kind(const std::string& ckpt_dir);
 
 }  // namespace loom::train

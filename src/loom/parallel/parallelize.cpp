@@ -1,0 +1,382 @@
+#include "loom/parallel/parallelize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include "loom/ops/ops.h"
+#include "loom/parallel/activation_checkpoint.h"
+#include "loom/parallel/context_parallel.h"
+
+namespace loom::parallel {
+
+ParallelModel::ParallelModel(const dist::DeviceMesh& mesh, const Topology& topology)
+    : mesh_(mesh),
+      topology_(topology),
+      dp_(mesh.group("dp")),
+      tp_(mesh.group("tp")),
+      cp_(mesh.group("cp")),
+      pp_(mesh.group("pp")) {}
+
+std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::ParallelPlan& plan,
+                                           const dist::DeviceMesh& mesh, const Topology& topology,
+                                           int64_t micro_batches) {
+  std::unique_ptr<ParallelModel> pm(new ParallelModel(mesh, topology));
+  ParallelModel& m = *pm;
+  // 1. Pipeline: what other stages hold leaves the model and the plan.
+  std::vector<std::string> blocks = plan.blocks;
+  nn::ParallelPlan local_plan = plan;
+  if (m.pp_->size() > 1) {
+    blocks = m.split_pipeline(model, plan, micro_batches);
+    const std::set<std::string> kept(blocks.begin(), blocks.end());
+    auto in_kept_block = [&](const std::string& path) {
+      for (const auto& b : plan.blocks)
+        if (path == b || path.rfind(b + ".", 0) == 0) return kept.count(b) > 0;
+      return true;
+    };
+    for (auto* list : {&local_plan.attention, &local_plan.column, &local_plan.row, &local_plan.blocks})
+      list->erase(std::remove_if(list->begin(), list->end(),
+                                 [&](const std::string& p) { return !in_kept_block(p); }),
+                  list->end());
+    // Each chunk of this rank runs on its own: a sequence-split region each.
+    const auto& chunks = m.pipeline_.chunk_blocks;
+    for (size_t c = 1, at = 0; c <= chunks.size(); ++c) {
+      at += size_t(chunks[c - 1].second - chunks[c - 1].first);
+      if (c < chunks.size()) local_plan.stretch_starts.push_back(at);
+    }
+    // The vocabulary split needs the embedding and the head on one rank: with a pipeline they
+    // stay whole (tied embeddings would have to be split alike on both ends).
+    local_plan.vocab_embedding = local_plan.vocab_head = "";
+  }
+  // 2. Tensor (and sequence) parallelism.
+  if (m.tp_->size() > 1) {
+    m.tp_layout_ = apply_tensor_parallel(model, local_plan, m.tp_, topology.sequence_parallel);
+    if (!m.tp_layout_.partial_gradients.empty())
+      m.partial_sums_.push_back({m.tp_, m.tp_layout_.partial_gradients, false});
+  }
+  // 3. Context parallelism.
+  m.sequence_shards_ = m.cp_->size() > 1 && plan.sequence_shards;
+  if (m.cp_->size() > 1)
+    m.partial_sums_.push_back(
+        {m.cp_, apply_context_parallel(model, local_plan, m.cp_, topology.context_parallel), false});
+  for (const auto& p : model.named_parameters()) m.local_numel_[p.name] = p.tensor.numel();
+  // 4. Activation checkpointing.
+  apply_activation_checkpointing(model, blocks, topology.recompute);
+  // 5. Data parallelism; every replica starts from rank 0's weights.
+  if (topology.zero_stage() > 0) {
+    m.replicas_ = mesh.group("dp_replicate");
+    m.zero_ = std::make_unique<ZeroDataParallel>(
+        model, blocks, ZeroOptions{topology.zero_stage(), topology.gather_dtype},
+        mesh.group("dp_shard"), m.replicas_);
+    m.zero_->broadcast_parameters();
+    m.pieces_ = m.zero_->pieces();
+  } else {
+    const auto params = model.named_parameters();
+    for (const auto& p : params)
+      m.pieces_.push_back({p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
+    m.replicas_ = m.dp_;
+    if (m.dp_->size() > 1) {  // one data-parallel rank needs no wrapper: the step stays as it is
+      m.ddp_ = std::make_unique<DistributedDataParallel>(
+          params, m.dp_, int64_t(topology.bucket_mb * 1024 * 1024));
+      m.ddp_->broadcast_parameters(0);
+    }
+  }
+  return pm;
+}
+
+std::string ParallelModel::describe() const {
+  std::ostringstream s;
+  const int n = mesh_.world()->size();
+  if (n == 1) return "1 process";
+  const Topology& t = topology_;
+  s << n << " processes (";
+  if (pp_->size() > 1)
+    s << "pp " << pp_->size() << " " << name_of(t.pipeline_schedule)
+      << (t.pipeline_chunks > 1 ? " x" + std::to_string(t.pipeline_chunks) : "") << " x ";
+  if (tp_->size() > 1)
+    s << "tp " << tp_->size() << (t.sequence_parallel ? " with sequence parallel" : "") << " x ";
+  if (cp_->size() > 1) s << "cp " << cp_->size() << " " << name_of(t.context_parallel) << " x ";
+  s << "dp " << dp_->size();
+  if (mesh_.degree("dp_replicate") > 1)
+    s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard")
+      << " shards";
+  s << ": " << name_of(t.data_parallel);
+  if (t.gather_dtype != DType::F32) s << ", gathered in " << dtype_name(t.gather_dtype);
+  s << ")";
+  return s.str();
+}
+
+optim::OptimizerParams ParallelModel::optimizer_params() const {
+  if (zero_) return zero_->optimizer_params();
+  optim::OptimizerParams out;
+  for (const auto& p : pieces_) out.params.push_back({p.name, p.value, p.weight_decay});
+  return out;
+}
+
+std::vector<TensorPiece> ParallelModel::checkpoint_pieces(
+    const std::vector<PieceValues>& contents_list) const {
+  // Replicas hold the same pieces: replica q of Q writes the q-th part of each (the cp ranks
+  // are replicas, and the tp ranks are of the parameters they do not split).
+  const int64_t T = tp_->size();
+  std::vector<TensorPiece> out;
+  for (const auto& contents : contents_list) {
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const auto& p = pieces_[k];
+      const bool split = tp_sharded(p);
+      const int64_t t = split ? 0 : tp_->rank(), Tq = split ? 1 : T;
+      // What both pipeline ends hold (maybe sharded differently): the first stage writes it.
+      if (ends_shared_.count(p.name) && !pipeline_.first) continue;
+      const int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
+      const int64_t Q = replicas_->size() * cp_->size() * Tq;
+      const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
+      for (const auto& range : whole_ranges(p)) {
+        const int64_t n = range.end - range.begin, a = n * q / Q, b = n * (q + 1) / Q;
+        if (a == b && n > 0) continue;
+        out.push_back({contents.prefix + p.name + contents.suffix, whole_shape(p), range.begin + a,
+                       range.begin + b,
+                       value.as_strided({b - a}, {1}, value.offset() + range.offset + a)});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ParallelModel::split_pipeline(nn::Module& model, const nn::ParallelPlan& plan,
+                                                      int64_t micro_batches) {
+  const int64_t P = pp_->size(), p = pp_->rank(), V = topology_.pipeline_chunks;
+  Pipeline& pipe = pipeline_;
+  pipe.schedule = make_pipe_schedule(topology_.pipeline_schedule, P, micro_batches, V);
+  pipe.group = pp_;
+  pipe.first = p == 0;      // stage 0 is chunk 0 of rank 0
+  pipe.last = p == P - 1;   // stage S - 1 is chunk V - 1 of rank P - 1
+  const auto stages = split_into_stages(int64_t(plan.blocks.size()), P * V);
+  // The unit (a block, or a first/last-stage module) each parameter lies in, and who holds it.
+  std::map<std::string, int> owner;  // unit -> the pipeline rank that has it (for gathers)
+  std::set<std::string> kept;
+  for (int64_t s = 0; s < P * V; ++s)
+    for (int64_t i = stages[size_t(s)].first; i < stages[size_t(s)].second; ++i)
+      owner[plan.blocks[size_t(i)]] = int(s % P);
+  for (int64_t c = 0; c < V; ++c) {
+    pipe.chunk_blocks.push_back(stages[size_t(c * P + p)]);
+    for (int64_t i = stages[size_t(c * P + p)].first; i < stages[size_t(c * P + p)].second; ++i)
+      kept.insert(plan.blocks[size_t(i)]);
+  }
+  std::vector<std::string> blocks(kept.begin(), kept.end());
+  std::sort(blocks.begin(), blocks.end(), [&](const std::string& a, const std::string& b) {
+    return std::find(plan.blocks.begin(), plan.blocks.end(), a) <
+           std::find(plan.blocks.begin(), plan.blocks.end(), b);
+  });
+  std::set<std::string> shared_units;
+  for (const auto& u : plan.last_stage) owner.emplace(u, int(P - 1));
+  for (const auto& u : plan.first_stage) {
+    if (owner.count(u)) shared_units.insert(u);
+    owner[u] = 0;
+  }
+  if (pipe.first) kept.insert(plan.first_stage.begin(), plan.first_stage.end());
+  if (pipe.last) kept.insert(plan.last_stage.begin(), plan.last_stage.end());
+  for (const auto& param : model.named_parameters()) {
+    std::string unit;
+    for (const auto& [u, rank] : owner)
+      if (param.name.rfind(u + ".", 0) == 0) unit = u;
+    LOOM_CHECK(!unit.empty()) << "pipeline: parameter " << param.name
+                              << " lies in no block and in no first- or last-stage module of the model's plan";
+    whole_model_.emplace_back(param.name, param.tensor.shape(), owner.at(unit));
+    if (shared_units.count(unit)) ends_shared_.insert(param.name);
+  }
+  for (const auto& [unit, rank] : owner)
+    if (!kept.count(unit))
+      for (const auto& param : model.remove_submodule(unit)->named_parameters())
+        param.tensor.storage()->release();
+  // The first and last ranks sum what both hold. Under ZeRO the two ends shard it differently
+  // (their flat groups differ), so the group spans both ends' dp_shard ranks and the sum goes
+  // through a buffer of the whole tensor (see after_backward).
+  const auto& world = mesh_.world();
+  const bool zero = topology_.zero_stage() > 0;
+  int color = world->size() + world->rank();  // a group of its own
+  if (pipe.first || pipe.last) {
+    color = 0;
+    for (const char* axis : {"dp_replicate", "dp_shard", "cp", "tp"}) {
+      if (zero && std::string(axis) == "dp_shard") continue;
+      color = color * int(mesh_.degree(axis)) + int(mesh_.coordinate(axis));
+    }
+  }
+  ends_ = world->split(color, world->rank(), "pp_ends");
+  if (!ends_shared_.empty() && (pipe.first || pipe.last))
+    partial_sums_.push_back({ends_, ends_shared_, /*through_whole=*/true});
+  return blocks;
+}
+
+std::vector<int64_t> ParallelModel::sequence_rows(int64_t T) const {
+  if (!sequence_shards_) return {};
+  return context_parallel_rows(T, cp_->rank(), cp_->size(), topology_.context_parallel);
+}
+
+double ParallelModel::run_pipeline_step(const PipelineStages& stages) {
+  begin_micro_step(0, 2);
+  const double sum = run_pipeline(pipeline_.schedule, stages, pipeline_.group);
+  begin_micro_step(1, 2);
+  after_backward(1, 2);
+  return from_last_stage(sum / double(pipeline_.schedule.micro_batches));
+}
+
+double ParallelModel::from_last_stage(double value) const {
+  if (!pipeline()) return value;
+  Tensor t = from_vector(std::vector<float>{pipeline_.last ? float(value) : 0.0f}, {1});
+  pp_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  return double(t.data<float>()[0]);
+}
+
+std::vector<nn::NamedParameter> ParallelModel::piece_parameters() const {
+  std::vector<nn::NamedParameter> out;
+  for (const auto& p : pieces_) {
+    const bool whole = p.begin == 0 && p.end == shape_numel(p.shape);
+    out.push_back({whole ? p.name
+                         : p.name + "[" + std::to_string(p.begin) + ":" + std::to_string(p.end) + "]",
+                   p.value, p.weight_decay});
+  }
+  return out;
+}
+
+NamedTensors ParallelModel::gather_full(const std::vector<Tensor>& values) {
+  NamedTensors out;
+  if (zero_) {
+    out = zero_->gather_full(values);
+  } else {
+    for (size_t k = 0; k < pieces_.size(); ++k) out.emplace_back(pieces_[k].name, values.at(k));
+  }
+  // Tensor-parallel parts: every rank's part, placed into the whole by its runs.
+  for (auto& [name, part] : out) {
+    auto it = tp_layout_.sharded.find(name);
+    if (it == tp_layout_.sharded.end()) continue;
+    const TensorShard& shard = it->second;
+    const int64_t P = tp_->size(), n = part.numel();
+    Tensor all = Tensor::empty({P * n}, part.dtype());
+    tp_->all_gather(contiguous(part), all)->wait();
+    Tensor whole = Tensor::empty(shard.whole_shape, part.dtype());
+    const size_t elem = dtype_size(part.dtype());
+    for (int64_t q = 0; q < P; ++q)
+      for (const auto& run : shard.runs(q))
+        std::memcpy(static_cast<char*>(whole.data_ptr()) + size_t(run.whole) * elem,
+                    static_cast<const char*>(all.data_ptr()) + size_t(q * n + run.local) * elem,
+                    size_t(run.length) * elem);
+    part = whole;
+  }
+  if (!pipeline()) return out;
+  // Every parameter from the pipeline rank that holds it.
+  std::map<std::string, Tensor> mine(out.begin(), out.end());
+  NamedTensors all;
+  for (const auto& [name, shape, owner] : whole_model_) {
+    auto it = mine.find(name);
+    Tensor t = it != mine.end() && pp_->rank() == owner ? contiguous(it->second) : Tensor::empty(shape);
+    pp_->broadcast(t, owner)->wait();
+    all.emplace_back(name, t);
+  }
+  return all;
+}
+
+std::vector<ParallelModel::WholeRange> ParallelModel::whole_ranges(const ParamPiece& p) const {
+  auto it = tp_layout_.sharded.find(p.name);
+  if (it == tp_layout_.sharded.end()) return {{p.begin, p.end, 0}};
+  std::vector<WholeRange> out;
+  for (const auto& run : it->second.runs(tp_->rank())) {
+    const int64_t a = std::max(p.begin, run.local), b = std::min(p.end, run.local + run.length);
+    if (a < b) out.push_back({run.whole + a - run.local, run.whole + b - run.local, a - p.begin});
+  }
+  return out;
+}
+
+const Shape& ParallelModel::whole_shape(const ParamPiece& p) const {
+  auto it = tp_layout_.sharded.find(p.name);
+  return it == tp_layout_.sharded.end() ? p.shape : it->second.whole_shape;
+}
+
+void ParallelModel::begin_micro_step(int64_t micro, int64_t grad_accum) {
+  if (zero_) zero_->begin_micro_step(micro, grad_accum);
+  if (ddp_) ddp_->set_gradient_sync(micro + 1 == grad_accum);
+}
+
+void ParallelModel::after_backward(int64_t micro, int64_t grad_accum) {
+  if (zero_) zero_->after_backward(micro, grad_accum);
+  if (ddp_ && micro + 1 == grad_accum) ddp_->finish_gradient_sync();
+  // Parameters used on sequence shards: each rank of the group has its tokens' share of the
+  // gradient. Summing after the data-parallel reduction gives the same total (both are sums).
+  if (micro + 1 == grad_accum)
+    for (const auto& sum : partial_sums_) {
+      std::vector<dist::WorkPtr> pending;
+      if (!sum.through_whole) {
+        for (const auto& p : pieces_) {
+          const Tensor g = p.gradient();
+          if (g.defined() && sum.names.count(p.name))
+            pending.push_back(sum.group->all_reduce(g, dist::ReduceOp::Sum));
+        }
+        for (auto& w : pending) w->wait();
+        continue;
+      }
+      // Each rank adds whatever ranges it holds (maybe none) into a zero tensor of the whole
+      // size; the sum has every rank's contribution wherever it lies.
+      std::vector<Tensor> wholes;
+      for (const auto& name : sum.names) {
+        Tensor whole = zeros({local_numel_.at(name)});
+        for (const auto& p : pieces_)
+          if (p.name == name && p.gradient().defined())
+            copy_(narrow(whole, 0, p.begin, p.end - p.begin), reshape(p.gradient(), {p.end - p.begin}));
+        pending.push_back(sum.group->all_reduce(whole, dist::ReduceOp::Sum));
+        wholes.push_back(whole);
+      }
+      for (auto& w : pending) w->wait();
+      size_t k = 0;
+      for (const auto& name : sum.names) {
+        for (const auto& p : pieces_)
+          if (p.name == name && p.gradient().defined())
+            copy_(p.gradient(), reshape(narrow(wholes[k], 0, p.begin, p.end - p.begin), p.gradient().shape()));
+        ++k;
+      }
+    }
+}
+
+double ParallelModel::clip_grad_norm(double max_norm) {
+  // Each element once: split parts add up over the tp ranks, whole parameters (the same on
+  // every tp rank) count 1/tp per rank; pipeline stages add up, what both ends hold counts
+  // half on each; ZeRO's shards add up over dp_shard.
+  std::vector<Tensor> grads;
+  std::vector<double> weights;
+  for (const auto& p : pieces_) {
+    grads.push_back(p.gradient());
+    weights.push_back((tp_sharded(p) ? 1.0 : 1.0 / double(tp_->size())) *
+                      (ends_shared_.count(p.name) ? 0.5 : 1.0));
+  }
+  Tensor sum = from_vector(std::vector<float>{float(optim::grad_sum_squares(grads, weights))}, {1});
+  for (const auto& group : {zero_ ? mesh_.group("dp_shard") : nullptr, tp_, pp_})
+    if (group && group->size() > 1) group->all_reduce(sum, dist::ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(double(sum.data<float>()[0]));
+  optim::scale_grads_to_norm(grads, norm, max_norm);
+  return norm;
+}
+
+void ParallelModel::after_optimizer_step() {
+  if (zero_) zero_->sync_parameters();
+}
+
+void ParallelModel::zero_grad() {
+  if (zero_) return zero_->zero_grad();  // its gradients are views of the shards: kept, zeroed
+  for (const auto& p : pieces_) p.value.set_grad(Tensor());  // the next backward makes new ones
+}
+
+void ParallelModel::load_checkpoint(const CheckpointReader& ckpt,
+                                    const std::vector<PieceValues>& contents_list) {
+  for (const auto& contents : contents_list) {
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const auto& p = pieces_[k];
+      const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
+      for (const auto& range : whole_ranges(p))
+        ckpt.read(contents.prefix + p.name + contents.suffix, whole_shape(p),
+                  range.begin, range.end,
+                  value.as_strided({range.end - range.begin}, {1}, value.offset() + range.offset));
+    }
+  }
+  if (zero_) zero_->sync_parameters();
+}
+
+}  // namespace loom::parallel

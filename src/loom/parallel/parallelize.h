@@ -1,0 +1,148 @@
+// parallelize(): a plain single-device model spread over the job's mesh from outside, in one
+// fixed order --
+//   1. pipeline split   (pp > 1: this rank keeps its stages' blocks and, on the first and last
+//                        stage, the plan's modules there; the rest leaves the model)
+//   2. tensor parallel  (tp > 1: the plan's attention heads, column and row linears, the
+//                        vocabulary; with sequence parallelism the residual stream's shards)
+//   3. context parallel (cp > 1: ring or Ulysses attention over the cp ranks)
+//   4. activation checkpointing of the blocks
+//   5. data parallel    (DDP, or ZeRO-1/2/3 over dp_shard, replicated over dp_replicate)
+// Model parallelism comes first because it changes the parameters' shapes and its wrappers
+// run inside the others' (a recompute or a ZeRO-3 gather wraps a whole model-parallel block);
+// context parallelism's wrappers run outside tensor parallelism's (the sequence splits over cp
+// first, each share then over tp). Recompute goes before ZeRO so that ZeRO-3's wrapper runs
+// outside it (gathering before a recompute).
+//
+// The returned handle is what a trainer needs of the result: the master weights this rank holds
+// (its pieces, for the optimizer built afterwards and for an EMA), the gradient exchange around
+// backward, the global gradient norm, and where each piece lies in the whole tensors (for
+// checkpoints any layout can read).
+#pragma once
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "loom/checkpoint/sharded.h"
+#include "loom/dist/device_mesh.h"
+#include "loom/nn/module.h"
+#include "loom/nn/parallel_plan.h"
+#include "loom/optim/adamw.h"
+#include "loom/parallel/ddp.h"
+#include "loom/parallel/pipeline.h"
+#include "loom/parallel/tensor_parallel.h"
+#include "loom/parallel/topology.h"
+#include "loom/parallel/zero.h"
+
+namespace loom::parallel {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// One checkpointed quantity of every piece, stored as "<prefix><param><suffix>": the model
+// ("model/", ""), a moment ("optimizer/", ".exp_avg"), an EMA ("ema/", ""). values are aligned
+// with ParallelModel::pieces(); empty: the pieces' own values.
+struct PieceValues {
+  std::string prefix, suffix;
+  std::vector<Tensor> values;
+};
+
+// Pipeline parallelism: the schedule and what this rank runs of it.
+struct Pipeline {
+  PipeSchedule schedule;
+  std::vector<std::pair<int64_t, int64_t>> chunk_blocks;  // per chunk of this rank: blocks [b, e)
+  bool first = false, last = false;                       // holds the first / last stage
+  std::shared_ptr<dist::ProcessGroup> group;
+};
+
+class ParallelModel {
+ public:
+  // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
+  // the ZeRO shards -- of this rank's tensor-parallel part of each parameter (so `shape` is
+  // that part's).
+  const std::vector<ParamPiece>& pieces() const { return pieces_; }
+  // As parameters (named "<param>[begin:end]" when partial), for an EMA.
+  std::vector<nn::NamedParameter> piece_parameters() const;
+  // What the optimizer is built from (optim::make_adamw): the pieces, and under ZeRO the
+  // storage of their moments in its flat shards.
+  optim::OptimizerParams optimizer_params() const;
+  const Pipeline* pipeline() const { return pipeline_.schedule.ranks > 1 ? &pipeline_ : nullptr; }
+  // Context parallelism with a model that takes sequence shards (its plan says so): the rows
+  // of a T-long sequence this rank feeds the model; empty when it takes whole sequences.
+  std::vector<int64_t> sequence_rows(int64_t T) const;
+  // The ranks that hold the same pieces as this one (DDP: all dp ranks; HSDP: the replicas).
+  dist::ProcessGroup& replicas() const { return *replicas_; }
+  std::string describe() const;  // "4 processes (dp 4: zero2)"
+
+  // The step. Around each micro-step's backward the gradients are exchanged as the strategy
+  // says; after the last one every piece's gradient is complete.
+  void begin_micro_step(int64_t micro, int64_t grad_accum);
+  void after_backward(int64_t micro, int64_t grad_accum);
+  // One step's micro-batches through the pipeline schedule (gradients accumulate over them:
+  // the last stage starts each backward from loss / micro-batches). Gradients stay local
+  // while the passes run (ZeRO-2/3 reduce each block's as they always do) and are exchanged
+  // once after. Returns the step's mean loss, on every rank.
+  double run_pipeline_step(const PipelineStages& stages);
+  // Global gradient norm (before clipping to max_norm, if > 0): over every parameter's whole
+  // gradient, each element counted once however it is split or replicated.
+  double clip_grad_norm(double max_norm);
+  void after_optimizer_step();  // the full parameters follow the updated pieces (ZeRO)
+  void zero_grad();
+
+  // Checkpoints hold whole tensors' element ranges: a tensor-parallel part is written as the
+  // ranges of the whole it covers, so any layout reads any other. What this rank writes of
+  // `contents`; replicas split the writing of what they share.
+  std::vector<TensorPiece> checkpoint_pieces(const std::vector<PieceValues>& contents) const;
+  // Reads this rank's pieces of `contents` from a checkpoint of any layout.
+  void load_checkpoint(const CheckpointReader& ckpt, const std::vector<PieceValues>& contents);
+  // Whole tensors named as the parameters from per-piece values (collective over the mesh).
+  NamedTensors gather_full(const std::vector<Tensor>& values);
+
+ private:
+  friend std::unique_ptr<ParallelModel> parallelize(nn::Module&, const nn::ParallelPlan&,
+                                                    const dist::DeviceMesh&, const Topology&,
+                                                    int64_t);
+  ParallelModel(const dist::DeviceMesh& mesh, const Topology& topology);
+  std::vector<std::string> split_pipeline(nn::Module& model, const nn::ParallelPlan& plan,
+                                          int64_t micro_batches);
+  double from_last_stage(double value) const;  // the last stage's value, on every rank
+  // Where a piece's elements lie in the whole tensor: (begin, end, offset in the piece's value).
+  struct WholeRange {
+    int64_t begin, end, offset;
+  };
+  std::vector<WholeRange> whole_ranges(const ParamPiece& piece) const;
+  const Shape& whole_shape(const ParamPiece& piece) const;
+  bool tp_sharded(const ParamPiece& piece) const { return tp_layout_.sharded.count(piece.name) > 0; }
+
+  const dist::DeviceMesh& mesh_;
+  const Topology topology_;
+  std::shared_ptr<dist::ProcessGroup> dp_, replicas_, tp_, cp_, pp_;
+  bool sequence_shards_ = false;  // cp > 1 and the model takes sequence shards
+  Pipeline pipeline_;
+  std::shared_ptr<dist::ProcessGroup> ends_;  // the first and last pipeline ranks
+  std::set<std::string> ends_shared_;         // parameters both ends hold (a tied embedding)
+  // Every parameter of the whole model (name, shape) and the pipeline rank that has it.
+  std::vector<std::tuple<std::string, Shape, int>> whole_model_;
+  TensorParallelLayout tp_layout_;
+  // Parameters whose gradients each rank of a group holds only its share of (used on sequence
+  // shards under SP or CP, or by both pipeline ends): summed over that group after the
+  // data-parallel reduction.
+  struct PartialSum {
+    std::shared_ptr<dist::ProcessGroup> group;
+    std::set<std::string> names;
+    bool through_whole;  // the ranks hold different ranges of each: sum whole-size buffers
+  };
+  std::vector<PartialSum> partial_sums_;
+  std::map<std::string, int64_t> local_numel_;  // this rank's parameters (after tp), by name
+  std::vector<ParamPiece> pieces_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<ZeroDataParallel> zero_;
+};
+
+// Collective over mesh.world(). micro_batches: a pipeline step's (the trainer's grad_accum).
+std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::ParallelPlan& plan,
+                                           const dist::DeviceMesh& mesh, const Topology& topology,
+                                           int64_t micro_batches);
+
+}  // namespace loom::parallel

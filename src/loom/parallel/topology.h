@@ -1,0 +1,44 @@
+// How the job's processes train one model: the mesh degrees and, per axis, the typed choice of
+// what runs on it. Parsed and validated once from [parallel] (train/config.cpp); everything
+// downstream switches on these enums, never on the config's strings.
+#pragma once
+#include <string>
+
+#include "loom/core/dtype.h"
+#include "loom/dist/device_mesh.h"
+
+namespace loom::parallel {
+
+enum class DataParallel { DDP, Zero1, Zero2, Zero3 };  // "fsdp" reads as Zero3
+enum class Recompute { None, Full, Selective };        // activation checkpointing of blocks
+enum class ContextParallelKind { Ring, Ulysses };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+
+struct Topology {
+  dist::ParallelDims dims;  // dp_shard = -1: every rank not used by other axes
+  DataParallel data_parallel = DataParallel::DDP;  // over dp_shard, replicated over dp_replicate
+  DType gather_dtype = DType::F32;                 // Zero3: what parameters travel as
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;  // tp > 1: norms and residuals on sequence shards
+  ContextParallelKind context_parallel = ContextParallelKind::Ring;
+  ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
+  int64_t pipeline_chunks = 1;  // model chunks per pipeline rank (interleaved only)
+  double bucket_mb = 25;        // DDP gradient buckets
+
+  int zero_stage() const { return int(data_parallel); }  // 0: DDP
+};
+
+// From the config's spelling; an unknown name throws "<what> '<name>' (expected <names>)".
+DataParallel data_parallel_from_name(const std::string& name,  // ddp, zero1-3, fsdp
+                                     const std::string& what = "data parallelism");
+Recompute recompute_from_name(const std::string& name,  // none, full, selective
+                              const std::string& what = "activation checkpointing");
+ContextParallelKind context_parallel_from_name(const std::string& name,  // ring, ulysses
+                                               const std::string& what = "context parallelism");
+ScheduleKind schedule_kind_from_name(const std::string& name,  // gpipe, 1f1b, interleaved
+                                     const std::string& what = "pipeline schedule");
+const char* name_of(DataParallel kind);
+const char* name_of(ContextParallelKind kind);
+const char* name_of(ScheduleKind kind);
+
+}  // namespace loom::parallel

@@ -1,0 +1,79 @@
+#include "loom/train/checkpointer.h"
+
+#include <cstring>
+#include <utility>
+
+#include "loom/train/checkpoint_dir.h"
+
+namespace loom::train {
+
+Checkpointer::Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel& model,
+                           optim::AdamW& optimizer, std::function<std::vector<PieceState>()> extra,
+                           std::string model_kind, std::string run_dir, bool async,
+                           int64_t keep)
+    : model_(model),
+      optimizer_(optimizer),
+      extra_(std::move(extra)),
+      model_kind_(std::move(model_kind)),
+      run_dir_(std::move(run_dir)),
+      async_(async),
+      keep_(keep),
+      group_(mesh.world()->split(0, mesh.world()->rank(), "checkpoint")) {}
+
+Checkpointer::~Checkpointer() {
+  if (saver_.joinable()) saver_.join();
+}
+
+void Checkpointer::wait() {
+  if (saver_.joinable()) saver_.join();
+  if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
+}
+
+std::vector<parallel::PieceValues> Checkpointer::contents() const {
+  // The model first: a checkpoint of another model fails on its weights' names and shapes.
+  std::vector<parallel::PieceValues> out{{"model/", "", {}}};
+  const auto moments = optimizer_.named_state();  // exp_avg, exp_avg_sq per piece, in order
+  std::vector<Tensor> m, v;
+  for (size_t k = 0; k < moments.size(); k += 2) {
+    m.push_back(moments[k].second);
+    v.push_back(moments[k + 1].second);
+  }
+  out.push_back({"optimizer/", ".exp_avg", m});
+  out.push_back({"optimizer/", ".exp_avg_sq", v});
+  for (auto& [name, values] : extra_()) out.push_back({name + "/", "", values});
+  return out;
+}
+
+std::string Checkpointer::save(int64_t step, const Json& state) {
+  std::vector<TensorPiece> pieces = model_.checkpoint_pieces(contents());
+  wait();
+  if (!async_) return save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);
+  // A snapshot the step may overwrite meanwhile without changing what is written.
+  for (auto& piece : pieces) {
+    Tensor copy = Tensor::empty({piece.end - piece.begin}, piece.data.dtype(), cpu_device(),
+                                MemCategory::Other);
+    std::memcpy(copy.data_ptr(), piece.data.data_ptr(), copy.nbytes());
+    piece.data = copy;
+  }
+  saver_ = std::thread([this, step, pieces = std::move(pieces), state] {
+    try {
+      save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);
+    } catch (...) {
+      save_error_ = std::current_exception();
+    }
+  });
+  return checkpoint_dir_name(run_dir_, step);
+}
+
+Json Checkpointer::load(const std::string& ckpt_dir) {
+  const CheckpointReader reader(ckpt_dir);
+  Json state = read_trainer_state(reader);
+  const std::string kind = state.at("model_kind").as_string();
+  LOOM_CHECK(kind == model_kind_) << "checkpoint " << ckpt_dir << " is of model kind " << kind
+                                  << ", not " << model_kind_;
+  model_.load_checkpoint(reader, contents());
+  optimizer_.set_steps_taken(state.at("optimizer_steps").as_int());
+  return state;
+}
+
+}  // namespace loom::train

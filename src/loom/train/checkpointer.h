@@ -1,0 +1,56 @@
+// A run's checkpoints as the trainer writes and reads them: the pieces this rank holds of the
+// model ("model/<name>"), of the AdamW moments ("optimizer/<name>.exp_avg", ".exp_avg_sq") and
+// of each recipe state ("ema/<name>"), laid out by the ParallelModel so that any layout reads
+// any other, plus trainer_state.json (see checkpoint_dir.h for the directory itself).
+#pragma once
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/checkpoint/json.h"
+#include "loom/dist/device_mesh.h"
+#include "loom/optim/adamw.h"
+#include "loom/parallel/parallelize.h"
+
+namespace loom::train {
+
+// Per-piece tensors aligned with ParallelModel::pieces() under a name ("ema").
+using PieceState = std::pair<std::string, std::vector<Tensor>>;
+
+class Checkpointer {
+ public:
+  // extra: the recipe's per-piece state, asked for at every save and load. async: pieces are
+  // copied and written by a background thread while training goes on (one checkpoint at a
+  // time: the next save waits for the previous one). keep: checkpoints of this run kept.
+  Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel& model,
+               optim::AdamW& optimizer, std::function<std::vector<PieceState>()> extra,
+               std::string model_kind, std::string run_dir, bool async, int64_t keep);
+  ~Checkpointer();  // waits for a checkpoint being written
+
+  // Collective: writes run_dir/step-<step> with `state` as trainer_state.json; returns the
+  // directory the checkpoint has (or, while a background save runs, will have).
+  std::string save(int64_t step, const Json& state);
+  // Collective: reads this rank's pieces of everything saved and the optimizer's step count
+  // from a checkpoint of any layout (of this model kind); returns its trainer_state.json.
+  Json load(const std::string& ckpt_dir);
+  // Blocks until a checkpoint being written is complete; rethrows its error.
+  void wait();
+
+ private:
+  std::vector<parallel::PieceValues> contents() const;
+  parallel::ParallelModel& model_;
+  optim::AdamW& optimizer_;
+  std::function<std::vector<PieceState>()> extra_;
+  std::string model_kind_, run_dir_;
+  bool async_;
+  int64_t keep_;
+  // Checkpoint writing synchronises on a group of its own, so a background save never
+  // interleaves its barriers with the training step's collectives.
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::thread saver_;
+  std::exception_ptr save_error_;
+};
+
+}  // namespace loom::train

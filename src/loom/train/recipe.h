@@ -1,0 +1,98 @@
+// A recipe is what the one training loop (train/trainer.h) needs to know of a model kind: how
+// to build the model, make a batch, compute the loss, split the model into pipeline stages
+// (from the model's own pieces), what else it checkpoints (an EMA), how it evaluates and what it
+// reports at the end. Recipes are registered by model.kind (train/recipes/registry.cpp); the
+// loop, the parallelism and the checkpoints are the same for every kind.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/checkpoint/json.h"
+#include "loom/nn/module.h"
+#include "loom/nn/parallel_plan.h"
+#include "loom/parallel/parallelize.h"
+#include "loom/train/bench.h"
+#include "loom/train/checkpointer.h"
+#include "loom/train/config.h"
+
+namespace loom::train {
+
+// Which of a micro-batch's samples this rank takes: the global batch of one micro-step is
+// train.batch_size samples, rank r of the dp ranks takes `count` of them from `first` on.
+struct Slot {
+  int64_t step = 0, micro = 0;
+  int64_t first = 0;  // the global index (within the step) of this rank's first sample
+  int64_t count = 0;  // this rank's share of the micro-batch
+};
+
+// One rank's share of one micro-batch, as the recipe reads it (images and labels, or token ids
+// and their targets).
+struct Batch {
+  Tensor x, y;
+  Json data_state;  // what a checkpoint records to resume the data after this batch (or null)
+};
+
+// What the run has when the recipe is attached (after parallelize): the data-parallel group
+// the recipe shares evaluation work over, and the parallelised model.
+struct RunContext {
+  parallel::ParallelModel& model;
+  dist::ProcessGroup& dp;
+  bool main = false;  // world rank 0: reports and files
+};
+
+// What the loop tells the recipe when training has ended.
+struct RunSummary {
+  int64_t step = 0;           // steps done in all (1-based: the last checkpoint's step)
+  int64_t steps_run = 0;      // by this process
+  double train_seconds = 0;   // in training steps (not evaluation or checkpoints)
+};
+
+class Recipe {
+ public:
+  virtual ~Recipe() = default;
+
+  // Built and initialised from run.seed by the constructor; the loop parallelises it.
+  virtual nn::Module& model() = 0;
+  virtual nn::ParallelPlan parallel_plan() const = 0;
+  // One step's shape (global batch), for the FLOPs and the unit of the progress line.
+  virtual BenchSpec step_spec(int64_t samples_per_step) const = 0;
+  virtual std::string describe() const = 0;  // "dit: 4.8M parameters, 196 tokens per image"
+  virtual std::string describe_data() const { return ""; }  // a second line, if any
+  virtual void start(RunContext& run) {}     // after parallelize, before resuming
+  // The main rank, once the run starts: files kept beside config.toml (a tokenizer).
+  virtual void write_run_files(const std::string& run_dir) const {}
+
+  // Checkpointed state besides the model and optimizer: per-piece values (an EMA), and
+  // trainer_state.json fields (merged with the last batch's data_state).
+  virtual std::vector<PieceState> piece_state() { return {}; }
+  virtual Json state(int64_t step) const { return Json::object(); }
+  virtual void resume(const Json& trainer_state) {}  // before the first batch is made
+
+  // Called in (step, micro) order on a background thread.
+  virtual Batch make_batch(const Slot& slot) = 0;
+  // The mean loss of one micro-batch through the whole model (no pipeline).
+  virtual Tensor loss(const Batch& batch, const Slot& slot) = 0;
+  // The model as this rank's pipeline stages for one step's micro-batches (batches[m]).
+  virtual parallel::PipelineStages pipeline_stages(const parallel::Pipeline& pipe,
+                                                   const std::vector<Batch>& batches,
+                                                   const std::vector<Slot>& slots) = 0;
+  virtual void after_step(int64_t step, bool updated) {}  // an EMA follows the update
+  // Every eval.every steps: metrics for the progress line (null: nothing evaluated). Collective.
+  virtual Json evaluate(int64_t step) { return Json(); }
+  // After the last step and checkpoint: the report, samples, eval.json. Collective.
+  virtual void finish(const RunSummary& summary) = 0;
+};
+
+// The recipe of config.model_kind; an unknown kind is an error naming the known ones.
+std::unique_ptr<Recipe> make_recipe(const Config& config);
+// What checking a checkpoint of config's kind needs, without data: the bare model (its
+// parameters' names and shapes) and the names of the per-piece states the recipe saves.
+std::unique_ptr<nn::Module> make_bare_model(const Config& config);
+std::vector<std::string> recipe_piece_states(const std::string& model_kind);
+
+// Element-wise sum over a group (losses, counts, flags; f32 on the wire).
+std::vector<double> sum_over(dist::ProcessGroup& group, const std::vector<double>& values);
+
+}  // namespace loom::train

@@ -1,0 +1,250 @@
+#include "loom/train/recipes/dit.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "loom/checkpoint/json_file.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/data/idx.h"
+#include "loom/data/npy.h"
+#include "loom/data/sampler.h"
+#include "loom/diffusion/png.h"
+#include "loom/ops/ops.h"
+#include "loom/optim/ema.h"
+#include "loom/train/checkpoint_dir.h"
+#include "loom/train/progress.h"
+
+namespace loom::train {
+
+namespace {
+
+Tensor sample_grid_labels(int64_t classes, int64_t per_class) {
+  std::vector<int64_t> y;
+  for (int64_t c = 0; c < classes; ++c)
+    for (int64_t i = 0; i < per_class; ++i) y.push_back(c);
+  return from_vector(y, {classes * per_class});
+}
+
+diffusion::VelocityFn velocity_of(const models::Dit& model) {
+  return [&model](const Tensor& x, const Tensor& t, const Tensor& y) {
+    return model.forward(x, t, y);
+  };
+}
+
+}  // namespace
+
+Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
+                         const DitSampleOptions& o) {
+  const auto& c = model.config;
+  const int64_t N = labels.size(0), chunk = 100;
+  std::vector<Tensor> parts;
+  diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes};
+  // Sampling thousands of images takes minutes on a CPU: a line every 10 s says how far.
+  const auto start = std::chrono::steady_clock::now();
+  auto last_line = start;
+  for (int64_t at = 0; at < N; at += chunk) {
+    const int64_t n = std::min(chunk, N - at);
+    Tensor x = diffusion::sample(velocity_of(model), {n, c.channels, c.image_size, c.image_size},
+                                 narrow(labels, 0, at, n), sc, o.seed + uint64_t(at));
+    parts.push_back(x);
+    const auto now = std::chrono::steady_clock::now();
+    if (N > chunk && (now - last_line >= std::chrono::seconds(10) || at + n == N)) {
+      last_line = now;
+      const double s = std::chrono::duration<double>(now - start).count();
+      std::printf("sampling: %lld/%lld images (%lld steps each) | %s elapsed | ETA %s\n",
+                  (long long)(at + n), (long long)N, (long long)o.steps,
+                  format_duration(s).c_str(),
+                  format_duration(s / double(at + n) * double(N - at - n)).c_str());
+      std::fflush(stdout);
+    }
+  }
+  NoGradGuard no_grad;
+  Tensor all = cat(parts, 0);
+  // Clamp to the data range.
+  std::vector<float> v = to_vector(all);
+  for (float& e : v) e = std::max(-1.0f, std::min(1.0f, e));
+  return from_vector(v, all.shape());
+}
+
+namespace {
+
+void write_samples(const models::Dit& model, const DitSampleOptions& o) {
+  const int64_t classes = model.config.num_classes;
+  Tensor labels = sample_grid_labels(classes, o.per_class);
+  Tensor images = sample_dit_images(model, labels, o);
+  if (!o.png_path.empty()) {
+    ImageGrid grid = image_grid(images, int(classes), int(o.per_class));
+    write_png(o.png_path, grid.pixels, grid.width, grid.height, grid.channels);
+  }
+  if (!o.npy_prefix.empty()) {
+    write_npy(o.npy_prefix + "_images.npy", images);
+    write_npy(o.npy_prefix + "_labels.npy", labels);
+  }
+  std::printf("samples: %lld images (%lld per class, %lld %s steps, cfg %.2f) -> %s%s%s\n",
+              (long long)images.size(0), (long long)o.per_class, (long long)o.steps,
+              o.heun ? "Heun" : "Euler", o.cfg_scale, o.png_path.c_str(),
+              !o.png_path.empty() && !o.npy_prefix.empty() ? " and " : "",
+              o.npy_prefix.empty() ? "" : (o.npy_prefix + "_{images,labels}.npy").c_str());
+}
+
+}  // namespace
+
+
+namespace {
+
+class DitRecipe : public Recipe {
+ public:
+  explicit DitRecipe(const Config& cfg)
+      : cfg_(cfg), data_(fashion_mnist(cfg.data.path, /*train=*/true)), model_(cfg.dit) {
+    LOOM_CHECK(data_.images.size(1) == cfg.dit.channels && data_.images.size(2) == cfg.dit.image_size)
+        << "dataset images " << data_.images.shape() << " do not match model.channels "
+        << cfg.dit.channels << " and model.image_size " << cfg.dit.image_size;
+    LOOM_CHECK(data_.num_classes <= cfg.dit.num_classes)
+        << "dataset has " << data_.num_classes << " classes, model.num_classes is "
+        << cfg.dit.num_classes;
+    model_.init_parameters(cfg.run.seed);
+  }
+
+  nn::Module& model() override { return model_; }
+  nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
+  BenchSpec step_spec(int64_t images) const override {
+    return dit_bench(cfg_.run.name, cfg_.dit, images);
+  }
+  std::string describe() const override {
+    return "dit: " + std::to_string(model_.num_parameters()) + " parameters, " +
+           std::to_string(cfg_.dit.tokens()) + " tokens per image";
+  }
+
+  void start(RunContext& run) override {
+    run_ = &run;
+    // Of the master weights this rank holds; samples use the gathered whole.
+    ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
+    sampler_ = std::make_unique<Sampler>(data_.images.size(0), cfg_.train.batch_size / run.dp.size(),
+                                         cfg_.run.seed, /*shuffle=*/true, run.dp.rank(),
+                                         run.dp.size());
+  }
+  std::vector<PieceState> piece_state() override {
+    std::vector<Tensor> values;
+    for (const auto& [name, t] : ema_->named_weights()) values.push_back(t);
+    return {{"ema", values}};
+  }
+  void resume(const Json& state) override {
+    sampler_->set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+  }
+
+  Batch make_batch(const Slot&) override {
+    const std::vector<int64_t> idx = sampler_->next_batch();
+    const Tensor index = from_vector(idx, {int64_t(idx.size())});
+    NoGradGuard no_grad;
+    const Sampler::State next = sampler_->state();  // where the data resumes after this batch
+    return {index_select(data_.images, 0, index),  // (B, C, H, W)
+            index_select(data_.labels, 0, index),  // (B)
+            Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
+  }
+  Tensor loss(const Batch& b, const Slot& s) override {
+    // The noise and times of sample g of the step depend on (seed, step, g) alone.
+    return diffusion::flow_matching_loss(velocity_of(model_), b.x, b.y, cfg_.flow, cfg_.run.seed,
+                                         s.step, s.first);
+  }
+  // Embedders before the first stage, the blocks, the final layer and the loss after the last.
+  // What travels between stages is the tokens with the conditioning appended as one more
+  // token, (B, T + 1, D): every stage's blocks need both, and the conditioning's gradient
+  // flows back through every stage to the embedders.
+  parallel::PipelineStages pipeline_stages(const parallel::Pipeline& pipe,
+                                           const std::vector<Batch>& batches,
+                                           const std::vector<Slot>& slots) override {
+    auto fm = std::make_shared<std::vector<diffusion::FlowMatchingBatch>>();
+    for (size_t m = 0; m < batches.size(); ++m)
+      fm->push_back(diffusion::flow_matching_batch(batches[m].x, batches[m].y, cfg_.flow,
+                                                   cfg_.run.seed, slots[m].step, slots[m].first));
+    const int64_t T = cfg_.dit.tokens();
+    auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
+    auto tokens = [T](const Tensor& a) { return contiguous(narrow(a, 1, 0, T)); };  // (B, T, D)
+    auto conditioning = [T](const Tensor& a) {  // (B, D)
+      return contiguous(squeeze(narrow(a, 1, T, 1), 1));
+    };
+    const models::Dit& model = model_;
+    parallel::PipelineStages st;
+    for (const auto& [begin, end] : pipe.chunk_blocks)
+      st.forward.push_back([=, &model](const Tensor& a) {
+        const Tensor c = conditioning(a);
+        return pack(model.run_blocks(tokens(a), c, begin, end), c);
+      });
+    st.input = [=, &model](int64_t m) {
+      const auto& b = (*fm)[size_t(m)];
+      const models::Dit::Embedded e = model.embed(b.xt, b.t, b.labels);
+      return pack(e.tokens, e.conditioning);
+    };
+    st.loss = [=, &model](const Tensor& out, int64_t m) {
+      return mse(model.head(tokens(out), conditioning(out)), (*fm)[size_t(m)].target);
+    };
+    st.activation_shape = {batches.at(0).x.size(0), T + 1, cfg_.dit.width};
+    return st;
+  }
+
+  void after_step(int64_t step, bool updated) override {
+    // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
+    if (updated && step < cfg_.train.ema_start) {
+      ema_->reset_to_params();
+    } else if (updated) {
+      ema_->update(step - cfg_.train.ema_start);
+    }
+  }
+
+  void finish(const RunSummary& summary) override {
+    const parallel::NamedTensors ema_weights = run_->model.gather_full(piece_state()[0].second);
+    if (!run_->main) return;  // samples and evaluation: the main rank alone
+    // Samples from the EMA weights: one row per class.
+    models::Dit ema_model(cfg_.dit);
+    load_state_dict(ema_model, as_map(ema_weights), "ema");
+    const DitSampleOptions so{cfg_.sample.per_class, cfg_.sample.steps, cfg_.sample.cfg_scale,
+                              cfg_.sample.heun,      cfg_.run.seed,     cfg_.run_dir() + "/samples.png",
+                              ""};
+    write_samples(ema_model, so);
+    if (cfg_.eval.classifier.empty()) return;
+    const DitQuality q =
+        evaluate_dit(ema_model, cfg_.eval.classifier, cfg_.data.path, cfg_.eval.num_samples, so);
+    const double images_per_second =
+        double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
+        std::max(summary.train_seconds, 1e-9);
+    write_json_file(cfg_.run_dir() + "/eval.json",
+                    Json::object({{"step", summary.step},
+                                  {"samples", q.samples},
+                                  {"class_accuracy", q.class_accuracy},
+                                  {"fid", q.fid},
+                                  {"fid_floor", q.fid_floor},
+                                  {"fid_over_floor", q.fid / q.fid_floor},
+                                  {"cfg_scale", so.cfg_scale},
+                                  {"sample_steps", so.steps},
+                                  {"train_seconds", summary.train_seconds},
+                                  {"images_per_second", images_per_second}}));
+    std::printf(
+        "eval: class accuracy %.1f%% of %lld samples, FID %.3f (real-data floor %.3f, "
+        "ratio %.1f) -> %s/eval.json\n",
+        100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor, q.fid / q.fid_floor,
+        cfg_.run_dir().c_str());
+  }
+
+ private:
+  const Config& cfg_;
+  ImageDataset data_;
+  models::Dit model_;
+  RunContext* run_ = nullptr;
+  std::unique_ptr<optim::Ema> ema_;
+  std::unique_ptr<Sampler> sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_dit_recipe(const Config& config) {
+  return std::make_unique<DitRecipe>(config);
+}
+
+void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
+  const Config cfg = run_config_of(ckpt_dir, "dit", "sample");
+  models::Dit model(cfg.dit);
+  load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
+  write_samples(model, options);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,443 @@
+#include "loom/train/recipes/gpt.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include "loom/checkpoint/json_file.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/core/rng.h"
+#include "loom/data/bpe.h"
+#include "loom/data/text.h"
+#include "loom/models/gpt/gpt.h"
+#include "loom/ops/ops.h"
+#include "loom/train/checkpoint_dir.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+double LmEvalResult::bits_per_byte() const {
+  return nats_per_byte() / std::log(2.0);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The tokenizer of a run: the plain byte tokenizer ("bytes") or a saved BPE.
+struct LmTokenizer {
+  bool bytes = true;
+  BpeTokenizer bpe;  // the 256 byte tokens when bytes
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    if (!bytes) return bpe.encode(text);
+    std::vector<int32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = int32_t(uint8_t(text[i]));
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const { return bpe.decode(ids); }
+  int64_t bytes_of(int32_t id) const { return bytes ? 1 : int64_t(bpe.token_bytes(id).size()); }
+};
+
+// `bpe_copy`: the tokenizer file saved in the run directory, preferred when it exists (a run
+// directory stays usable if the original file moves).
+LmTokenizer load_tokenizer(const Config& cfg, const std::string& bpe_copy) {
+  LmTokenizer t;
+  if (cfg.data.tokenizer == "bytes") {
+    LOOM_CHECK(cfg.gpt.vocab_size == BpeTokenizer::kByteTokens)
+        << "data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is " << cfg.gpt.vocab_size;
+    return t;
+  }
+  t.bytes = false;
+  const std::string path =
+      !bpe_copy.empty() && fs::is_regular_file(bpe_copy) ? bpe_copy : cfg.data.tokenizer;
+  LOOM_CHECK(fs::is_regular_file(path))
+      << "data.tokenizer " << path << " does not exist (expected \"bytes\" or a BPE file made by "
+      << "`loom tokenizer train`)";
+  t.bpe = BpeTokenizer::load(path);
+  LOOM_CHECK(t.bpe.vocab_size() == cfg.gpt.vocab_size)
+      << "data.tokenizer " << path << " has " << t.bpe.vocab_size()
+      << " tokens but model.vocab_size is " << cfg.gpt.vocab_size;
+  return t;
+}
+
+struct LmData {
+  std::string source;  // the text file
+  std::vector<int32_t> train, val;
+};
+
+LmData load_lm_data(const Config& cfg, const LmTokenizer& tok) {
+  LmData d;
+  d.source = cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
+  const std::string text = read_text_file(d.source);
+  TextSplit split = split_text(text, cfg.data.val_fraction);
+  d.train = tok.encode(std::string(split.train.begin(), split.train.end()));
+  d.val = tok.encode(std::string(split.val.begin(), split.val.end()));
+  const int64_t need = cfg.gpt.context + 2;
+  LOOM_CHECK(int64_t(d.train.size()) >= need && int64_t(d.val.size()) >= need)
+      << "text " << d.source << " (" << text.size() << " bytes) is too short: its training and "
+      << "held-out parts have " << d.train.size() << " and " << d.val.size()
+      << " tokens, each needs at least model.context + 2 = " << need;
+  return d;
+}
+
+// Start of window g of `step`: uniform over [0, n - T), from Philox keyed by (seed, step).
+int64_t window_start(uint64_t key, int64_t g, int64_t n, int64_t T) {
+  const auto r = philox4x32_10(uint64_t(g), 0, key);
+  const uint64_t v = uint64_t(r[0]) << 32 | r[1];
+  return int64_t(v % uint64_t(n - T));
+}
+
+// Windows of T + 1 tokens at `starts`: ids are the first T, targets the last T.
+Batch gather_windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
+                     int64_t T) {
+  const int64_t B = int64_t(starts.size());
+  std::vector<int64_t> ids(size_t(B * T)), targets(size_t(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      ids[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t)];
+      targets[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t + 1)];
+    }
+  return {from_vector(ids, {B, T}), from_vector(targets, {B, T}), Json()};  // (B, T) i64 each
+}
+
+// Starts of the evaluation windows: `count` of the non-overlapping tiles i * T of the
+// held-out tokens, spread evenly (count = 0 or more than there are: all of them).
+std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
+  const int64_t tiles = (n - 1) / T;
+  std::vector<int64_t> starts;
+  if (count <= 0 || count >= tiles) {
+    for (int64_t i = 0; i < tiles; ++i) starts.push_back(i * T);
+  } else if (count == 1) {
+    starts.push_back(0);
+  } else {
+    for (int64_t i = 0; i < count; ++i) starts.push_back(i * (tiles - 1) / (count - 1) * T);
+  }
+  return starts;
+}
+
+// This rank's part of a batch under context parallelism: its rows of every window, with their
+// positions (rows empty: the whole batch, default positions).
+struct Shard {
+  Tensor ids, targets, positions;
+};
+
+Shard local_rows(const Batch& b, const std::vector<int64_t>& rows) {
+  if (rows.empty()) return {b.x, b.y, Tensor()};
+  const int64_t B = b.x.size(0), T = b.x.size(1), n = int64_t(rows.size());
+  const std::vector<int64_t> ids = to_vector_i64(b.x), targets = to_vector_i64(b.y);
+  std::vector<int64_t> local_ids, local_targets;
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t r : rows) {
+      local_ids.push_back(ids[size_t(i * T + r)]);
+      local_targets.push_back(targets[size_t(i * T + r)]);
+    }
+  return {from_vector(local_ids, {B, n}), from_vector(local_targets, {B, n}),
+          from_vector(rows, {n})};
+}
+
+// The mean cross-entropy of a batch of windows (the whole model's forward, or a pipeline's).
+using MeanLoss = std::function<double(const Batch&)>;
+
+MeanLoss whole_model_loss(const models::Gpt& model, const std::vector<int64_t>& rows = {}) {
+  return [&model, rows](const Batch& b) {
+    const Shard s = local_rows(b, rows);
+    return double(item(model.loss(s.ids, s.targets, s.positions)));
+  };
+}
+
+// The GPT's pieces as this rank's pipeline stages: embedding before the first stage, its
+// chunks' blocks, final norm, head and loss after the last; micro-batch m is batches[m] (its
+// rows `rows` under context parallelism).
+parallel::PipelineStages gpt_stages(const models::Gpt& model, const parallel::Pipeline& pipe,
+                                    const std::vector<Batch>& batches,
+                                    const std::vector<int64_t>& rows) {
+  parallel::PipelineStages st;
+  auto shards = std::make_shared<std::vector<Shard>>();
+  for (const Batch& b : batches) shards->push_back(local_rows(b, rows));
+  const Tensor& first_ids = shards->at(0).ids;  // (B, T)
+  const Tensor pos =
+      rows.empty() ? model.default_positions(first_ids.size(1)) : shards->at(0).positions;
+  for (const auto& [begin, end] : pipe.chunk_blocks)
+    st.forward.push_back([&model, begin, end, pos](const Tensor& h) {
+      return model.run_blocks(h, pos, begin, end);
+    });
+  st.input = [&model, shards, pos](int64_t m) {
+    return model.embed(shards->at(size_t(m)).ids, pos);
+  };
+  st.loss = [&model, shards](const Tensor& out, int64_t m) {
+    return model.criterion->forward(model.head(out), shards->at(size_t(m)).targets);
+  };
+  st.activation_shape = {first_ids.size(0), first_ids.size(1), model.config.width};
+  return st;
+}
+
+MeanLoss pipeline_loss(const models::Gpt& model, const parallel::Pipeline& pipe,
+                       const std::vector<int64_t>& rows) {
+  return [&model, &pipe, rows](const Batch& b) {
+    const std::vector<Batch> one{b};
+    return parallel::run_pipeline_forward(gpt_stages(model, pipe, one, rows), pipe.schedule.chunks,
+                                          pipe.group);
+  };
+}
+
+LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const LmTokenizer& tok,
+                      const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
+                      int64_t batch, int64_t min_forwards) {
+  NoGradGuard no_grad;
+  LmEvalResult r;
+  // Under ZeRO-3 every forward gathers parameters with the other ranks: all ranks must run as
+  // many forwards, so a rank with fewer windows runs discarded ones.
+  for (int64_t extra = min_forwards - (int64_t(starts.size()) + batch - 1) / batch; extra > 0;
+       --extra) {
+    mean_loss(gather_windows(tokens, {0}, T));
+  }
+  for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
+    const size_t end = std::min(starts.size(), at + size_t(batch));
+    const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at),
+                                     starts.begin() + ptrdiff_t(end));
+    Batch b = gather_windows(tokens, chunk, T);
+    const double mean = mean_loss(b);
+    const int64_t n = int64_t(chunk.size()) * T;
+    r.nats += mean * double(n);
+    r.tokens += n;
+    for (int64_t s : chunk)
+      for (int64_t t = 1; t <= T; ++t) r.bytes += tok.bytes_of(tokens[size_t(s + t)]);
+  }
+  r.windows = int64_t(starts.size());
+  return r;
+}
+
+// evaluate() with the windows split over the data-parallel ranks and the sums combined.
+LmEvalResult evaluate_over_dp(dist::ProcessGroup& dp, const MeanLoss& mean_loss, int64_t T,
+                              const LmTokenizer& tok, const std::vector<int32_t>& tokens,
+                              const std::vector<int64_t>& starts, int64_t batch) {
+  const size_t n = starts.size(), P = size_t(dp.size()), r = size_t(dp.rank());
+  const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
+                                  starts.begin() + ptrdiff_t((r + 1) * n / P));
+  const int64_t most = int64_t((n + P - 1) / P);
+  LmEvalResult result =
+      evaluate(mean_loss, T, tok, tokens, mine, batch, (most + batch - 1) / batch);
+  const std::vector<double> total =
+      sum_over(dp, {result.nats, double(result.tokens), double(result.bytes)});
+  result.nats = total[0];
+  result.tokens = int64_t(total[1]);
+  result.bytes = int64_t(total[2]);
+  result.windows = int64_t(n);
+  return result;
+}
+
+Json eval_json(const LmEvalResult& r) {
+  return Json::object({{"nats_per_token", r.nats_per_token()},
+                       {"nats_per_byte", r.nats_per_byte()},
+                       {"bits_per_byte", r.bits_per_byte()},
+                       {"windows", r.windows},
+                       {"tokens", r.tokens},
+                       {"bytes", r.bytes}});
+}
+
+std::string eval_line(const LmEvalResult& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%.4f nats/token, %.4f nats/byte, %.4f bits/byte (%lld windows, %lld tokens, "
+                "%lld bytes)",
+                r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(), (long long)r.windows,
+                (long long)r.tokens, (long long)r.bytes);
+  return buf;
+}
+
+std::string generate(const models::Gpt& model, const LmTokenizer& tok, const GptSampleOptions& o) {
+  NoGradGuard no_grad;
+  LOOM_CHECK(o.tokens >= 0 && o.temperature >= 0)
+      << "sample: tokens and temperature must be non-negative";
+  const std::string start = o.prompt.empty() ? "\n" : o.prompt;
+  std::vector<int32_t> ids = tok.encode(start);
+  const int64_t V = model.config.vocab_size, C = model.config.context;
+  const uint64_t key = RngKey{o.seed, "lm.sample", ""}.hash();
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    const int64_t W = std::min<int64_t>(int64_t(ids.size()), C);
+    std::vector<int64_t> window(ids.end() - W, ids.end());
+    const std::vector<float> logits = to_vector(model.forward(from_vector(window, {1, W})));
+    const float* last = logits.data() + (W - 1) * V;  // (V)
+    int32_t next = int32_t(std::max_element(last, last + V) - last);
+    if (o.temperature > 0) {
+      // Softmax of logits / temperature, then the inverse CDF at a Philox uniform.
+      std::vector<double> p(static_cast<size_t>(V));
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        p[size_t(v)] = std::exp(double(last[v] - last[next]) / o.temperature);
+        total += p[size_t(v)];
+      }
+      double u = double(uniform_at(key, uint64_t(i))) * total;
+      for (int64_t v = 0; v < V; ++v) {
+        u -= p[size_t(v)];
+        if (u < 0 || v == V - 1) {
+          next = int32_t(v);
+          break;
+        }
+      }
+    }
+    ids.push_back(next);
+  }
+  const std::string text = tok.decode(ids);
+  return o.prompt.empty() ? text.substr(start.size()) : text;
+}
+
+// Loads a GPT checkpoint's model weights and its run's config and tokenizer.
+struct LoadedGpt {
+  Config cfg;
+  LmTokenizer tok;
+  std::unique_ptr<models::Gpt> model;
+};
+
+LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
+  LoadedGpt g;
+  g.cfg = run_config_of(ckpt_dir, "gpt", what);
+  g.tok = load_tokenizer(g.cfg, (fs::path(ckpt_dir).parent_path() / "tokenizer.bpe").string());
+  g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
+  load_state_dict(*g.model, as_map(CheckpointReader(ckpt_dir).read_all("model")),
+                  ckpt_dir + " (model)");
+  return g;
+}
+
+
+class GptRecipe : public Recipe {
+ public:
+  // Everything that can fail on bad input is read here, before the run directory is touched.
+  explicit GptRecipe(const Config& cfg)
+      : cfg_(cfg), tok_(load_tokenizer(cfg, "")), data_(load_lm_data(cfg, tok_)), model_(cfg.gpt) {
+    model_.init_parameters(cfg.run.seed);
+  }
+
+  nn::Module& model() override { return model_; }
+  nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
+  BenchSpec step_spec(int64_t windows) const override {
+    return gpt_bench(cfg_.run.name, cfg_.gpt, windows, cfg_.gpt.context);
+  }
+  std::string describe() const override {
+    return "gpt (" + cfg_.gpt.style + "): " + std::to_string(model_.num_parameters()) +
+           " parameters, context " + std::to_string(cfg_.gpt.context);
+  }
+  std::string describe_data() const override {
+    return "data: " + data_.source + ", " + (tok_.bytes ? "byte" : "BPE") + " tokens, " +
+           std::to_string(data_.train.size()) + " train / " + std::to_string(data_.val.size()) +
+           " held-out";
+  }
+
+  void start(RunContext& run) override {
+    run_ = &run;
+    rows_ = run.model.sequence_rows(cfg_.gpt.context);  // empty: whole sequences
+    const parallel::Pipeline* pipe = run.model.pipeline();
+    mean_loss_ = pipe ? pipeline_loss(model_, *pipe, rows_) : whole_model_loss(model_, rows_);
+    periodic_windows_ =
+        eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, cfg_.eval.windows);
+  }
+  void write_run_files(const std::string& run_dir) const override {
+    if (!tok_.bytes) tok_.bpe.save(run_dir + "/tokenizer.bpe");
+  }
+  Json state(int64_t step) const override {
+    return Json::object(
+        {{"tokens_seen", step * cfg_.train.batch_size * cfg_.gpt.context * cfg_.train.grad_accum}});
+  }
+
+  Batch make_batch(const Slot& s) override {
+    const int64_t T = cfg_.gpt.context, n = int64_t(data_.train.size());
+    const uint64_t key = RngKey{cfg_.run.seed, "lm.windows", "step " + std::to_string(s.step)}.hash();
+    std::vector<int64_t> starts(static_cast<size_t>(s.count));
+    for (int64_t b = 0; b < s.count; ++b) starts[size_t(b)] = window_start(key, s.first + b, n, T);
+    return gather_windows(data_.train, starts, T);
+  }
+  Tensor loss(const Batch& b, const Slot&) override {
+    const Shard shard = local_rows(b, rows_);
+    return model_.loss(shard.ids, shard.targets, shard.positions);
+  }
+  parallel::PipelineStages pipeline_stages(const parallel::Pipeline& pipe,
+                                           const std::vector<Batch>& batches,
+                                           const std::vector<Slot>&) override {
+    return gpt_stages(model_, pipe, batches, rows_);
+  }
+
+  Json evaluate(int64_t step) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    AutocastGuard exact(DType::F32);  // held-out figures in full precision
+    const LmEvalResult r = evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_,
+                                            data_.val, periodic_windows_, cfg_.train.batch_size);
+    std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1), eval_line(r).c_str(),
+                seconds_since(t0));
+    return eval_json(r);
+  }
+
+  void finish(const RunSummary& summary) override {
+    // The final held-out loss, over the whole held-out split.
+    const auto t0 = std::chrono::steady_clock::now();
+    const LmEvalResult r =
+        evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
+                         eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, 0),
+                         cfg_.train.batch_size);
+    // The text sample runs on the main rank alone, on a full copy of the weights (collective).
+    std::unique_ptr<models::Gpt> full_model;
+    if (cfg_.lm_sample.tokens > 0) {
+      std::vector<Tensor> values;
+      for (const auto& p : run_->model.pieces()) values.push_back(p.value);
+      const parallel::NamedTensors weights = run_->model.gather_full(values);
+      if (run_->main) {
+        full_model = std::make_unique<models::Gpt>(cfg_.gpt);
+        load_state_dict(*full_model, as_map(weights), "the trained weights");
+      }
+    }
+    if (!run_->main) return;  // the report, the file and the text sample: the main rank alone
+    Json result = eval_json(r);
+    result.set("step", Json(summary.step));
+    result.set("source", Json(data_.source));
+    result.set("train_seconds", Json(summary.train_seconds));
+    write_json_file(cfg_.run_dir() + "/eval.json", result);
+    std::printf("final held-out loss at step %lld: %s [%.1fs] -> %s/eval.json\n",
+                (long long)summary.step, eval_line(r).c_str(), seconds_since(t0),
+                cfg_.run_dir().c_str());
+    if (cfg_.lm_sample.tokens > 0) {
+      const GptSampleOptions so{cfg_.lm_sample.prompt, cfg_.lm_sample.tokens,
+                                cfg_.lm_sample.temperature, cfg_.run.seed};
+      std::printf("sample (%lld tokens, temperature %.2f):\n%s\n", (long long)so.tokens,
+                  so.temperature, generate(*full_model, tok_, so).c_str());
+    }
+  }
+
+ private:
+  const Config& cfg_;
+  const LmTokenizer tok_;
+  const LmData data_;
+  models::Gpt model_;
+  RunContext* run_ = nullptr;
+  std::vector<int64_t> rows_;  // this rank's rows of each window under context parallelism
+  MeanLoss mean_loss_;
+  std::vector<int64_t> periodic_windows_;
+};
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_gpt_recipe(const Config& config) {
+  return std::make_unique<GptRecipe>(config);
+}
+
+LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
+  LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
+  const LmData data = load_lm_data(g.cfg, g.tok);
+  const auto starts = eval_window_starts(int64_t(data.val.size()), g.cfg.gpt.context, windows);
+  return evaluate(whole_model_loss(*g.model), g.model->config.context, g.tok, data.val, starts,
+                  g.cfg.train.batch_size, 0);
+}
+
+std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options) {
+  LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "sample");
+  return generate(*g.model, g.tok, options);
+}
+
+}  // namespace loom::train

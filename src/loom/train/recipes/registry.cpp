@@ -1,0 +1,59 @@
+// The model kinds `loom train` knows, by model.kind: adding one is a model folder, a recipe
+// file and a row here.
+#include <array>
+
+#include "loom/models/dit/dit.h"
+#include "loom/models/gpt/gpt.h"
+#include "loom/models/vit/vit.h"
+#include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/gpt.h"
+#include "loom/train/recipes/vit_classifier.h"
+
+namespace loom::train {
+
+namespace {
+
+struct Registered {
+  const char* kind;
+  std::unique_ptr<Recipe> (*make)(const Config&);
+  std::unique_ptr<nn::Module> (*bare_model)(const Config&);
+  std::vector<std::string> piece_states;
+};
+
+const std::array<Registered, 3> kRecipes = {{
+    {"dit", make_dit_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> { return std::make_unique<models::Dit>(c.dit); },
+     {"ema"}},
+    {"gpt", make_gpt_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> { return std::make_unique<models::Gpt>(c.gpt); },
+     {}},
+    {"vit_classifier", make_vit_classifier_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> { return std::make_unique<models::Vit>(c.vit); },
+     {}},
+}};
+
+const Registered& registered(const std::string& kind) {
+  std::string known;
+  for (const Registered& r : kRecipes) {
+    if (kind == r.kind) return r;
+    known += (known.empty() ? "" : ", ") + std::string(r.kind);
+  }
+  LOOM_FAIL() << "model.kind '" << kind << "' has no recipe (known: " << known << ")";
+  return kRecipes[0];
+}
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_recipe(const Config& config) {
+  return registered(config.model_kind).make(config);
+}
+
+std::unique_ptr<nn::Module> make_bare_model(const Config& config) {
+  return registered(config.model_kind).bare_model(config);
+}
+
+std::vector<std::string> recipe_piece_states(const std::string& model_kind) {
+  return registered(model_kind).piece_states;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,191 @@
+#include "loom/train/recipes/vit_classifier.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "loom/checkpoint/json_file.h"
+#include "loom/checkpoint/safetensors.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/data/idx.h"
+#include "loom/data/sampler.h"
+#include "loom/ops/ops.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Flips every image of the batch horizontally whose Philox draw is below 0.5.
+Tensor random_flip(const Tensor& images, uint64_t seed, const std::string& at) {
+  const int64_t B = images.size(0), W = images.size(3);
+  Tensor u = Tensor::empty({B});
+  fill_uniform(u, RngKey{seed, "classifier.flip", at});
+  const std::vector<float> draw = to_vector(u);
+  std::vector<float> px = to_vector(images);
+  const int64_t per = images.numel() / B;
+  for (int64_t b = 0; b < B; ++b) {
+    if (draw[size_t(b)] >= 0.5f) continue;
+    float* img = px.data() + b * per;
+    for (int64_t row = 0; row < per / W; ++row) std::reverse(img + row * W, img + (row + 1) * W);
+  }
+  return from_vector(px, images.shape());
+}
+
+// Moves every image by its own Philox-drawn (dy, dx) in [-max_shift, max_shift], filling the
+// uncovered border with the background value (-1: black in the [-1, 1] data range).
+Tensor random_shift(const Tensor& images, uint64_t seed, const std::string& at, int64_t max_shift) {
+  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  Tensor u = Tensor::empty({B, 2});
+  fill_uniform(u, RngKey{seed, "classifier.shift", at});
+  const std::vector<float> draw = to_vector(u);
+  const std::vector<float> px = to_vector(images);
+  std::vector<float> out(px.size(), -1.0f);
+  const int64_t span = 2 * max_shift + 1;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t dy = std::min(int64_t(draw[size_t(2 * b)] * float(span)), span - 1) - max_shift;
+    const int64_t dx = std::min(int64_t(draw[size_t(2 * b + 1)] * float(span)), span - 1) - max_shift;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < H; ++y) {
+        const int64_t sy = y - dy;
+        if (sy < 0 || sy >= H) continue;
+        for (int64_t x = 0; x < W; ++x) {
+          const int64_t sx = x - dx;
+          if (sx >= 0 && sx < W)
+            out[size_t(((b * C + c) * H + y) * W + x)] = px[size_t(((b * C + c) * H + sy) * W + sx)];
+        }
+      }
+  }
+  return from_vector(out, images.shape());
+}
+
+
+// Its blocks, for activation checkpointing and ZeRO's flat groups (data parallelism only).
+nn::ParallelPlan vit_plan(const models::Vit& model) {
+  nn::ParallelPlan plan;
+  for (size_t i = 0; i < model.blocks.size(); ++i) plan.blocks.push_back("blocks." + std::to_string(i));
+  return plan;
+}
+
+class VitClassifierRecipe : public Recipe {
+ public:
+  explicit VitClassifierRecipe(const Config& cfg)
+      : cfg_(cfg),
+        train_(fashion_mnist(cfg.data.path, /*train=*/true)),
+        test_(fashion_mnist(cfg.data.path, /*train=*/false)),
+        model_(cfg.vit) {
+    model_.init_parameters(cfg.run.seed);
+  }
+
+  nn::Module& model() override { return model_; }
+  nn::ParallelPlan parallel_plan() const override { return vit_plan(model_); }
+  BenchSpec step_spec(int64_t images) const override {
+    return vit_bench(cfg_.run.name, cfg_.vit, images);
+  }
+  std::string describe() const override {
+    return "vit_classifier: " + std::to_string(model_.num_parameters()) + " parameters";
+  }
+  void start(RunContext& run) override {
+    run_ = &run;
+    sampler_ = std::make_unique<Sampler>(train_.images.size(0),
+                                         cfg_.train.batch_size / run.dp.size(), cfg_.run.seed,
+                                         /*shuffle=*/true, run.dp.rank(), run.dp.size());
+  }
+  void resume(const Json& state) override {
+    sampler_->set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+  }
+
+  Batch make_batch(const Slot& s) override {
+    const std::vector<int64_t> idx = sampler_->next_batch();
+    const Tensor index = from_vector(idx, {int64_t(idx.size())});
+    const Sampler::State next = sampler_->state();
+    Batch b;
+    {
+      NoGradGuard no_grad;
+      b.x = index_select(train_.images, 0, index);  // (B, C, H, W)
+      b.y = index_select(train_.labels, 0, index);  // (B)
+    }
+    // Random flips and shifts by up to 2 pixels, drawn for (seed, step, first sample).
+    const std::string at = std::to_string(s.step) + " " + std::to_string(s.first);
+    if (cfg_.train.augment) b.x = random_shift(random_flip(b.x, cfg_.run.seed, at), cfg_.run.seed, at, 2);
+    b.data_state = Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}});
+    return b;
+  }
+  Tensor loss(const Batch& b, const Slot&) override { return cross_entropy(model_.forward(b.x), b.y); }
+  parallel::PipelineStages pipeline_stages(const parallel::Pipeline&, const std::vector<Batch>&,
+                                           const std::vector<Slot>&) override {
+    LOOM_FAIL() << "vit_classifier: no pipeline parallelism (config.cpp refuses parallel.pp > 1)";
+    return {};
+  }
+
+  void finish(const RunSummary& summary) override {
+    std::vector<Tensor> values;
+    for (const auto& p : run_->model.pieces()) values.push_back(p.value);
+    const parallel::NamedTensors weights = run_->model.gather_full(values);  // collective
+    if (!run_->main) return;
+    models::Vit trained(cfg_.vit);
+    load_state_dict(trained, as_map(weights), "the trained weights");
+    const double accuracy = classifier_accuracy(trained, test_.images, test_.labels);
+    std::printf("classifier: test accuracy %.2f%% on %lld images\n", 100.0 * accuracy,
+                (long long)test_.images.size(0));
+    const std::string dir = cfg_.run_dir();
+    save_safetensors(dir + "/model.safetensors", state_dict(trained));
+    write_json_file(dir + "/eval.json",
+                    Json::object({{"test_accuracy", accuracy}, {"steps", summary.step}}));
+  }
+
+ private:
+  const Config& cfg_;
+  ImageDataset train_, test_;
+  models::Vit model_;
+  RunContext* run_ = nullptr;
+  std::unique_ptr<Sampler> sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_vit_classifier_recipe(const Config& config) {
+  return std::make_unique<VitClassifierRecipe>(config);
+}
+
+double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels) {
+  NoGradGuard no_grad;
+  const int64_t N = images.size(0), chunk = 500;
+  const std::vector<int64_t> y = to_vector_i64(labels);
+  int64_t correct = 0;
+  for (int64_t at = 0; at < N; at += chunk) {
+    const int64_t n = std::min(chunk, N - at);
+    const std::vector<float> logits = to_vector(model.forward(narrow(images, 0, at, n)));
+    const int64_t K = model.config.num_classes;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * K;
+      correct += int64_t(std::max_element(row, row + K) - row) == y[size_t(at + i)];
+    }
+  }
+  return double(correct) / double(N);
+}
+
+Tensor classifier_features(const models::Vit& model, const Tensor& images) {
+  NoGradGuard no_grad;
+  const int64_t N = images.size(0), chunk = 500;
+  std::vector<Tensor> parts;
+  for (int64_t at = 0; at < N; at += chunk)
+    parts.push_back(model.features(narrow(images, 0, at, std::min(chunk, N - at))));
+  return cat(parts, 0);
+}
+
+std::unique_ptr<models::Vit> load_classifier(const std::string& dir) {
+  const std::string config = dir + "/config.toml";
+  LOOM_CHECK(fs::exists(config)) << "classifier: " << config << " not found (train one with "
+                                 << "`loom train configs/fmnist_classifier.toml`)";
+  const Config c = load_config(config);
+  LOOM_CHECK(c.model_kind == "vit_classifier")
+      << "classifier: " << config << " is of model.kind " << c.model_kind << ", not vit_classifier";
+  auto model = std::make_unique<models::Vit>(c.vit);
+  load_state_dict(*model, load_safetensors(dir + "/model.safetensors").by_name(),
+                  dir + "/model.safetensors");
+  return model;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,23 @@
+// The Fashion-MNIST classifier that judges generated images (class accuracy, and FID on its
+// penultimate features): trained by the one loop from configs/fmnist_classifier.toml; its run
+// directory keeps model.safetensors, config.toml and eval.json (test accuracy) beside the
+// checkpoints, and is what `eval.classifier` names.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "loom/models/vit/vit.h"
+#include "loom/train/recipe.h"
+
+namespace loom::train {
+
+std::unique_ptr<Recipe> make_vit_classifier_recipe(const Config& config);
+
+// A trained classifier loaded from its directory.
+std::unique_ptr<models::Vit> load_classifier(const std::string& dir);
+// Top-1 accuracy of `model` on images (N, C, H, W) with labels (N), in batches.
+double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels);
+// Penultimate features (N, width), in batches, without recording a graph.
+Tensor classifier_features(const models::Vit& model, const Tensor& images);
+
+}  // namespace loom::train

@@ -1,0 +1,264 @@
+#include "loom/train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "loom/core/allocator.h"
+#include "loom/core/atomic_file.h"
+#include "loom/core/trace.h"
+#include "loom/data/prefetch.h"
+#include "loom/dist/world.h"
+#include "loom/ops/ops.h"
+#include "loom/train/checkpoint_dir.h"
+#include "loom/train/profiler.h"
+#include "loom/train/progress.h"
+#include "loom/train/recipe.h"
+#include "loom/train/step_guard.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::vector<double> sum_over(dist::ProcessGroup& group, const std::vector<double>& values) {
+  if (group.size() == 1) return values;
+  Tensor t = from_vector(std::vector<float>(values.begin(), values.end()), {int64_t(values.size())});
+  group.all_reduce(t, dist::ReduceOp::Sum)->wait();
+  const std::vector<float> out = to_vector(t);
+  return std::vector<double>(out.begin(), out.end());
+}
+
+namespace {
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Where this rank's metrics go: run_dir/metrics.jsonl (main rank), else
+// run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
+std::string metrics_path(const std::string& run_dir, int rank) {
+  if (rank == 0) return run_dir + "/metrics.jsonl";
+  fs::create_directories(run_dir + "/logs");
+  return run_dir + "/logs/metrics-rank-" + std::to_string(rank) + ".jsonl";
+}
+
+// This rank's samples of micro-batch `micro` of `step`: entries dp_rank * count.. of its
+// train.batch_size.
+Slot slot_of(const TrainLoopConfig& tc, const dist::ProcessGroup& dp, int64_t step, int64_t micro) {
+  const int64_t count = tc.batch_size / dp.size();
+  return {step, micro, micro * tc.batch_size + dp.rank() * count, count};
+}
+
+// What one optimizer step produced, agreed over the ranks.
+struct StepResult {
+  double loss = 0, grad_norm = 0, lr = 0;
+  bool out_of_time = false;  // some rank used up train.max_minutes
+};
+
+// The parts of a run the step touches.
+struct Loop {
+  const Config& cfg;
+  const TrainLoopConfig& tc;
+  dist::ProcessGroup& dp;
+  Recipe& recipe;
+  parallel::ParallelModel& model;
+  optim::AdamW& optimizer;
+  Prefetcher<Batch>& prefetch;
+  StepGuard& guard;
+  const Progress& progress;
+  Json data_state;  // of the last batch taken: where the data resumes
+
+  Batch next_batch() {
+    Batch b = prefetch.next();
+    data_state = b.data_state;
+    return b;
+  }
+
+  // Forward and backward of every micro-batch of the step; gradients accumulate to the mean.
+  // Returns this rank's loss.
+  double forward_backward_step(int64_t step) {
+    AutocastGuard autocast(tc.precision);
+    const int64_t A = tc.grad_accum;
+    if (const parallel::Pipeline* pipe = model.pipeline()) {
+      std::vector<Batch> batches;
+      std::vector<Slot> slots;
+      for (int64_t micro = 0; micro < A; ++micro) {
+        batches.push_back(next_batch());
+        slots.push_back(slot_of(tc, dp, step, micro));
+      }
+      parallel::PipelineStages stages = recipe.pipeline_stages(*pipe, batches, slots);
+      stages.loss = [this, step, loss = stages.loss](const Tensor& out, int64_t m) {
+        return guard.guard_loss(loss(out, m), step);
+      };
+      return model.run_pipeline_step(stages);
+    }
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < A; ++micro) {
+      const Batch b = next_batch();
+      Tensor loss = recipe.loss(b, slot_of(tc, dp, step, micro));
+      if (A > 1) loss = mul_scalar(loss, 1.0 / double(A));
+      loss = guard.guard_loss(loss, step);
+      model.begin_micro_step(micro, A);
+      backward(loss);
+      model.after_backward(micro, A);
+      loss_sum += double(item(loss));
+    }
+    return loss_sum;
+  }
+
+  StepResult train_step(int64_t step) {
+    StepResult r;
+    const double loss = forward_backward_step(step);
+    // The loss over the global batch, and whether any rank ran out of time (all must agree).
+    const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
+    const std::vector<double> agreed = sum_over(dp, {loss, out_of_time ? 1.0 : 0.0});
+    r.loss = agreed[0] / double(dp.size());
+    r.out_of_time = agreed[1] > 0;
+    {
+      trace::Scope scope("clip_grad_norm", "optimizer");
+      r.grad_norm = model.clip_grad_norm(tc.grad_clip);
+    }
+    r.lr = cfg.schedule.lr_at(step);
+    const bool update = guard.accept(step, r.loss, r.grad_norm);
+    if (update) {
+      trace::Scope scope("optimizer_step", "optimizer");
+      optimizer.step(r.lr);
+      model.after_optimizer_step();
+    }
+    model.zero_grad();
+    if (guard.needs_rollback()) guard.roll_back(step);
+    recipe.after_step(step, update);
+    return r;
+  }
+};
+
+}  // namespace
+
+void train(const Config& cfg, const std::string& resume_from) {
+  const TrainLoopConfig& tc = cfg.train;
+  const std::string run_dir = cfg.run_dir();
+  const dist::DeviceMesh mesh(dist::init_world({cfg.parallel.timeout_s}), cfg.parallel.topology.dims);
+  const auto dp = mesh.group("dp");
+  LOOM_CHECK(tc.batch_size % dp->size() == 0)
+      << "train.batch_size " << tc.batch_size << " (the global batch) does not split "
+      << "evenly over " << dp->size() << " data-parallel ranks";
+  const int rank = mesh.world()->rank();
+
+  // Everything that can fail on bad input is read before the run directory is touched.
+  std::unique_ptr<Recipe> recipe = make_recipe(cfg);
+  auto model = parallel::parallelize(recipe->model(), recipe->parallel_plan(), mesh,
+                                     cfg.parallel.topology, tc.grad_accum);
+  auto optimizer = optim::make_adamw(model->optimizer_params(), cfg.adamw);
+  // Peaks (and the memory limit) from here on describe training, not building the full model
+  // before sharding it.
+  host_allocator().reset_peak();
+  host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
+  RunContext context{*model, *dp, rank == 0};
+  recipe->start(context);
+  Checkpointer checkpointer(mesh, *model, *optimizer, [&] { return recipe->piece_state(); },
+                            cfg.model_kind, run_dir, tc.async_checkpoint, tc.keep_checkpoints);
+
+  int64_t start_step = 0;
+  if (!resume_from.empty()) {
+    const Json state = checkpointer.load(resume_from);
+    start_step = state.at("step").as_int();
+    recipe->resume(state);
+    std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
+  }
+  // Only a run that starts (or validly resumes) records its config: a failed --resume must
+  // not overwrite the config of the run it refused.
+  if (rank == 0) {
+    fs::create_directories(run_dir);
+    write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+    recipe->write_run_files(run_dir);
+  }
+  std::printf("%s, batch %lld x %lld, %d threads, %s\n", recipe->describe().c_str(),
+              (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
+              model->describe().c_str());
+
+  // Batches are made on a background thread, in (step, micro) order from start_step, so the
+  // step never waits for data.
+  int64_t next_step = start_step, next_micro = 0;
+  Prefetcher<Batch> prefetch([&] {
+    Batch b = recipe->make_batch(slot_of(tc, *dp, next_step, next_micro));
+    if (++next_micro == tc.grad_accum) {
+      next_micro = 0;
+      ++next_step;
+    }
+    return b;
+  });
+
+  const BenchSpec spec = recipe->step_spec(tc.batch_size * tc.grad_accum);
+  Progress progress(metrics_path(run_dir, rank), tc.steps, spec.unit(), spec.items_per_step(),
+                    /*append=*/start_step > 0);
+  progress.set_time_budget(tc.max_minutes * 60);
+  progress.count_data_wait([&] { return prefetch.waited_seconds(); });
+  progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
+      train_step_flops(spec), measure_gemm_ceiling(tc.precision, 1024), mesh.world()->size());
+  StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
+  Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
+  recipe->model().name_for_trace();
+  Loop step_loop{cfg, tc, *dp, *recipe, *model, *optimizer, prefetch, guard, progress, Json()};
+
+  auto save = [&](int64_t done) {  // collective: every rank writes its pieces
+    Json state = Json::object({{"model_kind", cfg.model_kind},
+                               {"run_id", cfg.run.id},
+                               {"step", done},
+                               {"optimizer_steps", optimizer->steps_taken()},
+                               {"seed", int64_t(cfg.run.seed)}});
+    for (const Json& part : {step_loop.data_state, recipe->state(done)})
+      if (part.is_object())
+        for (const auto& [key, value] : part.items()) state.set(key, value);
+    return checkpointer.save(done, state);
+  };
+
+  double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
+  int64_t step = start_step;
+  for (; step < tc.steps; ++step) {
+    const auto step_begin = Clock::now();
+    profiler.begin_step(step);
+    guard.begin_step(step);
+    const StepResult r = step_loop.train_step(step);
+    guard.end_step(step, prefetch.waited_seconds());
+    profiler.end_step(step);
+    train_seconds += seconds_since(step_begin);
+
+    const bool last = step + 1 == tc.steps;
+    Json metrics = Json::object({{"grad_norm", r.grad_norm}, {"skipped_steps", guard.skipped()}});
+    const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
+    const Json val = eval_now ? recipe->evaluate(step) : Json();
+    if (!val.is_null()) metrics.set("val", val);
+    if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null())
+      progress.log(step, r.loss, r.lr, metrics);
+    const bool preempted = guard.preempted();  // collective over the world
+    const bool stop = r.out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
+      guard.before_checkpoint(step);
+      const std::string dir = save(step + 1);
+      if (rank == 0) std::printf("checkpoint %s\n", dir.c_str());
+      guard.after_checkpoint(dir, step + 1);
+    }
+    if (preempted) guard.finish_preempted(step + 1);
+    if (stop) {
+      std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
+                  r.out_of_time ? "time budget used" : "train.stop_after");
+      ++step;
+      break;
+    }
+  }
+  profiler.finish();     // a run stopped inside the profile window still writes its trace
+  checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
+  const int64_t steps_run = step - start_step;
+  if (steps_run > 0) {
+    const double items = double(steps_run) * double(spec.items_per_step());
+    std::printf("trained %lld steps, %.0f %s in %s of steps: %.1f %s/s\n", (long long)steps_run,
+                items, spec.unit(), format_duration(train_seconds).c_str(), items / train_seconds,
+                spec.unit());
+  }
+  recipe->finish({step, steps_run, train_seconds});
+}
+
+}  // namespace loom::train

@@ -1,0 +1,16 @@
+// The one training loop, for every model kind (its recipe, train/recipe.h, says what differs):
+// the mesh, parallelize(), the optimizer built from the handle, resume, prefetching, the step
+// (micro-batches with gradient accumulation, or the pipeline schedule), the step guard,
+// profiling, logging, evaluation, checkpoints and stopping.
+#pragma once
+#include <string>
+
+#include "loom/train/config.h"
+
+namespace loom::train {
+
+// Trains per `config` in config.run_dir() (opened by RunDirectory, train/run_directory.h):
+// from step 0, or from the checkpoint resume_from.
+void train(const Config& config, const std::string& resume_from);
+
+}  // namespace loom::train
