@@ -207,17 +207,11 @@ class DitRecipe : public Recipe {
     const double images_per_second =
         double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
         std::max(summary.train_seconds, 1e-9);
-    write_json_file(cfg_.run_dir() + "/eval.json",
-                    Json::object({{"step", summary.step},
-                                  {"samples", q.samples},
-                                  {"class_accuracy", q.class_accuracy},
-                                  {"fid", q.fid},
-                                  {"fid_floor", q.fid_floor},
-                                  {"fid_over_floor", q.fid / q.fid_floor},
-                                  {"cfg_scale", so.cfg_scale},
-                                  {"sample_steps", so.steps},
-                                  {"train_seconds", summary.train_seconds},
-                                  {"images_per_second", images_per_second}}));
+    Json result = Json::object({{"step", summary.step}});
+    for (const auto& [key, value] : quality_json(q, so).items()) result.set(key, value);
+    result.set("train_seconds", summary.train_seconds);
+    result.set("images_per_second", images_per_second);
+    write_json_file(cfg_.run_dir() + "/eval.json", result);
     std::printf(
         "eval: class accuracy %.1f%% of %lld samples, FID %.3f (real-data floor %.3f, "
         "ratio %.1f) -> %s/eval.json\n",

@@ -39,6 +39,8 @@ struct DitQuality {
 DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_dir,
                         const std::string& data_path, int64_t num_samples,
                         const DitSampleOptions& options);
+// What eval.json records of an evaluation.
+Json quality_json(const DitQuality& quality, const DitSampleOptions& options);
 // Loads the EMA weights of a checkpoint and evaluates them; writes <ckpt_dir>/eval.json.
 DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
                                    int64_t num_samples, const DitSampleOptions& options);

@@ -57,16 +57,20 @@ DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::strin
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
   DitQuality q = evaluate_dit(model, classifier_dir, cfg.data.path, num_samples, options);
-  write_json_file(ckpt_dir + "/eval.json",
-                  Json::object({{"samples", q.samples},
-                                {"class_accuracy", q.class_accuracy},
-                                {"fid", q.fid},
-                                {"fid_floor", q.fid_floor},
-                                {"fid_over_floor", q.fid / q.fid_floor},
-                                {"cfg_scale", options.cfg_scale},
-                                {"sample_steps", options.steps},
-                                {"classifier", classifier_dir}}));
+  Json result = quality_json(q, options);
+  result.set("classifier", classifier_dir);
+  write_json_file(ckpt_dir + "/eval.json", result);
   return q;
+}
+
+Json quality_json(const DitQuality& q, const DitSampleOptions& options) {
+  return Json::object({{"samples", q.samples},
+                       {"class_accuracy", q.class_accuracy},
+                       {"fid", q.fid},
+                       {"fid_floor", q.fid_floor},
+                       {"fid_over_floor", q.fid / q.fid_floor},
+                       {"cfg_scale", options.cfg_scale},
+                       {"sample_steps", options.steps}});
 }
 
 }  // namespace loom::train
