@@ -9,6 +9,7 @@ packages=(
   libbenchmark-dev      # kernel benchmarks
   zlib1g-dev            # gzip-compressed datasets, PNG
   libtomlplusplus-dev   # TOML configs
+  libcli11-dev          # the `loom` command line's argument parsing (header-only)
   openmpi-bin libopenmpi-dev  # processes across cores and machines (mpirun, MPI)
   libxxhash-dev         # checkpoint checksums (xxhash64)
   dataset-fashion-mnist # the main job's data

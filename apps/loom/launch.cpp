@@ -1,17 +1,17 @@
 #include "launch.h"
 
 #include <poll.h>
-#include <sys/prctl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/train/config.h"
 #include "loom/train/events.h"
 #include "loom/train/preemption.h"
 #include "loom/train/run_directory.h"
@@ -37,25 +36,6 @@ namespace {
 constexpr double kDefaultStartupS = 600;
 using loom::train::kExitPreempted;
 using loom::train::kExitRefused;
-
-// The run directory of `train CONFIG [--set k=v ...] [--resume [auto]]` (for events.jsonl).
-std::string run_dir_of(const std::vector<std::string>& command) {
-  LOOM_CHECK(!command.empty() && command[0] == "train")
-      << "launch: --max-restarts supervises `train` runs only";
-  std::string config;
-  std::vector<std::string> overrides;
-  for (size_t k = 1; k < command.size(); ++k) {
-    if (command[k] == "--set" && k + 1 < command.size()) {
-      overrides.push_back(command[++k]);
-    } else if (command[k] == "--resume") {
-      if (k + 1 < command.size() && command[k + 1] == "auto") ++k;
-    } else if (config.empty()) {
-      config = command[k];
-    }
-  }
-  LOOM_CHECK(!config.empty()) << "launch: no config file in the train command";
-  return loom::train::load_config(config, overrides).run_dir();
-}
 
 // The command again with `--resume auto` (what a restart must do).
 std::vector<std::string> resuming(std::vector<std::string> command) {
@@ -79,7 +59,9 @@ struct Outcome {
 // the job as SIGUSR1, and the job is not restarted. mpirun forwards SIGUSR1 to every rank and
 // waits for them; on SIGTERM it would end the job itself, without waiting for a checkpoint.
 std::atomic<int> launcher_signal{0};
-void note_signal(int signal) { launcher_signal.store(signal); }
+void note_signal(int signal) {
+  launcher_signal.store(signal);
+}
 void arm_launcher_signals() {
   struct sigaction action;
   std::memset(&action, 0, sizeof action);
@@ -181,8 +163,10 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   for (;;) {
     if (const int s = launcher_signal.load(); s != 0 && forwarded == 0) {
       forwarded = s;
-      std::fprintf(stderr, "launch: signal %d: asking the job to checkpoint and stop (SIGUSR1 "
-                   "to every rank; killed after %d s)\n", s, kPreemptGraceS);
+      std::fprintf(stderr,
+                   "launch: signal %d: asking the job to checkpoint and stop (SIGUSR1 "
+                   "to every rank; killed after %d s)\n",
+                   s, kPreemptGraceS);
       ::kill(pid, SIGUSR1);
       std::thread([pid] {
         std::this_thread::sleep_for(std::chrono::seconds(kPreemptGraceS));
@@ -195,13 +179,15 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
     if (ready == 0) {  // quiet for a second: is the job still moving?
       const double running =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (hang_cause.empty() && !(hang_cause = stalled(run_dir, watch, running, attempt_start)).empty()) {
+      if (hang_cause.empty() &&
+          !(hang_cause = stalled(run_dir, watch, running, attempt_start)).empty()) {
         std::fprintf(stderr, "launch: %s; ending the job\n", hang_cause.c_str());
         ::kill(pid, SIGTERM);
         std::thread([pid] {  // mpirun forwards SIGTERM to the ranks; a stuck one gets SIGKILL
           std::this_thread::sleep_for(std::chrono::seconds(10));
           ::kill(pid, SIGKILL);
-        }).detach();
+        })
+            .detach();
       }
       continue;
     }
@@ -242,8 +228,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
 // Runs the job until it succeeds or has been restarted max_restarts times, each restart from
 // the newest valid checkpoint; every failure is logged with its cause to events.jsonl.
 int supervise(const std::vector<std::string>& mpirun, const std::vector<std::string>& command,
-              int max_restarts, const Watch& watch) {
-  const std::string run_dir = run_dir_of(command);
+              int max_restarts, const Watch& watch, const std::string& run_dir) {
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> args = mpirun;
     for (const auto& a : attempt == 0 ? command : resuming(command)) args.push_back(a);
@@ -253,8 +238,10 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
     std::fflush(stderr);
     const Outcome out = run_attempt(args, attempt, run_dir, watch);
     if (out.preempted) {  // checkpointed on request: the scheduler requeues, we do not restart
-      std::fprintf(stderr, "launch: the job was preempted and checkpointed; not restarting "
-                   "(exit status %d; continue with --resume auto)\n", kExitPreempted);
+      std::fprintf(stderr,
+                   "launch: the job was preempted and checkpointed; not restarting "
+                   "(exit status %d; continue with --resume auto)\n",
+                   kExitPreempted);
       return kExitPreempted;
     }
     if (out.status == 0) {
@@ -268,81 +255,42 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
       return out.status;
     }
     const bool give_up = attempt == max_restarts;
-    loom::train::append_event(run_dir, give_up ? "gave_up" : "restart",
-                              Json::object({{"attempt", attempt},
-                                            {"exit_status", out.status},
-                                            {"cause", out.cause}}));
+    loom::train::append_event(
+        run_dir, give_up ? "gave_up" : "restart",
+        Json::object({{"attempt", attempt}, {"exit_status", out.status}, {"cause", out.cause}}));
     if (give_up) {
       std::fprintf(stderr, "launch: the job failed %d times; giving up (last cause: %s)\n",
                    attempt + 1, out.cause.c_str());
       return out.status;
     }
-    std::fprintf(stderr, "launch: the job failed (%s); restarting from the newest valid "
-                 "checkpoint (%d of %d)\n", out.cause.c_str(), attempt + 1, max_restarts);
+    std::fprintf(stderr,
+                 "launch: the job failed (%s); restarting from the newest valid "
+                 "checkpoint (%d of %d)\n",
+                 out.cause.c_str(), attempt + 1, max_restarts);
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
 }
 
 }  // namespace
 
-int launch(int argc, char** argv) {
-  std::string np, hostfile;
-  int max_restarts = 0;
-  double hang_s = 0, startup_s = -1;  // -1: the default, 600 s once --hang-timeout is given
-  int i = 0;
-  for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
-    const std::string a = argv[i];
-    LOOM_CHECK(i + 1 < argc) << "launch: " << a << " needs a value";
-    if (a == "-n" || a == "--np") {
-      np = argv[++i];
-      char* end = nullptr;
-      const long n = std::strtol(np.c_str(), &end, 10);
-      LOOM_CHECK(end && *end == 0 && n > 0)
-          << "launch: -n '" << np << "' is not a positive integer";
-    } else if (a == "--hostfile") {
-      hostfile = argv[++i];
-    } else if (a == "--max-restarts") {
-      char* end = nullptr;
-      const long r = std::strtol(argv[++i], &end, 10);
-      LOOM_CHECK(end && *end == 0 && r >= 0)
-          << "launch: --max-restarts '" << argv[i] << "' is not a non-negative integer";
-      max_restarts = int(r);
-    } else if (a == "--hang-timeout") {
-      char* end = nullptr;
-      hang_s = std::strtod(argv[++i], &end);
-      LOOM_CHECK(end && *end == 0 && hang_s > 0)
-          << "launch: --hang-timeout '" << argv[i] << "' is not a positive number of seconds";
-    } else if (a == "--startup-timeout") {
-      char* end = nullptr;
-      startup_s = std::strtod(argv[++i], &end);
-      LOOM_CHECK(end && *end == 0 && startup_s > 0)
-          << "launch: --startup-timeout '" << argv[i] << "' is not a positive number of seconds";
-    } else {
-      LOOM_FAIL() << "launch: unknown option " << a
-                  << " (expected -n N [--hostfile FILE] [--max-restarts R] [--hang-timeout S] "
-                     "[--startup-timeout S] -- COMMAND ...)";
-    }
-  }
-  LOOM_CHECK(!np.empty()) << "launch: -n N is required";
-  LOOM_CHECK(i + 1 < argc)
-      << "launch: nothing to run (expected -- COMMAND ARGS..., e.g. -- train cfg.toml)";
+int launch(const LaunchOptions& options, const std::string& run_dir) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-
-  std::vector<std::string> args = {LOOM_MPIRUN, "-np", np, "--oversubscribe"};
+  std::vector<std::string> args = {LOOM_MPIRUN, "-np", std::to_string(options.processes),
+                                   "--oversubscribe"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  if (!hostfile.empty()) args.insert(args.end(), {"--hostfile", hostfile});
+  if (!options.hostfile.empty()) args.insert(args.end(), {"--hostfile", options.hostfile});
   args.push_back(self);
-  LOOM_CHECK(hang_s == 0 || max_restarts > 0) << "launch: --hang-timeout needs --max-restarts";
-  LOOM_CHECK(startup_s < 0 || max_restarts > 0) << "launch: --startup-timeout needs --max-restarts";
   arm_launcher_signals();
-  if (max_restarts > 0) {
+  if (options.max_restarts > 0) {
     Watch watch;
-    watch.ranks = std::atoi(np.c_str());
-    watch.hang_s = hang_s;
-    watch.startup_s = startup_s >= 0 ? startup_s : hang_s > 0 ? kDefaultStartupS : 0;
-    return supervise(args, {argv + i + 1, argv + argc}, max_restarts, watch);
+    watch.ranks = int(options.processes);
+    watch.hang_s = options.hang_timeout_s;
+    watch.startup_s = options.startup_timeout_s >= 0 ? options.startup_timeout_s
+                      : options.hang_timeout_s > 0   ? kDefaultStartupS
+                                                     : 0;
+    return supervise(args, options.command, int(options.max_restarts), watch, run_dir);
   }
-  for (int k = i + 1; k < argc; ++k) args.push_back(argv[k]);
+  args.insert(args.end(), options.command.begin(), options.command.end());
 
   std::string line;
   for (const auto& a : args) line += (line.empty() ? "" : " ") + a;

@@ -11,8 +11,23 @@
 // with --hang-timeout, else off), and its message names the ranks that never reported.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace loom::cli {
 
-int launch(int argc, char** argv);  // argc/argv after "launch"
+struct LaunchOptions {
+  int64_t processes = 0;  // -n
+  std::string hostfile;
+  int64_t max_restarts = 0;
+  double hang_timeout_s = 0;
+  double startup_timeout_s = -1;     // -1: the default, 600 s once hang_timeout_s is given
+  std::vector<std::string> command;  // COMMAND ARGS...: what each process runs after `loom`
+};
+
+// run_dir: with max_restarts > 0, the run directory of the supervised train command (its
+// events.jsonl and the ranks' heartbeats).
+int launch(const LaunchOptions& options, const std::string& run_dir);
 
 }  // namespace loom::cli

@@ -1,14 +1,19 @@
-// The `loom` command line.
+// The `loom` command line: each command's options (CLI11), then the command itself.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "launch.h"
+#include "loom/checkpoint/json.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/allocator.h"
@@ -17,6 +22,7 @@
 #include "loom/data/text.h"
 #include "loom/dist/world.h"
 #include "loom/train/bench.h"
+#include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
@@ -27,131 +33,207 @@
 
 namespace {
 
-// Each command's synopsis and what it does: `loom COMMAND --help` prints its own entry,
-// `loom --help` (or a bad command) all of them.
-struct CommandHelp {
-  const char* command;
-  const char* text;
-};
-constexpr CommandHelp kHelp[] = {
-    {"train",
-     "  train CONFIG.toml [--set section.key=value ...] [--resume [auto] | --overwrite]\n"
-     "        [--profile steps=A:B]\n"
-     "      train a model (model.kind dit, gpt or vit_classifier); the run directory is\n"
-     "      <run.out_dir>/<run.name>, and a fresh run refuses one that holds a run;\n"
-     "      --resume: continue it from its `latest` checkpoint; --resume auto: from the\n"
-     "      newest one whose checksums all match; --overwrite: move it aside, start anew;\n"
-     "      exit status 3: the run directory refused the run (nothing changed there)\n"
-     "      --profile: Chrome traces of steps A..B in <run dir>/trace/\n"},
-    {"sample",
-     "  sample CHECKPOINT_DIR [--per-class N] [--steps N] [--cfg S] [--heun]\n"
-     "         [--seed N] [--png PATH] [--npy PREFIX]\n"
-     "      sample a DiT checkpoint (EMA weights) into a PNG grid and/or .npy files\n"
-     "  sample CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed N]\n"
-     "      continue a prompt with a GPT checkpoint (temperature 0: greedy)\n"
-     "      CHECKPOINT_DIR: a step-NNNNNN directory, or a run directory (its `latest`)\n"},
-    {"eval",
-     "  eval CHECKPOINT_DIR [--windows N] | [--samples N --steps N --cfg S --classifier DIR]\n"
-     "      GPT: held-out loss (nats/token, nats/byte, bits/byte) over the whole held-out\n"
-     "      text, or N evenly spread windows of it; DiT: class accuracy and FID of N\n"
-     "      samples against the classifier's features (docs/evaluation.md)\n"
-     "      CHECKPOINT_DIR: a step-NNNNNN directory, or a run directory (its `latest`)\n"},
-    {"tokenizer",
-     "  tokenizer train (--input FILE | --kjv [--cache-dir DIR]) --vocab N --out PATH\n"
-     "      learn a byte-level BPE tokenizer with N tokens and save it\n"
-     "  tokenizer check --tokenizer PATH --input FILE\n"
-     "      encode FILE, decode it again and compare (round trip)\n"},
-    {"ckpt",
-     "  ckpt export CHECKPOINT_DIR OUT.safetensors [--part model|ema|optimizer]\n"
-     "      write one part of a (sharded) checkpoint as one consolidated file\n"
-     "  ckpt verify CHECKPOINT_DIR\n"
-     "      check a checkpoint as resuming would: manifest and its checksum, every tensor\n"
-     "      the run's model needs in its shape, every piece against its checksum\n"},
-    {"launch",
-     "  launch -n N [--hostfile FILE] [--max-restarts R [--hang-timeout S]\n"
-     "         [--startup-timeout S]] -- COMMAND ...\n"
-     "      run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train\n"
-     "      cfg.toml); `mpirun -np N loom train cfg.toml` works as well; with\n"
-     "      --max-restarts R a failed train job restarts with --resume auto; with\n"
-     "      --hang-timeout S a job no rank of which began a step for S seconds is ended\n"
-     "      and restarted (start-up excepted: it is bounded by --startup-timeout,\n"
-     "      default 600 s)\n"},
-    {"bench",
-     "  bench [CONFIG ...|all] [--precision f32|bf16] [--warmup N] [--steps N] [--json FILE]\n"
-     "        [--trace FILE]\n"
-     "      time training steps of the standard models (gpt2_124m, gpt_small,\n"
-     "      dit_small; default all): ms/step, tokens or images/s, GFLOP/s and MFU\n"
-     "      against a GEMM ceiling measured first (docs/performance.md); --trace:\n"
-     "      a Chrome trace of one more step after the timed ones (one config)\n"},
-    {"version", "  version\n      print Loom's version\n"},
-};
+// ---- Help in the layout `loom --help` has always had: per command its synopsis ("  train
+// CONFIG.toml [--set section.key=value ...] ...", made from its options) and what it does
+// indented below it; `loom COMMAND --help` adds the command's options.
 
-int usage(std::FILE* to = stderr) {
-  std::fprintf(to, "usage: loom <command> [args]   (loom <command> --help: that command)\n");
-  for (const auto& h : kHelp) std::fputs(h.text, to);
-  return to == stderr ? 2 : 0;
-}
-
-// `loom COMMAND --help` / `-h` anywhere before a `--` (after it, the words belong to the
-// command that launch runs).
-bool wants_help(int argc, char** argv) {
-  for (int i = 2; i < argc && std::strcmp(argv[i], "--") != 0; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
-  return false;
-}
-
-// Reads the value after flag i, or fails naming the flag.
-const char* value_of(int argc, char** argv, int& i) {
-  LOOM_CHECK(i + 1 < argc) << argv[i] << " needs a value";
-  return argv[++i];
-}
-
-int64_t parse_int(const char* flag, const char* text) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text, &end, 10);
-  LOOM_CHECK(end && *end == 0) << flag << ": '" << text << "' is not an integer";
-  return v;
-}
-
-double parse_double(const char* flag, const char* text) {
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  LOOM_CHECK(end && *end == 0) << flag << ": '" << text << "' is not a number";
-  return v;
-}
-
-int train(int argc, char** argv) {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  loom::train::Resume resume = loom::train::Resume::No;
-  bool overwrite = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--overwrite") {
-      overwrite = true;
-    } else if (a == "--set") {
-      overrides.push_back(value_of(argc, argv, i));
-    } else if (a == "--profile") {
-      // --profile steps=A:B is the config key run.profile_steps.
-      const std::string v = value_of(argc, argv, i);
-      LOOM_CHECK(v.rfind("steps=", 0) == 0)
-          << "train: --profile expects steps=A:B (e.g. --profile steps=5:7), got '" << v << "'";
-      overrides.push_back("run.profile_steps=\"" + v.substr(6) + "\"");
-    } else if (a == "--resume") {
-      resume = loom::train::Resume::Latest;
-      if (i + 1 < argc && std::strcmp(argv[i + 1], "auto") == 0) {
-        resume = loom::train::Resume::Auto;
-        ++i;
-      }
-    } else if (a.rfind("--", 0) == 0) {
-      LOOM_FAIL() << "train: unknown option " << a;
-    } else {
-      LOOM_CHECK(config_path.empty())
-          << "train: more than one config given (" << config_path << ", " << a << ")";
-      config_path = a;
+// Words in lines of at most 96 columns, indented `first` columns, then `rest`.
+std::string fill(const std::vector<std::string>& words, size_t first, size_t rest) {
+  std::string out, line(first, ' ');
+  size_t indent = first;
+  for (const std::string& w : words) {
+    if (line.size() > indent && line.size() + 1 + w.size() > 96) {
+      out += line + "\n";
+      line.assign(indent = rest, ' ');
     }
+    line += (line.size() > indent ? " " : "") + w;
   }
-  LOOM_CHECK(!config_path.empty()) << "train: no config file given";
+  return out + line + "\n";
+}
+
+// "tokenizer train": a command's words after `loom`.
+std::string command_path(const CLI::App* command) {
+  const CLI::App* parent = command->get_parent();
+  if (parent == nullptr || parent->get_parent() == nullptr) return command->get_name();
+  return command_path(parent) + " " + command->get_name();
+}
+
+// One option as a synopsis shows it: "CHECKPOINT_DIR", "-n N", "[--steps N]", "[--heun]".
+std::string synopsis_word(const CLI::Option* o) {
+  std::string word;
+  if (o->get_positional()) {
+    word = o->get_name() + (o->get_expected_max() > 1 ? " ..." : "");
+  } else {
+    word = o->get_snames().empty() ? "--" + o->get_lnames()[0] : "-" + o->get_snames()[0];
+    if (!o->get_type_name().empty()) word += " " + o->get_type_name();
+  }
+  return o->get_required() ? word : "[" + word + "]";
+}
+
+// A command's synopsis and what it does. Positionals that take the rest of the words
+// (launch's COMMAND) follow a `--`.
+std::string entry(const CLI::App* command) {
+  std::vector<std::string> synopsis = {command_path(command)}, description;
+  for (const CLI::Option* o : command->get_options()) {
+    if (o == command->get_help_ptr()) continue;
+    const bool rest = o->get_positional() && command->get_positionals_at_end();
+    synopsis.push_back((rest ? "-- " : "") + synopsis_word(o));
+  }
+  std::istringstream words(command->get_description());
+  for (std::string w; words >> w;) description.push_back(w);
+  return fill(synopsis, 2, 8) + fill(description, 6, 6);
+}
+
+// Its subcommands but the hidden one (`loom help`).
+std::vector<const CLI::App*> subcommands(const CLI::App* command) {
+  return command->get_subcommands([](const CLI::App* s) { return !s->get_group().empty(); });
+}
+
+// The entry of a command, or those of its subcommands (tokenizer train, tokenizer check).
+std::string entries(const CLI::App* command) {
+  std::string out = subcommands(command).empty() ? entry(command) : "";
+  for (const CLI::App* s : subcommands(command)) out += entries(s);
+  return out;
+}
+
+std::string loom_help(const CLI::App& loom) {
+  return "usage: loom <command> [args]   (loom <command> --help: that command)\n" + entries(&loom);
+}
+
+class Help : public CLI::Formatter {
+ public:
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode) const override {
+    if (app->get_parent() == nullptr) return loom_help(*app);
+    std::string out = "usage: " + name + " ...\n" + entries(app);
+    if (subcommands(app).empty()) out += make_positionals(app) + make_groups(app, {});
+    return out;
+  }
+  // The synopsis has said what the positionals are.
+  std::string make_option_opts(const CLI::Option* o) const override {
+    return o->get_positional() ? "" : CLI::Formatter::make_option_opts(o);
+  }
+  // CLI11 names a flag with a value "--resume{latest}"; the synopsis shows how it is used.
+  std::string make_option_name(const CLI::Option* o, bool positional) const override {
+    const std::string name = CLI::Formatter::make_option_name(o, positional);
+    return name.substr(0, name.find('{'));
+  }
+};
+
+// ---- A usage error says what is wrong and where to read how it goes, and exits with status 2
+// (a command that fails exits 1). Checks after parsing throw CLI::ValidationError for this.
+
+int usage_error(const CLI::App& loom, const CLI::ParseError& e) {
+  const CLI::App* command = &loom;
+  while (!command->get_subcommands().empty()) command = command->get_subcommands()[0];
+  const std::string path = command == &loom ? "" : command_path(command) + " ";
+  std::string message = e.what();
+  if (!subcommands(command).empty()) {  // the (sub)command itself is missing or unknown
+    const auto words = command->remaining();
+    message = words.empty() ? "no command given" : "unknown command '" + path + words[0] + "'";
+  }
+  std::fprintf(stderr, "loom: error: %s\nrun 'loom %s--help'\n", message.c_str(), path.c_str());
+  return 2;
+}
+
+// Numbers are read as Loom has always read them (strtoll in base 10 -- CLI11 alone would read
+// "010" as 8 -- and strtod) and refused in its words: "--steps: 'x' is not an integer".
+CLI::Option* add_int(CLI::App& cmd, const std::string& name, int64_t& value,
+                     const std::string& help, int64_t min = std::numeric_limits<int64_t>::min()) {
+  const std::string what = min == 1   ? "a positive integer"
+                           : min == 0 ? "a non-negative integer"
+                                      : "an integer";
+  const auto read = [min, what](std::string& text) -> std::string {
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != 0 || v < min) return "'" + text + "' is not " + what;
+    text = std::to_string(v);  // the plain decimal, for CLI11 to read
+    return "";
+  };
+  return cmd.add_option(name, value, help)->transform(CLI::Validator(read, ""))->type_name("N");
+}
+
+CLI::Option* add_number(CLI::App& cmd, const std::string& name, double& value,
+                        const std::string& help, bool positive = false) {
+  const auto read = [positive](std::string& text) -> std::string {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (!text.empty() && *end == 0 && (!positive || v > 0)) return "";
+    return "'" + text + (positive ? "' is not a positive number" : "' is not a number");
+  };
+  return cmd.add_option(name, value, help)->check(CLI::Validator(read, ""))->type_name("S");
+}
+
+constexpr const char* kCheckpointHelp = "a step-NNNNNN directory, or a run directory (its latest)";
+
+// `--resume auto` is the one flag followed by a word of its own, and CLI11 would give an
+// optional value whatever word follows (the config path, say). So --resume is a flag with the
+// value `--resume=auto`, and the pair is joined here -- before a `--` only: what follows it is
+// launch's command, passed on untouched.
+void join_resume_auto(std::vector<std::string>& args) {
+  for (size_t k = 0; k + 1 < args.size() && args[k] != "--"; ++k)
+    if (args[k] == "--resume" && args[k + 1] == "auto") {
+      args[k] = "--resume=auto";
+      args.erase(args.begin() + ptrdiff_t(k + 1));
+    }
+}
+
+// Parses args (the words after the program's name) into app's options.
+void parse(CLI::App& app, std::vector<std::string> args) {
+  join_resume_auto(args);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them as a stack
+  app.parse(args);
+}
+
+// ---- train
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // --set and --profile, in the order given
+  std::string resume;                  // "" (a fresh run), "latest" or "auto"
+  bool overwrite = false;
+};
+
+// --profile steps=A:B is the config key run.profile_steps.
+std::string profile_override(const std::string& value) {
+  if (value.rfind("steps=", 0) != 0)
+    throw CLI::ValidationError("--profile",
+                               "expects steps=A:B (e.g. --profile steps=5:7), got '" + value + "'");
+  return "run.profile_steps=\"" + value.substr(6) + "\"";
+}
+
+// Used twice: for `loom train` and for the train command that `launch --max-restarts` supervises.
+void add_train(CLI::App& cmd, TrainArgs& a) {
+  cmd.description(
+      "train a model (model.kind dit, gpt or vit_classifier); the run directory is "
+      "<run.out_dir>/<run.name>, and a fresh run refuses one that holds a run; exit status 3: "
+      "the run directory refused the run (nothing changed there)");
+  cmd.add_option("CONFIG.toml", a.config, "the run's config")->required();
+  // Both are config overrides, applied in the order given: each is added as it is read.
+  cmd.add_option_function<std::string>(
+         "--set", [&a](const std::string& kv) { a.overrides.push_back(kv); },
+         "override one config key (repeatable)")
+      ->type_name("section.key=value ...")
+      ->trigger_on_parse();
+  cmd.add_flag("--resume{latest}", a.resume,
+               "continue from the run's `latest` checkpoint;\n"
+               "--resume auto: from the newest one whose checksums all match")
+      ->type_name("[auto]")
+      ->check(CLI::IsMember({"latest", "auto"}).description(""));
+  cmd.add_flag("--overwrite", a.overwrite, "move a run already in the directory aside, start anew");
+  cmd.add_option_function<std::string>(
+         "--profile", [&a](const std::string& v) { a.overrides.push_back(profile_override(v)); },
+         "Chrome traces of steps A..B in <run dir>/trace/")
+      ->type_name("steps=A:B")
+      ->trigger_on_parse();
+}
+
+loom::train::Resume resume_of(const std::string& word) {
+  if (word == "auto") return loom::train::Resume::Auto;
+  return word == "latest" ? loom::train::Resume::Latest : loom::train::Resume::No;
+}
+
+int train_command(const std::string& config_path, std::vector<std::string> overrides,
+                  loom::train::Resume resume, bool overwrite) {
   loom::train::Config config = loom::train::load_config(config_path, overrides);
   loom::train::arm_preemption(loom::train::parse_signal_names(config.resilience.preempt_signals));
   loom::dist::init_world({config.parallel.timeout_s});
@@ -170,115 +252,105 @@ int train(int argc, char** argv) {
   return 0;
 }
 
-// The checkpoint directory: the one argument that is not a flag (flags with a value are
-// skipped); fails naming the command if there is none.
-std::string checkpoint_arg(const char* command, int argc, char** argv,
-                           const std::vector<std::string>& valued_flags) {
-  std::string ckpt;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--", 0) == 0) {
-      for (const auto& f : valued_flags)
-        if (a == f) ++i;
-      continue;
-    }
-    LOOM_CHECK(ckpt.empty()) << command << ": more than one checkpoint directory given (" << ckpt
-                             << ", " << a << ")";
-    ckpt = a;
-  }
-  LOOM_CHECK(!ckpt.empty()) << command << ": no checkpoint directory given";
-  return loom::train::checkpoint_from_user_path(ckpt);
+// ---- sample: the flags of both model kinds, each kind's in its group; the checkpoint's kind
+// decides which apply.
+
+constexpr const char* kDitFlags = "DiT checkpoints";
+constexpr const char* kGptFlags = "GPT checkpoints";
+
+struct SampleArgs {
+  std::string checkpoint;
+  int64_t seed = 0;
+  loom::train::DitSampleOptions dit;
+  loom::train::GptSampleOptions gpt;
+};
+
+void add_sample(CLI::App& cmd, SampleArgs& a) {
+  cmd.description(
+      "DiT checkpoint: sample it (EMA weights) into a PNG grid and/or .npy files; GPT "
+      "checkpoint: continue a prompt (temperature 0: greedy)");
+  cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
+  add_int(cmd, "--seed", a.seed, "sampling seed");
+  cmd.option_defaults()->group(kDitFlags);
+  add_int(cmd, "--per-class", a.dit.per_class, "samples per class");
+  add_int(cmd, "--steps", a.dit.steps, "sampler steps");
+  add_number(cmd, "--cfg", a.dit.cfg_scale, "classifier-free guidance scale");
+  cmd.add_flag("--heun", a.dit.heun, "Heun's sampler (second order)");
+  a.dit.png_path = "samples.png";
+  cmd.add_option("--png", a.dit.png_path, "the grid, one row per class")->type_name("PATH");
+  cmd.add_option("--npy", a.dit.npy_prefix, "write PREFIX_images.npy and PREFIX_labels.npy")
+      ->type_name("PREFIX");
+  cmd.option_defaults()->group(kGptFlags);
+  cmd.add_option("--prompt", a.gpt.prompt, "the text to continue")->type_name("TEXT");
+  add_int(cmd, "--tokens", a.gpt.tokens, "tokens to add");
+  add_number(cmd, "--temperature", a.gpt.temperature, "0: greedy")->type_name("T");
 }
 
-int sample_gpt(const std::string& ckpt, int argc, char** argv) {
-  loom::train::GptSampleOptions o;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--prompt")
-      o.prompt = value_of(argc, argv, i);
-    else if (a == "--tokens")
-      o.tokens = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--temperature")
-      o.temperature = parse_double(argv[i], value_of(argc, argv, i));
-    else if (a == "--seed")
-      o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
-    else if (a.rfind("--", 0) == 0)
-      LOOM_FAIL() << "sample: unknown option " << a << " for a GPT checkpoint";
+// Fails naming the flags of `group` that were given: they are not for this checkpoint's kind.
+void reject_flags(const CLI::App& cmd, const std::string& group, const std::string& ckpt,
+                  const std::string& kind) {
+  std::string given;
+  for (const CLI::Option* o : cmd.get_options())
+    if (o->get_group() == group && o->count() > 0)
+      given += (given.empty() ? "" : ", ") + o->get_name();
+  if (!given.empty())
+    throw CLI::ValidationError(
+        given, "only for " + group + ", and " + ckpt + " holds a " + kind + " model");
+}
+
+int sample_command(const CLI::App& cmd, SampleArgs a) {
+  const std::string ckpt = loom::train::checkpoint_from_user_path(a.checkpoint);
+  const std::string kind = loom::train::checkpoint_model_kind(ckpt);
+  if (kind == "gpt") {
+    reject_flags(cmd, kDitFlags, ckpt, kind);
+    a.gpt.seed = uint64_t(a.seed);
+    const std::string text = loom::train::sample_gpt(ckpt, a.gpt);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
+    return 0;
   }
-  const std::string text = loom::train::sample_gpt(ckpt, o);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::printf("\n");
+  reject_flags(cmd, kGptFlags, ckpt, kind);
+  a.dit.seed = uint64_t(a.seed);
+  loom::train::sample_dit(ckpt, a.dit);
   return 0;
 }
 
-int sample(int argc, char** argv) {
-  const std::string ckpt_dir = checkpoint_arg("sample", argc, argv,
-                                              {"--per-class", "--steps", "--cfg", "--seed", "--png",
-                                               "--npy", "--prompt", "--tokens", "--temperature"});
-  if (loom::train::checkpoint_model_kind(ckpt_dir) == "gpt") return sample_gpt(ckpt_dir, argc, argv);
-  loom::train::DitSampleOptions o;
-  o.png_path = "samples.png";
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--per-class")
-      o.per_class = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--steps")
-      o.steps = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--cfg")
-      o.cfg_scale = parse_double(argv[i], value_of(argc, argv, i));
-    else if (a == "--seed")
-      o.seed = uint64_t(parse_int(argv[i], value_of(argc, argv, i)));
-    else if (a == "--heun")
-      o.heun = true;
-    else if (a == "--png")
-      o.png_path = value_of(argc, argv, i);
-    else if (a == "--npy")
-      o.npy_prefix = value_of(argc, argv, i);
-    else if (a.rfind("--", 0) == 0)
-      LOOM_FAIL() << "sample: unknown option " << a;
-  }
-  loom::train::sample_dit(ckpt_dir, o);
-  return 0;
-}
+// ---- eval
 
-int eval(int argc, char** argv) {
+struct EvalArgs {
+  std::string checkpoint;
   int64_t windows = 0, samples = 1000, steps = 0;
   double cfg_scale = -1;
-  std::string ckpt, classifier = "assets/fmnist_classifier";
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--windows")
-      windows = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--samples")
-      samples = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--steps")
-      steps = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--cfg")
-      cfg_scale = parse_double(argv[i], value_of(argc, argv, i));
-    else if (a == "--classifier")
-      classifier = value_of(argc, argv, i);
-    else if (a.rfind("--", 0) == 0)
-      LOOM_FAIL() << "eval: unknown option " << a;
-    else {
-      LOOM_CHECK(ckpt.empty()) << "eval: more than one checkpoint directory given (" << ckpt << ", "
-                               << a << ")";
-      ckpt = a;
-    }
-  }
-  LOOM_CHECK(!ckpt.empty()) << "eval: no checkpoint directory given";
-  ckpt = loom::train::checkpoint_from_user_path(ckpt);
-  LOOM_CHECK(windows >= 0) << "eval: --windows must be non-negative (0: all), got " << windows;
+  std::string classifier = "assets/fmnist_classifier";
+};
+
+void add_eval(CLI::App& cmd, EvalArgs& a) {
+  cmd.description(
+      "GPT: held-out loss (nats/token, nats/byte, bits/byte) over the whole held-out text, or N "
+      "evenly spread windows of it; DiT: class accuracy and FID of N samples against the "
+      "classifier's features (docs/evaluation.md)");
+  cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
+  add_int(cmd, "--windows", a.windows, "held-out windows (0: all the text)", 0)->group(kGptFlags);
+  cmd.option_defaults()->group(kDitFlags);
+  add_int(cmd, "--samples", a.samples, "samples");
+  add_int(cmd, "--steps", a.steps, "sampler steps (0: the run's [sample] steps)");
+  add_number(cmd, "--cfg", a.cfg_scale, "guidance scale (negative: the run's [sample] cfg_scale)");
+  cmd.add_option("--classifier", a.classifier, "the classifier's run directory")->type_name("DIR");
+}
+
+int eval_command(EvalArgs a) {
+  const std::string ckpt = loom::train::checkpoint_from_user_path(a.checkpoint);
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
   if (kind == "dit") {
     // Sampler settings default to the run's own [sample] section.
     const loom::train::Config cfg = loom::train::load_config(
         (std::filesystem::path(ckpt).parent_path() / "config.toml").string());
     loom::train::DitSampleOptions o;
-    o.steps = steps > 0 ? steps : cfg.sample.steps;
-    o.cfg_scale = cfg_scale >= 0 ? cfg_scale : cfg.sample.cfg_scale;
+    o.steps = a.steps > 0 ? a.steps : cfg.sample.steps;
+    o.cfg_scale = a.cfg_scale >= 0 ? a.cfg_scale : cfg.sample.cfg_scale;
     o.heun = cfg.sample.heun;
     o.seed = cfg.run.seed;
-    const auto q = loom::train::evaluate_dit_checkpoint(ckpt, classifier, samples, o);
+    const auto q = loom::train::evaluate_dit_checkpoint(ckpt, a.classifier, a.samples, o);
     std::printf(
         "%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
         "(ratio %.1f), cfg %.1f, %lld steps -> %s/eval.json\n",
@@ -288,7 +360,7 @@ int eval(int argc, char** argv) {
   }
   LOOM_CHECK(kind == "gpt") << "eval: " << ckpt << " holds a checkpoint of model kind '" << kind
                             << "', which loom eval does not know";
-  const loom::train::LmEvalResult r = loom::train::eval_gpt(ckpt, windows);
+  const loom::train::LmEvalResult r = loom::train::eval_gpt(ckpt, a.windows);
   std::printf(
       "held-out loss of %s: %.4f nats/token, %.4f nats/byte, %.4f bits/byte "
       "(%lld windows, %lld tokens, %lld bytes)\n",
@@ -297,156 +369,196 @@ int eval(int argc, char** argv) {
   return 0;
 }
 
-int tokenizer_train(int argc, char** argv) {
+// ---- tokenizer train, tokenizer check
+
+struct TokenizerTrainArgs {
   std::string input, out, cache_dir;
   bool kjv = false;
   int64_t vocab = 0;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--input")
-      input = value_of(argc, argv, i);
-    else if (a == "--kjv")
-      kjv = true;
-    else if (a == "--cache-dir")
-      cache_dir = value_of(argc, argv, i);
-    else if (a == "--vocab")
-      vocab = parse_int(argv[i], value_of(argc, argv, i));
-    else if (a == "--out")
-      out = value_of(argc, argv, i);
-    else
-      LOOM_FAIL() << "tokenizer train: unknown argument " << a;
-  }
-  LOOM_CHECK(kjv != !input.empty())
+};
+
+void add_tokenizer_train(CLI::App& cmd, TokenizerTrainArgs& a) {
+  cmd.description(
+      "learn a byte-level BPE tokenizer with N tokens (--input FILE or --kjv) and save it");
+  cmd.add_option("--input", a.input, "the text to learn from")->type_name("FILE");
+  cmd.add_flag("--kjv", a.kjv, "learn from the King James Bible (Debian's bible-kjv)");
+  cmd.add_option("--cache-dir", a.cache_dir, "where --kjv keeps kjv.txt")->type_name("DIR");
+  add_int(cmd, "--vocab", a.vocab, "tokens, the 256 bytes included")->required();
+  cmd.add_option("--out", a.out, "the tokenizer file to write")->required()->type_name("PATH");
+}
+
+int tokenizer_train_command(TokenizerTrainArgs a) {
+  LOOM_CHECK(a.kjv != !a.input.empty())
       << "tokenizer train: give exactly one of --input FILE and --kjv";
-  LOOM_CHECK(!out.empty()) << "tokenizer train: no --out PATH given";
-  LOOM_CHECK(vocab >= loom::BpeTokenizer::kByteTokens && vocab <= (int64_t(1) << 24))
-      << "tokenizer train: --vocab " << vocab << " must be at least "
+  LOOM_CHECK(a.vocab >= loom::BpeTokenizer::kByteTokens && a.vocab <= (int64_t(1) << 24))
+      << "tokenizer train: --vocab " << a.vocab << " must be at least "
       << loom::BpeTokenizer::kByteTokens << " (the byte tokens)";
-  if (kjv)
-    input = loom::kjv_corpus(cache_dir.empty() ? loom::train::default_cache_dir(".") : cache_dir);
-  const std::string text = loom::read_text_file(input);
-  const loom::BpeTokenizer tok = loom::BpeTokenizer::train(text, int(vocab));
-  tok.save(out);
+  if (a.kjv)
+    a.input =
+        loom::kjv_corpus(a.cache_dir.empty() ? loom::train::default_cache_dir(".") : a.cache_dir);
+  const std::string text = loom::read_text_file(a.input);
+  const loom::BpeTokenizer tok = loom::BpeTokenizer::train(text, int(a.vocab));
+  tok.save(a.out);
   const size_t tokens = tok.encode(text).size();
   std::printf(
       "tokenizer: %d tokens (%zu merges) learned from %s (%zu bytes) -> %s\n"
       "%s encodes to %zu tokens, %.3f bytes/token; set model.vocab_size = %d\n",
-      tok.vocab_size(), tok.merges().size(), input.c_str(), text.size(), out.c_str(), input.c_str(),
-      tokens, double(text.size()) / double(std::max<size_t>(tokens, 1)), tok.vocab_size());
+      tok.vocab_size(), tok.merges().size(), a.input.c_str(), text.size(), a.out.c_str(),
+      a.input.c_str(), tokens, double(text.size()) / double(std::max<size_t>(tokens, 1)),
+      tok.vocab_size());
   return 0;
 }
 
-int tokenizer_check(int argc, char** argv) {
+struct TokenizerCheckArgs {
   std::string path, input;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--tokenizer")
-      path = value_of(argc, argv, i);
-    else if (a == "--input")
-      input = value_of(argc, argv, i);
-    else
-      LOOM_FAIL() << "tokenizer check: unknown argument " << a;
-  }
-  LOOM_CHECK(!path.empty() && !input.empty())
-      << "tokenizer check: needs --tokenizer PATH and --input FILE";
-  const loom::BpeTokenizer tok = loom::BpeTokenizer::load(path);
-  const std::string text = loom::read_text_file(input);
+};
+
+void add_tokenizer_check(CLI::App& cmd, TokenizerCheckArgs& a) {
+  cmd.description("encode FILE, decode it again and compare (round trip)");
+  cmd.add_option("--tokenizer", a.path, "the tokenizer file")->required()->type_name("PATH");
+  cmd.add_option("--input", a.input, "the text to encode")->required()->type_name("FILE");
+}
+
+int tokenizer_check_command(const TokenizerCheckArgs& a) {
+  const loom::BpeTokenizer tok = loom::BpeTokenizer::load(a.path);
+  const std::string text = loom::read_text_file(a.input);
   const std::vector<int32_t> ids = tok.encode(text);
-  LOOM_CHECK(tok.decode(ids) == text)
-      << "tokenizer check: decode(encode(" << input << ")) differs from the file (" << path << ")";
+  LOOM_CHECK(tok.decode(ids) == text) << "tokenizer check: decode(encode(" << a.input
+                                      << ")) differs from the file (" << a.path << ")";
   std::printf(
       "round trip ok: %s (%zu bytes) -> %zu tokens of %s (%d tokens) -> the same bytes "
       "(%.3f bytes/token)\n",
-      input.c_str(), text.size(), ids.size(), path.c_str(), tok.vocab_size(),
+      a.input.c_str(), text.size(), ids.size(), a.path.c_str(), tok.vocab_size(),
       double(text.size()) / double(std::max<size_t>(ids.size(), 1)));
   return 0;
 }
 
-int tokenizer(int argc, char** argv) {
-  LOOM_CHECK(argc >= 1) << "tokenizer: expected a subcommand (train or check)";
-  const std::string sub = argv[0];
-  if (sub == "train") return tokenizer_train(argc - 1, argv + 1);
-  if (sub == "check") return tokenizer_check(argc - 1, argv + 1);
-  LOOM_FAIL() << "tokenizer: unknown subcommand '" << sub << "' (expected train or check)";
-  return 1;
+// ---- ckpt export, ckpt verify
+
+struct CkptExportArgs {
+  std::string checkpoint, out, part = "model";
+};
+
+void add_ckpt_export(CLI::App& cmd, CkptExportArgs& a) {
+  cmd.description("write one part of a (sharded) checkpoint as one consolidated file");
+  cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
+  cmd.add_option("OUT.safetensors", a.out, "the file to write")->required();
+  cmd.add_option("--part", a.part, "the part to write")->type_name("model|ema|optimizer");
 }
 
-int ckpt_export(int argc, char** argv) {
-  std::vector<std::string> positional;
-  std::string part = "model";
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--part")
-      part = value_of(argc, argv, i);
-    else if (a.rfind("--", 0) == 0)
-      LOOM_FAIL() << "ckpt export: unknown option " << a;
-    else
-      positional.push_back(a);
-  }
-  LOOM_CHECK(positional.size() == 2) << "ckpt export: expected CHECKPOINT_DIR OUT.safetensors, got "
-                                     << positional.size() << " paths";
-  positional[0] = loom::train::checkpoint_from_user_path(positional[0]);
-  const loom::CheckpointReader ckpt(positional[0]);
-  const auto tensors = ckpt.read_all(part);
-  LOOM_CHECK(!tensors.empty()) << "ckpt export: " << positional[0] << " has no tensors under '"
-                               << part << "/'";
+int ckpt_export_command(CkptExportArgs a) {
+  a.checkpoint = loom::train::checkpoint_from_user_path(a.checkpoint);
+  const loom::CheckpointReader ckpt(a.checkpoint);
+  const auto tensors = ckpt.read_all(a.part);
+  LOOM_CHECK(!tensors.empty()) << "ckpt export: " << a.checkpoint << " has no tensors under '"
+                               << a.part << "/'";
   int64_t bytes = 0;
   for (const auto& [name, t] : tensors) bytes += int64_t(t.nbytes());
-  loom::save_safetensors(positional[1], tensors,
-                         {{"loom_checkpoint", positional[0]}, {"part", part}});
-  std::printf("%s: %zu tensors, %lld bytes (%s of %s)\n", positional[1].c_str(), tensors.size(),
-              (long long)bytes, part.c_str(), positional[0].c_str());
+  loom::save_safetensors(a.out, tensors, {{"loom_checkpoint", a.checkpoint}, {"part", a.part}});
+  std::printf("%s: %zu tensors, %lld bytes (%s of %s)\n", a.out.c_str(), tensors.size(),
+              (long long)bytes, a.part.c_str(), a.checkpoint.c_str());
   return 0;
 }
 
-int ckpt_verify(int argc, char** argv) {
-  LOOM_CHECK(argc == 1) << "ckpt verify: expected CHECKPOINT_DIR";
-  const std::string dir = loom::train::checkpoint_from_user_path(argv[0]);
+void add_ckpt_verify(CLI::App& cmd, std::string& checkpoint) {
+  cmd.description(
+      "check a checkpoint as resuming would: manifest and its checksum, every tensor the run's "
+      "model needs in its shape, every piece against its checksum");
+  cmd.add_option("CHECKPOINT_DIR", checkpoint, kCheckpointHelp)->required();
+}
+
+int ckpt_verify_command(const std::string& checkpoint) {
+  const std::string dir = loom::train::checkpoint_from_user_path(checkpoint);
   // Exactly what resuming checks: the manifest and its checksum, trainer_state.json, every
   // tensor the run's model needs in its shape, and every piece against its checksum.
   loom::train::verify_checkpoint(dir);
-  std::printf("%s: %zu tensors, every checksum matches and resume has all it needs\n",
-              dir.c_str(), loom::CheckpointReader(dir).names("").size());
+  std::printf("%s: %zu tensors, every checksum matches and resume has all it needs\n", dir.c_str(),
+              loom::CheckpointReader(dir).names("").size());
   return 0;
 }
 
-int ckpt(int argc, char** argv) {
-  LOOM_CHECK(argc >= 1) << "ckpt: expected a subcommand (export or verify)";
-  const std::string sub = argv[0];
-  if (sub == "export") return ckpt_export(argc - 1, argv + 1);
-  if (sub == "verify") return ckpt_verify(argc - 1, argv + 1);
-  LOOM_FAIL() << "ckpt: unknown subcommand '" << sub << "' (expected export or verify)";
-  return 1;
+// ---- launch
+
+void add_launch(CLI::App& cmd, loom::cli::LaunchOptions& o) {
+  cmd.description(
+      "run `loom COMMAND ARGS...` as N processes through mpirun (e.g. -- train cfg.toml); "
+      "`mpirun -np N loom train cfg.toml` works as well; with --max-restarts R a failed train "
+      "job restarts with --resume auto; with --hang-timeout S a job no rank of which began a "
+      "step for S seconds is ended and restarted (start-up excepted: it is bounded by "
+      "--startup-timeout, default 600 s)");
+  // From COMMAND's first word on, every word is COMMAND's (its flags too).
+  cmd.positionals_at_end();
+  add_int(cmd, "-n,--np", o.processes, "processes", 1)->required()->default_str("");
+  cmd.add_option("--hostfile", o.hostfile, "OpenMPI's hostfile: where to run")->type_name("FILE");
+  add_int(cmd, "--max-restarts", o.max_restarts, "restarts of a failed train job", 0)
+      ->type_name("R");
+  add_number(cmd, "--hang-timeout", o.hang_timeout_s, "end a job with no step begun for S s", true)
+      ->default_str("");
+  add_number(cmd, "--startup-timeout", o.startup_timeout_s, "bound on start-up (default 600 s)",
+             true)
+      ->default_str("");
+  cmd.add_option("COMMAND", o.command, "the loom command each process runs")->required();
 }
 
-int bench(int argc, char** argv) {
-  loom::train::BenchOptions options;
-  std::vector<std::string> names;
+// The run directory of the train command that `launch --max-restarts` supervises (its
+// events.jsonl, the ranks' heartbeats), its words read as `loom train` reads them.
+std::string supervised_run_dir(const std::vector<std::string>& command) {
+  if (command.empty() || command[0] != "train")
+    throw CLI::ValidationError("--max-restarts", "supervises `train` runs only");
+  CLI::App train;
+  TrainArgs a;
+  add_train(train, a);
+  try {
+    parse(train, {command.begin() + 1, command.end()});
+  } catch (const CLI::ParseError& e) {
+    throw CLI::ValidationError("the train command", e.what());
+  }
+  return loom::train::load_config(a.config, a.overrides).run_dir();
+}
+
+int launch_command(const loom::cli::LaunchOptions& o) {
+  // Both watches are the supervisor's: without restarts there is none.
+  if (o.max_restarts == 0 && o.hang_timeout_s > 0)
+    throw CLI::ValidationError("--hang-timeout", "needs --max-restarts");
+  if (o.max_restarts == 0 && o.startup_timeout_s >= 0)
+    throw CLI::ValidationError("--startup-timeout", "needs --max-restarts");
+  return loom::cli::launch(o, o.max_restarts > 0 ? supervised_run_dir(o.command) : "");
+}
+
+// ---- bench
+
+struct BenchArgs {
+  std::vector<std::string> names = {"all"};
   std::string json_path;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--precision") {
-      options.precision = value_of(argc, argv, i);
-    } else if (a == "--warmup") {
-      options.warmup = parse_int("--warmup", value_of(argc, argv, i));
-    } else if (a == "--steps") {
-      options.steps = parse_int("--steps", value_of(argc, argv, i));
-    } else if (a == "--json") {
-      json_path = value_of(argc, argv, i);
-    } else if (a == "--trace") {
-      options.trace_path = value_of(argc, argv, i);
-    } else if (a.rfind("--", 0) == 0) {
-      LOOM_FAIL() << "bench: unknown flag " << a;
-    } else if (a == "all") {
+  loom::train::BenchOptions options;
+};
+
+void add_bench(CLI::App& cmd, BenchArgs& a) {
+  cmd.description(
+      "time training steps of the standard models (gpt2_124m, gpt_small, dit_small; default "
+      "all): ms/step, tokens or images/s, GFLOP/s and MFU against a GEMM ceiling measured first "
+      "(docs/performance.md); --trace: a Chrome trace of one more step after the timed ones (one "
+      "config)");
+  cmd.add_option("CONFIG", a.names, "standard configs, or all (the default)");
+  cmd.add_option("--precision", a.options.precision, "the training steps' precision")
+      ->check(CLI::IsMember({"f32", "bf16"}).description(""))
+      ->type_name("f32|bf16");
+  add_int(cmd, "--warmup", a.options.warmup, "untimed steps first");
+  add_int(cmd, "--steps", a.options.steps, "timed steps");
+  cmd.add_option("--json", a.json_path, "also write one JSON line per config")->type_name("FILE");
+  cmd.add_option("--trace", a.options.trace_path, "the Chrome trace")->type_name("FILE");
+}
+
+int bench_command(const BenchArgs& a) {
+  const loom::train::BenchOptions& options = a.options;
+  std::vector<std::string> names;
+  for (const auto& n : a.names) {
+    if (n == "all") {
       for (const auto& s : loom::train::standard_bench_specs()) names.push_back(s.name);
     } else {
-      names.push_back(a);
+      names.push_back(n);
     }
   }
-  if (names.empty())
-    for (const auto& s : loom::train::standard_bench_specs()) names.push_back(s.name);
-  LOOM_CHECK(options.precision == "f32" || options.precision == "bf16")
-      << "bench: --precision must be f32 or bf16, got '" << options.precision << "'";
   std::vector<loom::train::BenchSpec> specs;
   for (const auto& n : names) specs.push_back(loom::train::bench_spec(n));  // all checked first
   LOOM_CHECK(options.trace_path.empty() || specs.size() == 1)
@@ -469,8 +581,8 @@ int bench(int argc, char** argv) {
       options.precision.c_str(), ceiling);
   std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %6s\n", "config", "dtype", "median_ms", "min_ms",
               "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU");
-  std::FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
-  LOOM_CHECK(json_path.empty() || json) << "bench: cannot open " << json_path << " for writing";
+  std::FILE* json = a.json_path.empty() ? nullptr : std::fopen(a.json_path.c_str(), "w");
+  LOOM_CHECK(a.json_path.empty() || json) << "bench: cannot open " << a.json_path << " for writing";
   for (size_t k = 0; k < specs.size(); ++k) {
     const auto& spec = specs[k];
     auto r = results[k];
@@ -482,15 +594,19 @@ int bench(int argc, char** argv) {
                 r.precision.c_str(), r.median_ms, r.min_ms, r.max_ms, items, r.gflop_per_step,
                 r.gflops, 100.0 * r.mfu);
     if (json) {
-      std::string ms;
-      for (double t : r.step_ms) ms += (ms.empty() ? "" : ", ") + std::to_string(t);
-      std::fprintf(
-          json,
-          "{\"config\": \"%s\", \"precision\": \"%s\", \"ms\": [%s], \"median_ms\": %.3f, "
-          "\"items_per_s\": %.3f, \"unit\": \"%s\", \"gflop_per_step\": %.3f, \"gflops\": %.3f, "
-          "\"ceiling_gflops\": %.3f, \"mfu\": %.4f, \"loss\": %.6f}\n",
-          r.name.c_str(), r.precision.c_str(), ms.c_str(), r.median_ms, r.items_per_s, spec.unit(),
-          r.gflop_per_step, r.gflops, r.ceiling_gflops, r.mfu, r.final_loss);
+      const loom::Json line =
+          loom::Json::object({{"config", r.name},
+                              {"precision", r.precision},
+                              {"ms", loom::Json::Array(r.step_ms.begin(), r.step_ms.end())},
+                              {"median_ms", r.median_ms},
+                              {"items_per_s", r.items_per_s},
+                              {"unit", spec.unit()},
+                              {"gflop_per_step", r.gflop_per_step},
+                              {"gflops", r.gflops},
+                              {"ceiling_gflops", r.ceiling_gflops},
+                              {"mfu", r.mfu},
+                              {"loss", r.final_loss}});
+      std::fprintf(json, "%s\n", line.dump().c_str());
     }
   }
   if (json) std::fclose(json);
@@ -500,31 +616,57 @@ int bench(int argc, char** argv) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  const std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
-  if (wants_help(argc, argv))
-    for (const auto& h : kHelp)
-      if (cmd == h.command) {
-        std::printf("usage: loom %s ...\n%s", h.command, h.text);
-        return 0;
-      }
-  if (cmd == "train") return train(argc - 2, argv + 2);
-  if (cmd == "sample") return sample(argc - 2, argv + 2);
-  if (cmd == "eval") return eval(argc - 2, argv + 2);
-  if (cmd == "tokenizer") return tokenizer(argc - 2, argv + 2);
-  if (cmd == "ckpt") return ckpt(argc - 2, argv + 2);
-  if (cmd == "bench") return bench(argc - 2, argv + 2);
-  if (cmd == "launch") return loom::cli::launch(argc - 2, argv + 2);
-  if (cmd == "version") {
-    std::printf("loom 0.1.0\n");
+  CLI::App loom{"", "loom"};
+  loom.formatter(std::make_shared<Help>());  // the subcommands added from here on share both
+  loom.option_defaults()->always_capture_default();
+  loom.require_subcommand(1);
+  TrainArgs train;
+  SampleArgs sample;
+  EvalArgs eval;
+  TokenizerTrainArgs tokenizer_train;
+  TokenizerCheckArgs tokenizer_check;
+  CkptExportArgs ckpt_export;
+  std::string ckpt_verify;
+  loom::cli::LaunchOptions launch;
+  BenchArgs bench;
+  add_train(*loom.add_subcommand("train"), train);
+  add_sample(*loom.add_subcommand("sample"), sample);
+  add_eval(*loom.add_subcommand("eval"), eval);
+  CLI::App* tokenizer = loom.add_subcommand("tokenizer")->require_subcommand(1);
+  add_tokenizer_train(*tokenizer->add_subcommand("train"), tokenizer_train);
+  add_tokenizer_check(*tokenizer->add_subcommand("check"), tokenizer_check);
+  CLI::App* ckpt = loom.add_subcommand("ckpt")->require_subcommand(1);
+  add_ckpt_export(*ckpt->add_subcommand("export"), ckpt_export);
+  add_ckpt_verify(*ckpt->add_subcommand("verify"), ckpt_verify);
+  add_launch(*loom.add_subcommand("launch"), launch);
+  add_bench(*loom.add_subcommand("bench"), bench);
+  loom.add_subcommand("version", "print Loom's version");
+  loom.add_subcommand("help")->group("");  // `loom help`: as `loom --help`; not listed
+  try {
+    parse(loom, {argv + 1, argv + argc});
+    if (loom.got_subcommand("train"))
+      return train_command(train.config, train.overrides, resume_of(train.resume), train.overwrite);
+    if (loom.got_subcommand("sample"))
+      return sample_command(*loom.get_subcommand("sample"), sample);
+    if (loom.got_subcommand("eval")) return eval_command(eval);
+    if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
+    if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
+    if (ckpt->got_subcommand("export")) return ckpt_export_command(ckpt_export);
+    if (ckpt->got_subcommand("verify")) return ckpt_verify_command(ckpt_verify);
+    if (loom.got_subcommand("launch")) return launch_command(launch);
+    if (loom.got_subcommand("bench")) return bench_command(bench);
+    if (loom.got_subcommand("version")) std::printf("loom 0.1.0\n");
+    if (loom.got_subcommand("help")) std::fputs(loom_help(loom).c_str(), stdout);
     return 0;
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(loom.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return usage_error(loom, e);
   }
-  std::fprintf(stderr, "loom: unknown command '%s'\n", cmd.c_str());
-  return usage();
 }
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage();
   int code = 1;
   try {
     code = run(argc, argv);
