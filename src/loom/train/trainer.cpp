@@ -178,6 +178,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   std::printf("%s, batch %lld x %lld, %d threads, %s\n", recipe->describe().c_str(),
               (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
               model->describe().c_str());
+  if (const std::string data = recipe->describe_data(); !data.empty()) std::printf("%s\n", data.c_str());
 
   // Batches are made on a background thread, in (step, micro) order from start_step, so the
   // step never waits for data.
