@@ -10,9 +10,9 @@
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
 #include "loom/core/rng.h"
-#include "loom/data/bpe.h"
 #include "loom/data/text.h"
-#include "loom/models/gpt/gpt.h"
+#include "loom/data/token_windows.h"
+#include "loom/models/gpt/generate.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 
@@ -32,96 +32,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The tokenizer of a run: the plain byte tokenizer ("bytes") or a saved BPE.
-struct LmTokenizer {
-  bool bytes = true;
-  BpeTokenizer bpe;  // the 256 byte tokens when bytes
-
-  std::vector<int32_t> encode(const std::string& text) const {
-    if (!bytes) return bpe.encode(text);
-    std::vector<int32_t> ids(text.size());
-    for (size_t i = 0; i < text.size(); ++i) ids[i] = int32_t(uint8_t(text[i]));
-    return ids;
-  }
-  std::string decode(const std::vector<int32_t>& ids) const { return bpe.decode(ids); }
-  int64_t bytes_of(int32_t id) const { return bytes ? 1 : int64_t(bpe.token_bytes(id).size()); }
-};
-
-// `bpe_copy`: the tokenizer file saved in the run directory, preferred when it exists (a run
-// directory stays usable if the original file moves).
-LmTokenizer load_tokenizer(const Config& cfg, const std::string& bpe_copy) {
-  LmTokenizer t;
-  if (cfg.data.tokenizer == "bytes") {
-    LOOM_CHECK(cfg.gpt.vocab_size == BpeTokenizer::kByteTokens)
-        << "data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is " << cfg.gpt.vocab_size;
-    return t;
-  }
-  t.bytes = false;
-  const std::string path =
-      !bpe_copy.empty() && fs::is_regular_file(bpe_copy) ? bpe_copy : cfg.data.tokenizer;
-  LOOM_CHECK(fs::is_regular_file(path))
-      << "data.tokenizer " << path << " does not exist (expected \"bytes\" or a BPE file made by "
-      << "`loom tokenizer train`)";
-  t.bpe = BpeTokenizer::load(path);
-  LOOM_CHECK(t.bpe.vocab_size() == cfg.gpt.vocab_size)
-      << "data.tokenizer " << path << " has " << t.bpe.vocab_size()
-      << " tokens but model.vocab_size is " << cfg.gpt.vocab_size;
-  return t;
+Tokenizer load_tokenizer(const Config& cfg, const std::string& saved_copy) {
+  return loom::load_tokenizer(cfg.data.tokenizer, cfg.gpt.vocab_size, saved_copy);
 }
 
-struct LmData {
-  std::string source;  // the text file
-  std::vector<int32_t> train, val;
-};
-
-LmData load_lm_data(const Config& cfg, const LmTokenizer& tok) {
-  LmData d;
-  d.source = cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
-  const std::string text = read_text_file(d.source);
-  TextSplit split = split_text(text, cfg.data.val_fraction);
-  d.train = tok.encode(std::string(split.train.begin(), split.train.end()));
-  d.val = tok.encode(std::string(split.val.begin(), split.val.end()));
-  const int64_t need = cfg.gpt.context + 2;
-  LOOM_CHECK(int64_t(d.train.size()) >= need && int64_t(d.val.size()) >= need)
-      << "text " << d.source << " (" << text.size() << " bytes) is too short: its training and "
-      << "held-out parts have " << d.train.size() << " and " << d.val.size()
-      << " tokens, each needs at least model.context + 2 = " << need;
-  return d;
+TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
+  const std::string source =
+      cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
+  return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt.context + 2);
 }
 
-// Start of window g of `step`: uniform over [0, n - T), from Philox keyed by (seed, step).
-int64_t window_start(uint64_t key, int64_t g, int64_t n, int64_t T) {
-  const auto r = philox4x32_10(uint64_t(g), 0, key);
-  const uint64_t v = uint64_t(r[0]) << 32 | r[1];
-  return int64_t(v % uint64_t(n - T));
-}
-
-// Windows of T + 1 tokens at `starts`: ids are the first T, targets the last T.
-Batch gather_windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
-                     int64_t T) {
-  const int64_t B = int64_t(starts.size());
-  std::vector<int64_t> ids(size_t(B * T)), targets(size_t(B * T));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      ids[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t)];
-      targets[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t + 1)];
-    }
-  return {from_vector(ids, {B, T}), from_vector(targets, {B, T}), Json()};  // (B, T) i64 each
-}
-
-// Starts of the evaluation windows: `count` of the non-overlapping tiles i * T of the
-// held-out tokens, spread evenly (count = 0 or more than there are: all of them).
-std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
-  const int64_t tiles = (n - 1) / T;
-  std::vector<int64_t> starts;
-  if (count <= 0 || count >= tiles) {
-    for (int64_t i = 0; i < tiles; ++i) starts.push_back(i * T);
-  } else if (count == 1) {
-    starts.push_back(0);
-  } else {
-    for (int64_t i = 0; i < count; ++i) starts.push_back(i * (tiles - 1) / (count - 1) * T);
-  }
-  return starts;
+Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t T) {
+  auto [ids, targets] = gather_windows(tokens, starts, T);  // (B, T) each
+  return {ids, targets, Json()};
 }
 
 // This rank's part of a batch under context parallelism: its rows of every window, with their
@@ -189,7 +112,7 @@ MeanLoss pipeline_loss(const models::Gpt& model, const parallel::Pipeline& pipe,
   };
 }
 
-LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const LmTokenizer& tok,
+LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const Tokenizer& tok,
                       const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
                       int64_t batch, int64_t min_forwards) {
   NoGradGuard no_grad;
@@ -198,13 +121,13 @@ LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const LmTokenizer& t
   // many forwards, so a rank with fewer windows runs discarded ones.
   for (int64_t extra = min_forwards - (int64_t(starts.size()) + batch - 1) / batch; extra > 0;
        --extra) {
-    mean_loss(gather_windows(tokens, {0}, T));
+    mean_loss(window_batch(tokens, {0}, T));
   }
   for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
     const size_t end = std::min(starts.size(), at + size_t(batch));
     const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at),
                                      starts.begin() + ptrdiff_t(end));
-    Batch b = gather_windows(tokens, chunk, T);
+    const Batch b = window_batch(tokens, chunk, T);
     const double mean = mean_loss(b);
     const int64_t n = int64_t(chunk.size()) * T;
     r.nats += mean * double(n);
@@ -218,7 +141,7 @@ LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const LmTokenizer& t
 
 // evaluate() with the windows split over the data-parallel ranks and the sums combined.
 LmEvalResult evaluate_over_dp(dist::ProcessGroup& dp, const MeanLoss& mean_loss, int64_t T,
-                              const LmTokenizer& tok, const std::vector<int32_t>& tokens,
+                              const Tokenizer& tok, const std::vector<int32_t>& tokens,
                               const std::vector<int64_t>& starts, int64_t batch) {
   const size_t n = starts.size(), P = size_t(dp.size()), r = size_t(dp.rank());
   const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
@@ -254,47 +177,17 @@ std::string eval_line(const LmEvalResult& r) {
   return buf;
 }
 
-std::string generate(const models::Gpt& model, const LmTokenizer& tok, const GptSampleOptions& o) {
-  NoGradGuard no_grad;
-  LOOM_CHECK(o.tokens >= 0 && o.temperature >= 0)
-      << "sample: tokens and temperature must be non-negative";
+std::string generate(const models::Gpt& model, const Tokenizer& tok, const GptSampleOptions& o) {
   const std::string start = o.prompt.empty() ? "\n" : o.prompt;
-  std::vector<int32_t> ids = tok.encode(start);
-  const int64_t V = model.config.vocab_size, C = model.config.context;
-  const uint64_t key = RngKey{o.seed, "lm.sample", ""}.hash();
-  for (int64_t i = 0; i < o.tokens; ++i) {
-    const int64_t W = std::min<int64_t>(int64_t(ids.size()), C);
-    std::vector<int64_t> window(ids.end() - W, ids.end());
-    const std::vector<float> logits = to_vector(model.forward(from_vector(window, {1, W})));
-    const float* last = logits.data() + (W - 1) * V;  // (V)
-    int32_t next = int32_t(std::max_element(last, last + V) - last);
-    if (o.temperature > 0) {
-      // Softmax of logits / temperature, then the inverse CDF at a Philox uniform.
-      std::vector<double> p(static_cast<size_t>(V));
-      double total = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        p[size_t(v)] = std::exp(double(last[v] - last[next]) / o.temperature);
-        total += p[size_t(v)];
-      }
-      double u = double(uniform_at(key, uint64_t(i))) * total;
-      for (int64_t v = 0; v < V; ++v) {
-        u -= p[size_t(v)];
-        if (u < 0 || v == V - 1) {
-          next = int32_t(v);
-          break;
-        }
-      }
-    }
-    ids.push_back(next);
-  }
-  const std::string text = tok.decode(ids);
+  const std::string text =
+      tok.decode(models::generate(model, tok.encode(start), o.tokens, o.temperature, o.seed));
   return o.prompt.empty() ? text.substr(start.size()) : text;
 }
 
 // Loads a GPT checkpoint's model weights and its run's config and tokenizer.
 struct LoadedGpt {
   Config cfg;
-  LmTokenizer tok;
+  Tokenizer tok;
   std::unique_ptr<models::Gpt> model;
 };
 
@@ -307,7 +200,6 @@ LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
                   ckpt_dir + " (model)");
   return g;
 }
-
 
 class GptRecipe : public Recipe {
  public:
@@ -353,7 +245,7 @@ class GptRecipe : public Recipe {
     const uint64_t key = RngKey{cfg_.run.seed, "lm.windows", "step " + std::to_string(s.step)}.hash();
     std::vector<int64_t> starts(static_cast<size_t>(s.count));
     for (int64_t b = 0; b < s.count; ++b) starts[size_t(b)] = window_start(key, s.first + b, n, T);
-    return gather_windows(data_.train, starts, T);
+    return window_batch(data_.train, starts, T);
   }
   Tensor loss(const Batch& b, const Slot&) override {
     const Shard shard = local_rows(b, rows_);
@@ -412,8 +304,8 @@ class GptRecipe : public Recipe {
 
  private:
   const Config& cfg_;
-  const LmTokenizer tok_;
-  const LmData data_;
+  const Tokenizer tok_;
+  const TokenizedText data_;
   models::Gpt model_;
   RunContext* run_ = nullptr;
   std::vector<int64_t> rows_;  // this rank's rows of each window under context parallelism
@@ -429,7 +321,7 @@ std::unique_ptr<Recipe> make_gpt_recipe(const Config& config) {
 
 LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
-  const LmData data = load_lm_data(g.cfg, g.tok);
+  const TokenizedText data = load_lm_data(g.cfg, g.tok);
   const auto starts = eval_window_starts(int64_t(data.val.size()), g.cfg.gpt.context, windows);
   return evaluate(whole_model_loss(*g.model), g.model->config.context, g.tok, data.val, starts,
                   g.cfg.train.batch_size, 0);
