@@ -9,6 +9,7 @@ packages=(
   libbenchmark-dev      # kernel benchmarks
   zlib1g-dev            # gzip-compressed datasets, PNG
   libtomlplusplus-dev   # TOML configs
+  nlohmann-json3-dev    # JSON parsing and string escaping (checkpoints, metrics.jsonl)
   openmpi-bin libopenmpi-dev  # processes across cores and machines (mpirun, MPI)
   libxxhash-dev         # checkpoint checksums (xxhash64)
   dataset-fashion-mnist # the main job's data
