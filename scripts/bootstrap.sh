@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev            # gzip-compressed datasets, PNG
   libtomlplusplus-dev   # TOML configs
   libcli11-dev          # the `loom` command line's argument parsing (header-only)
+  nlohmann-json3-dev    # JSON parsing and string escaping (checkpoints, metrics.jsonl)
   openmpi-bin libopenmpi-dev  # processes across cores and machines (mpirun, MPI)
   libxxhash-dev         # checkpoint checksums (xxhash64)
   dataset-fashion-mnist # the main job's data

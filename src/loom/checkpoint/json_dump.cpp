@@ -1,8 +1,10 @@
-// Printing. Doubles use the shortest decimal form that reads back to the same bits, so
-// dump -> parse is exact for every finite value.
+// Printing. Strings are escaped by nlohmann. Numbers are not left to it: its doubles are not
+// always the shortest form that reads back to the same bits (Grisu2 gives a 17th digit for
+// about 1 double in 2000), and it spells some differently from what files written so far hold
+// (0.0003 for 3e-04); std::to_chars gives the shortest form, so dump -> parse is exact.
 #include <charconv>
 #include <cmath>
-#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "loom/checkpoint/json.h"
@@ -65,42 +67,10 @@ class JsonWriter {
   }
 
   void write_string(const std::string& s) {
-    out_ += '"';
-    for (const char ch : s) {
-      const unsigned char c = static_cast<unsigned char>(ch);
-      switch (c) {
-        case '"':
-          out_ += "\\\"";
-          break;
-        case '\\':
-          out_ += "\\\\";
-          break;
-        case '\b':
-          out_ += "\\b";
-          break;
-        case '\f':
-          out_ += "\\f";
-          break;
-        case '\n':
-          out_ += "\\n";
-          break;
-        case '\r':
-          out_ += "\\r";
-          break;
-        case '\t':
-          out_ += "\\t";
-          break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out_ += buf;
-          } else {
-            out_ += ch;  // UTF-8 passes through unchanged
-          }
-      }
-    }
-    out_ += '"';
+    // Bytes that are not UTF-8 become U+FFFD: the output stays JSON that parse() reads, and a
+    // log line quoting a damaged file name cannot make the writer throw.
+    out_ += nlohmann::json(s).dump(-1, ' ', /*ensure_ascii=*/false,
+                                   nlohmann::json::error_handler_t::replace);
   }
 
   void write_array(const Json::Array& a, int depth) {
