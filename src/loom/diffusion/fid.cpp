@@ -10,7 +10,7 @@ FeatureStats feature_stats(const Tensor& features) {
   LOOM_CHECK(features.dim() == 2 && features.size(0) >= 2)
       << "fid: features must be (N >= 2, d), got " << features.shape();
   const int64_t n = features.size(0), d = features.size(1);
-  const std::vector<double> x = to_vector_f64(features);
+  const std::vector<double> x = to_vector_f64(features);  // (n, d) row-major
   FeatureStats s;
   s.dim = d;
   s.count = n;
@@ -18,8 +18,8 @@ FeatureStats feature_stats(const Tensor& features) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) s.mean[size_t(j)] += x[size_t(i * d + j)];
   for (double& m : s.mean) m /= double(n);
-  s.covariance.assign(size_t(d * d), 0.0);
-  std::vector<double> c(static_cast<size_t>(d));
+  s.covariance.assign(size_t(d * d), 0.0);  // (d, d); upper triangle, mirrored below
+  std::vector<double> c(static_cast<size_t>(d));  // (d): one centred row
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < d; ++j) c[size_t(j)] = x[size_t(i * d + j)] - s.mean[size_t(j)];
     for (int64_t j = 0; j < d; ++j)
@@ -35,7 +35,7 @@ FeatureStats feature_stats(const Tensor& features) {
 
 void symmetric_eigen(std::vector<double> a, int64_t n, std::vector<double>& values,
                      std::vector<double>& vectors) {
-  vectors.assign(size_t(n * n), 0.0);
+  vectors.assign(size_t(n * n), 0.0);  // (n, n), eigenvectors as columns
   for (int64_t i = 0; i < n; ++i) vectors[size_t(i * n + i)] = 1.0;
   auto A = [&](int64_t i, int64_t j) -> double& { return a[size_t(i * n + j)]; };
   for (int sweep = 0; sweep < 100; ++sweep) {
@@ -80,15 +80,16 @@ double frechet_distance(const FeatureStats& a, const FeatureStats& b) {
   for (int64_t i = 0; i < d; ++i) mean_term += (a.mean[size_t(i)] - b.mean[size_t(i)]) * (a.mean[size_t(i)] - b.mean[size_t(i)]);
   // sqrt(S1) = V diag(sqrt(max(l, 0))) V^T; then Tr sqrt(sqrt(S1) S2 sqrt(S1)) from the
   // eigenvalues of that symmetric PSD matrix.
-  std::vector<double> l, v;
+  std::vector<double> l, v;  // S1 eigenvalues (d), eigenvectors (d, d)
   symmetric_eigen(a.covariance, d, l, v);
-  std::vector<double> root(size_t(d * d), 0.0);
+  std::vector<double> root(size_t(d * d), 0.0);  // (d, d): sqrt(S1)
   for (int64_t i = 0; i < d; ++i)
     for (int64_t j = 0; j < d; ++j) {
       double s = 0;
       for (int64_t k = 0; k < d; ++k) s += v[size_t(i * d + k)] * std::sqrt(std::max(l[size_t(k)], 0.0)) * v[size_t(j * d + k)];
       root[size_t(i * d + j)] = s;
     }
+  // tmp = sqrt(S1) S2, then m = tmp sqrt(S1): (d, d) each.
   std::vector<double> tmp(size_t(d * d), 0.0), m(size_t(d * d), 0.0);
   for (int64_t i = 0; i < d; ++i)
     for (int64_t k = 0; k < d; ++k) {
@@ -102,7 +103,7 @@ double frechet_distance(const FeatureStats& a, const FeatureStats& b) {
     }
   for (int64_t i = 0; i < d; ++i)  // symmetrise rounding noise
     for (int64_t j = i + 1; j < d; ++j) m[size_t(i * d + j)] = m[size_t(j * d + i)] = 0.5 * (m[size_t(i * d + j)] + m[size_t(j * d + i)]);
-  std::vector<double> mu, mv;
+  std::vector<double> mu, mv;  // m's eigenvalues (d), eigenvectors (d, d)
   symmetric_eigen(m, d, mu, mv);
   double trace_sqrt = 0, trace_a = 0, trace_b = 0;
   for (double x : mu) trace_sqrt += std::sqrt(std::max(x, 0.0));

@@ -75,6 +75,7 @@ SwiGLU::SwiGLU(int64_t dim, int64_t hidden, Init init) {
 }
 
 Tensor SwiGLU::forward(const Tensor& x) const {
+  // (..., dim) -> w1, w3: (..., hidden) -> w2: (..., dim)
   return w2->forward(swiglu(w1->forward(x), w3->forward(x)));
 }
 
@@ -111,8 +112,8 @@ Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
   }
   Tensor o = core ? core(q, k, v, positions, config.causal)
                   : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
-  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});
-  return proj->forward(o);
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});  // merge heads: (B, T, H Dh)
+  return proj->forward(o);  // (B, T, dim)
 }
 
 }  // namespace loom::nn

@@ -62,8 +62,8 @@ struct AttentionBackward : Node {
       auto part = [&](int64_t heads, int64_t at) {
         return joined.as_strided({B, heads, S, D}, {S * W, D, W, 1}, at);
       };
-      gq = part(Hq, 0);
-      gk = part(Hkv, Hq * D);
+      gq = part(Hq, 0);  // (B, Hq, S, D)
+      gk = part(Hkv, Hq * D);  // (B, Hkv, S, D), as gv
       gv = part(Hkv, (Hq + Hkv) * D);
     } else {
       gq = empty_heads_like(q);
@@ -128,11 +128,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor m = mask.defined() ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
                             : Tensor();
   // The output always as (B, S, H, D) memory: attention is followed by merging the heads.
+  // S is the query length (k and v have k.size(2) rows), D the head dim.
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
   const auto computed = computed_or_kept([&] {
     Tensor out = Tensor::empty({B, S, H, D}, q.dtype(), q.device())
                      .as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
-    Tensor lse = Tensor::empty({B, H, S}, DType::F32, q.device());
+    Tensor lse = Tensor::empty({B, H, S}, DType::F32, q.device());  // log-sum-exp per query row
     backend_of(q).attention_forward(qc, kc, vc, m, scale, causal, out, lse);
     return std::vector<Tensor>{out, lse};
   });

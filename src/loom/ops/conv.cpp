@@ -19,7 +19,7 @@ Tensor im2col_index(int64_t H, int64_t W, int64_t k) {
           const int64_t yy = y + dy, xx = x + dx;
           idx.push_back(yy >= 0 && yy < H && xx >= 0 && xx < W ? yy * W + xx : H * W);
         }
-  return from_vector(idx, {int64_t(idx.size())});
+  return from_vector(idx, {int64_t(idx.size())});  // (H W k k)
 }
 
 }  // namespace

@@ -137,12 +137,12 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
   Tensor flat_ids;
   {
     NoGradGuard raw;
-    flat_ids = reshape(ids, {-1});
+    flat_ids = reshape(ids, {-1});  // (N), N = ids.numel()
   }
   Tensor rows = index_select(weight, 0, flat_ids);  // (N, C); records the scatter-add backward
   Shape shape = ids.shape();
   shape.push_back(weight.size(1));
-  return reshape(rows, shape);
+  return reshape(rows, shape);  // (..., C): ids' shape + (C)
 }
 
 }  // namespace loom

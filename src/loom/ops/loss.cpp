@@ -18,7 +18,7 @@ struct CrossEntropyBackward : Node {
   Shape logits_shape;
   const char* name() const override { return "CrossEntropyBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    const int64_t n = logits.size(0);
+    const int64_t n = logits.size(0);  // logits kept as (n, V)
     // d loss / d loss_row = g / count for every row (ignored rows get zero in the kernel).
     Tensor per_row = contiguous(mul_scalar(expand(reshape(to_dtype(g[0], DType::F32), {1}), {n}),
                                            count > 0 ? 1.0 / double(count) : 0.0));
@@ -56,20 +56,20 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     LOOM_CHECK(logits.size(d) == targets.size(d))
         << "cross_entropy: logits " << logits.shape() << " and targets " << targets.shape()
         << " differ in dim " << d;
-  const int64_t V = logits.size(-1), N = targets.numel();
+  const int64_t V = logits.size(-1), N = targets.numel();  // N rows of V logits
   Tensor lc = detail::raw_contiguous(logits);
   Tensor l2 = lc.as_strided({N, V}, {V, 1}, lc.offset());
   Tensor tc = detail::raw_contiguous(targets);
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
-  Tensor losses = Tensor::empty({N}, DType::F32, logits.device());
-  Tensor lse = Tensor::empty({N}, DType::F32, logits.device());
+  Tensor losses = Tensor::empty({N}, DType::F32, logits.device());  // per row
+  Tensor lse = Tensor::empty({N}, DType::F32, logits.device());  // per-row log-sum-exp
   backend_of(logits).cross_entropy_forward(l2, t1, ignore_index, losses, lse);
   int64_t count = 0;
   for (int64_t t : to_vector_i64(t1)) count += t != ignore_index;
   Tensor total;
   {
     NoGradGuard raw;
-    total = mul_scalar(sum(losses), count > 0 ? 1.0 / double(count) : 0.0);
+    total = mul_scalar(sum(losses), count > 0 ? 1.0 / double(count) : 0.0);  // scalar ()
   }
   if (any_requires_grad({logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
@@ -95,7 +95,7 @@ Tensor mse(const Tensor& pred, const Tensor& target) {
     NoGradGuard raw;
     diff = sub(pred, target);
     Tensor d32 = to_dtype(diff, DType::F32);
-    total = mul_scalar(sum(mul(d32, d32)), 1.0 / double(pred.numel()));
+    total = mul_scalar(sum(mul(d32, d32)), 1.0 / double(pred.numel()));  // scalar ()
   }
   if (any_requires_grad({pred, target})) {
     auto node = std::make_shared<MseBackward>();

@@ -68,10 +68,10 @@ struct MatmulBackward : Node {
     if (inputs[1].active()) {
       if (b.dim() == 2 && g.dim() == 3) {
         // Broadcast b: fold the batch into the rows so dB is one GEMM, not a sum of many.
-        Tensor g2 = reshape(g, {-1, g.size(-1)});
+        Tensor g2 = reshape(g, {-1, g.size(-1)});  // (batch M, N)
         Tensor a2 = reshape(a.dim() == 3 ? a : expand(a, {g.size(0), a.size(0), a.size(1)}),
-                            {-1, a.size(-1)});
-        gb = product(mT(a2), g2, mixed);
+                            {-1, a.size(-1)});  // (batch M, K)
+        gb = product(mT(a2), g2, mixed);  // (K, N)
       } else {
         gb = sum_to_shape(product(mT(a), g, mixed), b.shape());
       }
@@ -94,8 +94,8 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op
   LOOM_CHECK(batch_a == batch_b || batch_a == 1 || batch_b == 1)
       << op << ": batch dims differ: " << a.shape() << " @ " << b.shape();
   const int64_t batch = std::max(batch_a, batch_b);
-  Shape out_shape = {a.size(-2), b.size(-1)};
-  if (a.dim() == 3 || b.dim() == 3) out_shape.insert(out_shape.begin(), batch);
+  Shape out_shape = {a.size(-2), b.size(-1)};  // (M, N) for (M, K) @ (K, N)
+  if (a.dim() == 3 || b.dim() == 3) out_shape.insert(out_shape.begin(), batch);  // (batch, M, N)
   Tensor out = Tensor::empty(out_shape, out_dtype, a.device());
   // Any strides go to the kernel as they are: it packs only layouts the GEMM cannot read.
   backend_of(a).matmul(
@@ -174,12 +174,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   Tensor x2;
   {
     NoGradGuard raw;  // the graph edge is recorded once, below, against x itself
-    x2 = reshape(x, {-1, x.size(-1)});
+    x2 = reshape(x, {-1, x.size(-1)});  // (M, K), M = product of leading dims
   }
   const bool mixed = autocast_bf16(x, weight);
   if (mixed) x2 = lowered(x2);
-  const Tensor w = mixed ? lowered(weight.detach()) : weight.detach();
-  Tensor out2 = computed_or_kept([&] {
+  const Tensor w = mixed ? lowered(weight.detach()) : weight.detach();  // (N, K)
+  Tensor out2 = computed_or_kept([&] {  // (M, N)
     return std::vector<Tensor>{
         gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
              x.dtype())};
@@ -194,7 +194,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
-  Tensor out = rows_as(out2, out_shape);
+  Tensor out = rows_as(out2, out_shape);  // (..., N)
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();

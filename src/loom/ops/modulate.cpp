@@ -11,8 +11,8 @@ struct ModulateBackward : Node {
   Tensor x, scale;
   const char* name() const override { return "ModulateBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    Tensor gx = detail::empty_like(x), gshift = detail::empty_like(scale),
-           gscale = detail::empty_like(scale);
+    Tensor gx = detail::empty_like(x), gshift = detail::empty_like(scale),  // (B, T, C), (B, C)
+           gscale = detail::empty_like(scale);  // (B, C)
     backend_of(x).modulate_backward(x, scale, detail::raw_contiguous(g[0]), gx, gshift, gscale);
     return {gx, gshift, gscale};
   }
@@ -38,8 +38,8 @@ struct GatedResidualBackward : Node {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gh, ggate;
     if (inputs[1].active() || inputs[2].active()) {
-      gh = detail::empty_like(h);
-      ggate = detail::empty_like(gate);
+      gh = detail::empty_like(h);  // (B, T, C)
+      ggate = detail::empty_like(gate);  // (B, C)
       backend_of(h).gated_residual_backward(h, gate, detail::raw_contiguous(g[0]), gh, ggate);
     }
     return {g[0], ggate, gh};  // x's gradient is the incoming one itself
@@ -64,7 +64,7 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   check_modulate_args("modulate", x, shift, scale);
   Tensor xc = detail::raw_contiguous(x), sh = detail::raw_contiguous(shift),
          sc = detail::raw_contiguous(scale);
-  Tensor out = detail::empty_like(xc);
+  Tensor out = detail::empty_like(xc);  // (B, T, C)
   backend_of(x).modulate_forward(xc, sh, sc, out);
   if (any_requires_grad({x, shift, scale})) {
     auto node = std::make_shared<ModulateBackward>();
@@ -80,7 +80,7 @@ Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& s
   Tensor xc = detail::raw_contiguous(x), sh = detail::raw_contiguous(shift),
          sc = detail::raw_contiguous(scale);
   Tensor out = detail::empty_like(xc);
-  const int64_t rows = x.size(0) * x.size(1);
+  const int64_t rows = x.size(0) * x.size(1);  // B T rows of C
   Tensor mean = Tensor::empty({rows}, DType::F32, x.device());
   Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
   backend_of(x).layer_norm_modulate_forward(xc, sh, sc, eps, out, mean, rstd);
@@ -107,7 +107,7 @@ Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& h) {
   detail::check_same_dtype(op, x, h);
   Tensor xc = detail::raw_contiguous(x), gc = detail::raw_contiguous(gate),
          hc = detail::raw_contiguous(h);
-  Tensor out = detail::empty_like(xc);
+  Tensor out = detail::empty_like(xc);  // (B, T, C)
   backend_of(x).gated_residual_forward(xc, gc, hc, out);
   if (any_requires_grad({x, gate, h})) {
     auto node = std::make_shared<GatedResidualBackward>();

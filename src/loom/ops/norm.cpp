@@ -27,7 +27,7 @@ struct LayerNormBackward : Node {
   bool has_bias;
   const char* name() const override { return "LayerNormBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    Tensor gx = detail::empty_like(x);
+    Tensor gx = detail::empty_like(x);  // (rows, C)
     Tensor gw = weight.defined() && inputs[1].active() ? detail::empty_like(weight) : Tensor();
     Tensor gb = has_bias && inputs[2].active()
                     ? Tensor::empty({x.size(-1)}, x.dtype(), x.device())
@@ -58,15 +58,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) > 0) << "layer_norm: bad input shape " << x.shape();
   check_affine("layer_norm", x, weight, "weight");
   check_affine("layer_norm", x, bias, "bias");
-  Tensor x2 = rows_of(x);
+  Tensor x2 = rows_of(x);  // (rows, C), rows = x.numel() / C
   const int64_t rows = x2.size(0);
   const Tensor w = weight.defined() ? detail::raw_contiguous(weight) : Tensor();
   const Tensor b = bias.defined() ? detail::raw_contiguous(bias) : Tensor();
   Tensor y = detail::empty_like(x2);
+  // Per-row statistics (rows) in f32, kept for the backward.
   Tensor mean = Tensor::empty({rows}, DType::F32, x.device());
   Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
   backend_of(x).layer_norm_forward(x2, w, b, eps, y, mean, rstd);
-  Tensor out = y.as_strided(x.shape(), contiguous_strides(x.shape()), 0);
+  Tensor out = y.as_strided(x.shape(), contiguous_strides(x.shape()), 0);  // (..., C) like x
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LayerNormBackward>();
     node->x = x2.detach();
@@ -84,10 +85,10 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   detail::check_floating("rms_norm", x, "input");
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) > 0) << "rms_norm: bad input shape " << x.shape();
   check_affine("rms_norm", x, weight, "weight");
-  Tensor x2 = rows_of(x);
+  Tensor x2 = rows_of(x);  // (rows, C)
   const Tensor w = weight.defined() ? detail::raw_contiguous(weight) : Tensor();
   Tensor y = detail::empty_like(x2);
-  Tensor rstd = Tensor::empty({x2.size(0)}, DType::F32, x.device());
+  Tensor rstd = Tensor::empty({x2.size(0)}, DType::F32, x.device());  // (rows)
   backend_of(x).rms_norm_forward(x2, w, eps, y, rstd);
   Tensor out = y.as_strided(x.shape(), contiguous_strides(x.shape()), 0);
   if (any_requires_grad({x, weight})) {

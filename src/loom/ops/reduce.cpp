@@ -150,7 +150,7 @@ Tensor max(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   ReductionPlan p = plan_reduction("max", x, dims, keepdim);
   LOOM_CHECK(p.n > 0) << "max: reducing an empty tensor of shape " << x.shape();
   Tensor out = Tensor::empty(p.out_shape, x.dtype(), x.device());
-  Tensor argmax = Tensor::empty({p.rows}, DType::I64, x.device());
+  Tensor argmax = Tensor::empty({p.rows}, DType::I64, x.device());  // index in [0, n) per row
   backend_of(x).reduce_rows(ReduceOp::Max, as_rows(x, p), out, argmax);
   if (any_requires_grad({x})) {
     auto node = std::make_shared<MaxBackward>();
@@ -178,7 +178,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
           << "sum_to_shape: cannot reduce " << x.shape() << " to " << shape;
     }
   }
-  Tensor s = sum(x, dims, /*keepdim=*/true);
+  Tensor s = sum(x, dims, /*keepdim=*/true);  // x's rank, summed dims as 1
   return reshape(s, shape);
 }
 

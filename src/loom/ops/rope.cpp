@@ -13,7 +13,7 @@ struct RopeBackward : Node {
   const char* name() const override { return "RopeBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gy = detail::raw_contiguous(g[0]);
-    Tensor gx = detail::empty_like(gy);
+    Tensor gx = detail::empty_like(gy);  // (B, H, T, D)
     backend_of(gy).rope(gy, positions, theta, /*inverse=*/true, gx);  // rotation^T = rotation^-1
     return {gx, Tensor()};
   }
@@ -31,7 +31,7 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
       << "rope: positions must be i64 of shape (" << x.size(2) << "), got "
       << dtype_name(positions.dtype()) << " " << positions.shape();
   Tensor xc = detail::raw_contiguous(x), pc = detail::raw_contiguous(positions);
-  Tensor out = detail::empty_like(xc);
+  Tensor out = detail::empty_like(xc);  // (B, H, T, D)
   backend_of(x).rope(xc, pc, theta, /*inverse=*/false, out);
   if (any_requires_grad({x})) {
     auto node = std::make_shared<RopeBackward>();

@@ -14,7 +14,7 @@ struct SoftmaxBackward : Node {
   const char* name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gy = detail::raw_contiguous(g[0]);
-    const int64_t n = y.size(-1);
+    const int64_t n = y.size(-1);  // over the last dim: rows of n
     Tensor gx = detail::empty_like(y);
     auto rows = [&](const Tensor& t) { return t.as_strided({t.numel() / n, n}, {n, 1}, t.offset()); };
     backend_of(y).softmax_backward(rows(y), rows(gy), log, rows(gx));
@@ -28,7 +28,7 @@ Tensor softmax_impl(const Tensor& x, bool log) {
   detail::check_floating(op, x, "input");
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) > 0) << op << ": bad input shape " << x.shape();
   Tensor c = detail::raw_contiguous(x);
-  const int64_t n = x.size(-1);
+  const int64_t n = x.size(-1);  // x seen as (x.numel() / n, n)
   Tensor y = detail::empty_like(c);
   backend_of(x).softmax_forward(c.as_strided({x.numel() / n, n}, {n, 1}, c.offset()), log,
                                 y.as_strided({x.numel() / n, n}, {n, 1}, 0));

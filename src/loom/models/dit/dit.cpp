@@ -25,7 +25,7 @@ void DitConfig::validate() const {
 Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale, double max_period) {
   const std::vector<float> ts = to_vector(t);
   const int64_t B = int64_t(ts.size()), half = dim / 2;
-  std::vector<float> out(size_t(B * dim), 0.0f);
+  std::vector<float> out(size_t(B * dim), 0.0f);  // (B, dim): [cos | sin] per row
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < half; ++i) {
       const double freq = std::exp(-std::log(max_period) * double(i) / double(half));
@@ -39,7 +39,7 @@ Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale, double max
 Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
   // Half the channels encode the row, half the column; each half is [sin | cos] over
   // frequencies 1 / 10000^(k / (dim/4)).
-  std::vector<float> out(size_t(grid * grid * dim));
+  std::vector<float> out(size_t(grid * grid * dim));  // (grid grid, dim), row r grid + c
   const int64_t quarter = dim / 4;
   for (int64_t r = 0; r < grid; ++r)
     for (int64_t c = 0; c < grid; ++c) {
@@ -66,6 +66,7 @@ DitBlock::DitBlock(const DitConfig& c) {
 
 Tensor DitBlock::forward(const Tensor& x, const Tensor& c) const {
   auto mod = split(ada->forward(silu(c)), c.size(-1), -1);  // 6 x (B, D)
+  // x, h, x1: (B, T, D); c: (B, D); mod: shift, scale, gate for attn, then for mlp.
   Tensor h = attn->forward(layer_norm_modulate(x, contiguous(mod[0]), contiguous(mod[1]), kNormEps));
   Tensor x1 = gated_residual(x, contiguous(mod[2]), h);
   h = mlp->forward(layer_norm_modulate(x1, contiguous(mod[3]), contiguous(mod[4]), kNormEps));
@@ -85,7 +86,7 @@ Dit::Dit(const DitConfig& c) : config(c) {
   final_ada = register_module("final.ada", std::make_shared<nn::Linear>(D, 2 * D, true, nn::Init::zeros()));
   final_linear = register_module(
       "final.linear", std::make_shared<nn::Linear>(D, p * p * c.channels, true, nn::Init::zeros()));
-  pos_embed = sincos_pos_embed_2d(D, c.image_size / p);
+  pos_embed = sincos_pos_embed_2d(D, c.image_size / p);  // (T, D), T = (image_size / p)^2
 }
 
 nn::ParallelPlan Dit::parallel_plan() const {
@@ -103,7 +104,7 @@ nn::ParallelPlan Dit::parallel_plan() const {
 
 Dit::Embedded Dit::embed(const Tensor& x, const Tensor& t, const Tensor& y) const {
   const int64_t B = x.size(0), C = config.channels, S = config.image_size, p = config.patch,
-                g = S / p;
+                g = S / p;  // g patches per side, T = g g tokens
   LOOM_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == S && x.size(3) == S)
       << "dit: expected images (B, " << C << ", " << S << ", " << S << "), got " << x.shape();
   LOOM_CHECK(t.shape() == Shape{B} && y.shape() == Shape{B})
@@ -111,10 +112,11 @@ Dit::Embedded Dit::embed(const Tensor& x, const Tensor& t, const Tensor& y) cons
   // Patchify: (B, C, g, p, g, p) -> (B, g, g, C, p, p) -> (B, T, C p p).
   Tensor patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
                            {B, g * g, C * p * p});
-  Tensor h = add(patch_embed->forward(patches), pos_embed);
+  Tensor h = add(patch_embed->forward(patches), pos_embed);  // (B, T, D)
   // Conditioning: timestep (scaled to DiT's 0..1000 range) MLP plus class embedding.
+  // t (B) -> sinusoid (B, 256) -> temb (B, D); y (B) -> (B, D).
   Tensor temb = t_fc2->forward(silu(t_fc1->forward(timestep_embedding(t, 256, 1000.0))));
-  return {h, add(temb, y_embed->forward(y))};
+  return {h, add(temb, y_embed->forward(y))};  // tokens (B, T, D), conditioning (B, D)
 }
 
 Tensor Dit::head(const Tensor& h, const Tensor& c) const {

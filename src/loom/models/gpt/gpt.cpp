@@ -127,7 +127,7 @@ nn::ParallelPlan Gpt::parallel_plan() const {
 Tensor Gpt::default_positions(int64_t T) const {
   LOOM_CHECK(T > 0 && T <= config.context)
       << "gpt: sequence length " << T << " must be in [1, context = " << config.context << "]";
-  return arange(T);
+  return arange(T);  // (T) i64
 }
 
 Tensor Gpt::embed(const Tensor& ids, const Tensor& positions) const {
@@ -168,7 +168,7 @@ Tensor Gpt::run_blocks(Tensor h, const Tensor& positions, int64_t begin, int64_t
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const Tensor& positions) const {
   LOOM_CHECK(targets.shape() == ids.shape())
       << "gpt: targets " << targets.shape() << " must have the shape of ids " << ids.shape();
-  return criterion->forward(forward(ids, positions), targets);
+  return criterion->forward(forward(ids, positions), targets);  // (B, T, V) vs (B, T) -> ()
 }
 
 }  // namespace loom::models

@@ -24,7 +24,7 @@ VitBlock::VitBlock(const VitConfig& c) {
 }
 
 Tensor VitBlock::forward(const Tensor& x) const {
-  Tensor h = add(x, attn->forward(norm1->forward(x)));
+  Tensor h = add(x, attn->forward(norm1->forward(x)));  // (B, T, D)
   return add(h, mlp->forward(norm2->forward(h)));
 }
 
@@ -59,18 +59,21 @@ Tensor Vit::features(const Tensor& x) const {
     Tensor h = permute(x, {0, 2, 3, 1});  // (B, H, W, C)
     h = gelu(stem_norm1->forward(stem1->forward(h)));
     h = gelu(stem_norm2->forward(stem2->forward(h)));  // (B, H, W, S)
+    // (B, g, p, g, p, S) -> (B, g, g, p, p, S) -> (B, T, p p S), T = g g tokens
     patches = reshape(permute(reshape(h, {B, g, p, g, p, S}), {0, 1, 3, 2, 4, 5}),
                       {B, g * g, p * p * S});
   } else {
+    // (B, C, g, p, g, p) -> (B, g, g, C, p, p) -> (B, T, C p p)
     patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
                       {B, g * g, C * p * p});
   }
-  Tensor h = add(patch_embed->forward(patches), pos_embed->weight);
+  Tensor h = add(patch_embed->forward(patches), pos_embed->weight);  // (B, T, D) + (T, D)
   for (const auto& block : blocks)
     h = block->call({h}, [&block](const auto& in) { return block->forward(in[0]); });
   return mean(norm_f->forward(h), {1});  // (B, D)
 }
 
+// (B, D) features -> (B, K) logits, K = num_classes.
 Tensor Vit::logits_from_features(const Tensor& f) const { return head->forward(f); }
 
 Tensor Vit::forward(const Tensor& x) const { return logits_from_features(features(x)); }
