@@ -165,10 +165,10 @@ class DitRecipe : public Recipe {
     };
     const models::Dit& model = model_;
     parallel::PipelineStages st;
-    for (const auto& [begin, end] : pipe.chunk_blocks)
+    for (const auto& blocks : pipe.chunk_blocks)  // [begin, end) of each of this rank's chunks
       st.forward.push_back([=, &model](const Tensor& a) {
         const Tensor c = conditioning(a);
-        return pack(model.run_blocks(tokens(a), c, begin, end), c);
+        return pack(model.run_blocks(tokens(a), c, blocks.first, blocks.second), c);
       });
     st.input = [=, &model](int64_t m) {
       const auto& b = (*fm)[size_t(m)];

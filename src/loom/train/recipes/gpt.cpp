@@ -89,9 +89,9 @@ parallel::PipelineStages gpt_stages(const models::Gpt& model, const parallel::Pi
   const Tensor& first_ids = shards->at(0).ids;  // (B, T)
   const Tensor pos =
       rows.empty() ? model.default_positions(first_ids.size(1)) : shards->at(0).positions;
-  for (const auto& [begin, end] : pipe.chunk_blocks)
-    st.forward.push_back([&model, begin, end, pos](const Tensor& h) {
-      return model.run_blocks(h, pos, begin, end);
+  for (const auto& blocks : pipe.chunk_blocks)  // [begin, end) of each of this rank's chunks
+    st.forward.push_back([&model, blocks, pos](const Tensor& h) {
+      return model.run_blocks(h, pos, blocks.first, blocks.second);
     });
   st.input = [&model, shards, pos](int64_t m) {
     return model.embed(shards->at(size_t(m)).ids, pos);
