@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = [] {
     const std::string shard = loom::fuzz::scratch_path("ckpt/rank-00000.safetensors");
     std::filesystem::create_directories(std::filesystem::path(shard).parent_path());
-    loom::save_safetensors(shard, {{"model/w:0", loom::from_vector(std::vector<float>(6, 1.5f), {6})}});
+    loom::save_safetensors(shard,
+                           {{"model/w:0", loom::from_vector(std::vector<float>(6, 1.5f), {6})}});
     std::ofstream(loom::fuzz::scratch_path("ckpt/trainer_state.json")) << "{\"step\": 1}\n";
     return std::filesystem::path(shard).parent_path().string();
   }();

@@ -25,7 +25,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double run_step(const parallel::PipeSchedule& schedule, double forward_ms,
-                const std::shared_ptr<dist::ProcessGroup>& group, const std::vector<Tensor>& weights) {
+                const std::shared_ptr<dist::ProcessGroup>& group,
+                const std::vector<Tensor>& weights) {
   double busy_ms = 0;
   auto work = [&busy_ms](double ms) {
     std::this_thread::sleep_for(std::chrono::microseconds(int64_t(ms * 1000)));
@@ -59,13 +60,15 @@ int main(int argc, char** argv) {
   auto world = dist::init_world();
   const int64_t P = world->size();
   if (world->rank() == 0)
-    std::printf("pipeline bubble, %lld ranks, stage forward %.0f ms, backward %.0f ms\n"
-                "schedule        M  V   measured  analytic  measured/analytic\n",
-                (long long)P, forward_ms, 2 * forward_ms);
+    std::printf(
+        "pipeline bubble, %lld ranks, stage forward %.0f ms, backward %.0f ms\n"
+        "schedule        M  V   measured  analytic  measured/analytic\n",
+        (long long)P, forward_ms, 2 * forward_ms);
   for (int64_t M : {8, 16})
-    for (auto [kind, V, name] : {std::tuple{parallel::ScheduleKind::GPipe, 1, "gpipe"},
-                                 std::tuple{parallel::ScheduleKind::OneFOneB, 1, "1f1b"},
-                                 std::tuple{parallel::ScheduleKind::Interleaved1F1B, 2, "interleaved"}}) {
+    for (auto [kind, V, name] :
+         {std::tuple{parallel::ScheduleKind::GPipe, 1, "gpipe"},
+          std::tuple{parallel::ScheduleKind::OneFOneB, 1, "1f1b"},
+          std::tuple{parallel::ScheduleKind::Interleaved1F1B, 2, "interleaved"}}) {
       const auto schedule = parallel::make_pipe_schedule(kind, P, M, V);
       std::vector<Tensor> weights;
       for (int64_t c = 0; c < V; ++c) {
@@ -74,12 +77,13 @@ int main(int argc, char** argv) {
       }
       // A scaled step time keeps the chunks' total work equal across V.
       std::vector<double> bubbles;
-      for (int rep = 0; rep < 3; ++rep) bubbles.push_back(run_step(schedule, forward_ms / double(V), world, weights));
+      for (int rep = 0; rep < 3; ++rep)
+        bubbles.push_back(run_step(schedule, forward_ms / double(V), world, weights));
       std::sort(bubbles.begin(), bubbles.end());
       const double analytic = double(P - 1) / double(V * M + P - 1);
       if (world->rank() == 0)
-        std::printf("%-12s %4lld %2lld   %7.1f%%  %7.1f%%  %6.2f\n", name, (long long)M, (long long)V,
-                    100 * bubbles[1], 100 * analytic, bubbles[1] / analytic);
+        std::printf("%-12s %4lld %2lld   %7.1f%%  %7.1f%%  %6.2f\n", name, (long long)M,
+                    (long long)V, 100 * bubbles[1], 100 * analytic, bubbles[1] / analytic);
     }
   world.reset();
   dist::shutdown_world();

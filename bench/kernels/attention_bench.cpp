@@ -57,7 +57,8 @@ void run_naive(const Inputs& in, const Tensor& causal_mask) {
   v.set_requires_grad(true);
   Tensor q3 = loom::reshape(q, {B * H, S, D}), k3 = loom::reshape(k, {B * H, S, D}),
          v3 = loom::reshape(v, {B * H, S, D});
-  Tensor scores = loom::mul_scalar(loom::matmul(q3, loom::transpose(k3, 1, 2)), 1.0 / std::sqrt(double(D)));
+  Tensor scores =
+      loom::mul_scalar(loom::matmul(q3, loom::transpose(k3, 1, 2)), 1.0 / std::sqrt(double(D)));
   Tensor p = loom::softmax(loom::add(scores, causal_mask));
   Tensor out = loom::reshape(loom::matmul(p, v3), {B, H, S, D});
   loom::backward(out, in.gout);
@@ -109,8 +110,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (!std::strcmp(argv[i], "--max-seq")) max_seq = std::atoll(argv[i + 1]);
   for (int64_t S = 256; S <= max_seq; S *= 2) {
-    benchmark::RegisterBenchmark("attention_fused_causal", BM_fused)->Arg(S)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
-    benchmark::RegisterBenchmark("attention_naive_causal", BM_naive)->Arg(S)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("attention_fused_causal", BM_fused)
+        ->Arg(S)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
+    benchmark::RegisterBenchmark("attention_naive_causal", BM_naive)
+        ->Arg(S)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
   }
   benchmark::Initialize(&argc, argv);
   RecordingReporter reporter;
@@ -119,7 +128,8 @@ int main(int argc, char** argv) {
               (long long)B, (long long)H, (long long)D);
   for (int64_t S = 256; S <= max_seq; S *= 2) {
     const std::string s = "/" + std::to_string(S) + "/min_time:1.000/real_time";
-    auto f = reporter.seconds.find("attention_fused_causal" + s), n = reporter.seconds.find("attention_naive_causal" + s);
+    auto f = reporter.seconds.find("attention_fused_causal" + s),
+         n = reporter.seconds.find("attention_naive_causal" + s);
     if (f != reporter.seconds.end() && n != reporter.seconds.end())
       std::printf("  S=%-5lld speedup %.2fx\n", (long long)S, n->second / f->second);
   }

@@ -98,7 +98,9 @@ TEST_P(Ring, EqualsAttentionOverTheWholeSequence) {
     for (int64_t i = r * T / P; i < (r + 1) * T / P; ++i) pos.push_back(i);
   }
   const Tensor index = from_vector(pos, {int64_t(pos.size())});
-  auto rows = [&](const Tensor& t) { return contiguous(index_select(t.detach(), 2, index)).detach(); };
+  auto rows = [&](const Tensor& t) {
+    return contiguous(index_select(t.detach(), 2, index)).detach();
+  };
   Tensor ql = rows(q), kl = rows(k), vl = rows(v);
   for (Tensor* t : {&ql, &kl, &vl}) t->set_requires_grad(true);
   Tensor out = ring_attention(ql, kl, vl, index, c.causal, world);

@@ -76,9 +76,9 @@ Tensor to_tensor(const Ref& x) {
 
 struct Case {
   std::string name;
-  Shape in_shape;            // per rank
-  bool same_input = false;   // the op expects x equal on every rank
-  bool same_weights = false; // what follows the op runs the same on every rank
+  Shape in_shape;             // per rank
+  bool same_input = false;    // the op expects x equal on every rank
+  bool same_weights = false;  // what follows the op runs the same on every rank
   std::function<Tensor(const Tensor&, const GroupPtr&)> op;
   // The op's output on rank r from every rank's input, in float64.
   std::function<Ref(const std::vector<Ref>&, int64_t r, int64_t P)> reference;
@@ -86,30 +86,56 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
-      {"copy_to_group", {3, 4}, true, false, [](auto& x, auto& g) { return copy_to_group(x, g); },
+      {"copy_to_group",
+       {3, 4},
+       true,
+       false,
+       [](auto& x, auto& g) { return copy_to_group(x, g); },
        [](auto& xs, int64_t, int64_t) { return xs[0]; }},
-      {"reduce_from_group", {3, 4}, false, true,
+      {"reduce_from_group",
+       {3, 4},
+       false,
+       true,
        [](auto& x, auto& g) { return reduce_from_group(x, g); },
        [](auto& xs, int64_t, int64_t) { return sum(xs); }},
-      {"all_gather_along_1", {2, 3, 2}, false, false,
+      {"all_gather_along_1",
+       {2, 3, 2},
+       false,
+       false,
        [](auto& x, auto& g) { return all_gather_along(x, 1, g); },
        [](auto& xs, int64_t, int64_t) { return concat(xs, 1); }},
-      {"reduce_scatter_along_0", {12, 2}, false, false,
+      {"reduce_scatter_along_0",
+       {12, 2},
+       false,
+       false,
        [](auto& x, auto& g) { return reduce_scatter_along(x, 0, g); },
        [](auto& xs, int64_t r, int64_t P) { return chunk(sum(xs), 0, r, P); }},
-      {"scatter_along_2", {2, 3, 12}, true, false,
+      {"scatter_along_2",
+       {2, 3, 12},
+       true,
+       false,
        [](auto& x, auto& g) { return scatter_along(x, 2, g); },
        [](auto& xs, int64_t r, int64_t P) { return chunk(xs[0], 2, r, P); }},
-      {"gather_along_0", {2, 5}, false, true, [](auto& x, auto& g) { return gather_along(x, 0, g); },
+      {"gather_along_0",
+       {2, 5},
+       false,
+       true,
+       [](auto& x, auto& g) { return gather_along(x, 0, g); },
        [](auto& xs, int64_t, int64_t) { return concat(xs, 0); }},
-      {"all_to_all_2_to_1", {2, 3, 12}, false, false,
+      {"all_to_all_2_to_1",
+       {2, 3, 12},
+       false,
+       false,
        [](auto& x, auto& g) { return all_to_all_along(x, 2, 1, g); },
        [](auto& xs, int64_t r, int64_t P) {
          std::vector<Ref> parts;
          for (const Ref& x : xs) parts.push_back(chunk(x, 2, r, P));
          return concat(parts, 1);
        }},
-      {"all_to_all_1_to_0", {3, 12}, false, false,
+      {"all_to_all_1_to_0",
+       {3, 12},
+       false,
+       false,
        [](auto& x, auto& g) { return all_to_all_along(x, 1, 0, g); },
        [](auto& xs, int64_t r, int64_t P) {
          std::vector<Ref> parts;
@@ -137,7 +163,8 @@ TEST_P(Functional, ForwardAndGradientMatchFloat64) {
   Tensor y = c.op(x, world);
   ASSERT_EQ(y.shape(), y_ref.shape);
   const std::vector<float> got = to_vector(y);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], y_ref.v[i], 1e-5) << c.name << " y[" << i << "]";
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], y_ref.v[i], 1e-5) << c.name << " y[" << i << "]";
   backward(sum(mul(y, to_tensor(ws[size_t(r)]))));
   const std::vector<float> grad = to_vector(x.grad());
 
@@ -161,7 +188,8 @@ TEST_P(Functional, ForwardAndGradientMatchFloat64) {
         minus[size_t(q)].v[i] -= h;
       }
     const double fd = (loss(plus) - loss(minus)) / (2 * h);
-    ASSERT_NEAR(grad[i], fd, 1e-4 * (1 + std::abs(fd))) << c.name << " dL/dx[" << i << "] on rank " << r;
+    ASSERT_NEAR(grad[i], fd, 1e-4 * (1 + std::abs(fd)))
+        << c.name << " dL/dx[" << i << "] on rank " << r;
   }
 }
 

@@ -23,7 +23,9 @@ Tensor draw(const Shape& shape, const std::string& what) {
   return t;
 }
 
-Tensor stage_forward(const Tensor& x, const Tensor& w) { return tanh(matmul(x, w)); }
+Tensor stage_forward(const Tensor& x, const Tensor& w) {
+  return tanh(matmul(x, w));
+}
 
 struct PipeCase {
   ScheduleKind kind;
@@ -85,7 +87,8 @@ TEST_P(Pipeline, MatchesOneProcess) {
 INSTANTIATE_TEST_SUITE_P(Schedules, Pipeline,
                          testing::Values(PipeCase{ScheduleKind::GPipe, 1, "gpipe"},
                                          PipeCase{ScheduleKind::OneFOneB, 1, "one_f_one_b"},
-                                         PipeCase{ScheduleKind::Interleaved1F1B, 2, "interleaved2"}),
+                                         PipeCase{ScheduleKind::Interleaved1F1B, 2,
+                                                  "interleaved2"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

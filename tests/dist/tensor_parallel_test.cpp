@@ -72,7 +72,9 @@ TEST_P(TensorParallelMlp, EqualsTheOneProcessMlp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelMlp, testing::Bool(),
-                         [](const auto& info) { return info.param ? "sequence_parallel" : "replicated"; });
+                         [](const auto& info) {
+                           return info.param ? "sequence_parallel" : "replicated";
+                         });
 
 }  // namespace
 }  // namespace loom::parallel

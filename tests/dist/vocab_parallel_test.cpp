@@ -51,14 +51,15 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeVocabulary) {
     want += mx + std::log(s) - full[size_t(i * V + targets[size_t(i)])];
     for (int64_t k = 0; k < kShard; ++k) {
       const int64_t v = r * kShard + k;
-      want_grad[size_t(i * kShard + k)] =
-          std::exp(double(full[size_t(i * V + v)]) - mx) / s - (v == targets[size_t(i)] ? 1.0 : 0.0);
+      want_grad[size_t(i * kShard + k)] = std::exp(double(full[size_t(i * V + v)]) - mx) / s -
+                                          (v == targets[size_t(i)] ? 1.0 : 0.0);
     }
   }
   want /= double(count);
   EXPECT_NEAR(item(loss), want, 1e-5 * std::abs(want));
   for (size_t k = 0; k < grad.size(); ++k)
-    ASSERT_NEAR(grad[k], want_grad[k] / double(count), 1e-6) << "rank " << r << " grad[" << k << "]";
+    ASSERT_NEAR(grad[k], want_grad[k] / double(count), 1e-6)
+        << "rank " << r << " grad[" << k << "]";
 }
 
 TEST(VocabParallel, EmbeddingMatchesTheWholeTable) {
@@ -76,7 +77,8 @@ TEST(VocabParallel, EmbeddingMatchesTheWholeTable) {
   const std::vector<float> got = to_vector(out);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < C; ++c)
-      ASSERT_EQ(got[size_t(i * C + c)], table[size_t(ids[size_t(i)] * C + c)]) << "id " << ids[size_t(i)];
+      ASSERT_EQ(got[size_t(i * C + c)], table[size_t(ids[size_t(i)] * C + c)])
+          << "id " << ids[size_t(i)];
   // Everything after the lookup runs the same on every rank: L = <w, out>, w the same too.
   const std::vector<float> w = draw(n * C, "w");
   backward(sum(mul(out, from_vector(w, {2, 3, C}))));
@@ -94,7 +96,8 @@ TEST(VocabParallel, IdsOutsideTheVocabularyAreNamed) {
   auto world = dist::world();
   Tensor shard = Tensor::empty({kShard, 2});
   try {
-    vocab_parallel_embedding(from_vector(std::vector<int64_t>{kShard * world->size()}, {1}), shard, world);
+    vocab_parallel_embedding(from_vector(std::vector<int64_t>{kShard * world->size()}, {1}), shard,
+                             world);
     ADD_FAILURE() << "an id past the vocabulary was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();

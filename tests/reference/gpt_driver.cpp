@@ -1,7 +1,8 @@
 // Writes small Loom GPT runs for tests/reference/gpt_reference.py to recompute in PyTorch:
 // initial weights, a fixed batch of next-token windows, the step-0 loss and gradients, and the
-// losses of 20 training steps on that batch as the GPT recipe (train/recipes/gpt.cpp) takes them (cross-entropy,
-// backward, global grad-norm clipping, AdamW with warmup + cosine; see reference_driver.h).
+// losses of 20 training steps on that batch as the GPT recipe (train/recipes/gpt.cpp) takes them
+// (cross-entropy, backward, global grad-norm clipping, AdamW with warmup + cosine; see
+// reference_driver.h).
 //
 //   reference_gpt_driver OUT_DIR    ->  OUT_DIR/cases.json, OUT_DIR/<case>/...
 //
@@ -75,8 +76,7 @@ void perturb_constant_parameters(const nn::Module& model) {
     const std::vector<float> v = to_vector(p.tensor);
     bool constant = true;
     for (float x : v) constant = constant && x == v[0];
-    if (constant)
-      fill_normal(p.tensor, RngKey{kSeed, "reference.perturb", p.name}, 0, v[0], 0.3f);
+    if (constant) fill_normal(p.tensor, RngKey{kSeed, "reference.perturb", p.name}, 0, v[0], 0.3f);
   }
 }
 
@@ -128,11 +128,12 @@ void write_case(const std::string& out, const std::string& name, const models::G
 
   auto loss = [&]() { return model.loss(ids_t, targets_t); };
 
-  Json meta = Json::object({{"model", "gpt"},
-                            {"case", name},
-                            {"seed", kSeed},
-                            {"config", config_json(c)},
-                            {"batch", Json::object({{"ids", "ids.npy"}, {"targets", "targets.npy"}})}});
+  Json meta =
+      Json::object({{"model", "gpt"},
+                    {"case", name},
+                    {"seed", kSeed},
+                    {"config", config_json(c)},
+                    {"batch", Json::object({{"ids", "ids.npy"}, {"targets", "targets.npy"}})}});
   reference::write_reference_case(dir, model, meta, loss, train_spec());
 }
 

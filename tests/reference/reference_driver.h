@@ -73,19 +73,20 @@ inline void write_reference_case(const std::string& dir, const nn::Module& model
   schedule.validate();
   Json lrs = Json::array();
   for (int64_t step = 0; step < spec.steps; ++step) lrs.push_back(schedule.lr_at(step));
-  meta.set("train", Json::object({{"steps", spec.steps},
-                                  {"optimizer", "adamw"},
-                                  {"lr", a.lr},
-                                  {"beta1", a.beta1},
-                                  {"beta2", a.beta2},
-                                  {"eps", a.eps},
-                                  {"weight_decay", a.weight_decay},
-                                  {"grad_clip", spec.grad_clip},
-                                  {"schedule", Json::object({{"kind", schedule.kind},
-                                                             {"warmup_steps", schedule.warmup_steps},
-                                                             {"min_lr_ratio", schedule.min_lr_ratio},
-                                                             {"decay_fraction", schedule.decay_fraction}})},
-                                  {"lrs", lrs}}));
+  meta.set("train",
+           Json::object({{"steps", spec.steps},
+                         {"optimizer", "adamw"},
+                         {"lr", a.lr},
+                         {"beta1", a.beta1},
+                         {"beta2", a.beta2},
+                         {"eps", a.eps},
+                         {"weight_decay", a.weight_decay},
+                         {"grad_clip", spec.grad_clip},
+                         {"schedule", Json::object({{"kind", schedule.kind},
+                                                    {"warmup_steps", schedule.warmup_steps},
+                                                    {"min_lr_ratio", schedule.min_lr_ratio},
+                                                    {"decay_fraction", schedule.decay_fraction}})},
+                         {"lrs", lrs}}));
   meta.set("parameters", plist);
   save_safetensors(dir + "/weights.safetensors", named_values(model));
 

@@ -133,17 +133,17 @@ TEST(Checkpoint, GivesIdenticalGradientsToThePlainFunction) {
     x.set_requires_grad(true);
     Tensor y;
     if (mode != Plain) {
-      y = loom::checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; },
-                           {x}, /*keep_expensive=*/mode == Selective)[0];
+      y = loom::checkpoint(
+          [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; }, {x},
+          /*keep_expensive=*/mode == Selective)[0];
     } else {
       y = block(x);
     }
     Tensor loss = loom::sum(loom::mul(y, y));
     loom::backward(loss);
-    return std::vector<std::vector<float>>{loom::to_vector(loss), loom::to_vector(x.grad()),
-                                           loom::to_vector(block.w1.grad()),
-                                           loom::to_vector(block.w2.grad()),
-                                           loom::to_vector(block.norm.grad())};
+    return std::vector<std::vector<float>>{
+        loom::to_vector(loss), loom::to_vector(x.grad()), loom::to_vector(block.w1.grad()),
+        loom::to_vector(block.w2.grad()), loom::to_vector(block.norm.grad())};
   };
   const auto plain = run(Plain), full = run(Full), selective = run(Selective);
   ASSERT_EQ(plain.size(), full.size());
@@ -159,8 +159,9 @@ TEST(Checkpoint, SelectiveKeepsTheMatmulOutputsAndNothingElse) {
   Tensor x = loom::randn({64, 16, 6}, loom::RngKey{3, "data", "x"});
   x.set_requires_grad(true);
   const int64_t base = a.stats().live_total;
-  Tensor y = loom::checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; },
-                              {x}, /*keep_expensive=*/true)[0];
+  Tensor y = loom::checkpoint(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; }, {x},
+      /*keep_expensive=*/true)[0];
   const int64_t kept = a.stats().live_total - base;
   // The output, and the two linears' outputs (f32): not the GELU, norm or their statistics.
   const int64_t linears = 64 * 16 * (block.w1.size(0) + block.w2.size(0)) * 4;
@@ -179,8 +180,8 @@ TEST(Checkpoint, KeepsOnlyItsInputsDuringForward) {
   const int64_t plain_bytes = a.stats().live_total - base;
   y_plain = Tensor();
   const int64_t base2 = a.stats().live_total;
-  Tensor y = loom::checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; },
-                              {x})[0];
+  Tensor y = loom::checkpoint(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0])}; }, {x})[0];
   const int64_t ckpt_bytes = a.stats().live_total - base2;
   // Checkpointed: the output only (the input is shared, not copied); plain: every activation.
   EXPECT_EQ(ckpt_bytes, int64_t(y.nbytes()));

@@ -95,7 +95,8 @@ double gelu_tanh_grad(double x) {
 // (the rounding bound above), and the same bits on one thread and two.
 TEST(GeluBiasBackward, MatchesFloat64AndIsDeterministic) {
   const int64_t rows = 1300, n = 70;
-  Tensor pre = random_tensor({rows, n}, DType::F32, 3), gout = random_tensor({rows, n}, DType::F32, 4);
+  Tensor pre = random_tensor({rows, n}, DType::F32, 3),
+         gout = random_tensor({rows, n}, DType::F32, 4);
   for (int64_t i = 0; i < pre.numel(); ++i) pre.data<float>()[i] *= 4.0f;  // both GELU tails
   Tensor gpre = Tensor::empty({rows, n}, DType::F32), gbias = Tensor::empty({n}, DType::F32);
   const int threads = omp_get_max_threads();
@@ -130,7 +131,9 @@ TEST(GeluBiasBackward, MatchesFloat64AndIsDeterministic) {
   cpu_backend().gelu_bias_backward(pre, gout, gpre_padded, gbias_padded);
   for (int64_t r = 0; r < rows; ++r)
     ASSERT_EQ(std::memcmp(gpre.data<float>() + r * n, padded.data<float>() + r * (n + 16),
-                          n * sizeof(float)), 0) << "row " << r;
+                          n * sizeof(float)),
+              0)
+        << "row " << r;
   EXPECT_EQ(std::memcmp(gbias.data_ptr(), gbias_padded.data_ptr(), n * sizeof(float)), 0);
   // Without a bias gradient only gpre is written.
   Tensor gpre2 = Tensor::empty({rows, n}, DType::F32);

@@ -1,15 +1,15 @@
 // AtomicFile: readers see the old file or the whole new one; an abandoned write leaves nothing.
 #include <gtest/gtest.h>
 
-#include "temp_dir_test.h"
 #include <unistd.h>
+#include "temp_dir_test.h"
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
-#include "loom/core/atomic_file.h"
 #include "loom/checkpoint/json_file.h"
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 
 namespace {

@@ -5,8 +5,8 @@
 
 #include "expect_error.h"
 
-#include "temp_dir_test.h"
 #include <unistd.h>
+#include "temp_dir_test.h"
 
 #include <algorithm>
 #include <cstring>

@@ -5,8 +5,8 @@
 #include "expect_error.h"
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/sharded.h"
@@ -31,9 +31,12 @@ class CheckpointSharded : public TempDirTest {
   void write_four_ranks() {
     const std::vector<float> w = iota(70, 0.5f), b = iota(5, -1.0f);
     auto piece = [&](int64_t lo, int64_t hi) {
-      return loom::TensorPiece{"model/w", {10, 7}, lo, hi,
-                               loom::from_vector(std::vector<float>(w.begin() + lo, w.begin() + hi),
-                                                 {hi - lo})};
+      return loom::TensorPiece{
+          "model/w",
+          {10, 7},
+          lo,
+          hi,
+          loom::from_vector(std::vector<float>(w.begin() + lo, w.begin() + hi), {hi - lo})};
     };
     loom::write_rank_shard(dir_.string(), 0, {piece(0, 23)});
     loom::write_rank_shard(dir_.string(), 1, {piece(23, 24), piece(24, 50)});
@@ -122,8 +125,11 @@ TEST_F(CheckpointSharded, ChangedTrainerStateFailsItsChecksum) {
 TEST_F(CheckpointSharded, ShapeDisagreementsAreNamed) {
   write_four_ranks();
   // The model expects another shape than the checkpoint holds.
-  expect_error([&] { loom::CheckpointReader(dir_.string()).read("model/w", {7, 10}, 0, 70, Tensor::empty({70})); },
-               {"tensor model/w has shape (10, 7), expected (7, 10)"});
+  expect_error(
+      [&] {
+        loom::CheckpointReader(dir_.string()).read("model/w", {7, 10}, 0, 70, Tensor::empty({70}));
+      },
+      {"tensor model/w has shape (10, 7), expected (7, 10)"});
   // A manifest whose shape its pieces do not cover.
   edit_manifest([](loom::Json& m) {
     m.at("tensors").at("model/w").set("shape", loom::Json::array({10, 8}));
@@ -145,11 +151,16 @@ TEST_F(CheckpointSharded, ShapeDisagreementsAreNamed) {
 
 TEST_F(CheckpointSharded, EditedManifestIsCaughtByItsChecksum) {
   write_four_ranks();
-  { loom::CheckpointReader intact(dir_.string()); EXPECT_TRUE(intact.manifest_checksummed()); }
+  {
+    loom::CheckpointReader intact(dir_.string());
+    EXPECT_TRUE(intact.manifest_checksummed());
+  }
   // A transposed shape with the same element count: every piece still tiles it.
-  edit_manifest([](loom::Json& m) {
-    m.at("tensors").at("model/w").set("shape", loom::Json::array({7, 10}));
-  }, /*rehash=*/false);
+  edit_manifest(
+      [](loom::Json& m) {
+        m.at("tensors").at("model/w").set("shape", loom::Json::array({7, 10}));
+      },
+      /*rehash=*/false);
   expect_error([&] { loom::CheckpointReader r(dir_.string()); },
                {"manifest.json does not match its checksum"});
 }

@@ -76,7 +76,8 @@ TEST_F(ConfigTest, GptDefaults) {
 }
 
 TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
-  for (const std::string& path : {dit_file(), write("defaults.toml", "# every key at its default\n")}) {
+  for (const std::string& path :
+       {dit_file(), write("defaults.toml", "# every key at its default\n")}) {
     const Config c = load_config(path);
     EXPECT_EQ(c.model_kind, "dit");
     EXPECT_EQ(c.data.dataset, "fashion_mnist");
@@ -189,7 +190,8 @@ TEST_F(ConfigTest, WrongTypeIsNamed) {
 
 TEST_F(ConfigTest, BadValuesAreNamed) {
   const std::string gpt = gpt_file();
-  expect_error([&] { load_config(gpt, {"model.kind=rnn"}); }, {"model.kind 'rnn'", "dit, gpt or vit_classifier"});
+  expect_error([&] { load_config(gpt, {"model.kind=rnn"}); },
+               {"model.kind 'rnn'", "dit, gpt or vit_classifier"});
   expect_error([&] { load_config(gpt, {"model.style=rnn"}); }, {"model.style 'rnn'"});
   expect_error(
       [&] {

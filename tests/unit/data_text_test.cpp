@@ -49,7 +49,8 @@ TEST_F(DataText, SplitTakesTheTail) {
 }
 
 TEST_F(DataText, KjvCorpusIsProducedOnceAndCached) {
-  ASSERT_TRUE(fs::exists("/usr/bin/bible")) << "bible-kjv is not installed (scripts/bootstrap.sh installs it)";
+  ASSERT_TRUE(fs::exists("/usr/bin/bible"))
+      << "bible-kjv is not installed (scripts/bootstrap.sh installs it)";
   const std::string path = loom::kjv_corpus((dir_ / "cache").string());
   EXPECT_EQ(path, (dir_ / "cache" / "kjv.txt").string());
   const std::string text = loom::read_text_file(path);

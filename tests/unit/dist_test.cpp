@@ -28,7 +28,9 @@ TEST(ParallelDims, ErrorsListEveryDegree) {
   };
   const std::string wrong = message({1, 2, 2, 1, 1}, 8);
   EXPECT_NE(wrong.find("pp=1 dp_replicate=2 dp_shard=2 cp=1 tp=1 multiply to 4 but the world "
-                       "has 8 processes"), std::string::npos) << wrong;
+                       "has 8 processes"),
+            std::string::npos)
+      << wrong;
   const std::string indivisible = message({1, 1, -1, 1, 3}, 8);
   EXPECT_NE(indivisible.find("does not divide the world size 8"), std::string::npos) << indivisible;
   EXPECT_NE(message({1, -1, -1, 1, 1}, 4).find("at most one degree may be -1"), std::string::npos);

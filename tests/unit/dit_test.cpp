@@ -43,7 +43,8 @@ TEST(Dit, InitialVelocityIsZeroAndNamesAreQualified) {
   Dit again(tiny());
   again.init_parameters(0);
   auto a = model.named_parameters(), b = again.named_parameters();
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(loom::to_vector(a[i].tensor), loom::to_vector(b[i].tensor)) << a[i].name;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(loom::to_vector(a[i].tensor), loom::to_vector(b[i].tensor)) << a[i].name;
 }
 
 TEST(Dit, FlowMatchingTrainingReducesTheLoss) {

@@ -17,7 +17,7 @@ namespace {
 struct Format {
   const char* name;
   int ebits, mbits;
-  bool has_inf;                   // IEEE-style infinity (else: saturate, E4M3fn)
+  bool has_inf;  // IEEE-style infinity (else: saturate, E4M3fn)
   std::function<uint32_t(float)> encode;
   std::function<float(uint32_t)> decode;
 };
@@ -111,9 +111,10 @@ TEST(DType, EncodeRoundsToNearestEvenAndSaturates) {
   std::mt19937 rng(std::random_device{}());
   for (const Format& f : formats()) {
     const Table t = build_table(f);
-    std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 448.0f, 464.0f, 480.0f, 1e6f, -1e6f,
-                             57344.0f, 61440.0f, 65504.0f, 65520.0f, 1e-10f, -1e-10f,
-                             3.0e38f, INFINITY, -INFINITY, 1.17549435e-38f, 1e-45f};
+    std::vector<float> xs = {0.0f,     -0.0f,    1.0f,      -1.0f,           448.0f,
+                             464.0f,   480.0f,   1e6f,      -1e6f,           57344.0f,
+                             61440.0f, 65504.0f, 65520.0f,  1e-10f,          -1e-10f,
+                             3.0e38f,  INFINITY, -INFINITY, 1.17549435e-38f, 1e-45f};
     // Every midpoint between neighbours (exact ties) and points just either side of it.
     for (size_t i = 0; i + 1 < t.finite_positive.size(); ++i) {
       const double mid = 0.5 * (t.finite_positive[i].first + t.finite_positive[i + 1].first);

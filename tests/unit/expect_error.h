@@ -15,6 +15,7 @@ void expect_error(Fn fn, const std::vector<std::string>& parts) {
     ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts[0] << "'";
   } catch (const loom::Error& e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   }
 }

@@ -19,7 +19,8 @@ void expect_error(const std::string& spec, const std::string& part) {
 }
 
 TEST(FaultPlan, SelectsTheFaultsOfTheAttempt) {
-  const std::string spec = "nan:rank=1,step=6; slow:rank=2,step=3,factor=2.5;nan:rank=0,step=9,attempt=1";
+  const std::string spec =
+      "nan:rank=1,step=6; slow:rank=2,step=3,factor=2.5;nan:rank=0,step=9,attempt=1";
   const FaultPlan first = FaultPlan::parse(spec, 0), second = FaultPlan::parse(spec, 1);
   EXPECT_TRUE(first.poisons_loss(6, 1));
   EXPECT_FALSE(first.poisons_loss(6, 0));

@@ -38,7 +38,8 @@ TEST(Fid, InvariantUnderACommonRotationAndSymmetric) {
     std::vector<double> out(9, 0.0);
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 3; ++j)
-        for (int k = 0; k < 3; ++k) out[size_t(i * 3 + j)] += q[size_t(i * 3 + k)] * d[size_t(k)] * q[size_t(j * 3 + k)];
+        for (int k = 0; k < 3; ++k)
+          out[size_t(i * 3 + j)] += q[size_t(i * 3 + k)] * d[size_t(k)] * q[size_t(j * 3 + k)];
     return out;
   };
   auto a = stats({0, 0, 0}, rotate({4, 1, 9}));
@@ -59,7 +60,8 @@ TEST(Fid, EigenSolverReconstructsTheMatrix) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;
-      for (int64_t k = 0; k < n; ++k) s += vectors[size_t(i * n + k)] * values[size_t(k)] * vectors[size_t(j * n + k)];
+      for (int64_t k = 0; k < n; ++k)
+        s += vectors[size_t(i * n + k)] * values[size_t(k)] * vectors[size_t(j * n + k)];
       EXPECT_NEAR(s, m[size_t(i * n + j)], 1e-9);
     }
 }

@@ -444,24 +444,24 @@ void register_transformer_ops() {
                 R o = ref::layer_norm(x[0], nullptr, nullptr, 1e-6);
                 for (int64_t i = 0; i < o.numel(); ++i) {
                   const int64_t n = i / 30, c = i % 6;
-                  o.v[size_t(i)] = o.v[size_t(i)] * (1 + x[2].v[size_t(n * 6 + c)]) +
-                                   x[1].v[size_t(n * 6 + c)];
+                  o.v[size_t(i)] =
+                      o.v[size_t(i)] * (1 + x[2].v[size_t(n * 6 + c)]) + x[1].v[size_t(n * 6 + c)];
                 }
                 return o;
               }}});
-  harness::register_op(
-      "gated_residual",
-      {OpCase{"(2,5,6)",
-              {F({2, 5, 6}), F({2, 6}), F({2, 5, 6})},
-              [](const TV& x) { return loom::gated_residual(x[0], x[1], x[2]); },
-              [](const RV& x) {
-                R o = ref::zeros(x[0].shape);
-                for (int64_t i = 0; i < o.numel(); ++i) {
-                  const int64_t n = i / 30, c = i % 6;
-                  o.v[size_t(i)] = x[0].v[size_t(i)] + x[1].v[size_t(n * 6 + c)] * x[2].v[size_t(i)];
-                }
-                return o;
-              }}});
+  harness::register_op("gated_residual",
+                       {OpCase{"(2,5,6)",
+                               {F({2, 5, 6}), F({2, 6}), F({2, 5, 6})},
+                               [](const TV& x) { return loom::gated_residual(x[0], x[1], x[2]); },
+                               [](const RV& x) {
+                                 R o = ref::zeros(x[0].shape);
+                                 for (int64_t i = 0; i < o.numel(); ++i) {
+                                   const int64_t n = i / 30, c = i % 6;
+                                   o.v[size_t(i)] = x[0].v[size_t(i)] +
+                                                    x[1].v[size_t(n * 6 + c)] * x[2].v[size_t(i)];
+                                 }
+                                 return o;
+                               }}});
   std::vector<OpCase> attn;
   for (auto [label, sq, skv, hq, hkv, causal, masked] :
        std::vector<std::tuple<const char*, int64_t, int64_t, int64_t, int64_t, bool, bool>>{

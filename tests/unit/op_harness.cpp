@@ -14,7 +14,9 @@ std::map<std::string, std::vector<OpCase>>& registry() {
   return r;
 }
 
-void register_op(const std::string& op, std::vector<OpCase> cases) { registry()[op] = std::move(cases); }
+void register_op(const std::string& op, std::vector<OpCase> cases) {
+  registry()[op] = std::move(cases);
+}
 
 namespace {
 
@@ -30,9 +32,15 @@ std::vector<double> generate(const Input& in, std::mt19937& rng) {
   std::uniform_int_distribution<int64_t> idx(0, std::max<int64_t>(in.limit - 1, 0));
   for (auto& x : v) {
     switch (in.kind) {
-      case Kind::Float: x = uni(rng); break;
-      case Kind::Positive: x = pos(rng); break;
-      case Kind::Index: x = double(idx(rng)); break;
+      case Kind::Float:
+        x = uni(rng);
+        break;
+      case Kind::Positive:
+        x = pos(rng);
+        break;
+      case Kind::Index:
+        x = double(idx(rng));
+        break;
     }
   }
   return v;
@@ -67,7 +75,9 @@ Tensor make_leaf(const Input& in, const std::vector<double>& v, loom::DType dtyp
   return loom::from_vector(fv, in.shape, dtype);
 }
 
-ref::R to_ref(const Input& in, const std::vector<double>& v) { return ref::R{in.shape, v}; }
+ref::R to_ref(const Input& in, const std::vector<double>& v) {
+  return ref::R{in.shape, v};
+}
 
 // max |a - b| / max(max |b|, floor). The floor keeps all-zero references comparable; for
 // bf16 it is 1: inputs and weights are O(1), and a gradient that is a sum with cancellation
@@ -186,9 +196,9 @@ void check_op(const std::string& op) {
       ASSERT_EQ(r.out.size(), expected.v.size()) << what << ": output size";
       size_t at = 0;
       const double err = rel_error(r.out, expected.v, &at);
-      EXPECT_LE(err, c.forward_tol) << what << (nc ? " non-contiguous" : "") << ": forward error "
-                                    << err << " at " << at << " (loom " << r.out[at] << ", ref "
-                                    << expected.v[at] << ")";
+      EXPECT_LE(err, c.forward_tol)
+          << what << (nc ? " non-contiguous" : "") << ": forward error " << err << " at " << at
+          << " (loom " << r.out[at] << ", ref " << expected.v[at] << ")";
     }
 
     // (b) gradients against finite differences of the float64 reference
@@ -200,8 +210,8 @@ void check_op(const std::string& op) {
       size_t at = 0;
       const double err = rel_error(r.grads[i], fd, &at);
       EXPECT_LE(err, c.grad_tol) << what << ": gradient of input " << i << " error " << err
-                                 << " at " << at << " (loom " << r.grads[i][at] << ", fd "
-                                 << fd[at] << ")";
+                                 << " at " << at << " (loom " << r.grads[i][at] << ", fd " << fd[at]
+                                 << ")";
     }
 
     // (c) bf16 against f32 on the same (bf16-representable) inputs
@@ -219,8 +229,8 @@ void check_op(const std::string& op) {
       for (size_t i = 0; i < c.inputs.size(); ++i) {
         if (r32.grads[i].empty()) continue;
         const double gerr = rel_error(r16.grads[i], r32.grads[i], nullptr, 1.0);
-        EXPECT_LE(gerr, c.bf16_tol) << what << ": bf16 gradient of input " << i
-                                    << " differs from f32 by " << gerr;
+        EXPECT_LE(gerr, c.bf16_tol)
+            << what << ": bf16 gradient of input " << i << " differs from f32 by " << gerr;
       }
     }
   }

@@ -20,14 +20,20 @@ enum class Kind { Float, Positive, Index };
 struct Input {
   loom::Shape shape;
   Kind kind = Kind::Float;
-  bool grad = true;       // check its gradient (float inputs only)
-  int64_t limit = 0;      // Index: values in [0, limit)
+  bool grad = true;   // check its gradient (float inputs only)
+  int64_t limit = 0;  // Index: values in [0, limit)
   std::function<std::vector<double>(int64_t n, std::mt19937&)> values;  // custom generator
 };
 
-inline Input F(loom::Shape s, bool grad = true) { return Input{std::move(s), Kind::Float, grad, 0, {}}; }
-inline Input P(loom::Shape s) { return Input{std::move(s), Kind::Positive, true, 0, {}}; }
-inline Input I(loom::Shape s, int64_t limit) { return Input{std::move(s), Kind::Index, false, limit, {}}; }
+inline Input F(loom::Shape s, bool grad = true) {
+  return Input{std::move(s), Kind::Float, grad, 0, {}};
+}
+inline Input P(loom::Shape s) {
+  return Input{std::move(s), Kind::Positive, true, 0, {}};
+}
+inline Input I(loom::Shape s, int64_t limit) {
+  return Input{std::move(s), Kind::Index, false, limit, {}};
+}
 
 struct OpCase {
   std::string label;

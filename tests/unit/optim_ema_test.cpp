@@ -23,7 +23,8 @@ TEST(Ema, WarmUpDecayThenCapFollowsTheFloat64Recurrence) {
     ema.update(n);
     const std::vector<float> got = loom::to_vector(ema.named_weights()[0].second);
     for (size_t i = 0; i < 3; ++i)
-      EXPECT_NEAR(got[i], ref[i], 1e-5 * std::max(1.0, std::abs(ref[i]))) << "n=" << n << " i=" << i;
+      EXPECT_NEAR(got[i], ref[i], 1e-5 * std::max(1.0, std::abs(ref[i])))
+          << "n=" << n << " i=" << i;
   }
   // The cap is reached ((1 + n) / (10 + n) >= 0.95 from n = 161) and held.
   EXPECT_DOUBLE_EQ(ema.decay_at(100000), 0.95);

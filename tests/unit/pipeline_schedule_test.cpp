@@ -43,10 +43,12 @@ TEST(PipeSchedule, EveryValidLayoutCompletesWithinItsMemoryBound) {
       for (int64_t M = P; M <= 3 * P; M += P) {
         const auto s = make_pipe_schedule(ScheduleKind::Interleaved1F1B, P, M, V);
         const auto sim = simulate(s);
-        ASSERT_TRUE(sim.ok) << "interleaved P=" << P << " V=" << V << " M=" << M << ": " << sim.error
-                            << "\n" << s.str();
+        ASSERT_TRUE(sim.ok) << "interleaved P=" << P << " V=" << V << " M=" << M << ": "
+                            << sim.error << "\n"
+                            << s.str();
         for (int64_t p = 0; p < P; ++p)
-          EXPECT_LE(sim.peak_in_flight[size_t(p)], std::min((P - p - 1) * 2 + (V - 1) * P + 1, M * V));
+          EXPECT_LE(sim.peak_in_flight[size_t(p)],
+                    std::min((P - p - 1) * 2 + (V - 1) * P + 1, M * V));
       }
 }
 
@@ -77,7 +79,8 @@ TEST(PipeSchedule, InvalidLayoutsAreNamed) {
     loom::parallel::schedule_kind_from_name("zigzag");
     ADD_FAILURE();
   } catch (const loom::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'zigzag' (expected gpipe, 1f1b or interleaved)"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("'zigzag' (expected gpipe, 1f1b or interleaved)"),
+              std::string::npos);
   }
 }
 

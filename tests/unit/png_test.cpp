@@ -2,9 +2,9 @@
 // decode by Pillow when the system has it, and the grid layout of image_grid.
 #include <gtest/gtest.h>
 
-#include "temp_dir_test.h"
 #include <unistd.h>
 #include <zlib.h>
+#include "temp_dir_test.h"
 
 #include <cmath>
 #include <cstdio>

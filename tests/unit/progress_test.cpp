@@ -14,8 +14,8 @@ using loom::train::eta_seconds;
 using loom::train::Progress;
 
 TEST(Progress, EtaIsTheEarlierOfStepsAndTimeBudget) {
-  EXPECT_DOUBLE_EQ(eta_seconds(0.5, 100, 0, 10), 50.0);     // no budget: steps x step time
-  EXPECT_DOUBLE_EQ(eta_seconds(0.5, 100, 900, 10), 50.0);   // steps end first
+  EXPECT_DOUBLE_EQ(eta_seconds(0.5, 100, 0, 10), 50.0);      // no budget: steps x step time
+  EXPECT_DOUBLE_EQ(eta_seconds(0.5, 100, 900, 10), 50.0);    // steps end first
   EXPECT_DOUBLE_EQ(eta_seconds(2.0, 3000, 900, 60), 840.0);  // the budget ends first
   EXPECT_DOUBLE_EQ(eta_seconds(2.0, 3000, 900, 1000), 0.0);  // budget spent: no negative ETA
 }

@@ -93,7 +93,9 @@ inline R unary(const R& a, const std::function<double(double)>& f) {
 inline double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
-inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
+inline double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
 
 // Reduce over `dims` (all if empty) with keepdim; op "sum", "mean" or "max".
 inline R reduce(const R& x, std::vector<int64_t> dims, bool keepdim, const char* op) {
@@ -290,7 +292,9 @@ inline R softmax(const R& x, bool log) {
   });
 }
 
-inline R scalar(double v) { return R{{}, {v}}; }
+inline R scalar(double v) {
+  return R{{}, {v}};
+}
 
 inline R cross_entropy(const R& logits, const R& targets, int64_t ignore_index) {
   R lsm = softmax(logits, true);
@@ -352,7 +356,8 @@ inline R attention(const R& q, const R& k, const R& v, const R* mask, bool causa
           double acc = 0;
           for (int64_t j = 0; j < Skv; ++j)
             if (z > 0)
-              acc += std::exp(s[size_t(j)] - m) / z * v.v[size_t(((b * Hkv + hk) * Skv + j) * D + d)];
+              acc +=
+                  std::exp(s[size_t(j)] - m) / z * v.v[size_t(((b * Hkv + hk) * Skv + j) * D + d)];
           o.v[size_t(((b * Hq + h) * Sq + i) * D + d)] = acc;
         }
       }

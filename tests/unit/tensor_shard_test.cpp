@@ -36,8 +36,10 @@ void check_shard(const TensorShard& s, int64_t P) {
       for (int64_t k = 0; k < length; ++k) index.push_back(start + k);
     for (int64_t i = 0; i < lr; ++i)
       for (int64_t j = 0; j < lc; ++j) {
-        const int64_t wi = s.dim == 0 ? index[size_t(i)] : i, wj = s.dim == 1 ? index[size_t(j)] : j;
-        ASSERT_EQ(local[size_t(i * lc + j)], float(wi * 1000 + wj)) << "rank " << q << " at " << i << "," << j;
+        const int64_t wi = s.dim == 0 ? index[size_t(i)] : i,
+                      wj = s.dim == 1 ? index[size_t(j)] : j;
+        ASSERT_EQ(local[size_t(i * lc + j)], float(wi * 1000 + wj))
+            << "rank " << q << " at " << i << "," << j;
       }
     // The runs say the same, and together the ranks' runs cover the whole once.
     int64_t total = 0;
@@ -69,8 +71,7 @@ TEST(TensorShard, ColumnSplitIsOneRunPerRow) {
 
 TEST(TensorShard, AttentionQkvSplitTakesEachRanksHeadsOfQKAndV) {
   // 4 query heads, 2 key/value heads, head dim 2, over 2 ranks: rows [q | k | v] = 8 + 4 + 4.
-  TensorShard s{{16, 3}, 0,
-                {{{0, 4}, {8, 2}, {12, 2}}, {{4, 4}, {10, 2}, {14, 2}}}};
+  TensorShard s{{16, 3}, 0, {{{0, 4}, {8, 2}, {12, 2}}, {{4, 4}, {10, 2}, {14, 2}}}};
   check_shard(s, 2);
   EXPECT_EQ(s.shape(0), (loom::Shape{8, 3}));
 }

@@ -11,8 +11,14 @@ namespace {
 using loom::Tensor;
 
 TEST(Vit, LearnsToTellBrightFromDarkImages) {
-  loom::models::VitConfig c{.image_size = 8, .channels = 1, .patch = 4, .width = 16, .depth = 1,
-                            .heads = 2, .mlp_ratio = 2.0, .num_classes = 2};
+  loom::models::VitConfig c{.image_size = 8,
+                            .channels = 1,
+                            .patch = 4,
+                            .width = 16,
+                            .depth = 1,
+                            .heads = 2,
+                            .mlp_ratio = 2.0,
+                            .num_classes = 2};
   loom::models::Vit model(c);
   model.init_parameters(0);
   // Class 1 images are brighter on average; noise makes single pixels ambiguous.
@@ -22,7 +28,8 @@ TEST(Vit, LearnsToTellBrightFromDarkImages) {
   std::vector<int64_t> y(N);
   for (int64_t i = 0; i < N; ++i) {
     y[size_t(i)] = i % 2;
-    for (int64_t j = 0; j < 64; ++j) px[size_t(i * 64 + j)] = 0.5f * px[size_t(i * 64 + j)] + (i % 2 ? 0.4f : -0.4f);
+    for (int64_t j = 0; j < 64; ++j)
+      px[size_t(i * 64 + j)] = 0.5f * px[size_t(i * 64 + j)] + (i % 2 ? 0.4f : -0.4f);
   }
   Tensor x = loom::from_vector(px, {N, 1, 8, 8}), labels = loom::from_vector(y, {N});
   loom::optim::AdamW opt(model.named_parameters(), {.lr = 1e-2});

@@ -73,7 +73,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
               bool retain_graph) {
   LOOM_CHECK(roots.size() == grads.size())
       << "backward: " << roots.size() << " roots but " << grads.size() << " gradients";
-  NoGradGuard no_grad;  // backward computations are not themselves recorded
+  NoGradGuard no_grad;              // backward computations are not themselves recorded
   AutocastGuard exact(DType::F32);  // nodes compute in the dtypes their forward saved
 
   // Seed gradients: ones for scalar roots without an explicit gradient.

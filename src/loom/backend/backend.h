@@ -13,8 +13,18 @@
 namespace loom {
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Gelu /* tanh approximation */, Silu,
-  Pow /* x^alpha */, AddScalar /* x+alpha */, MulScalar /* x*alpha */, Relu,
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Gelu /* tanh approximation */,
+  Silu,
+  Pow /* x^alpha */,
+  AddScalar /* x+alpha */,
+  MulScalar /* x*alpha */,
+  Relu,
 };
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
 enum class ReduceOp : uint8_t { Sum, Max };
@@ -58,9 +68,7 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
   // The row stride (elements) a (rows, cols) matrix should be allocated with when it will be a
   // GEMM operand: cols, or more where the GEMM would otherwise copy it to a padded layout.
-  virtual int64_t gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) {
-    return cols;
-  }
+  virtual int64_t gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) { return cols; }
 
   // --- normalisation over the last dim of contiguous (rows, C) ---
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -86,8 +94,8 @@ class Backend {
                                      const Tensor& lse) = 0;
   // glogits = gloss[n] * (softmax - onehot) per row; rows with ignore_index get 0.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                      int64_t ignore_index, const Tensor& lse,
-                                      const Tensor& gloss, const Tensor& glogits) = 0;
+                                      int64_t ignore_index, const Tensor& lse, const Tensor& gloss,
+                                      const Tensor& glogits) = 0;
 
   // --- indexing on contiguous tensors; every index is range-checked (throws loom::Error) ---
   // out = x.index_select(dim, index), index i64 1-D.
@@ -111,8 +119,7 @@ class Backend {
   virtual void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
                                 const Tensor& out) = 0;
   virtual void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout,
-                                 const Tensor& gx, const Tensor& gshift,
-                                 const Tensor& gscale) = 0;
+                                 const Tensor& gx, const Tensor& gshift, const Tensor& gscale) = 0;
   // The backward of gelu(x W^T + b) with the bias added by the GEMM: over pre (rows, n) =
   // x W^T + b, gpre = gout * gelu'(pre) and, when gbias is defined, gbias (n) = the column sums
   // of gpre (f64 partials over fixed chunks of rows: deterministic), in one pass. pre, gout and

@@ -57,7 +57,9 @@ std::string read_bytes(const std::string& path) {
 
 }  // namespace
 
-uint64_t xxh64(const void* data, size_t nbytes, uint64_t seed) { return XXH64(data, nbytes, seed); }
+uint64_t xxh64(const void* data, size_t nbytes, uint64_t seed) {
+  return XXH64(data, nbytes, seed);
+}
 
 std::string xxh64_hex(const void* data, size_t nbytes) {
   char buf[17];
@@ -72,8 +74,8 @@ void write_rank_shard(const std::string& dir, int rank, const std::vector<Tensor
   for (const auto& p : pieces) {
     LOOM_CHECK(p.data.is_contiguous() && p.data.numel() == p.end - p.begin && p.begin >= 0 &&
                p.end <= shape_numel(p.shape))
-        << "checkpoint: piece [" << p.begin << ", " << p.end << ") of " << p.name << " "
-        << p.shape << " holds " << p.data.numel() << " elements";
+        << "checkpoint: piece [" << p.begin << ", " << p.end << ") of " << p.name << " " << p.shape
+        << " holds " << p.data.numel() << " elements";
     if (p.end == p.begin) continue;
     const std::string key = p.name + ":" + std::to_string(p.begin);
     entries.emplace_back(key, p.data.as_strided({p.end - p.begin}, {1}, p.data.offset()));
@@ -141,7 +143,8 @@ void write_manifest(const std::string& dir, int world_size,
                                              {"world_size", int64_t(world_size)},
                                              {"files", sums},
                                              {"tensors", tensors}})
-                                   .dump(2) + "\n";
+                                   .dump(2) +
+                               "\n";
   write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest);
   write_file_atomic((fs::path(dir) / "manifest.xxh64").string(),
                     xxh64_hex(manifest.data(), manifest.size()) + "\n");
@@ -218,7 +221,9 @@ const SafetensorsFile& CheckpointReader::file(const std::string& name,
   return *(loaded_[name] = std::move(loaded));
 }
 
-bool CheckpointReader::contains(const std::string& name) const { return tensors_.count(name) > 0; }
+bool CheckpointReader::contains(const std::string& name) const {
+  return tensors_.count(name) > 0;
+}
 
 Shape CheckpointReader::shape(const std::string& name) const {
   auto it = tensors_.find(name);
@@ -233,8 +238,8 @@ std::vector<std::string> CheckpointReader::names(const std::string& prefix) cons
   return out;
 }
 
-void CheckpointReader::read(const std::string& name, const Shape& shape, int64_t begin,
-                            int64_t end, const Tensor& dest) const {
+void CheckpointReader::read(const std::string& name, const Shape& shape, int64_t begin, int64_t end,
+                            const Tensor& dest) const {
   auto it = tensors_.find(name);
   LOOM_CHECK(it != tensors_.end()) << "checkpoint " << dir_ << " has no tensor " << name;
   const Entry& e = it->second;
@@ -243,8 +248,8 @@ void CheckpointReader::read(const std::string& name, const Shape& shape, int64_t
                                << " (a checkpoint of another model or config?)";
   LOOM_CHECK(dest.dtype() == e.dtype && dest.is_contiguous() && dest.numel() == end - begin &&
              begin >= 0 && end <= shape_numel(shape))
-      << "checkpoint: cannot read elements [" << begin << ", " << end << ") of " << name
-      << " (" << safetensors_dtype_name(e.dtype) << ") into " << dest.numel() << " elements of "
+      << "checkpoint: cannot read elements [" << begin << ", " << end << ") of " << name << " ("
+      << safetensors_dtype_name(e.dtype) << ") into " << dest.numel() << " elements of "
       << safetensors_dtype_name(dest.dtype());
   const size_t elem = dtype_size(e.dtype);
   for (const Piece& p : e.pieces) {
@@ -256,9 +261,8 @@ void CheckpointReader::read(const std::string& name, const Shape& shape, int64_t
     const Tensor& t = f.get(p.key);
     LOOM_CHECK(t.dtype() == e.dtype && t.numel() == p.end - p.begin)
         << "checkpoint " << dir_ << ": " << p.file << " holds " << t.numel() << " elements of "
-        << safetensors_dtype_name(t.dtype()) << " for " << name << " [" << p.begin << ", "
-        << p.end << "), the manifest says " << p.end - p.begin << " of "
-        << safetensors_dtype_name(e.dtype);
+        << safetensors_dtype_name(t.dtype()) << " for " << name << " [" << p.begin << ", " << p.end
+        << "), the manifest says " << p.end - p.begin << " of " << safetensors_dtype_name(e.dtype);
     if (!legacy_) {
       bool& ok = verified_[p.file + "|" + p.key];
       if (!ok) {
@@ -296,8 +300,8 @@ std::string CheckpointReader::read_text(const std::string& file) const {
   const std::string text = read_bytes(path.string());
   if (!legacy_) {
     auto it = file_sums_.find(file);
-    LOOM_CHECK(it != file_sums_.end()) << "checkpoint " << dir_ << ": manifest.json does not list "
-                                       << file;
+    LOOM_CHECK(it != file_sums_.end())
+        << "checkpoint " << dir_ << ": manifest.json does not list " << file;
     const std::string sum = xxh64_hex(text.data(), text.size());
     LOOM_CHECK(sum == it->second) << "checkpoint " << dir_ << ": checksum mismatch in " << file
                                   << ": manifest xxh64 " << it->second << ", data " << sum;

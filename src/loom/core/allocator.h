@@ -33,8 +33,8 @@ struct MemStats {
   std::array<int64_t, kNumMemCategories> peak{};  // max of live since the last reset_peak()
   int64_t live_total = 0;
   int64_t peak_total = 0;
-  int64_t reserved = 0;     // bytes obtained from the system and not returned
-  int64_t cached = 0;       // part of `reserved` sitting in free lists
+  int64_t reserved = 0;       // bytes obtained from the system and not returned
+  int64_t cached = 0;         // part of `reserved` sitting in free lists
   int64_t system_allocs = 0;  // calls to the system allocator (steady state: no growth)
 };
 

@@ -88,8 +88,8 @@ void AtomicFile::commit() {
 
 void sync_directory(const std::string& dir) {
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  LOOM_CHECK(dir_fd >= 0) << "opening directory '" << dir << "' to fsync it failed: "
-                          << errno_text();
+  LOOM_CHECK(dir_fd >= 0) << "opening directory '" << dir
+                          << "' to fsync it failed: " << errno_text();
   const int sync_rc = ::fsync(dir_fd);
   ::close(dir_fd);
   LOOM_CHECK(sync_rc == 0) << "fsync of directory '" << dir << "' failed: " << errno_text();

@@ -12,9 +12,13 @@ struct Device {
 
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
-  std::string str() const { return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index); }
+  std::string str() const {
+    return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
+  }
 };
 
-inline Device cpu_device() { return Device{DeviceType::CPU, 0}; }
+inline Device cpu_device() {
+  return Device{DeviceType::CPU, 0};
+}
 
 }  // namespace loom

@@ -8,28 +8,44 @@ namespace loom {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
-    case DType::F16: return 2;
-    case DType::F8E4M3: return 1;
-    case DType::F8E5M2: return 1;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::F16:
+      return 2;
+    case DType::F8E4M3:
+      return 1;
+    case DType::F8E5M2:
+      return 1;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
   }
   LOOM_FAIL() << "bad dtype " << int(dtype);
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::F8E4M3: return "f8e4m3";
-    case DType::F8E5M2: return "f8e5m2";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::U8: return "u8";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::F8E4M3:
+      return "f8e4m3";
+    case DType::F8E5M2:
+      return "f8e5m2";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
+    case DType::U8:
+      return "u8";
   }
   return "?";
 }
@@ -117,11 +133,23 @@ uint32_t small_float_encode(float x, int ebits, int mbits, bool has_inf) {
 
 }  // namespace
 
-float to_f32(f16 x) { return small_float_decode(x.bits, 5, 10, true); }
-f16 to_f16(float x) { return f16{uint16_t(small_float_encode(x, 5, 10, true))}; }
-float to_f32(f8e4m3 x) { return small_float_decode(x.bits, 4, 3, false); }
-f8e4m3 to_f8e4m3(float x) { return f8e4m3{uint8_t(small_float_encode(x, 4, 3, false))}; }
-float to_f32(f8e5m2 x) { return small_float_decode(x.bits, 5, 2, true); }
-f8e5m2 to_f8e5m2(float x) { return f8e5m2{uint8_t(small_float_encode(x, 5, 2, true))}; }
+float to_f32(f16 x) {
+  return small_float_decode(x.bits, 5, 10, true);
+}
+f16 to_f16(float x) {
+  return f16{uint16_t(small_float_encode(x, 5, 10, true))};
+}
+float to_f32(f8e4m3 x) {
+  return small_float_decode(x.bits, 4, 3, false);
+}
+f8e4m3 to_f8e4m3(float x) {
+  return f8e4m3{uint8_t(small_float_encode(x, 4, 3, false))};
+}
+float to_f32(f8e5m2 x) {
+  return small_float_decode(x.bits, 5, 2, true);
+}
+f8e5m2 to_f8e5m2(float x) {
+  return f8e5m2{uint8_t(small_float_encode(x, 5, 2, true))};
+}
 
 }  // namespace loom

@@ -10,7 +10,7 @@ enum class DType : uint8_t { F32, BF16, F16, F8E4M3, F8E5M2, I32, I64, U8 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
-bool is_floating(DType dtype);  // f32, bf16, f16 and the fp8 storage types
+bool is_floating(DType dtype);                   // f32, bf16, f16 and the fp8 storage types
 DType dtype_from_name(const std::string& name);  // "f32", "bf16", ... ; throws on unknown
 
 // Storage-only 16-bit and 8-bit float types. Arithmetic happens in f32.
@@ -39,7 +39,9 @@ inline float f32_from_bits(uint32_t u) {
 }
 
 // bf16 is the top half of an f32: widening is exact, narrowing rounds to nearest even.
-inline float to_f32(bf16 x) { return f32_from_bits(uint32_t(x.bits) << 16); }
+inline float to_f32(bf16 x) {
+  return f32_from_bits(uint32_t(x.bits) << 16);
+}
 inline bf16 to_bf16(float x) {
   uint32_t u = f32_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
@@ -57,7 +59,9 @@ f8e4m3 to_f8e4m3(float x);
 float to_f32(f8e5m2 x);
 f8e5m2 to_f8e5m2(float x);
 
-inline float to_f32(float x) { return x; }
+inline float to_f32(float x) {
+  return x;
+}
 template <typename T>
 T from_f32(float x);
 template <>

@@ -1,10 +1,10 @@
 // loom::Error and LOOM_CHECK: library code throws errors the user can act on, never exits.
 #pragma once
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 namespace loom {
 

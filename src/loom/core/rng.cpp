@@ -47,7 +47,8 @@ std::array<uint32_t, 4> philox4x32_10(uint64_t counter_lo, uint64_t counter_hi, 
 float normal_at(uint64_t key, uint64_t index) {
   auto r = philox4x32_10(index, 0, key);
   // 53-bit uniforms; u1 in (0, 1] so the log is finite.
-  const double u1 = (double((uint64_t(r[0]) << 21) ^ (r[1] >> 11)) + 1.0) * (1.0 / 9007199254740992.0);
+  const double u1 =
+      (double((uint64_t(r[0]) << 21) ^ (r[1] >> 11)) + 1.0) * (1.0 / 9007199254740992.0);
   const double u2 = double((uint64_t(r[2]) << 21) ^ (r[3] >> 11)) * (1.0 / 9007199254740992.0);
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }

@@ -13,7 +13,9 @@ std::string shape_str(const Shape& shape) {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Shape& shape) { return os << shape_str(shape); }
+std::ostream& operator<<(std::ostream& os, const Shape& shape) {
+  return os << shape_str(shape);
+}
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
@@ -52,9 +54,9 @@ void Storage::materialize() {
 
 void Storage::released_error() const {
   LOOM_FAIL() << "use of released storage (" << nbytes_ << " bytes of "
-             << mem_category_name(category_)
-             << "): a ZeRO-3 parameter read outside the forward of its block (call the block "
-                "through Module::call)";
+              << mem_category_name(category_)
+              << "): a ZeRO-3 parameter read outside the forward of its block (call the block "
+                 "through Module::call)";
 }
 
 void Storage::set_category(MemCategory category) {
@@ -137,9 +139,11 @@ void Tensor::rebind_storage(const Tensor& view) const {
 }
 
 void Tensor::rebind_storage_and_shape(const Tensor& view) const {
-  LOOM_CHECK(is_leaf() && !impl().grad) << "rebind_storage_and_shape: only leaves without a gradient";
-  LOOM_CHECK(view.dtype() == dtype()) << "rebind_storage_and_shape: dtype " << dtype_name(view.dtype())
-                                      << " for a tensor of " << dtype_name(dtype());
+  LOOM_CHECK(is_leaf() && !impl().grad)
+      << "rebind_storage_and_shape: only leaves without a gradient";
+  LOOM_CHECK(view.dtype() == dtype())
+      << "rebind_storage_and_shape: dtype " << dtype_name(view.dtype()) << " for a tensor of "
+      << dtype_name(dtype());
   impl_->shape = view.impl().shape;
   rebind_storage(view);
 }

@@ -58,14 +58,38 @@ class Storage {
 
 template <typename T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::F32; }
-template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
-template <> constexpr DType dtype_of<f16>() { return DType::F16; }
-template <> constexpr DType dtype_of<f8e4m3>() { return DType::F8E4M3; }
-template <> constexpr DType dtype_of<f8e5m2>() { return DType::F8E5M2; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::F32;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::BF16;
+}
+template <>
+constexpr DType dtype_of<f16>() {
+  return DType::F16;
+}
+template <>
+constexpr DType dtype_of<f8e4m3>() {
+  return DType::F8E4M3;
+}
+template <>
+constexpr DType dtype_of<f8e5m2>() {
+  return DType::F8E5M2;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::I32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::I64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::U8;
+}
 
 class Tensor;
 using TensorHook = std::function<void(const Tensor&)>;
@@ -110,7 +134,8 @@ class Tensor {
 
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   void* data_ptr() const {
-    return static_cast<char*>(impl().storage->data()) + impl().offset * int64_t(dtype_size(dtype()));
+    return static_cast<char*>(impl().storage->data()) +
+           impl().offset * int64_t(dtype_size(dtype()));
   }
   template <typename T>
   T* data() const {

@@ -4,8 +4,8 @@
 #include <charconv>
 #include <sstream>
 
-#include "loom/core/error.h"
 #include "loom/core/atomic_file.h"
+#include "loom/core/error.h"
 #include "loom/data/text.h"
 
 namespace loom {

@@ -9,8 +9,8 @@
 // Data parallelism: with (rank, world), each step consumes one global batch of
 // batch_size * world consecutive stream entries, and rank r takes the r-th slice of it,
 // entries r * batch_size .. (r + 1) * batch_size - 1 (so global sample index = r * batch_size
-// + local index, the index per-sample randomness is keyed by). The ranks together cover the global batch
-// exactly once, the state (epoch, position) is the same on every rank, and the global batch
+// + local index, the index per-sample randomness is keyed by). The ranks together cover the global
+// batch exactly once, the state (epoch, position) is the same on every rank, and the global batch
 // equals what a single rank with batch_size * world would draw -- so a run can resume on a
 // different world size with the same global batch and see the same data.
 #pragma once

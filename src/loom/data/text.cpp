@@ -12,8 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "loom/core/error.h"
 #include "loom/core/atomic_file.h"
+#include "loom/core/error.h"
 
 namespace loom {
 namespace {

@@ -27,7 +27,8 @@ Tokenizer load_tokenizer(const std::string& spec, int64_t vocab_size,
     return t;
   }
   t.bytes = false;
-  const std::string path = !saved_copy.empty() && fs::is_regular_file(saved_copy) ? saved_copy : spec;
+  const std::string path =
+      !saved_copy.empty() && fs::is_regular_file(saved_copy) ? saved_copy : spec;
   LOOM_CHECK(fs::is_regular_file(path))
       << "data.tokenizer " << path << " does not exist (expected \"bytes\" or a BPE file made by "
       << "`loom tokenizer train`)";

@@ -18,12 +18,13 @@ FeatureStats feature_stats(const Tensor& features) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) s.mean[size_t(j)] += x[size_t(i * d + j)];
   for (double& m : s.mean) m /= double(n);
-  s.covariance.assign(size_t(d * d), 0.0);  // (d, d); upper triangle, mirrored below
+  s.covariance.assign(size_t(d * d), 0.0);        // (d, d); upper triangle, mirrored below
   std::vector<double> c(static_cast<size_t>(d));  // (d): one centred row
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < d; ++j) c[size_t(j)] = x[size_t(i * d + j)] - s.mean[size_t(j)];
     for (int64_t j = 0; j < d; ++j)
-      for (int64_t k = j; k < d; ++k) s.covariance[size_t(j * d + k)] += c[size_t(j)] * c[size_t(k)];
+      for (int64_t k = j; k < d; ++k)
+        s.covariance[size_t(j * d + k)] += c[size_t(j)] * c[size_t(k)];
   }
   for (int64_t j = 0; j < d; ++j)
     for (int64_t k = j; k < d; ++k) {
@@ -77,7 +78,8 @@ double frechet_distance(const FeatureStats& a, const FeatureStats& b) {
   LOOM_CHECK(a.dim == b.dim) << "fid: feature dims differ: " << a.dim << " vs " << b.dim;
   const int64_t d = a.dim;
   double mean_term = 0;
-  for (int64_t i = 0; i < d; ++i) mean_term += (a.mean[size_t(i)] - b.mean[size_t(i)]) * (a.mean[size_t(i)] - b.mean[size_t(i)]);
+  for (int64_t i = 0; i < d; ++i)
+    mean_term += (a.mean[size_t(i)] - b.mean[size_t(i)]) * (a.mean[size_t(i)] - b.mean[size_t(i)]);
   // sqrt(S1) = V diag(sqrt(max(l, 0))) V^T; then Tr sqrt(sqrt(S1) S2 sqrt(S1)) from the
   // eigenvalues of that symmetric PSD matrix.
   std::vector<double> l, v;  // S1 eigenvalues (d), eigenvectors (d, d)
@@ -86,7 +88,8 @@ double frechet_distance(const FeatureStats& a, const FeatureStats& b) {
   for (int64_t i = 0; i < d; ++i)
     for (int64_t j = 0; j < d; ++j) {
       double s = 0;
-      for (int64_t k = 0; k < d; ++k) s += v[size_t(i * d + k)] * std::sqrt(std::max(l[size_t(k)], 0.0)) * v[size_t(j * d + k)];
+      for (int64_t k = 0; k < d; ++k)
+        s += v[size_t(i * d + k)] * std::sqrt(std::max(l[size_t(k)], 0.0)) * v[size_t(j * d + k)];
       root[size_t(i * d + j)] = s;
     }
   // tmp = sqrt(S1) S2, then m = tmp sqrt(S1): (d, d) each.
@@ -102,7 +105,9 @@ double frechet_distance(const FeatureStats& a, const FeatureStats& b) {
       for (int64_t j = 0; j < d; ++j) m[size_t(i * d + j)] += t * root[size_t(k * d + j)];
     }
   for (int64_t i = 0; i < d; ++i)  // symmetrise rounding noise
-    for (int64_t j = i + 1; j < d; ++j) m[size_t(i * d + j)] = m[size_t(j * d + i)] = 0.5 * (m[size_t(i * d + j)] + m[size_t(j * d + i)]);
+    for (int64_t j = i + 1; j < d; ++j)
+      m[size_t(i * d + j)] = m[size_t(j * d + i)] =
+          0.5 * (m[size_t(i * d + j)] + m[size_t(j * d + i)]);
   std::vector<double> mu, mv;  // m's eigenvalues (d), eigenvectors (d, d)
   symmetric_eigen(m, d, mu, mv);
   double trace_sqrt = 0, trace_a = 0, trace_b = 0;

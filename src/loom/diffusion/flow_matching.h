@@ -12,7 +12,7 @@ namespace loom::diffusion {
 using VelocityFn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
 
 struct FlowMatchingConfig {
-  double label_dropout = 0.1;   // probability of replacing a label with the null class
+  double label_dropout = 0.1;  // probability of replacing a label with the null class
   int64_t null_class = 10;
   double logit_normal_mean = 0.0, logit_normal_std = 1.0;  // t = sigmoid(N(mean, std))
 };
@@ -34,8 +34,8 @@ Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Te
 
 struct SamplerConfig {
   int64_t steps = 50;
-  bool heun = false;         // second-order (Heun) instead of Euler
-  double cfg_scale = 1.0;    // 1 = no guidance
+  bool heun = false;       // second-order (Heun) instead of Euler
+  double cfg_scale = 1.0;  // 1 = no guidance
   int64_t null_class = 10;
 };
 

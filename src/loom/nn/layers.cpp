@@ -26,7 +26,9 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t k) : kernel(k) {
   bias = register_parameter("bias", {out}, Init::zeros(), /*weight_decay=*/false);
 }
 
-Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, kernel); }
+Tensor Conv2d::forward(const Tensor& x) const {
+  return conv2d(x, weight, bias, kernel);
+}
 
 Embedding::Embedding(int64_t num, int64_t dim, Init init) {
   weight = register_parameter("weight", {num, dim}, init, /*weight_decay=*/false);
@@ -52,13 +54,17 @@ LayerNorm::LayerNorm(int64_t dim, bool affine, float eps_) : eps(eps_) {
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return layer_norm(x, weight, bias, eps);
+}
 
 RMSNorm::RMSNorm(int64_t dim, float eps_) : eps(eps_) {
   weight = register_parameter("weight", {dim}, Init::ones(), false);
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
+Tensor RMSNorm::forward(const Tensor& x) const {
+  return rms_norm(x, weight, eps);
+}
 
 Mlp::Mlp(int64_t dim, int64_t hidden, Init init) {
   fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden, true, init));
@@ -66,7 +72,9 @@ Mlp::Mlp(int64_t dim, int64_t hidden, Init init) {
   fc1->gelu = true;
 }
 
-Tensor Mlp::forward(const Tensor& x) const { return fc2->forward(fc1->forward(x)); }
+Tensor Mlp::forward(const Tensor& x) const {
+  return fc2->forward(fc1->forward(x));
+}
 
 SwiGLU::SwiGLU(int64_t dim, int64_t hidden, Init init) {
   w1 = register_module("w1", std::make_shared<Linear>(dim, hidden, false, init));
@@ -88,12 +96,15 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
       << " kv heads";
   head_dim = config.dim / config.heads;
   const int64_t qkv_out = (config.heads + 2 * config.kv_heads) * head_dim;
-  qkv = register_module("qkv", std::make_shared<Linear>(config.dim, qkv_out, config.bias, config.init));
-  proj = register_module("proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, config.init));
+  qkv = register_module("qkv",
+                        std::make_shared<Linear>(config.dim, qkv_out, config.bias, config.init));
+  proj = register_module(
+      "proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, config.init));
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
-  return call({x, positions}, [this](const std::vector<Tensor>& in) { return attend(in[0], in[1]); });
+  return call({x, positions},
+              [this](const std::vector<Tensor>& in) { return attend(in[0], in[1]); });
 }
 
 Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
@@ -110,10 +121,11 @@ Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
     q = rope(q, positions, config.rope_theta);
     k = rope(k, positions, config.rope_theta);
   }
-  Tensor o = core ? core(q, k, v, positions, config.causal)
-                  : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
+  Tensor o = core
+                 ? core(q, k, v, positions, config.causal)
+                 : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
   o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});  // merge heads: (B, T, H Dh)
-  return proj->forward(o);  // (B, T, dim)
+  return proj->forward(o);                                // (B, T, dim)
 }
 
 }  // namespace loom::nn

@@ -12,7 +12,7 @@ class Linear : public Module {
          Init bias_init = Init::zeros());
   // (..., in) -> (..., out), through call() so that tensor parallelism can wrap it.
   Tensor forward(const Tensor& x) const;
-  Tensor weight, bias;                    // (out, in), (out) or undefined
+  Tensor weight, bias;  // (out, in), (out) or undefined
   // forward returns gelu(x W^T + b) through the fused linear_gelu (Mlp's fc1). Elementwise, so
   // column parallelism keeps it; row parallelism refuses it (it would act on partial sums).
   bool gelu = false;

@@ -16,7 +16,7 @@ namespace loom::nn {
 
 struct Init {
   enum Kind { Normal, Uniform, XavierUniform, Zeros, Ones } kind = Normal;
-  float a = 0.0f;  // Normal: mean; Uniform: low
+  float a = 0.0f;   // Normal: mean; Uniform: low
   float b = 0.02f;  // Normal: std; Uniform: high
   static Init normal(float std) { return {Normal, 0.0f, std}; }
   static Init uniform(float lo, float hi) { return {Uniform, lo, hi}; }
@@ -65,7 +65,8 @@ class Module {
   // A wrapper must return fn(inputs) (or that value routed through identity ops), calling fn
   // once now; it may keep a copy of fn to call later.
   using ForwardFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
-  using ForwardWrapper = std::function<Tensor(const ForwardFn& fn, const std::vector<Tensor>& inputs)>;
+  using ForwardWrapper =
+      std::function<Tensor(const ForwardFn& fn, const std::vector<Tensor>& inputs)>;
   void add_forward_wrapper(ForwardWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
   // fn(inputs) inside the wrappers; the wrappers added last run outermost.
   Tensor call(const std::vector<Tensor>& inputs, const ForwardFn& fn) const;

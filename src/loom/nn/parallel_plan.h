@@ -24,7 +24,8 @@ struct ParallelPlan {
   // stretch is a sequence-split region of its own.
   std::vector<size_t> stretch_starts;
   bool stretch_starts_at(size_t i) const {
-    return i == 0 || std::find(stretch_starts.begin(), stretch_starts.end(), i) != stretch_starts.end();
+    return i == 0 ||
+           std::find(stretch_starts.begin(), stretch_starts.end(), i) != stretch_starts.end();
   }
   // Vocabulary parallelism (with tensor parallelism): the token embedding (nn::Embedding) whose
   // rows split over the vocabulary and the output head with the same split (an nn::Linear, or

@@ -7,8 +7,12 @@ namespace loom {
 
 using detail::backend_of;
 
-Tensor gelu(const Tensor& x) { return detail::unary_op("gelu", UnaryOp::Gelu, 0, x); }
-Tensor silu(const Tensor& x) { return detail::unary_op("silu", UnaryOp::Silu, 0, x); }
+Tensor gelu(const Tensor& x) {
+  return detail::unary_op("gelu", UnaryOp::Gelu, 0, x);
+}
+Tensor silu(const Tensor& x) {
+  return detail::unary_op("silu", UnaryOp::Silu, 0, x);
+}
 
 namespace {
 struct SwigluBackward : Node {

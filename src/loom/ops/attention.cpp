@@ -62,7 +62,7 @@ struct AttentionBackward : Node {
       auto part = [&](int64_t heads, int64_t at) {
         return joined.as_strided({B, heads, S, D}, {S * W, D, W, 1}, at);
       };
-      gq = part(Hq, 0);  // (B, Hq, S, D)
+      gq = part(Hq, 0);        // (B, Hq, S, D)
       gk = part(Hkv, Hq * D);  // (B, Hkv, S, D), as gv
       gv = part(Hkv, (Hq + Hkv) * D);
     } else {

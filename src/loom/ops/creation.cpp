@@ -11,9 +11,15 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   backend_for(device).fill(t, value);
   return t;
 }
-Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
-Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), t.dtype(), t.device());
+}
 
 Tensor arange(int64_t n, DType dtype, Device device) {
   std::vector<int64_t> values(size_t(std::max<int64_t>(n, 0)));
@@ -55,7 +61,9 @@ std::vector<T> to_host_vector(const Tensor& t, DType as) {
 }
 }  // namespace
 
-std::vector<float> to_vector(const Tensor& t) { return to_host_vector<float>(t, DType::F32); }
+std::vector<float> to_vector(const Tensor& t) {
+  return to_host_vector<float>(t, DType::F32);
+}
 std::vector<int64_t> to_vector_i64(const Tensor& t) {
   return to_host_vector<int64_t>(t, DType::I64);
 }

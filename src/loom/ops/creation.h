@@ -9,15 +9,16 @@ namespace loom {
 
 Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = cpu_device());
 Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = cpu_device());
-Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device device = cpu_device());
+Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
+            Device device = cpu_device());
 Tensor zeros_like(const Tensor& t);
 Tensor arange(int64_t n, DType dtype = DType::I64, Device device = cpu_device());  // 0..n-1
 
 // Copies host values into a new tensor of `dtype` (converting from f32 / i64 as needed).
-Tensor from_vector(const std::vector<float>& values, const Shape& shape,
-                   DType dtype = DType::F32, Device device = cpu_device());
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
-                   DType dtype = DType::I64, Device device = cpu_device());
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32,
+                   Device device = cpu_device());
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::I64,
+                   Device device = cpu_device());
 // All elements in logical row-major order, converted to f32 (or f64 / i64).
 std::vector<float> to_vector(const Tensor& t);
 std::vector<double> to_vector_f64(const Tensor& t);

@@ -14,19 +14,19 @@ void check_floating(const char* op, const Tensor& t, const char* what) {
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
-  LOOM_CHECK(a.dtype() == b.dtype()) << op << ": dtypes differ: " << dtype_name(a.dtype())
-                                     << " " << a.shape() << " vs " << dtype_name(b.dtype())
-                                     << " " << b.shape();
+  LOOM_CHECK(a.dtype() == b.dtype())
+      << op << ": dtypes differ: " << dtype_name(a.dtype()) << " " << a.shape() << " vs "
+      << dtype_name(b.dtype()) << " " << b.shape();
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  LOOM_CHECK(a.device() == b.device()) << op << ": tensors on different devices: "
-                                       << a.device().str() << " vs " << b.device().str();
+  LOOM_CHECK(a.device() == b.device())
+      << op << ": tensors on different devices: " << a.device().str() << " vs " << b.device().str();
 }
 
 void check_shape(const char* op, const Tensor& t, const Shape& expected, const char* what) {
-  LOOM_CHECK(t.shape() == expected) << op << ": " << what << " has shape " << t.shape()
-                                    << ", expected " << expected;
+  LOOM_CHECK(t.shape() == expected)
+      << op << ": " << what << " has shape " << t.shape() << ", expected " << expected;
 }
 
 }  // namespace loom::detail

@@ -9,9 +9,13 @@
 
 namespace loom::detail {
 
-inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+inline Backend& backend_of(const Tensor& t) {
+  return backend_for(t.device());
+}
 
-inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+inline Tensor empty_like(const Tensor& t) {
+  return Tensor::empty(t.shape(), t.dtype(), t.device());
+}
 
 // A contiguous version of t, without recording a graph edge (for kernels that need it).
 inline Tensor raw_contiguous(const Tensor& t) {

@@ -72,10 +72,14 @@ struct BinaryBackward : Node {
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
   }
   return "binary";
 }
@@ -141,24 +145,48 @@ Tensor unary_op(const char* name, UnaryOp op, double alpha, const Tensor& x) {
 }
 }  // namespace detail
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Div, a, b); }
-Tensor neg(const Tensor& x) { return detail::unary_op("neg", UnaryOp::Neg, 0, x); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Add, a, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Sub, a, b);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Mul, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Div, a, b);
+}
+Tensor neg(const Tensor& x) {
+  return detail::unary_op("neg", UnaryOp::Neg, 0, x);
+}
 Tensor add_scalar(const Tensor& x, double v) {
   return detail::unary_op("add_scalar", UnaryOp::AddScalar, v, x);
 }
 Tensor mul_scalar(const Tensor& x, double v) {
   return detail::unary_op("mul_scalar", UnaryOp::MulScalar, v, x);
 }
-Tensor exp(const Tensor& x) { return detail::unary_op("exp", UnaryOp::Exp, 0, x); }
-Tensor log(const Tensor& x) { return detail::unary_op("log", UnaryOp::Log, 0, x); }
-Tensor sqrt(const Tensor& x) { return detail::unary_op("sqrt", UnaryOp::Sqrt, 0, x); }
-Tensor rsqrt(const Tensor& x) { return detail::unary_op("rsqrt", UnaryOp::Rsqrt, 0, x); }
-Tensor tanh(const Tensor& x) { return detail::unary_op("tanh", UnaryOp::Tanh, 0, x); }
-Tensor pow(const Tensor& x, double e) { return detail::unary_op("pow", UnaryOp::Pow, e, x); }
-Tensor relu(const Tensor& x) { return detail::unary_op("relu", UnaryOp::Relu, 0, x); }
+Tensor exp(const Tensor& x) {
+  return detail::unary_op("exp", UnaryOp::Exp, 0, x);
+}
+Tensor log(const Tensor& x) {
+  return detail::unary_op("log", UnaryOp::Log, 0, x);
+}
+Tensor sqrt(const Tensor& x) {
+  return detail::unary_op("sqrt", UnaryOp::Sqrt, 0, x);
+}
+Tensor rsqrt(const Tensor& x) {
+  return detail::unary_op("rsqrt", UnaryOp::Rsqrt, 0, x);
+}
+Tensor tanh(const Tensor& x) {
+  return detail::unary_op("tanh", UnaryOp::Tanh, 0, x);
+}
+Tensor pow(const Tensor& x, double e) {
+  return detail::unary_op("pow", UnaryOp::Pow, e, x);
+}
+Tensor relu(const Tensor& x) {
+  return detail::unary_op("relu", UnaryOp::Relu, 0, x);
+}
 
 void add_(const Tensor& a, const Tensor& b) {
   LOOM_CHECK(!(grad_mode_enabled() && a.requires_grad()))
@@ -166,8 +194,7 @@ void add_(const Tensor& a, const Tensor& b) {
   LOOM_CHECK(a.is_contiguous()) << "add_: destination " << a.shape() << " must be contiguous";
   detail::check_same_dtype("add_", a, b);
   Shape shape = broadcast_shapes(a.shape(), b.shape());
-  LOOM_CHECK(shape == a.shape()) << "add_: " << b.shape() << " does not broadcast to "
-                                 << a.shape();
+  LOOM_CHECK(shape == a.shape()) << "add_: " << b.shape() << " does not broadcast to " << a.shape();
   backend_of(a).binary(BinaryOp::Add, a, broadcast_view(b, shape), a);
 }
 

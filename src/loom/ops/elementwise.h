@@ -22,16 +22,36 @@ Tensor tanh(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor relu(const Tensor& x);
 
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator-(const Tensor& x) { return neg(x); }
-inline Tensor operator+(const Tensor& x, double s) { return add_scalar(x, s); }
-inline Tensor operator-(const Tensor& x, double s) { return add_scalar(x, -s); }
-inline Tensor operator*(const Tensor& x, double s) { return mul_scalar(x, s); }
-inline Tensor operator*(double s, const Tensor& x) { return mul_scalar(x, s); }
-inline Tensor operator/(const Tensor& x, double s) { return mul_scalar(x, 1.0 / s); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
+inline Tensor operator+(const Tensor& x, double s) {
+  return add_scalar(x, s);
+}
+inline Tensor operator-(const Tensor& x, double s) {
+  return add_scalar(x, -s);
+}
+inline Tensor operator*(const Tensor& x, double s) {
+  return mul_scalar(x, s);
+}
+inline Tensor operator*(double s, const Tensor& x) {
+  return mul_scalar(x, s);
+}
+inline Tensor operator/(const Tensor& x, double s) {
+  return mul_scalar(x, 1.0 / s);
+}
 
 // In-place a += b on a tensor that does not require grad (accumulators, optimizer state).
 void add_(const Tensor& a, const Tensor& b);

@@ -83,12 +83,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined("gather", x, "input");
   check_index("gather", index);
   dim = x.wrap_dim(dim);
-  LOOM_CHECK(index.dim() == x.dim()) << "gather: index " << index.shape() << " and input "
-                                     << x.shape() << " differ in rank";
+  LOOM_CHECK(index.dim() == x.dim())
+      << "gather: index " << index.shape() << " and input " << x.shape() << " differ in rank";
   for (int64_t d = 0; d < x.dim(); ++d)
     LOOM_CHECK(d == dim || index.size(d) <= x.size(d))
-        << "gather: index " << index.shape() << " larger than input " << x.shape()
-        << " in dim " << d;
+        << "gather: index " << index.shape() << " larger than input " << x.shape() << " in dim "
+        << d;
   Tensor xc = detail::raw_contiguous(x), ic = detail::raw_contiguous(index);
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
   backend_of(x).gather(xc, dim, ic, out);
@@ -111,8 +111,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   dim = x.wrap_dim(dim);
   LOOM_CHECK(index.shape() == src.shape())
       << "scatter_add: index " << index.shape() << " and src " << src.shape() << " differ";
-  LOOM_CHECK(index.dim() == x.dim()) << "scatter_add: index " << index.shape() << " and input "
-                                     << x.shape() << " differ in rank";
+  LOOM_CHECK(index.dim() == x.dim())
+      << "scatter_add: index " << index.shape() << " and input " << x.shape() << " differ in rank";
   for (int64_t d = 0; d < x.dim(); ++d)
     LOOM_CHECK(d == dim || index.size(d) <= x.size(d))
         << "scatter_add: index " << index.shape() << " larger than input " << x.shape()

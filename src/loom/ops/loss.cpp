@@ -23,8 +23,7 @@ struct CrossEntropyBackward : Node {
     Tensor per_row = contiguous(mul_scalar(expand(reshape(to_dtype(g[0], DType::F32), {1}), {n}),
                                            count > 0 ? 1.0 / double(count) : 0.0));
     Tensor glogits = detail::empty_like(logits);
-    backend_of(logits).cross_entropy_backward(logits, targets, ignore_index, lse, per_row,
-                                              glogits);
+    backend_of(logits).cross_entropy_backward(logits, targets, ignore_index, lse, per_row, glogits);
     return {glogits.as_strided(logits_shape, contiguous_strides(logits_shape), 0)};
   }
   void release() override { logits = targets = lse = Tensor(); }
@@ -62,7 +61,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor tc = detail::raw_contiguous(targets);
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
   Tensor losses = Tensor::empty({N}, DType::F32, logits.device());  // per row
-  Tensor lse = Tensor::empty({N}, DType::F32, logits.device());  // per-row log-sum-exp
+  Tensor lse = Tensor::empty({N}, DType::F32, logits.device());     // per-row log-sum-exp
   backend_of(logits).cross_entropy_forward(l2, t1, ignore_index, losses, lse);
   int64_t count = 0;
   for (int64_t t : to_vector_i64(t1)) count += t != ignore_index;

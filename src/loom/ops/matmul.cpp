@@ -71,7 +71,7 @@ struct MatmulBackward : Node {
         Tensor g2 = reshape(g, {-1, g.size(-1)});  // (batch M, N)
         Tensor a2 = reshape(a.dim() == 3 ? a : expand(a, {g.size(0), a.size(0), a.size(1)}),
                             {-1, a.size(-1)});  // (batch M, K)
-        gb = product(mT(a2), g2, mixed);  // (K, N)
+        gb = product(mT(a2), g2, mixed);        // (K, N)
       } else {
         gb = sum_to_shape(product(mT(a), g, mixed), b.shape());
       }
@@ -113,7 +113,9 @@ struct LinearBackward : Node {
   bool mixed = false;  // autocast: bf16 operands, f32 output
   Shape x_shape;
   bool has_bias;
-  const char* name() const override { return pre.defined() ? "LinearGeluBackward" : "LinearBackward"; }
+  const char* name() const override {
+    return pre.defined() ? "LinearGeluBackward" : "LinearBackward";
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     Tensor g2 = reshape(grads[0], {-1, weight.size(0)});  // (M, N)
     Tensor gx, gw, gbias;
@@ -173,13 +175,13 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   }
   Tensor x2;
   {
-    NoGradGuard raw;  // the graph edge is recorded once, below, against x itself
+    NoGradGuard raw;                    // the graph edge is recorded once, below, against x itself
     x2 = reshape(x, {-1, x.size(-1)});  // (M, K), M = product of leading dims
   }
   const bool mixed = autocast_bf16(x, weight);
   if (mixed) x2 = lowered(x2);
   const Tensor w = mixed ? lowered(weight.detach()) : weight.detach();  // (N, K)
-  Tensor out2 = computed_or_kept([&] {  // (M, N)
+  Tensor out2 = computed_or_kept([&] {                                  // (M, N)
     return std::vector<Tensor>{
         gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
              x.dtype())};

@@ -12,7 +12,7 @@ struct ModulateBackward : Node {
   const char* name() const override { return "ModulateBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gx = detail::empty_like(x), gshift = detail::empty_like(scale),  // (B, T, C), (B, C)
-           gscale = detail::empty_like(scale);  // (B, C)
+        gscale = detail::empty_like(scale);                                 // (B, C)
     backend_of(x).modulate_backward(x, scale, detail::raw_contiguous(g[0]), gx, gshift, gscale);
     return {gx, gshift, gscale};
   }
@@ -38,7 +38,7 @@ struct GatedResidualBackward : Node {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gh, ggate;
     if (inputs[1].active() || inputs[2].active()) {
-      gh = detail::empty_like(h);  // (B, T, C)
+      gh = detail::empty_like(h);        // (B, T, C)
       ggate = detail::empty_like(gate);  // (B, C)
       backend_of(h).gated_residual_backward(h, gate, detail::raw_contiguous(g[0]), gh, ggate);
     }

@@ -29,9 +29,8 @@ struct LayerNormBackward : Node {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gx = detail::empty_like(x);  // (rows, C)
     Tensor gw = weight.defined() && inputs[1].active() ? detail::empty_like(weight) : Tensor();
-    Tensor gb = has_bias && inputs[2].active()
-                    ? Tensor::empty({x.size(-1)}, x.dtype(), x.device())
-                    : Tensor();
+    Tensor gb = has_bias && inputs[2].active() ? Tensor::empty({x.size(-1)}, x.dtype(), x.device())
+                                               : Tensor();
     backend_of(x).layer_norm_backward(x, weight, mean, rstd, rows_of(g[0]), gx, gw, gb);
     return {gx.as_strided(x_shape, contiguous_strides(x_shape), 0), gw, gb};
   }

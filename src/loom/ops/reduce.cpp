@@ -17,10 +17,10 @@ namespace {
 // How a reduction over `dims` is laid out for the (rows, n) kernel: x permuted so the
 // reduced dims come last, made contiguous, and viewed as (rows, n).
 struct ReductionPlan {
-  std::vector<int64_t> perm;   // kept dims, then reduced dims
-  std::vector<bool> reduced;   // per dim of x
-  Shape out_shape;             // with or without the kept-size-1 dims
-  Shape keepdim_shape;         // reduced dims as 1
+  std::vector<int64_t> perm;  // kept dims, then reduced dims
+  std::vector<bool> reduced;  // per dim of x
+  Shape out_shape;            // with or without the kept-size-1 dims
+  Shape keepdim_shape;        // reduced dims as 1
   int64_t rows = 1, n = 1;
 };
 
@@ -126,9 +126,8 @@ Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   if (p.n == 0) {
     backend_of(x).fill(out, 0.0);
   } else if (const auto m = middle_block(x, p)) {
-    backend_of(x).sum_middle(x.as_strided({m->outer, p.n, m->inner}, {p.n * m->inner, m->inner, 1},
-                                          x.offset()),
-                             out);
+    backend_of(x).sum_middle(
+        x.as_strided({m->outer, p.n, m->inner}, {p.n * m->inner, m->inner, 1}, x.offset()), out);
   } else {
     backend_of(x).reduce_rows(ReduceOp::Sum, as_rows(x, p), out, Tensor());
   }

@@ -13,7 +13,7 @@ struct RopeBackward : Node {
   const char* name() const override { return "RopeBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     Tensor gy = detail::raw_contiguous(g[0]);
-    Tensor gx = detail::empty_like(gy);  // (B, H, T, D)
+    Tensor gx = detail::empty_like(gy);                               // (B, H, T, D)
     backend_of(gy).rope(gy, positions, theta, /*inverse=*/true, gx);  // rotation^T = rotation^-1
     return {gx, Tensor()};
   }

@@ -57,8 +57,10 @@ struct SplitBackward : Node {
       if (!t.defined() || t.dtype() != dtype || t.storage() != g[0].storage()) return Tensor();
     int64_t numel = 1;
     for (int64_t n : input_shape) numel *= n;
-    if (g[0].offset() + numel > int64_t(g[0].storage()->nbytes() / dtype_size(dtype))) return Tensor();
-    const Tensor whole = g[0].as_strided(input_shape, contiguous_strides(input_shape), g[0].offset());
+    if (g[0].offset() + numel > int64_t(g[0].storage()->nbytes() / dtype_size(dtype)))
+      return Tensor();
+    const Tensor whole =
+        g[0].as_strided(input_shape, contiguous_strides(input_shape), g[0].offset());
     int64_t at = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       const Tensor slot = narrow(whole, dim, at, sizes[i]);

@@ -16,7 +16,9 @@ struct SoftmaxBackward : Node {
     Tensor gy = detail::raw_contiguous(g[0]);
     const int64_t n = y.size(-1);  // over the last dim: rows of n
     Tensor gx = detail::empty_like(y);
-    auto rows = [&](const Tensor& t) { return t.as_strided({t.numel() / n, n}, {n, 1}, t.offset()); };
+    auto rows = [&](const Tensor& t) {
+      return t.as_strided({t.numel() / n, n}, {n, 1}, t.offset());
+    };
     backend_of(y).softmax_backward(rows(y), rows(gy), log, rows(gx));
     return {gx};
   }
@@ -43,7 +45,11 @@ Tensor softmax_impl(const Tensor& x, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x) { return softmax_impl(x, false); }
-Tensor log_softmax(const Tensor& x) { return softmax_impl(x, true); }
+Tensor softmax(const Tensor& x) {
+  return softmax_impl(x, false);
+}
+Tensor log_softmax(const Tensor& x) {
+  return softmax_impl(x, true);
+}
 
 }  // namespace loom

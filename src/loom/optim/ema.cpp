@@ -26,7 +26,8 @@ double Ema::decay_at(int64_t n) const {
 void Ema::update(int64_t n) {
   const double d = decay_at(n);
   for (size_t i = 0; i < params_.size(); ++i)
-    backend_for(params_[i].tensor.device()).axpby(weights_[i].second, params_[i].tensor, d, 1.0 - d);
+    backend_for(params_[i].tensor.device())
+        .axpby(weights_[i].second, params_[i].tensor, d, 1.0 - d);
 }
 
 void Ema::reset_to_params() {

@@ -13,8 +13,8 @@ void LrSchedule::validate() const {
   LOOM_CHECK(lr >= 0 && warmup_steps >= 0 && total_steps > 0 && min_lr_ratio >= 0 &&
              min_lr_ratio <= 1 && decay_fraction >= 0 && decay_fraction <= 1)
       << "schedule: bad values (lr " << lr << ", warmup " << warmup_steps << ", total "
-      << total_steps << ", min_lr_ratio " << min_lr_ratio << ", decay_fraction "
-      << decay_fraction << ")";
+      << total_steps << ", min_lr_ratio " << min_lr_ratio << ", decay_fraction " << decay_fraction
+      << ")";
 }
 
 double LrSchedule::lr_at(int64_t step) const {
@@ -30,8 +30,8 @@ double LrSchedule::lr_at(int64_t step) const {
   const int64_t decay_steps = int64_t(std::ceil(decay_fraction * double(total_steps)));
   const int64_t decay_start = std::max(warmup_steps, total_steps - decay_steps);
   if (step < decay_start) return lr;
-  const double progress =
-      std::min(1.0, double(step - decay_start) / double(std::max<int64_t>(total_steps - decay_start, 1)));
+  const double progress = std::min(
+      1.0, double(step - decay_start) / double(std::max<int64_t>(total_steps - decay_start, 1)));
   return lr + (floor - lr) * progress;
 }
 

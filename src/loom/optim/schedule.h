@@ -10,8 +10,8 @@ struct LrSchedule {
   double lr = 1e-3;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
-  double min_lr_ratio = 0.1;     // floor of cosine / end of the wsd decay, as a fraction of lr
-  double decay_fraction = 0.2;   // wsd: the final fraction of steps that decays linearly
+  double min_lr_ratio = 0.1;    // floor of cosine / end of the wsd decay, as a fraction of lr
+  double decay_fraction = 0.2;  // wsd: the final fraction of steps that decays linearly
   void validate() const;
   double lr_at(int64_t step) const;  // step counted from 0
 };

@@ -3,8 +3,9 @@
 // "full": memory for activations drops from every block's to one block's plus the blocks'
 // inputs, for about one more forward of compute. "selective": the blocks also keep the outputs
 // of their matmuls and attention, and the recompute redoes only the cheap ops between them
-// (norms, activations, modulation, residual adds): less memory saved, almost no compute added. Composes with ZeRO-3 (its wrapper runs outside this one,
-// so a block's parameters are gathered before the recompute needs them).
+// (norms, activations, modulation, residual adds): less memory saved, almost no compute added.
+// Composes with ZeRO-3 (its wrapper runs outside this one, so a block's parameters are gathered
+// before the recompute needs them).
 #pragma once
 #include <string>
 #include <vector>

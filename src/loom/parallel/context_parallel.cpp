@@ -24,7 +24,8 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
       << "do not split over the " << P << " ranks of " << group->describe();
   // Heads scattered, sequence gathered: (B, H/P, T, D) in sequence order (rank j sent chunk j).
   auto to_heads = [&](const Tensor& x) { return all_to_all_along(x, 1, 2, group); };
-  Tensor out = scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), Tensor(), causal);
+  Tensor out =
+      scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), Tensor(), causal);
   return all_to_all_along(out, 2, 1, group);  // back to (B, H, T/P, D)
 }
 
@@ -75,11 +76,14 @@ Sees visibility(const Run& q, const Run& k, bool causal) {
 }
 
 // Rows [r.row, r.row + r.length) of (B, H, n, D) or (B, H, n), contiguous.
-Tensor rows(const Tensor& x, const Run& r) { return contiguous(narrow(x, 2, r.row, r.length)); }
+Tensor rows(const Tensor& x, const Run& r) {
+  return contiguous(narrow(x, 2, r.row, r.length));
+}
 
 // dst rows [row, row + len) += part; dst (B, H, n, D) and part (B, H, len, D) contiguous f32.
 void add_rows(const Tensor& dst, int64_t row, const Tensor& part) {
-  const int64_t BH = dst.size(0) * dst.size(1), n = dst.size(2), D = dst.size(3), len = part.size(2);
+  const int64_t BH = dst.size(0) * dst.size(1), n = dst.size(2), D = dst.size(3),
+                len = part.size(2);
   float* d = dst.data<float>();
   const float* p = part.data<float>();
   for (int64_t bh = 0; bh < BH; ++bh)
@@ -158,9 +162,11 @@ struct RingAttentionBackward : Node {
                       Tensor gq_part = Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)});
                       Tensor gk_part = Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)});
                       Tensor gv_part = Tensor::empty(gk_part.shape());
-                      backend_for(q.device()).attention_backward(
-                          rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale, sees == Sees::Causal,
-                          rows(out, qr), rows(lse, qr), rows(gout, qr), gq_part, gk_part, gv_part);
+                      backend_for(q.device())
+                          .attention_backward(rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(),
+                                              scale, sees == Sees::Causal, rows(out, qr),
+                                              rows(lse, qr), rows(gout, qr), gq_part, gk_part,
+                                              gv_part);
                       add_rows(gq, qr.row, gq_part);
                       add_rows(gk, kr.row, gk_part);
                       add_rows(gv, kr.row, gv_part);
@@ -209,13 +215,15 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
       // The next block starts moving while this one is used.
       std::unique_ptr<BlockShift> next;
       if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
-      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
-                    [&](const Run& qr, const Run& kr, Sees sees) {
-                      Tensor o = Tensor::empty({B, H, qr.length, D}), l = Tensor::empty({B, H, qr.length});
-                      backend_for(q.device()).attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr),
-                                                                Tensor(), scale, sees == Sees::Causal, o, l);
-                      merge(out, lse, qr, o, l);
-                    });
+      for_each_pair(
+          qruns, position_runs(to_vector_i64(pb)), causal,
+          [&](const Run& qr, const Run& kr, Sees sees) {
+            Tensor o = Tensor::empty({B, H, qr.length, D}), l = Tensor::empty({B, H, qr.length});
+            backend_for(q.device())
+                .attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale,
+                                   sees == Sees::Causal, o, l);
+            merge(out, lse, qr, o, l);
+          });
       if (next) next->finish(kb, vb, pb);
     }
     return std::vector<Tensor>{out, lse};
@@ -287,19 +295,19 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
     // (those not ignored, -100): weighted by its share of all ranks' targets and summed, it is
     // the mean over the whole sequence, the same on every rank.
     LOOM_CHECK(!plan.loss.empty()) << "context parallel: sequence shards need the plan's loss";
-    model.submodule(plan.loss).add_forward_wrapper(
-        [group](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
-          const std::vector<int64_t> targets = to_vector_i64(in[1]);
-          const float valid = float(std::count_if(targets.begin(), targets.end(),
-                                                  [](int64_t t) { return t != -100; }));
-          Tensor total = from_vector(std::vector<float>{valid}, {1});
-          group->all_reduce(total, dist::ReduceOp::Sum)->wait();
-          const double all = double(total.data<float>()[0]);
-          const Tensor mean = fn(in);  // always: it may hold collectives (vocabulary split)
-          const Tensor share = valid > 0 ? mul_scalar(mean, double(valid) / all)
-                                         : mul_scalar(sum(in[0]), 0.0);  // no targets here
-          return reduce_from_group(share, group);
-        });
+    model.submodule(plan.loss).add_forward_wrapper([group](const nn::Module::ForwardFn& fn,
+                                                           const std::vector<Tensor>& in) {
+      const std::vector<int64_t> targets = to_vector_i64(in[1]);
+      const float valid =
+          float(std::count_if(targets.begin(), targets.end(), [](int64_t t) { return t != -100; }));
+      Tensor total = from_vector(std::vector<float>{valid}, {1});
+      group->all_reduce(total, dist::ReduceOp::Sum)->wait();
+      const double all = double(total.data<float>()[0]);
+      const Tensor mean = fn(in);  // always: it may hold collectives (vocabulary split)
+      const Tensor share = valid > 0 ? mul_scalar(mean, double(valid) / all)
+                                     : mul_scalar(sum(in[0]), 0.0);  // no targets here
+      return reduce_from_group(share, group);
+    });
     for (const auto& p : model.named_parameters()) partial.insert(p.name);
     return partial;
   }
@@ -308,20 +316,21 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   for (size_t i = 0; i < plan.blocks.size(); ++i) {
     const bool first = plan.stretch_starts_at(i);
     const bool last = i + 1 == plan.blocks.size() || plan.stretch_starts_at(i + 1);
-    model.submodule(plan.blocks[i]).add_forward_wrapper(
-        [=](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+    model.submodule(plan.blocks[i])
+        .add_forward_wrapper([=](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
           std::vector<Tensor> args = in;
           if (first) {
             const int64_t T = args[0].size(dim);
             *rows = context_parallel_rows(T, rank, P, kind);
             // Ring: put every rank's rows one after another, so that a plain split hands each
             // its load-balanced chunks.
-            const Tensor x = ring ? index_select(args[0], dim, index_tensor(rank_order(T, P, kind)))
-                                  : args[0];
+            const Tensor x =
+                ring ? index_select(args[0], dim, index_tensor(rank_order(T, P, kind))) : args[0];
             args[0] = scatter_along(x, dim, group);
           }
           for (size_t k = 1; k < args.size(); ++k)  // whole conditioning used on a share of rows
-            if (args[k].defined() && args[k].requires_grad()) args[k] = copy_to_group(args[k], group);
+            if (args[k].defined() && args[k].requires_grad())
+              args[k] = copy_to_group(args[k], group);
           Tensor out = fn(args);
           if (!last) return out;
           out = gather_along(out, dim, group);
@@ -337,14 +346,15 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   for (const auto& path : plan.attention) {
     auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
     // The positions of this rank's rows: the model's positions (if it passes any) at them.
-    attn->add_forward_wrapper([rows](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
-      std::vector<int64_t> pos = *rows;
-      if (in[1].defined()) {
-        const std::vector<int64_t> all = to_vector_i64(in[1]);
-        for (auto& p : pos) p = all.at(size_t(p));
-      }
-      return fn({in[0], index_tensor(pos)});
-    });
+    attn->add_forward_wrapper(
+        [rows](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+          std::vector<int64_t> pos = *rows;
+          if (in[1].defined()) {
+            const std::vector<int64_t> all = to_vector_i64(in[1]);
+            for (auto& p : pos) p = all.at(size_t(p));
+          }
+          return fn({in[0], index_tensor(pos)});
+        });
   }
   return partial;
 }

@@ -148,14 +148,16 @@ Tensor copy_to_group(const Tensor& x, const GroupPtr& group) {
 }
 
 Tensor reduce_from_group(const Tensor& x, const GroupPtr& group) {
-  return with_backward("ReduceFromGroupBackward", x, forward([&] { return all_reduce_sum(x, *group); }),
+  return with_backward("ReduceFromGroupBackward", x,
+                       forward([&] { return all_reduce_sum(x, *group); }),
                        [](const Tensor& g) { return g; });
 }
 
 Tensor all_gather_along(const Tensor& x, int64_t dim, const GroupPtr& group) {
   dim = x.wrap_dim(dim);
-  return with_backward("AllGatherBackward", x, forward([&] { return gather_dim(x, dim, *group); }),
-                       [group, dim](const Tensor& g) { return reduce_scatter_dim(g, dim, *group); });
+  return with_backward(
+      "AllGatherBackward", x, forward([&] { return gather_dim(x, dim, *group); }),
+      [group, dim](const Tensor& g) { return reduce_scatter_dim(g, dim, *group); });
 }
 
 Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const GroupPtr& group) {
@@ -181,9 +183,9 @@ Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim
                         const GroupPtr& group) {
   const int64_t s = x.wrap_dim(scatter_dim), gd = x.wrap_dim(gather_dim);
   LOOM_CHECK(s != gd) << "all_to_all_along: scatter and gather dims are both " << s;
-  return with_backward("AllToAllBackward", x,
-                       forward([&] { return all_to_all_dims(x, s, gd, *group); }),
-                       [group, s, gd](const Tensor& g) { return all_to_all_dims(g, gd, s, *group); });
+  return with_backward(
+      "AllToAllBackward", x, forward([&] { return all_to_all_dims(x, s, gd, *group); }),
+      [group, s, gd](const Tensor& g) { return all_to_all_dims(g, gd, s, *group); });
 }
 
 RingShift::RingShift(const Tensor& x, int64_t offset, GroupPtr group)

@@ -5,15 +5,18 @@
 //   op                               forward (on group G of P ranks)        backward
 //   copy_to_group(x)                 identity (x is the same on every rank)  all-reduce (sum)
 //   reduce_from_group(x)             all-reduce (sum)                        identity
-//   all_gather_along(x, d)           concatenate every rank's x along d      reduce-scatter (sum) along d
-//   reduce_scatter_along(x, d)       sum over ranks, keep chunk r along d    all-gather along d
-//   scatter_along(x, d)              keep chunk r along d (x the same on     all-gather along d
+//   all_gather_along(x, d)           concatenate every rank's x along d      reduce-scatter (sum)
+//   along d reduce_scatter_along(x, d)       sum over ranks, keep chunk r along d    all-gather
+//   along d scatter_along(x, d)              keep chunk r along d (x the same on     all-gather
+//   along d
 //                                    every rank)
 //   gather_along(x, d)               concatenate every rank's x along d      keep chunk r along d
 //                                    (what follows runs the same on every rank)
-//   all_to_all_along(x, s, g)        send chunk j along s to rank j,         all_to_all_along(dy, g, s)
+//   all_to_all_along(x, s, g)        send chunk j along s to rank j,         all_to_all_along(dy,
+//   g, s)
 //                                    concatenate what arrives along g
-//   RingShift(x, k).finish()         x goes to rank r + k, what rank r - k   the gradient goes back:
+//   RingShift(x, k).finish()         x goes to rank r + k, what rank r - k   the gradient goes
+//   back:
 //                                    sent arrives (mod P)                    a shift by -k
 //
 // Sizes along a split dimension must divide by P. Every rank of G must make the same calls in

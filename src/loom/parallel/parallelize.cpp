@@ -36,7 +36,8 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
         if (path == b || path.rfind(b + ".", 0) == 0) return kept.count(b) > 0;
       return true;
     };
-    for (auto* list : {&local_plan.attention, &local_plan.column, &local_plan.row, &local_plan.blocks})
+    for (auto* list :
+         {&local_plan.attention, &local_plan.column, &local_plan.row, &local_plan.blocks})
       list->erase(std::remove_if(list->begin(), list->end(),
                                  [&](const std::string& p) { return !in_kept_block(p); }),
                   list->end());
@@ -60,7 +61,8 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   m.sequence_shards_ = m.cp_->size() > 1 && plan.sequence_shards;
   if (m.cp_->size() > 1)
     m.partial_sums_.push_back(
-        {m.cp_, apply_context_parallel(model, local_plan, m.cp_, topology.context_parallel), false});
+        {m.cp_, apply_context_parallel(model, local_plan, m.cp_, topology.context_parallel),
+         false});
   for (const auto& p : model.named_parameters()) m.local_numel_[p.name] = p.tensor.numel();
   // 4. Activation checkpointing.
   apply_activation_checkpointing(model, blocks, topology.recompute);
@@ -75,11 +77,12 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   } else {
     const auto params = model.named_parameters();
     for (const auto& p : params)
-      m.pieces_.push_back({p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
+      m.pieces_.push_back(
+          {p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
     m.replicas_ = m.dp_;
     if (m.dp_->size() > 1) {  // one data-parallel rank needs no wrapper: the step stays as it is
-      m.ddp_ = std::make_unique<DistributedDataParallel>(
-          params, m.dp_, int64_t(topology.bucket_mb * 1024 * 1024));
+      m.ddp_ = std::make_unique<DistributedDataParallel>(params, m.dp_,
+                                                         int64_t(topology.bucket_mb * 1024 * 1024));
       m.ddp_->broadcast_parameters(0);
     }
   }
@@ -143,14 +146,15 @@ std::vector<TensorPiece> ParallelModel::checkpoint_pieces(
   return out;
 }
 
-std::vector<std::string> ParallelModel::split_pipeline(nn::Module& model, const nn::ParallelPlan& plan,
-                                                      int64_t micro_batches) {
+std::vector<std::string> ParallelModel::split_pipeline(nn::Module& model,
+                                                       const nn::ParallelPlan& plan,
+                                                       int64_t micro_batches) {
   const int64_t P = pp_->size(), p = pp_->rank(), V = topology_.pipeline_chunks;
   Pipeline& pipe = pipeline_;
   pipe.schedule = make_pipe_schedule(topology_.pipeline_schedule, P, micro_batches, V);
   pipe.group = pp_;
-  pipe.first = p == 0;      // stage 0 is chunk 0 of rank 0
-  pipe.last = p == P - 1;   // stage S - 1 is chunk V - 1 of rank P - 1
+  pipe.first = p == 0;     // stage 0 is chunk 0 of rank 0
+  pipe.last = p == P - 1;  // stage S - 1 is chunk V - 1 of rank P - 1
   const auto stages = split_into_stages(int64_t(plan.blocks.size()), P * V);
   // The unit (a block, or a first/last-stage module) each parameter lies in, and who holds it.
   std::map<std::string, int> owner;  // unit -> the pipeline rank that has it (for gathers)
@@ -180,8 +184,9 @@ std::vector<std::string> ParallelModel::split_pipeline(nn::Module& model, const 
     std::string unit;
     for (const auto& [u, rank] : owner)
       if (param.name.rfind(u + ".", 0) == 0) unit = u;
-    LOOM_CHECK(!unit.empty()) << "pipeline: parameter " << param.name
-                              << " lies in no block and in no first- or last-stage module of the model's plan";
+    LOOM_CHECK(!unit.empty())
+        << "pipeline: parameter " << param.name
+        << " lies in no block and in no first- or last-stage module of the model's plan";
     whole_model_.emplace_back(param.name, param.tensor.shape(), owner.at(unit));
     if (shared_units.count(unit)) ends_shared_.insert(param.name);
   }
@@ -232,8 +237,9 @@ std::vector<nn::NamedParameter> ParallelModel::piece_parameters() const {
   std::vector<nn::NamedParameter> out;
   for (const auto& p : pieces_) {
     const bool whole = p.begin == 0 && p.end == shape_numel(p.shape);
-    out.push_back({whole ? p.name
-                         : p.name + "[" + std::to_string(p.begin) + ":" + std::to_string(p.end) + "]",
+    out.push_back({whole
+                       ? p.name
+                       : p.name + "[" + std::to_string(p.begin) + ":" + std::to_string(p.end) + "]",
                    p.value, p.weight_decay});
   }
   return out;
@@ -269,7 +275,8 @@ NamedTensors ParallelModel::gather_full(const std::vector<Tensor>& values) {
   NamedTensors all;
   for (const auto& [name, shape, owner] : whole_model_) {
     auto it = mine.find(name);
-    Tensor t = it != mine.end() && pp_->rank() == owner ? contiguous(it->second) : Tensor::empty(shape);
+    Tensor t =
+        it != mine.end() && pp_->rank() == owner ? contiguous(it->second) : Tensor::empty(shape);
     pp_->broadcast(t, owner)->wait();
     all.emplace_back(name, t);
   }
@@ -321,7 +328,8 @@ void ParallelModel::after_backward(int64_t micro, int64_t grad_accum) {
         Tensor whole = zeros({local_numel_.at(name)});
         for (const auto& p : pieces_)
           if (p.name == name && p.gradient().defined())
-            copy_(narrow(whole, 0, p.begin, p.end - p.begin), reshape(p.gradient(), {p.end - p.begin}));
+            copy_(narrow(whole, 0, p.begin, p.end - p.begin),
+                  reshape(p.gradient(), {p.end - p.begin}));
         pending.push_back(sum.group->all_reduce(whole, dist::ReduceOp::Sum));
         wholes.push_back(whole);
       }
@@ -330,7 +338,8 @@ void ParallelModel::after_backward(int64_t micro, int64_t grad_accum) {
       for (const auto& name : sum.names) {
         for (const auto& p : pieces_)
           if (p.name == name && p.gradient().defined())
-            copy_(p.gradient(), reshape(narrow(wholes[k], 0, p.begin, p.end - p.begin), p.gradient().shape()));
+            copy_(p.gradient(),
+                  reshape(narrow(wholes[k], 0, p.begin, p.end - p.begin), p.gradient().shape()));
         ++k;
       }
     }
@@ -371,8 +380,8 @@ void ParallelModel::load_checkpoint(const CheckpointReader& ckpt,
       const auto& p = pieces_[k];
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
       for (const auto& range : whole_ranges(p))
-        ckpt.read(contents.prefix + p.name + contents.suffix, whole_shape(p),
-                  range.begin, range.end,
+        ckpt.read(contents.prefix + p.name + contents.suffix, whole_shape(p), range.begin,
+                  range.end,
                   value.as_strided({range.end - range.begin}, {1}, value.offset() + range.offset));
     }
   }

@@ -113,7 +113,9 @@ class ParallelModel {
   };
   std::vector<WholeRange> whole_ranges(const ParamPiece& piece) const;
   const Shape& whole_shape(const ParamPiece& piece) const;
-  bool tp_sharded(const ParamPiece& piece) const { return tp_layout_.sharded.count(piece.name) > 0; }
+  bool tp_sharded(const ParamPiece& piece) const {
+    return tp_layout_.sharded.count(piece.name) > 0;
+  }
 
   const dist::DeviceMesh& mesh_;
   const Topology topology_;

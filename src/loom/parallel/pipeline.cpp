@@ -8,8 +8,8 @@
 namespace loom::parallel {
 
 std::vector<std::pair<int64_t, int64_t>> split_into_stages(int64_t blocks, int64_t stages) {
-  LOOM_CHECK(stages >= 1 && stages <= blocks)
-      << "pipeline: " << stages << " stages for " << blocks << " blocks (each stage needs at least one)";
+  LOOM_CHECK(stages >= 1 && stages <= blocks) << "pipeline: " << stages << " stages for " << blocks
+                                              << " blocks (each stage needs at least one)";
   std::vector<std::pair<int64_t, int64_t>> out;
   int64_t at = 0;
   for (int64_t s = 0; s < stages; ++s) {
@@ -34,7 +34,7 @@ double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const G
   };
   std::map<std::pair<int64_t, int64_t>, Held> held;  // (micro, chunk)
   std::vector<dist::WorkPtr> sends;
-  std::vector<Tensor> sent;  // kept alive until their sends finish
+  std::vector<Tensor> sent;       // kept alive until their sends finish
   std::map<int, Tensor> mailbox;  // between two chunks of this rank (one rank, interleaved)
   auto send = [&](const Tensor& t, int dst, int tg) {
     Tensor payload = contiguous(t.detach());

@@ -37,9 +37,8 @@ PipePass interleaved_pass(int64_t k, int64_t P, int64_t V, bool forward) {
 }  // namespace
 
 PipeSchedule make_pipe_schedule(ScheduleKind kind, int64_t P, int64_t M, int64_t V) {
-  LOOM_CHECK(P >= 1 && M >= 1 && V >= 1)
-      << "pipeline schedule: ranks " << P << ", micro-batches " << M << " and chunks " << V
-      << " must all be at least 1";
+  LOOM_CHECK(P >= 1 && M >= 1 && V >= 1) << "pipeline schedule: ranks " << P << ", micro-batches "
+                                         << M << " and chunks " << V << " must all be at least 1";
   LOOM_CHECK(V == 1 || kind == ScheduleKind::Interleaved1F1B)
       << "pipeline schedule: " << V << " chunks per rank need the interleaved schedule";
   LOOM_CHECK(kind != ScheduleKind::Interleaved1F1B || M % P == 0)
@@ -57,8 +56,12 @@ PipeSchedule make_pipe_schedule(ScheduleKind kind, int64_t P, int64_t M, int64_t
     const int64_t warmup = kind == ScheduleKind::OneFOneB
                                ? std::min(P - p - 1, M)
                                : std::min((P - p - 1) * 2 + (V - 1) * P, total);
-    auto fwd = [&](int64_t k) { return V == 1 ? PipePass{true, k, 0} : interleaved_pass(k, P, V, true); };
-    auto bwd = [&](int64_t k) { return V == 1 ? PipePass{false, k, 0} : interleaved_pass(k, P, V, false); };
+    auto fwd = [&](int64_t k) {
+      return V == 1 ? PipePass{true, k, 0} : interleaved_pass(k, P, V, true);
+    };
+    auto bwd = [&](int64_t k) {
+      return V == 1 ? PipePass{false, k, 0} : interleaved_pass(k, P, V, false);
+    };
     int64_t f = 0, b = 0;
     for (; f < warmup; ++f) out.push_back(fwd(f));
     for (; f < total; ++f, ++b) {
@@ -90,9 +93,10 @@ PipeSimulation simulate(const PipeSchedule& s) {
                  pass.chunk < s.chunks)
           << "pipeline schedule: rank " << p << " has a pass outside the micro-batches/chunks";
       const int64_t stage = s.stage_of(p, pass.chunk);
-      const bool ready = pass.forward ? stage == 0 || done.count({true, pass.micro, stage - 1})
-                                      : done.count({true, pass.micro, stage}) &&
-                                            (stage == S - 1 || done.count({false, pass.micro, stage + 1}));
+      const bool ready = pass.forward
+                             ? stage == 0 || done.count({true, pass.micro, stage - 1})
+                             : done.count({true, pass.micro, stage}) &&
+                                   (stage == S - 1 || done.count({false, pass.micro, stage + 1}));
       if (ready) ran.emplace_back(p, pass.forward, pass.micro, stage);
     }
     if (ran.empty()) {
@@ -101,7 +105,8 @@ PipeSimulation simulate(const PipeSchedule& s) {
       for (int64_t p = 0; p < P; ++p)
         if (next[size_t(p)] < s.passes[size_t(p)].size()) {
           const PipePass& pass = s.passes[size_t(p)][next[size_t(p)]];
-          e << " rank " << p << " " << (pass.forward ? 'F' : 'B') << pass.micro << "." << pass.chunk;
+          e << " rank " << p << " " << (pass.forward ? 'F' : 'B') << pass.micro << "."
+            << pass.chunk;
         }
       sim.error = e.str();
       return sim;

@@ -22,7 +22,6 @@
 
 namespace loom::parallel {
 
-
 struct PipePass {
   bool forward = true;
   int64_t micro = 0;  // micro-batch
@@ -47,8 +46,8 @@ PipeSchedule make_pipe_schedule(ScheduleKind kind, int64_t ranks, int64_t micro_
 
 struct PipeSimulation {
   bool ok = false;
-  std::string error;            // what went wrong (a deadlock names each rank's next pass)
-  int64_t steps = 0;            // time steps, every pass taking one
+  std::string error;                    // what went wrong (a deadlock names each rank's next pass)
+  int64_t steps = 0;                    // time steps, every pass taking one
   std::vector<int64_t> peak_in_flight;  // per rank: most micro-batch chunks forwarded but not
                                         // yet backwarded (activations held)
 };

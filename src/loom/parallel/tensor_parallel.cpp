@@ -53,7 +53,8 @@ std::vector<TensorShard::Run> TensorShard::runs(int64_t rank) const {
   for (int64_t o = 0; o < outer; ++o) {
     int64_t at = 0;
     for (const auto& [start, length] : blocks.at(size_t(rank))) {
-      const Run run{(o * local_size + at) * inner, (o * whole_size + start) * inner, length * inner};
+      const Run run{(o * local_size + at) * inner, (o * whole_size + start) * inner,
+                    length * inner};
       at += length;
       if (!out.empty() && out.back().local + out.back().length == run.local &&
           out.back().whole + out.back().length == run.whole)
@@ -78,7 +79,10 @@ class Applier {
  public:
   Applier(nn::Module& model, const GroupPtr& group, bool sequence_parallel,
           const nn::ParallelPlan& plan)
-      : model_(model), group_(group), P_(group->size()), rank_(group->rank()),
+      : model_(model),
+        group_(group),
+        P_(group->size()),
+        rank_(group->rank()),
         seq_dim_(sequence_parallel ? plan.sequence_dim : -1) {}
 
   void column(const std::string& path) {
@@ -135,8 +139,9 @@ class Applier {
     });
     nn::Module& head = model_.submodule(plan.vocab_head);
     if (auto* lin = dynamic_cast<nn::Linear*>(&head)) {
-      LOOM_CHECK(lin->weight.size(0) == V) << "tensor parallel: " << plan.vocab_head << " has "
-                                           << lin->weight.size(0) << " outputs, the vocabulary " << V;
+      LOOM_CHECK(lin->weight.size(0) == V)
+          << "tensor parallel: " << plan.vocab_head << " has " << lin->weight.size(0)
+          << " outputs, the vocabulary " << V;
       split_rows(plan.vocab_head, *lin, even_blocks(V, P_), /*seq_dim=*/-1);
     } else {
       LOOM_CHECK(dynamic_cast<nn::TiedProjection*>(&head))
@@ -164,7 +169,8 @@ class Applier {
             std::vector<Tensor> args = in;
             if (first) args[0] = scatter_along(args[0], dim, group);
             for (size_t k = 1; k < args.size(); ++k)
-              if (args[k].defined() && args[k].requires_grad()) args[k] = copy_to_group(args[k], group);
+              if (args[k].defined() && args[k].requires_grad())
+                args[k] = copy_to_group(args[k], group);
             Tensor out = fn(args);
             return last ? gather_along(out, dim, group) : out;
           });
@@ -204,7 +210,8 @@ class Applier {
   // A column-parallel layer's input: replicated (its gradient summed over the ranks), or split
   // along the sequence (gathered).
   nn::Module::ForwardWrapper column_input(int64_t seq_dim) const {
-    return [group = group_, dim = seq_dim](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+    return [group = group_, dim = seq_dim](const nn::Module::ForwardFn& fn,
+                                           const std::vector<Tensor>& in) {
       return fn({dim < 0 ? copy_to_group(in[0], group) : all_gather_along(in[0], dim, group)});
     };
   }
@@ -221,8 +228,8 @@ class Applier {
     lin.add_forward_wrapper([group = group_, dim = seq_dim_, bias](const nn::Module::ForwardFn& fn,
                                                                    const std::vector<Tensor>& in) {
       const Tensor partial = fn(in);
-      const Tensor out = dim < 0 ? reduce_from_group(partial, group)
-                                 : reduce_scatter_along(partial, dim, group);
+      const Tensor out =
+          dim < 0 ? reduce_from_group(partial, group) : reduce_scatter_along(partial, dim, group);
       return bias.defined() ? add(out, bias) : out;
     });
   }

@@ -43,8 +43,14 @@ ScheduleKind schedule_kind_from_name(const std::string& name, const std::string&
   return from_name<ScheduleKind>(kSchedule, name, what);
 }
 
-const char* name_of(DataParallel kind) { return kDataParallel[size_t(kind)]; }
-const char* name_of(ContextParallelKind kind) { return kContextParallel[size_t(kind)]; }
-const char* name_of(ScheduleKind kind) { return kSchedule[size_t(kind)]; }
+const char* name_of(DataParallel kind) {
+  return kDataParallel[size_t(kind)];
+}
+const char* name_of(ContextParallelKind kind) {
+  return kContextParallel[size_t(kind)];
+}
+const char* name_of(ScheduleKind kind) {
+  return kSchedule[size_t(kind)];
+}
 
 }  // namespace loom::parallel

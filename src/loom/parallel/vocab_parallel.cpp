@@ -33,8 +33,8 @@ LocalIds local_ids(const Tensor& ids, int64_t shard, const dist::ProcessGroup& g
 
 Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& weight_shard,
                                 const GroupPtr& group) {
-  LOOM_CHECK(weight_shard.dim() == 2) << "vocab_parallel_embedding: table shard "
-                                      << weight_shard.shape() << " is not (rows, C)";
+  LOOM_CHECK(weight_shard.dim() == 2)
+      << "vocab_parallel_embedding: table shard " << weight_shard.shape() << " is not (rows, C)";
   const int64_t C = weight_shard.size(1);
   const LocalIds local =
       local_ids(ids, weight_shard.size(0), *group, /*ignore=*/-1, "vocab_parallel_embedding");
@@ -63,9 +63,10 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
     m = owned;
   }
   Tensor sum_exp = reduce_from_group(sum(exp(sub(z, expand(m, {n, shard}))), {1}), group);  // (n)
-  const LocalIds local = local_ids(targets, shard, *group, ignore_index, "vocab_parallel_cross_entropy");
-  Tensor target_logit =
-      reduce_from_group(reshape(mul(gather(z, 1, reshape(local.rows, {n, 1})), local.mask), {n}), group);
+  const LocalIds local =
+      local_ids(targets, shard, *group, ignore_index, "vocab_parallel_cross_entropy");
+  Tensor target_logit = reduce_from_group(
+      reshape(mul(gather(z, 1, reshape(local.rows, {n, 1})), local.mask), {n}), group);
   // Per row: log sum exp(z) - z[target]; ignored rows weigh nothing.
   std::vector<float> valid;
   int64_t count = 0;

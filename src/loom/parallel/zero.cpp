@@ -29,7 +29,9 @@ void add_into(const Tensor& acc, const Tensor& x) {
   for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
 }
 
-void convert(const Tensor& from, const Tensor& to) { backend_for(to.device()).copy(from, to); }
+void convert(const Tensor& from, const Tensor& to) {
+  backend_for(to.device()).copy(from, to);
+}
 
 }  // namespace
 
@@ -38,8 +40,8 @@ struct ZeroDataParallel::Group {
   std::vector<int64_t> offsets;   // of each parameter in the flat buffers
   int64_t padded = 0, shard = 0;  // padded length (a multiple of the shard count), shard length S
   bool block = false;             // a wrapped block (else: the non-block parameters)
-  Tensor full;    // (padded) the parameters; the model's tensors are views of it
-  Tensor master;  // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
+  Tensor full;                    // (padded) the parameters; the model's tensors are views of it
+  Tensor master;      // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
   Tensor flat_grad;   // (padded) full gradients: stage 1 always; stages 2-3 while in flight
   Tensor grad_shard;  // (S) the reduced gradients of the owned elements
   Tensor scratch;     // (S) stages 2-3: reduce-scatter output while in flight
@@ -71,8 +73,10 @@ struct ZeroDataParallel::Shared {
   void start_gather(Group& g) {
     g.full.storage()->materialize();
     if (options.gather_dtype == DType::BF16) {
-      g.gather_send = Tensor::empty({g.shard}, DType::BF16, cpu_device(), MemCategory::Communication);
-      g.gather_recv = Tensor::empty({g.padded}, DType::BF16, cpu_device(), MemCategory::Communication);
+      g.gather_send =
+          Tensor::empty({g.shard}, DType::BF16, cpu_device(), MemCategory::Communication);
+      g.gather_recv =
+          Tensor::empty({g.padded}, DType::BF16, cpu_device(), MemCategory::Communication);
       convert(g.master, g.gather_send);
       g.gather_work = shard->all_gather(g.gather_send, g.gather_recv);
     } else {
@@ -191,10 +195,13 @@ struct ZeroDataParallel::Shared {
 ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
                                    ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
                                    std::shared_ptr<dist::ProcessGroup> replicate)
-    : shard_(std::move(shard)), replicate_(std::move(replicate)), shared_(std::make_shared<Shared>()) {
+    : shard_(std::move(shard)),
+      replicate_(std::move(replicate)),
+      shared_(std::make_shared<Shared>()) {
   const int stage = options.stage;
   LOOM_CHECK(stage >= 1 && stage <= 3) << "zero: stage " << stage << " (expected 1, 2 or 3)";
-  LOOM_CHECK(options.gather_dtype == DType::F32 || (stage == 3 && options.gather_dtype == DType::BF16))
+  LOOM_CHECK(options.gather_dtype == DType::F32 ||
+             (stage == 3 && options.gather_dtype == DType::BF16))
       << "zero: parameters are gathered in f32, or in bf16 under stage 3";
   shared_->shard = shard_;
   shared_->options = options;
@@ -210,7 +217,8 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     param_groups[gi].push_back(p);
   }
   for (size_t i = 0; i < block_names.size(); ++i)
-    LOOM_CHECK(!param_groups[i].empty()) << "zero: block " << block_names[i] << " has no parameters";
+    LOOM_CHECK(!param_groups[i].empty())
+        << "zero: block " << block_names[i] << " has no parameters";
 
   auto& segments = optimizer_params_.params;
   auto& m_views = optimizer_params_.exp_avg;
@@ -385,7 +393,8 @@ std::vector<std::pair<std::string, Tensor>> ZeroDataParallel::gather_full(
       LOOM_CHECK(values[k].numel() == pieces_[k].end - pieces_[k].begin &&
                  values[k].dtype() == DType::F32 && values[k].is_contiguous())
           << "zero: gather_full value " << k << " does not match piece " << pieces_[k].name;
-      std::memcpy(mine.data<float>() + piece_at_[k].second, values[k].data_ptr(), values[k].nbytes());
+      std::memcpy(mine.data<float>() + piece_at_[k].second, values[k].data_ptr(),
+                  values[k].nbytes());
     }
     Tensor all = Tensor::empty({g.padded}, DType::F32, cpu_device(), MemCategory::Other);
     shard_->all_gather(mine, all)->wait();

@@ -40,11 +40,11 @@ namespace loom::parallel {
 // A contiguous range of one parameter's elements that this rank holds: the whole parameter
 // without sharding, a piece of it in a ZeRO shard.
 struct ParamPiece {
-  std::string name;    // the parameter's full name
-  Shape shape;         // its full shape
-  int64_t begin = 0;   // the range [begin, end) of its row-major elements
+  std::string name;   // the parameter's full name
+  Shape shape;        // its full shape
+  int64_t begin = 0;  // the range [begin, end) of its row-major elements
   int64_t end = 0;
-  Tensor value;        // those end - begin elements (contiguous f32)
+  Tensor value;  // those end - begin elements (contiguous f32)
   bool weight_decay = true;
   // ZeRO: their gradient (a view of the shard's gradient buffer); otherwise undefined and the
   // gradient is value.grad().

@@ -100,9 +100,8 @@ double train_step_flops(const BenchSpec& spec) {
     const double stem_in = c.stem_channels > 0 ? double(c.stem_channels) : double(c.channels);
     // The stem's two 3x3 convolutions at full resolution, then patch embedding, the blocks
     // (no adaLN) and the head.
-    const double stem = c.stem_channels > 0
-                            ? 2.0 * S * S * 9.0 * (double(c.channels) + stem_in) * stem_in
-                            : 0.0;
+    const double stem =
+        c.stem_channels > 0 ? 2.0 * S * S * 9.0 * (double(c.channels) + stem_in) * stem_in : 0.0;
     const double per_token =
         double(c.depth) * block_flops_per_token(D, c.mlp_ratio * D, 3 * D, g * g) +
         2.0 * double(c.patch * c.patch) * stem_in * D;

@@ -43,7 +43,7 @@ struct BenchOptions {
   int64_t warmup = 2;
   int64_t steps = 5;
   std::string precision = "f32";  // "f32" or "bf16" (autocast: bf16 GEMMs, f32 master weights)
-  std::string trace_path;  // non-empty: one more (untimed) step is traced into this file
+  std::string trace_path;         // non-empty: one more (untimed) step is traced into this file
 };
 
 struct BenchResult {

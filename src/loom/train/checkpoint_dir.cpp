@@ -73,7 +73,8 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& run_dir) {
     try {
       std::ifstream in(c.dir + "/trainer_state.json", std::ios::binary);
       LOOM_CHECK(in) << "no trainer_state.json";
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
       const Json state = Json::parse(text, c.dir + "/trainer_state.json");
       c.step = state.at("step").as_int();
       c.run_id = state.contains("run_id") ? state.at("run_id").as_string() : "";
@@ -128,8 +129,9 @@ void check_contents(const CheckpointReader& ckpt, const std::string& dir, const 
                                  << "run directory's), so its model cannot be known";
   const Config cfg = load_config(config.string());
   const std::string kind = state.at("model_kind").as_string();
-  LOOM_CHECK(kind == cfg.model_kind) << "checkpoint " << dir << " holds a " << kind
-                                     << " model, but " << config.string() << " a " << cfg.model_kind;
+  LOOM_CHECK(kind == cfg.model_kind)
+      << "checkpoint " << dir << " holds a " << kind << " model, but " << config.string() << " a "
+      << cfg.model_kind;
   const std::unique_ptr<nn::Module> model = make_bare_model(cfg);
   std::vector<std::string> parts = {"model/", "optimizer/.exp_avg", "optimizer/.exp_avg_sq"};
   for (const std::string& state : recipe_piece_states(kind)) parts.push_back(state + "/");
@@ -137,8 +139,8 @@ void check_contents(const CheckpointReader& ckpt, const std::string& dir, const 
     for (const std::string& part : parts) {
       const size_t slash = part.find('/') + 1;
       const std::string name = part.substr(0, slash) + p.name + part.substr(slash);
-      LOOM_CHECK(ckpt.contains(name)) << "checkpoint " << dir << " has no tensor " << name
-                                 << " (resuming needs it)";
+      LOOM_CHECK(ckpt.contains(name))
+          << "checkpoint " << dir << " has no tensor " << name << " (resuming needs it)";
       LOOM_CHECK(ckpt.shape(name) == p.tensor.shape())
           << "checkpoint " << dir << ": tensor " << name << " has shape " << ckpt.shape(name)
           << ", the model of " << config.string() << " " << p.tensor.shape();
@@ -156,8 +158,8 @@ Config run_config_of(const std::string& ckpt_dir, const std::string& kind, const
   LOOM_CHECK(kind.empty() || found == kind)
       << what << ": " << ckpt_dir << " is a checkpoint of a " << found << " model, not a " << kind;
   const fs::path config = fs::path(ckpt_dir).parent_path() / "config.toml";
-  LOOM_CHECK(fs::exists(config))
-      << what << ": " << config.string() << " not found (expected beside the checkpoint directory)";
+  LOOM_CHECK(fs::exists(config)) << what << ": " << config.string()
+                                 << " not found (expected beside the checkpoint directory)";
   Config cfg = load_config(config.string());
   LOOM_CHECK(cfg.model_kind == found)
       << what << ": the config beside " << ckpt_dir << " is of model.kind " << cfg.model_kind;
@@ -180,7 +182,8 @@ namespace {
 
 // The newest checkpoint of the run that verify_checkpoint() passes, and whether the run has
 // any checkpoint at all.
-std::pair<std::string, bool> newest_verified(const std::string& run_dir, const std::string& run_id) {
+std::pair<std::string, bool> newest_verified(const std::string& run_dir,
+                                             const std::string& run_id) {
   std::vector<CheckpointInfo> all = list_checkpoints(run_dir);
   bool any = false;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
@@ -209,7 +212,8 @@ std::string choose_resume_checkpoint(const std::string& run_dir, const std::stri
     std::ifstream in(fs::path(run_dir) / "latest");
     if (!in) {
       why = "there is no `latest` file";
-    } else if (!(in >> name) || name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos) {
+    } else if (!(in >> name) || name.rfind("step-", 0) != 0 ||
+               name.find('/') != std::string::npos) {
       why = "`latest` does not name a checkpoint";
     } else {
       const std::string dir = (fs::path(run_dir) / name).string();

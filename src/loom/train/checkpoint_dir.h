@@ -24,8 +24,8 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::Proc
 // One step-* directory of a run directory, as its trainer_state.json describes it.
 struct CheckpointInfo {
   std::string dir;
-  int64_t step = -1;    // the step recorded inside (from the name if unreadable)
-  std::string run_id;   // the run that wrote it
+  int64_t step = -1;      // the step recorded inside (from the name if unreadable)
+  std::string run_id;     // the run that wrote it
   bool readable = false;  // trainer_state.json could be read
 };
 // Every complete step-* directory of run_dir, ordered by step (oldest first).

@@ -9,8 +9,7 @@ namespace loom::train {
 
 Checkpointer::Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel& model,
                            optim::AdamW& optimizer, std::function<std::vector<PieceState>()> extra,
-                           std::string model_kind, std::string run_dir, bool async,
-                           int64_t keep)
+                           std::string model_kind, std::string run_dir, bool async, int64_t keep)
     : model_(model),
       optimizer_(optimizer),
       extra_(std::move(extra)),

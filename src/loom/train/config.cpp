@@ -83,7 +83,8 @@ void check_model_parallel(const Config& c, const std::string& path) {
 
 // A key whose value names one of an enum's values: parsed here, once.
 template <typename Parse>
-auto choice(ConfigFile& f, const char* section, const char* key, const char* fallback, Parse parse) {
+auto choice(ConfigFile& f, const char* section, const char* key, const char* fallback,
+            Parse parse) {
   return parse(f.get_string(section, key, fallback),
                "config " + f.path() + ": " + section + "." + key);
 }
@@ -294,13 +295,16 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.dims.dp_shard = f.get_int("parallel", "dp_shard", p.dims.dp_shard);
   p.dims.cp = f.get_int("parallel", "cp", p.dims.cp);
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
-  p.data_parallel = choice(f, "parallel", "data_parallel", "ddp", parallel::data_parallel_from_name);
+  p.data_parallel =
+      choice(f, "parallel", "data_parallel", "ddp", parallel::data_parallel_from_name);
   const std::string gather = f.get_string("parallel", "gather_dtype", "f32");
-  LOOM_CHECK(gather == "f32" || (gather == "bf16" && p.data_parallel == parallel::DataParallel::Zero3))
+  LOOM_CHECK(gather == "f32" ||
+             (gather == "bf16" && p.data_parallel == parallel::DataParallel::Zero3))
       << "config " << path << ": parallel.gather_dtype '" << gather
       << "' (expected f32, or bf16 with zero3)";
   p.gather_dtype = dtype_from_name(gather);
-  p.recompute = choice(f, "parallel", "activation_checkpointing", "none", parallel::recompute_from_name);
+  p.recompute =
+      choice(f, "parallel", "activation_checkpointing", "none", parallel::recompute_from_name);
   p.sequence_parallel = f.get_bool("parallel", "sequence_parallel", p.sequence_parallel);
   p.context_parallel =
       choice(f, "parallel", "context_parallel", "ring", parallel::context_parallel_from_name);
@@ -350,7 +354,8 @@ void check_fits_in_memory(const Config& c, int world_size) {
     const double w = double(c.gpt.width), d = double(c.gpt.depth);
     params = 12 * d * w * w + double(c.gpt.vocab_size) * w;
     batch_bytes = local_batch * double(c.gpt.context) *
-                  (8 + 4 * double(c.gpt.vocab_size) / double(std::max<int64_t>(c.parallel.topology.dims.tp, 1)));
+                  (8 + 4 * double(c.gpt.vocab_size) /
+                           double(std::max<int64_t>(c.parallel.topology.dims.tp, 1)));
   } else if (c.model_kind == "dit") {
     const double w = double(c.dit.width), d = double(c.dit.depth);
     params = 18 * d * w * w;
@@ -361,12 +366,13 @@ void check_fits_in_memory(const Config& c, int world_size) {
     batch_bytes = local_batch * double(c.vit.channels * c.vit.image_size * c.vit.image_size) * 4;
   }
   const double need = 4 * params + batch_bytes;
-  LOOM_CHECK(need <= budget)
-      << "config: this run cannot fit: the model's " << params / 1e6 << "M parameters need "
-      << 4 * params / 1e9 << " GB as f32 weights (built whole on each process before sharding) "
-      << "and one batch of " << c.train.batch_size << " (" << local_batch << " per process) "
-      << batch_bytes / 1e9 << " GB, against " << budget / 1e9 << " GB (" << against
-      << "); make model.width/depth or train.batch_size smaller";
+  LOOM_CHECK(need <= budget) << "config: this run cannot fit: the model's " << params / 1e6
+                             << "M parameters need " << 4 * params / 1e9
+                             << " GB as f32 weights (built whole on each process before sharding) "
+                             << "and one batch of " << c.train.batch_size << " (" << local_batch
+                             << " per process) " << batch_bytes / 1e9 << " GB, against "
+                             << budget / 1e9 << " GB (" << against
+                             << "); make model.width/depth or train.batch_size smaller";
 }
 
 std::string default_cache_dir(const std::string& out_dir) {

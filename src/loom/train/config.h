@@ -41,9 +41,9 @@ struct TrainLoopConfig {
   int64_t ckpt_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 2;
   bool async_checkpoint = false;  // write checkpoints on a background thread from a snapshot
-  double max_minutes = 0;    // > 0: stop (and checkpoint) when the time budget runs out
-  int64_t stop_after = 0;    // > 0: stop (and checkpoint) once this global step is done
-  double grad_clip = 1.0;    // <= 0: no clipping
+  double max_minutes = 0;         // > 0: stop (and checkpoint) when the time budget runs out
+  int64_t stop_after = 0;         // > 0: stop (and checkpoint) once this global step is done
+  double grad_clip = 1.0;         // <= 0: no clipping
   // F32, or BF16 ("bf16"): mixed precision (matmuls and attention on bf16 copies, f32 master
   // weights, gradients and optimizer state; see AutocastGuard)
   DType precision = DType::F32;
@@ -59,7 +59,7 @@ struct ResilienceConfig {
   bool skip_spikes = false;       // treat a loss spike like a non-finite step
   int64_t straggler_every = 50;   // steps between comparisons of the ranks' compute time (0: off)
   double straggler_factor = 1.5;  // flagged: compute time above this times the median
-  double spike_zscore = 6.0;      // a loss this many deviations above the last 50 is logged (0: off)
+  double spike_zscore = 6.0;  // a loss this many deviations above the last 50 is logged (0: off)
   int64_t consistency_every = 100;  // steps between replica weight-hash comparisons (0: off)
   // Signals that preempt the run: checkpoint, then exit 75 (train/preemption.h); "" : none.
   std::string preempt_signals = "TERM,INT,USR1";

@@ -14,7 +14,7 @@ namespace loom::train {
 
 struct ConfigFile::Impl {
   toml::table table;
-  std::set<std::string> used;                                   // "section.key"
+  std::set<std::string> used;                                          // "section.key"
   std::map<std::string, std::map<std::string, std::string>> resolved;  // for the run directory
 };
 
@@ -43,7 +43,8 @@ ConfigFile::ConfigFile(const std::string& path, const std::vector<std::string>& 
   std::error_code ec;
   LOOM_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec))
       << "config " << path << " is not a regular file";
-  LOOM_CHECK(!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) > 0)
+  LOOM_CHECK(!std::filesystem::is_regular_file(path, ec) ||
+             std::filesystem::file_size(path, ec) > 0)
       << "config " << path << " is empty";
   try {
     impl_->table = toml::parse_file(path);
@@ -77,7 +78,8 @@ bool ConfigFile::has(const std::string& section, const std::string& key) const {
 }
 
 namespace {
-const toml::node* find(const toml::table& table, const std::string& section, const std::string& key) {
+const toml::node* find(const toml::table& table, const std::string& section,
+                       const std::string& key) {
   const toml::table* t = table[section].as_table();
   return t ? t->get(key) : nullptr;
 }

@@ -16,7 +16,8 @@ class ConfigFile {
   ConfigFile(ConfigFile&&) noexcept;
 
   bool has(const std::string& section, const std::string& key) const;
-  std::string get_string(const std::string& section, const std::string& key, const std::string& fallback);
+  std::string get_string(const std::string& section, const std::string& key,
+                         const std::string& fallback);
   int64_t get_int(const std::string& section, const std::string& key, int64_t fallback);
   double get_double(const std::string& section, const std::string& key, double fallback);
   bool get_bool(const std::string& section, const std::string& key, bool fallback);

@@ -9,6 +9,7 @@
 
 namespace loom::train {
 
-void append_event(const std::string& run_dir, const std::string& event, Json fields = Json::object());
+void append_event(const std::string& run_dir, const std::string& event,
+                  Json fields = Json::object());
 
 }  // namespace loom::train

@@ -54,8 +54,8 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
     std::string field;
     while (std::getline(fields, field, ',')) {
       const size_t eq = field.find('=');
-      LOOM_CHECK(eq != std::string::npos) << "LOOM_FAULT: '" << field << "' in '" << text
-                                          << "' is not key=value";
+      LOOM_CHECK(eq != std::string::npos)
+          << "LOOM_FAULT: '" << field << "' in '" << text << "' is not key=value";
       const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
       if (key == "rank") {
         f.rank = int(to_int(value, text));
@@ -93,7 +93,8 @@ void FaultPlan::at_step_begin(int64_t step, int rank) const {
   for (const Fault& f : faults_) {
     if (f.rank != rank) continue;
     if (f.kind == "kill" && f.step == step) {
-      std::fprintf(stderr, "LOOM_FAULT: rank %d kills itself at step %lld\n", rank, (long long)step);
+      std::fprintf(stderr, "LOOM_FAULT: rank %d kills itself at step %lld\n", rank,
+                   (long long)step);
       std::fflush(stderr);
       ::kill(::getpid(), SIGKILL);
     }
@@ -102,7 +103,8 @@ void FaultPlan::at_step_begin(int64_t step, int rank) const {
       std::fflush(stderr);
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
     }
-    if (f.kind == "sleep" && step >= f.step) std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+    if (f.kind == "sleep" && step >= f.step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
   }
 }
 
@@ -155,8 +157,8 @@ void FaultPlan::after_checkpoint(const std::string& dir, int64_t step, int rank)
       file.seekp(std::streamoff(size / 2));
       file.put(c);
     }
-    std::fprintf(stderr, "LOOM_FAULT: %s %s\n", f.kind == "truncate" ? "truncated" : "flipped a byte of",
-                 path.string().c_str());
+    std::fprintf(stderr, "LOOM_FAULT: %s %s\n",
+                 f.kind == "truncate" ? "truncated" : "flipped a byte of", path.string().c_str());
   }
 }
 

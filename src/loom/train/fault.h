@@ -35,12 +35,12 @@ class FaultPlan {
   static FaultPlan parse(const std::string& spec, int attempt);
 
   bool empty() const { return faults_.empty(); }
-  void at_step_begin(int64_t step, int rank) const;   // kill, sleep, stall
-  void at_startup(int rank) const;                    // startup
-  bool poisons_loss(int64_t step, int rank) const;    // nan
-  double slowdown(int64_t step, int rank) const;      // slow: F, else 1
-  bool flips_bit(int64_t step, int rank) const;       // bitflip
-  bool damages_checkpoint(int64_t step) const;  // corrupt or truncate at this step
+  void at_step_begin(int64_t step, int rank) const;  // kill, sleep, stall
+  void at_startup(int rank) const;                   // startup
+  bool poisons_loss(int64_t step, int rank) const;   // nan
+  double slowdown(int64_t step, int rank) const;     // slow: F, else 1
+  bool flips_bit(int64_t step, int rank) const;      // bitflip
+  bool damages_checkpoint(int64_t step) const;       // corrupt or truncate at this step
   void after_checkpoint(const std::string& dir, int64_t step, int rank) const;  // corrupt, truncate
 
   struct Fault {

@@ -13,13 +13,15 @@ namespace {
 std::atomic<int> noted{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
-void note(int signal) { noted.store(signal, std::memory_order_relaxed); }
+void note(int signal) {
+  noted.store(signal, std::memory_order_relaxed);
+}
 
 constexpr struct {
   const char* name;
   int number;
-} kSignals[] = {{"TERM", SIGTERM}, {"INT", SIGINT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
-                {"HUP", SIGHUP}};
+} kSignals[] = {
+    {"TERM", SIGTERM}, {"INT", SIGINT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}};
 
 }  // namespace
 
@@ -48,6 +50,8 @@ void arm_preemption(const std::vector<int>& signals) {
   for (int s : signals) ::sigaction(s, &action, nullptr);
 }
 
-int preemption_signal() { return noted.load(std::memory_order_relaxed); }
+int preemption_signal() {
+  return noted.load(std::memory_order_relaxed);
+}
 
 }  // namespace loom::train

@@ -31,7 +31,9 @@ double eta_seconds(double step_s, int64_t steps_left, double budget_s, double el
 
 Progress::Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
                    int64_t items_per_step, bool append)
-    : metrics_path_(metrics_path), total_steps_(total_steps), items_per_step_(items_per_step),
+    : metrics_path_(metrics_path),
+      total_steps_(total_steps),
+      items_per_step_(items_per_step),
       unit_(unit) {
   if (!metrics_path.empty()) {
     metrics_ = std::fopen(metrics_path.c_str(), append ? "a" : "w");
@@ -114,8 +116,8 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   metrics.set("mem", by_category);
   if (metrics_) {  // a full disk stops the run: a record that ends mid-line is no record
     errno = 0;
-    const bool written = std::fprintf(metrics_, "%s\n", metrics.dump().c_str()) >= 0 &&
-                         std::fflush(metrics_) == 0;
+    const bool written =
+        std::fprintf(metrics_, "%s\n", metrics.dump().c_str()) >= 0 && std::fflush(metrics_) == 0;
     LOOM_CHECK(written) << "cannot write " << metrics_path_ << ": " << std::strerror(errno);
   }
   const double elapsed = elapsed_seconds();

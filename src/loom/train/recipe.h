@@ -44,9 +44,9 @@ struct RunContext {
 
 // What the loop tells the recipe when training has ended.
 struct RunSummary {
-  int64_t step = 0;           // steps done in all (1-based: the last checkpoint's step)
-  int64_t steps_run = 0;      // by this process
-  double train_seconds = 0;   // in training steps (not evaluation or checkpoints)
+  int64_t step = 0;          // steps done in all (1-based: the last checkpoint's step)
+  int64_t steps_run = 0;     // by this process
+  double train_seconds = 0;  // in training steps (not evaluation or checkpoints)
 };
 
 class Recipe {
@@ -60,7 +60,7 @@ class Recipe {
   virtual BenchSpec step_spec(int64_t samples_per_step) const = 0;
   virtual std::string describe() const = 0;  // "dit: 4.8M parameters, 196 tokens per image"
   virtual std::string describe_data() const { return ""; }  // a second line, if any
-  virtual void start(RunContext& run) {}     // after parallelize, before resuming
+  virtual void start(RunContext& run) {}                    // after parallelize, before resuming
   // The main rank, once the run starts: files kept beside config.toml (a tokenizer).
   virtual void write_run_files(const std::string& run_dir) const {}
 

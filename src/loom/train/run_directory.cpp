@@ -96,8 +96,8 @@ struct Decision {
 };
 
 // Rank 0: the run this directory will hold and where it continues from.
-Decision decide(const std::string& dir, const std::string& wanted_id, Resume resume,
-                bool overwrite, int& lock_fd) {
+Decision decide(const std::string& dir, const std::string& wanted_id, Resume resume, bool overwrite,
+                int& lock_fd) {
   lock_fd = lock_directory(dir);
   const std::string used = used_by(dir);
   Decision d;
@@ -120,7 +120,8 @@ Decision decide(const std::string& dir, const std::string& wanted_id, Resume res
   const std::string recorded = recorded_run_id(dir);
   if (used.empty()) {
     if (resume == Resume::Latest)
-      throw RunRefused("--resume: " + dir + " holds no run to continue (no config.toml, no "
+      throw RunRefused("--resume: " + dir +
+                       " holds no run to continue (no config.toml, no "
                        "checkpoint); start it without --resume");
     d.id = wanted_id.empty() ? new_run_id() : wanted_id;
     std::printf("resume auto: %s holds no run yet; starting run %s from step 0\n", dir.c_str(),
@@ -140,8 +141,8 @@ Decision decide(const std::string& dir, const std::string& wanted_id, Resume res
   }
   if (d.resume_from.empty()) {
     if (resume == Resume::Latest)
-      throw RunRefused("--resume: run " + d.id + " in " + dir + " has no checkpoint yet (" +
-                       used + "); --resume auto starts it again from step 0");
+      throw RunRefused("--resume: run " + d.id + " in " + dir + " has no checkpoint yet (" + used +
+                       "); --resume auto starts it again from step 0");
     std::printf("resume auto: run %s in %s has no checkpoint yet; starting from step 0\n",
                 d.id.c_str(), dir.c_str());
   }
@@ -163,8 +164,8 @@ std::string broadcast_text(const std::string& text, dist::ProcessGroup& world) {
 
 }  // namespace
 
-RunDirectory RunDirectory::open(const std::string& dir, const std::string& wanted_id,
-                                Resume resume, bool overwrite, dist::ProcessGroup& world) {
+RunDirectory RunDirectory::open(const std::string& dir, const std::string& wanted_id, Resume resume,
+                                bool overwrite, dist::ProcessGroup& world) {
   LOOM_CHECK(!(overwrite && resume != Resume::No)) << "--overwrite and --resume exclude each other";
   RunDirectory run;
   run.dir_ = dir;

@@ -21,7 +21,9 @@ namespace loom::train {
 
 namespace {
 
-Json finite_or_text(double v) { return std::isfinite(v) ? Json(v) : Json(std::to_string(v)); }
+Json finite_or_text(double v) {
+  return std::isfinite(v) ? Json(v) : Json(std::to_string(v));
+}
 
 // Every rank's host name (up to 63 bytes), gathered as i64 words.
 std::vector<std::string> gather_hosts(dist::ProcessGroup& world) {
@@ -113,7 +115,8 @@ void StepGuard::check_replicas(int64_t step) {
       ranks.push_back(world_rank);
     }
   if (main_)
-    append_event(run_dir_, "replica_mismatch", Json::object({{"step", step + 1}, {"ranks", ranks}}));
+    append_event(run_dir_, "replica_mismatch",
+                 Json::object({{"step", step + 1}, {"ranks", ranks}}));
   LOOM_FAIL() << "step " << step + 1 << ": the replicas of group " << replicas.describe()
               << " hold different weights or optimizer state; "
               << (majority ? "differing from the majority: " : "no majority among: ") << odd
@@ -133,9 +136,10 @@ void StepGuard::finish_preempted(int64_t step) {
   const std::string dir = checkpoint_dir_name(run_dir_, step);
   if (main_) {
     append_event(run_dir_, "preempted", Json::object({{"step", step}, {"checkpoint", dir}}));
-    std::printf("preempted: checkpoint %s written after step %lld; exiting with status %d "
-                "(continue with --resume auto)\n",
-                dir.c_str(), (long long)step, kExitPreempted);
+    std::printf(
+        "preempted: checkpoint %s written after step %lld; exiting with status %d "
+        "(continue with --resume auto)\n",
+        dir.c_str(), (long long)step, kExitPreempted);
     std::fflush(stdout);
   }
   throw Preempted("preempted" + std::string(signal ? " by signal " + std::to_string(signal) : "") +
@@ -170,7 +174,8 @@ bool StepGuard::skip(int64_t step, double loss, double grad_norm, const char* wh
 }
 
 bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return skip(step, loss, grad_norm, "not finite");
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
+    return skip(step, loss, grad_norm, "not finite");
   // Loss spikes: z-score against the last 50 accepted steps.
   if (rc_.spike_zscore > 0 && recent_losses_.size() >= 20) {
     double mean = 0, var = 0;
@@ -210,10 +215,11 @@ void StepGuard::roll_back(int64_t step) {
   recent_losses_.clear();
   const int64_t from = state.at("step").as_int();
   if (main_) {
-    std::printf("step %lld: %lld steps in a row skipped; rolled back to %s and skipping the data "
-                "of steps %lld-%lld\n",
-                (long long)(step + 1), (long long)rc_.max_skips_in_row, ckpt.c_str(),
-                (long long)(from + 1), (long long)(step + 1));
+    std::printf(
+        "step %lld: %lld steps in a row skipped; rolled back to %s and skipping the data "
+        "of steps %lld-%lld\n",
+        (long long)(step + 1), (long long)rc_.max_skips_in_row, ckpt.c_str(), (long long)(from + 1),
+        (long long)(step + 1));
     append_event(run_dir_, "rollback",
                  Json::object({{"step", step + 1},
                                {"checkpoint", ckpt},
@@ -238,7 +244,9 @@ void StepGuard::end_step(int64_t step, double data_wait) {
   if (rc_.straggler_every == 0 || (step + 1) % rc_.straggler_every != 0) return;
   dist::ProcessGroup& world = *mesh_.world();
   Tensor all = Tensor::empty({world.size()});
-  world.all_gather(from_vector(std::vector<float>{float(compute_s_ / double(compute_steps_))}, {1}), all)
+  world
+      .all_gather(from_vector(std::vector<float>{float(compute_s_ / double(compute_steps_))}, {1}),
+                  all)
       ->wait();
   compute_s_ = 0;
   compute_steps_ = 0;
@@ -253,10 +261,11 @@ void StepGuard::end_step(int64_t step, double data_wait) {
     const size_t n = others.size();
     const double median = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
     if (!(times[size_t(r)] > rc_.straggler_factor * median)) continue;
-    std::printf("straggler: rank %d on %s computes %.3f s per step, %.1fx the other ranks' "
-                "median %.3f s (steps %lld-%lld)\n",
-                r, hosts_[size_t(r)].c_str(), times[size_t(r)], times[size_t(r)] / median, median,
-                (long long)(step + 2 - rc_.straggler_every), (long long)(step + 1));
+    std::printf(
+        "straggler: rank %d on %s computes %.3f s per step, %.1fx the other ranks' "
+        "median %.3f s (steps %lld-%lld)\n",
+        r, hosts_[size_t(r)].c_str(), times[size_t(r)], times[size_t(r)] / median, median,
+        (long long)(step + 2 - rc_.straggler_every), (long long)(step + 1));
     append_event(run_dir_, "straggler",
                  Json::object({{"step", step + 1},
                                {"rank", r},

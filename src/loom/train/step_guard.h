@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
-#include "loom/train/config.h"
-#include "loom/train/fault.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/parallelize.h"
 #include "loom/train/checkpointer.h"
+#include "loom/train/config.h"
+#include "loom/train/fault.h"
 
 namespace loom::train {
 
@@ -73,7 +73,7 @@ class StepGuard {
   bool main_;
   std::string run_dir_, run_id_;
   FaultPlan faults_;
-  std::vector<std::string> hosts_;  // by world rank
+  std::vector<std::string> hosts_;    // by world rank
   void check_replicas(int64_t step);  // collective over the replicas
   bool skip(int64_t step, double loss, double grad_norm, const char* why);
   int64_t skipped_ = 0, in_row_ = 0, checked_step_ = -1, rollbacks_ = 0;

@@ -25,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 
 std::vector<double> sum_over(dist::ProcessGroup& group, const std::vector<double>& values) {
   if (group.size() == 1) return values;
-  Tensor t = from_vector(std::vector<float>(values.begin(), values.end()), {int64_t(values.size())});
+  Tensor t =
+      from_vector(std::vector<float>(values.begin(), values.end()), {int64_t(values.size())});
   group.all_reduce(t, dist::ReduceOp::Sum)->wait();
   const std::vector<float> out = to_vector(t);
   return std::vector<double>(out.begin(), out.end());
@@ -140,7 +141,8 @@ struct Loop {
 void train(const Config& cfg, const std::string& resume_from) {
   const TrainLoopConfig& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
-  const dist::DeviceMesh mesh(dist::init_world({cfg.parallel.timeout_s}), cfg.parallel.topology.dims);
+  const dist::DeviceMesh mesh(dist::init_world({cfg.parallel.timeout_s}),
+                              cfg.parallel.topology.dims);
   const auto dp = mesh.group("dp");
   LOOM_CHECK(tc.batch_size % dp->size() == 0)
       << "train.batch_size " << tc.batch_size << " (the global batch) does not split "
@@ -158,8 +160,9 @@ void train(const Config& cfg, const std::string& resume_from) {
   host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
   RunContext context{*model, *dp, rank == 0};
   recipe->start(context);
-  Checkpointer checkpointer(mesh, *model, *optimizer, [&] { return recipe->piece_state(); },
-                            cfg.model_kind, run_dir, tc.async_checkpoint, tc.keep_checkpoints);
+  Checkpointer checkpointer(
+      mesh, *model, *optimizer, [&] { return recipe->piece_state(); }, cfg.model_kind, run_dir,
+      tc.async_checkpoint, tc.keep_checkpoints);
 
   int64_t start_step = 0;
   if (!resume_from.empty()) {
@@ -178,7 +181,8 @@ void train(const Config& cfg, const std::string& resume_from) {
   std::printf("%s, batch %lld x %lld, %d threads, %s\n", recipe->describe().c_str(),
               (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
               model->describe().c_str());
-  if (const std::string data = recipe->describe_data(); !data.empty()) std::printf("%s\n", data.c_str());
+  if (const std::string data = recipe->describe_data(); !data.empty())
+    std::printf("%s\n", data.c_str());
 
   // Batches are made on a background thread, in (step, micro) order from start_step, so the
   // step never waits for data.
@@ -235,7 +239,8 @@ void train(const Config& cfg, const std::string& resume_from) {
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null())
       progress.log(step, r.loss, r.lr, metrics);
     const bool preempted = guard.preempted();  // collective over the world
-    const bool stop = r.out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    const bool stop =
+        r.out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       guard.before_checkpoint(step);
       const std::string dir = save(step + 1);
@@ -250,7 +255,7 @@ void train(const Config& cfg, const std::string& resume_from) {
       break;
     }
   }
-  profiler.finish();     // a run stopped inside the profile window still writes its trace
+  profiler.finish();    // a run stopped inside the profile window still writes its trace
   checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
   const int64_t steps_run = step - start_step;
   if (steps_run > 0) {

@@ -29,9 +29,12 @@ struct IntElem {
   static double get(const I& v) { return double(v); }
   static I put(double v) { return I(v); }
 };
-template <> struct Elem<int32_t> : IntElem<int32_t> {};
-template <> struct Elem<int64_t> : IntElem<int64_t> {};
-template <> struct Elem<uint8_t> : IntElem<uint8_t> {};
+template <>
+struct Elem<int32_t> : IntElem<int32_t> {};
+template <>
+struct Elem<int64_t> : IntElem<int64_t> {};
+template <>
+struct Elem<uint8_t> : IntElem<uint8_t> {};
 
 template <typename S, typename D>
 void copy_typed(const Tensor& src, const Tensor& dst) {
@@ -56,14 +59,30 @@ void copy_typed(const Tensor& src, const Tensor& dst) {
 template <typename Fn>
 void dispatch_any(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: fn(float{}); return;
-    case DType::BF16: fn(bf16{}); return;
-    case DType::F16: fn(f16{}); return;
-    case DType::F8E4M3: fn(f8e4m3{}); return;
-    case DType::F8E5M2: fn(f8e5m2{}); return;
-    case DType::I32: fn(int32_t{}); return;
-    case DType::I64: fn(int64_t{}); return;
-    case DType::U8: fn(uint8_t{}); return;
+    case DType::F32:
+      fn(float{});
+      return;
+    case DType::BF16:
+      fn(bf16{});
+      return;
+    case DType::F16:
+      fn(f16{});
+      return;
+    case DType::F8E4M3:
+      fn(f8e4m3{});
+      return;
+    case DType::F8E5M2:
+      fn(f8e5m2{});
+      return;
+    case DType::I32:
+      fn(int32_t{});
+      return;
+    case DType::I64:
+      fn(int64_t{});
+      return;
+    case DType::U8:
+      fn(uint8_t{});
+      return;
   }
 }
 

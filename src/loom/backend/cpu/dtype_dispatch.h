@@ -9,9 +9,15 @@ namespace loom::cpu {
 template <typename Fn>
 void dispatch_float(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: fn(float{}); return;
-    case DType::BF16: fn(bf16{}); return;
-    case DType::F16: fn(f16{}); return;
+    case DType::F32:
+      fn(float{});
+      return;
+    case DType::BF16:
+      fn(bf16{});
+      return;
+    case DType::F16:
+      fn(f16{});
+      return;
     default:
       LOOM_FAIL() << kernel << ": unsupported dtype " << dtype_name(dtype)
                   << " (expected f32, bf16 or f16)";

@@ -24,15 +24,16 @@ void map1(const Tensor& x, const Tensor& out, int64_t cost, F f) {
   T* os = static_cast<T*>(out.data_ptr());
   // flatten: the element function must be inlined into these loops, or they cannot be
   // vectorised (GCC otherwise calls it once per element when it is used in several loops).
-  cpu::for_each_row(L, cost, [&](auto off, int64_t n, auto st) __attribute__((flatten)) {
-    const T* xp = xs + off[0];
-    T* op = os + off[1];
-    if (st[0] == 1 && st[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) op[i] = from_f32<T>(f(to_f32(xp[i])));
-    } else {
-      for (int64_t i = 0; i < n; ++i) op[i * st[1]] = from_f32<T>(f(to_f32(xp[i * st[0]])));
-    }
-  });
+  cpu::for_each_row(
+      L, cost, [&](auto off, int64_t n, auto st) __attribute__((flatten)) {
+        const T* xp = xs + off[0];
+        T* op = os + off[1];
+        if (st[0] == 1 && st[1] == 1) {
+          for (int64_t i = 0; i < n; ++i) op[i] = from_f32<T>(f(to_f32(xp[i])));
+        } else {
+          for (int64_t i = 0; i < n; ++i) op[i * st[1]] = from_f32<T>(f(to_f32(xp[i * st[0]])));
+        }
+      });
 }
 
 // out = f(a, b) over strided a, b and out.
@@ -44,20 +45,21 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
   T* os = static_cast<T*>(out.data_ptr());
   // flatten: the element function must be inlined into these loops, or they cannot be
   // vectorised (GCC otherwise calls it once per element when it is used in several loops).
-  cpu::for_each_row(L, cost, [&](auto off, int64_t n, auto st) __attribute__((flatten)) {
-    const T* ap = as + off[0];
-    const T* bp = bs + off[1];
-    T* op = os + off[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) op[i] = from_f32<T>(f(to_f32(ap[i]), to_f32(bp[i])));
-    } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
-      const float bv = to_f32(bp[0]);
-      for (int64_t i = 0; i < n; ++i) op[i] = from_f32<T>(f(to_f32(ap[i]), bv));
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        op[i * st[2]] = from_f32<T>(f(to_f32(ap[i * st[0]]), to_f32(bp[i * st[1]])));
-    }
-  });
+  cpu::for_each_row(
+      L, cost, [&](auto off, int64_t n, auto st) __attribute__((flatten)) {
+        const T* ap = as + off[0];
+        const T* bp = bs + off[1];
+        T* op = os + off[2];
+        if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+          for (int64_t i = 0; i < n; ++i) op[i] = from_f32<T>(f(to_f32(ap[i]), to_f32(bp[i])));
+        } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+          const float bv = to_f32(bp[0]);
+          for (int64_t i = 0; i < n; ++i) op[i] = from_f32<T>(f(to_f32(ap[i]), bv));
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            op[i * st[2]] = from_f32<T>(f(to_f32(ap[i * st[0]]), to_f32(bp[i * st[1]])));
+        }
+      });
 }
 
 // GELU, tanh approximation, through 0.5 (1 + tanh(u)) = sigmoid(2u): one exp and one
@@ -65,7 +67,9 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
 [[gnu::always_inline]] inline float gelu_sigmoid(float x) {  // sigmoid(2u), u = k (x + c x^3)
   return 1.0f / (1.0f + cpu::fast_exp(-2.0f * kSqrt2OverPi * x * (1.0f + kGeluCoeff * x * x)));
 }
-[[gnu::always_inline]] inline float gelu_tanh(float x) { return x * gelu_sigmoid(x); }
+[[gnu::always_inline]] inline float gelu_tanh(float x) {
+  return x * gelu_sigmoid(x);
+}
 [[gnu::always_inline]] inline float gelu_tanh_grad(float x) {
   const float s = gelu_sigmoid(x);
   return s + x * s * (1.0f - s) * (2.0f * kSqrt2OverPi) * (1.0f + 3.0f * kGeluCoeff * x * x);
@@ -89,18 +93,42 @@ void CpuBackend::unary(UnaryOp op, double alpha_d, const Tensor& x, const Tensor
   cpu::dispatch_float(x.dtype(), "unary", [&](auto z) {
     using T = decltype(z);
     switch (op) {
-      case UnaryOp::Neg: map1<T>(x, out, 1, [](float v) { return -v; }); break;
-      case UnaryOp::Exp: map1<T>(x, out, 10, [](float v) { return cpu::fast_exp(v); }); break;
-      case UnaryOp::Log: map1<T>(x, out, 20, [](float v) { return std::log(v); }); break;
-      case UnaryOp::Sqrt: map1<T>(x, out, 10, [](float v) { return std::sqrt(v); }); break;
-      case UnaryOp::Rsqrt: map1<T>(x, out, 10, [](float v) { return 1.0f / std::sqrt(v); }); break;
-      case UnaryOp::Tanh: map1<T>(x, out, 15, [](float v) { return cpu::fast_tanh(v); }); break;
-      case UnaryOp::Gelu: map1<T>(x, out, 20, [](float v) { return gelu_tanh(v); }); break;
-      case UnaryOp::Silu: map1<T>(x, out, 15, [](float v) { return v * cpu::fast_sigmoid(v); }); break;
-      case UnaryOp::Pow: map1<T>(x, out, 30, [=](float v) { return std::pow(v, alpha); }); break;
-      case UnaryOp::AddScalar: map1<T>(x, out, 1, [=](float v) { return v + alpha; }); break;
-      case UnaryOp::MulScalar: map1<T>(x, out, 1, [=](float v) { return v * alpha; }); break;
-      case UnaryOp::Relu: map1<T>(x, out, 1, [](float v) { return v > 0.0f ? v : 0.0f; }); break;
+      case UnaryOp::Neg:
+        map1<T>(x, out, 1, [](float v) { return -v; });
+        break;
+      case UnaryOp::Exp:
+        map1<T>(x, out, 10, [](float v) { return cpu::fast_exp(v); });
+        break;
+      case UnaryOp::Log:
+        map1<T>(x, out, 20, [](float v) { return std::log(v); });
+        break;
+      case UnaryOp::Sqrt:
+        map1<T>(x, out, 10, [](float v) { return std::sqrt(v); });
+        break;
+      case UnaryOp::Rsqrt:
+        map1<T>(x, out, 10, [](float v) { return 1.0f / std::sqrt(v); });
+        break;
+      case UnaryOp::Tanh:
+        map1<T>(x, out, 15, [](float v) { return cpu::fast_tanh(v); });
+        break;
+      case UnaryOp::Gelu:
+        map1<T>(x, out, 20, [](float v) { return gelu_tanh(v); });
+        break;
+      case UnaryOp::Silu:
+        map1<T>(x, out, 15, [](float v) { return v * cpu::fast_sigmoid(v); });
+        break;
+      case UnaryOp::Pow:
+        map1<T>(x, out, 30, [=](float v) { return std::pow(v, alpha); });
+        break;
+      case UnaryOp::AddScalar:
+        map1<T>(x, out, 1, [=](float v) { return v + alpha; });
+        break;
+      case UnaryOp::MulScalar:
+        map1<T>(x, out, 1, [=](float v) { return v * alpha; });
+        break;
+      case UnaryOp::Relu:
+        map1<T>(x, out, 1, [](float v) { return v > 0.0f ? v : 0.0f; });
+        break;
     }
   });
 }
@@ -116,10 +144,18 @@ void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, con
       map2<T>(x, gout, gx, cost, [=](float v, float g) { return g * dfdx(v); });
     };
     switch (op) {
-      case UnaryOp::Neg: run(1, [](float) { return -1.0f; }); break;
-      case UnaryOp::Exp: run(10, [](float v) { return cpu::fast_exp(v); }); break;
-      case UnaryOp::Log: run(2, [](float v) { return 1.0f / v; }); break;
-      case UnaryOp::Sqrt: run(10, [](float v) { return 0.5f / std::sqrt(v); }); break;
+      case UnaryOp::Neg:
+        run(1, [](float) { return -1.0f; });
+        break;
+      case UnaryOp::Exp:
+        run(10, [](float v) { return cpu::fast_exp(v); });
+        break;
+      case UnaryOp::Log:
+        run(2, [](float v) { return 1.0f / v; });
+        break;
+      case UnaryOp::Sqrt:
+        run(10, [](float v) { return 0.5f / std::sqrt(v); });
+        break;
       case UnaryOp::Rsqrt:
         run(10, [](float v) { return -0.5f / (v * std::sqrt(v)); });
         break;
@@ -129,12 +165,24 @@ void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, con
           return 1.0f - t * t;
         });
         break;
-      case UnaryOp::Gelu: run(25, [](float v) { return gelu_tanh_grad(v); }); break;
-      case UnaryOp::Silu: run(15, [](float v) { return silu_grad(v); }); break;
-      case UnaryOp::Pow: run(30, [=](float v) { return alpha * std::pow(v, alpha - 1.0f); }); break;
-      case UnaryOp::AddScalar: run(1, [](float) { return 1.0f; }); break;
-      case UnaryOp::MulScalar: run(1, [=](float) { return alpha; }); break;
-      case UnaryOp::Relu: run(1, [](float v) { return v > 0.0f ? 1.0f : 0.0f; }); break;
+      case UnaryOp::Gelu:
+        run(25, [](float v) { return gelu_tanh_grad(v); });
+        break;
+      case UnaryOp::Silu:
+        run(15, [](float v) { return silu_grad(v); });
+        break;
+      case UnaryOp::Pow:
+        run(30, [=](float v) { return alpha * std::pow(v, alpha - 1.0f); });
+        break;
+      case UnaryOp::AddScalar:
+        run(1, [](float) { return 1.0f; });
+        break;
+      case UnaryOp::MulScalar:
+        run(1, [=](float) { return alpha; });
+        break;
+      case UnaryOp::Relu:
+        run(1, [](float v) { return v > 0.0f ? 1.0f : 0.0f; });
+        break;
     }
   });
 }
@@ -149,8 +197,8 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
   LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
       << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
   const int64_t rows = pre.size(0), n = pre.size(1);
-  LOOM_CHECK(!gbias.defined() || (gbias.numel() == n && gbias.dtype() == pre.dtype() &&
-                                  gbias.is_contiguous()))
+  LOOM_CHECK(!gbias.defined() ||
+             (gbias.numel() == n && gbias.dtype() == pre.dtype() && gbias.is_contiguous()))
       << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
   const int64_t sx = pre.stride(0), sg = gout.stride(0), so = gpre.stride(0);
   // Chunks of a fixed number of rows, each summing its rows' gpre (as stored) into f64 column
@@ -172,7 +220,8 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
           const T* x = xs + r * sx;
           const T* g = gs + r * sg;
           T* o = os + r * so;
-          for (int64_t c = 0; c < n; ++c) o[c] = from_f32<T>(to_f32(g[c]) * gelu_tanh_grad(to_f32(x[c])));
+          for (int64_t c = 0; c < n; ++c)
+            o[c] = from_f32<T>(to_f32(g[c]) * gelu_tanh_grad(to_f32(x[c])));
         }
         if (!partial) continue;
         // The chunk's gpre was just written (and is still in cache): add it up, four rows per
@@ -209,10 +258,18 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   cpu::dispatch_float(a.dtype(), "binary", [&](auto z) {
     using T = decltype(z);
     switch (op) {
-      case BinaryOp::Add: map2<T>(a, b, out, 1, [](float x, float y) { return x + y; }); break;
-      case BinaryOp::Sub: map2<T>(a, b, out, 1, [](float x, float y) { return x - y; }); break;
-      case BinaryOp::Mul: map2<T>(a, b, out, 1, [](float x, float y) { return x * y; }); break;
-      case BinaryOp::Div: map2<T>(a, b, out, 2, [](float x, float y) { return x / y; }); break;
+      case BinaryOp::Add:
+        map2<T>(a, b, out, 1, [](float x, float y) { return x + y; });
+        break;
+      case BinaryOp::Sub:
+        map2<T>(a, b, out, 1, [](float x, float y) { return x - y; });
+        break;
+      case BinaryOp::Mul:
+        map2<T>(a, b, out, 1, [](float x, float y) { return x * y; });
+        break;
+      case BinaryOp::Div:
+        map2<T>(a, b, out, 2, [](float x, float y) { return x / y; });
+        break;
     }
   });
 }

@@ -15,8 +15,8 @@ void check_indices(const char* op, const Tensor& index, int64_t limit, int64_t d
   const int64_t* ip = index.data<int64_t>();
   for (int64_t i = 0; i < index.numel(); ++i)
     LOOM_CHECK(ip[i] >= 0 && ip[i] < limit)
-        << op << ": index " << ip[i] << " at position " << i << " is out of range for dim "
-        << dim << " of size " << limit << " (tensor shape " << shape << ")";
+        << op << ": index " << ip[i] << " at position " << i << " is out of range for dim " << dim
+        << " of size " << limit << " (tensor shape " << shape << ")";
 }
 
 // (outer, size of dim, inner) of a contiguous shape.
@@ -47,8 +47,7 @@ void CpuBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index,
   });
 }
 
-void CpuBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index,
-                           const Tensor& src) {
+void CpuBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   check_indices("index_add", index, out.size(dim), dim, out.shape());
   int64_t outer, inner;
   split_at(out.shape(), dim, outer, inner);

@@ -462,8 +462,7 @@ enum class Chunks { None, Rows, Cols };
 constexpr int64_t kChunk = 256;
 
 Chunks chunking(const Problem& p) {
-  if (p.a.dtype != DType::F32 || p.out.batch != 1 || omp_in_parallel() ||
-      omp_get_max_threads() < 2)
+  if (p.a.dtype != DType::F32 || p.out.batch != 1 || omp_in_parallel() || omp_get_max_threads() < 2)
     return Chunks::None;
   const int64_t m = p.out.rows, n = p.out.cols, k = p.a.cols;
   if (n >= 128 && n <= 256 && m >= 8 * kChunk) return Chunks::Rows;
@@ -475,7 +474,8 @@ void run_in_chunks(const Problem& p, Chunks along) {
   const bool rows = along == Chunks::Rows;
   const int64_t extent = rows ? p.out.rows : p.out.cols;
   const int64_t chunks = (extent + kChunk - 1) / kChunk;
-  const int64_t in_elem = int64_t(dtype_size(p.a.dtype)), out_elem = int64_t(dtype_size(p.out.dtype));
+  const int64_t in_elem = int64_t(dtype_size(p.a.dtype)),
+                out_elem = int64_t(dtype_size(p.out.dtype));
   std::exception_ptr error;
   // Dynamic: a thread slowed by the machine's other load takes fewer chunks.
 #pragma omp parallel for schedule(dynamic, 1)
@@ -537,8 +537,8 @@ void run_in_inner_parts(const Problem& p) {
       part.b.data += k0 * p.b.rs * elem;
       part.b.rows = k1 - k0;
       if (t > 0) {
-        part.out = MatrixView{reinterpret_cast<char*>(partials + (t - 1) * m * n), DType::F32, 1, m, n,
-                              m * n, n, 1};
+        part.out = MatrixView{
+            reinterpret_cast<char*>(partials + (t - 1) * m * n), DType::F32, 1, m, n, m * n, n, 1};
         part.bias = BiasView{};
       }
       execute_part(part);

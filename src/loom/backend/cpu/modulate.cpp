@@ -25,7 +25,8 @@ void CpuBackend::modulate_forward(const Tensor& x, const Tensor& shift, const Te
         const E* xr = xp + row * C;
         E* orow = op + row * C;
         for (int64_t c = 0; c < C; ++c)
-          orow[c] = from_f32<E>(to_f32(xr[c]) * (1.0f + to_f32(sc[n * C + c])) + to_f32(sh[n * C + c]));
+          orow[c] =
+              from_f32<E>(to_f32(xr[c]) * (1.0f + to_f32(sc[n * C + c])) + to_f32(sh[n * C + c]));
       }
     });
   });
@@ -164,7 +165,8 @@ void CpuBackend::gated_residual_forward(const Tensor& x, const Tensor& gate, con
         const E* gr = gp + row / T * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c)
-          op[row * C + c] = from_f32<E>(to_f32(xp[row * C + c]) + to_f32(gr[c]) * to_f32(hp[row * C + c]));
+          op[row * C + c] =
+              from_f32<E>(to_f32(xp[row * C + c]) + to_f32(gr[c]) * to_f32(hp[row * C + c]));
       }
     });
   });

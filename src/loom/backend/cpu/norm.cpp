@@ -23,7 +23,9 @@ struct ParamGradPartials {
   int threads, C, parts;
   ParamGradPartials(int threads_, int64_t C_, int parts_)
       : data(size_t(threads_) * size_t(C_) * size_t(parts_), 0.0),
-        threads(threads_), C(int(C_)), parts(parts_) {}
+        threads(threads_),
+        C(int(C_)),
+        parts(parts_) {}
   double* slot(int thread, int part) { return data.data() + (size_t(thread) * parts + part) * C; }
   double total(int part, int64_t c) {
     double s = 0;
@@ -128,8 +130,8 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
   });
 }
 
-void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, float eps,
-                                  const Tensor& y, const Tensor& rstd) {
+void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
+                                  const Tensor& rstd) {
   const int64_t rows = x.size(0), C = x.size(1);
   cpu::dispatch_float(x.dtype(), "rms_norm", [&](auto z) {
     using T = decltype(z);

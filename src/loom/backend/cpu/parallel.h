@@ -14,7 +14,8 @@ void parallel_for(int64_t n, int64_t cost_per_item, Fn fn) {
   if (n <= 0) return;
   const int64_t work = n * std::max<int64_t>(cost_per_item, 1);
   const int max_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int threads = int(std::min<int64_t>({int64_t(max_threads), n, std::max<int64_t>(work / 32768, 1)}));
+  const int threads =
+      int(std::min<int64_t>({int64_t(max_threads), n, std::max<int64_t>(work / 32768, 1)}));
   if (threads <= 1) {
     fn(int64_t(0), n);
     return;

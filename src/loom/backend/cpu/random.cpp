@@ -25,8 +25,9 @@ void CpuBackend::random(RandomDist dist, uint64_t key, const Shape& global_shape
           rest /= shape[size_t(d)];
           global += (c + start[size_t(d)]) * global_strides[size_t(d)];
         }
-        const float v = dist == RandomDist::Normal ? a + b * normal_at(key, uint64_t(global))
-                                                   : a + (b - a) * uniform_at(key, uint64_t(global));
+        const float v = dist == RandomDist::Normal
+                            ? a + b * normal_at(key, uint64_t(global))
+                            : a + (b - a) * uniform_at(key, uint64_t(global));
         p[i] = from_f32<T>(v);
       }
     });

@@ -13,8 +13,8 @@ namespace loom {
 
 void CpuBackend::reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out,
                              const Tensor& argmax) {
-  LOOM_CHECK(x.dim() == 2 && x.is_contiguous()) << "reduce_rows: expected contiguous (rows, n), got "
-                                                << x.shape();
+  LOOM_CHECK(x.dim() == 2 && x.is_contiguous())
+      << "reduce_rows: expected contiguous (rows, n), got " << x.shape();
   const int64_t rows = x.size(0), n = x.size(1);
   LOOM_CHECK(out.numel() == rows && out.dtype() == x.dtype())
       << "reduce_rows: output " << out.shape() << " for input " << x.shape();

@@ -22,7 +22,8 @@ class ScratchBuffer {
     release();
     count_ = count;
     if (count_) {
-      data_ = static_cast<float*>(host_allocator().allocate(count_ * sizeof(float), MemCategory::Other));
+      data_ = static_cast<float*>(
+          host_allocator().allocate(count_ * sizeof(float), MemCategory::Other));
     }
   }
   float* data() { return data_; }

@@ -11,9 +11,9 @@ namespace loom::cpu {
 
 template <size_t N>
 struct StridedLayout {
-  Shape shape;                           // coalesced; at least one dim
-  std::array<Shape, N> strides;          // per operand, in elements
-  int64_t rows() const {                 // product of all but the last dim
+  Shape shape;                   // coalesced; at least one dim
+  std::array<Shape, N> strides;  // per operand, in elements
+  int64_t rows() const {         // product of all but the last dim
     int64_t r = 1;
     for (size_t d = 0; d + 1 < shape.size(); ++d) r *= shape[d];
     return r;

@@ -41,6 +41,8 @@ namespace loom::cpu {
   return std::fabs(x) < 0.0625f ? small : t;
 }
 
-[[gnu::always_inline]] inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+[[gnu::always_inline]] inline float fast_sigmoid(float x) {
+  return 1.0f / (1.0f + fast_exp(-x));
+}
 
 }  // namespace loom::cpu

@@ -57,9 +57,9 @@ Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
 
 DitBlock::DitBlock(const DitConfig& c) {
   const int64_t D = c.width;
-  attn = register_module("attn", std::make_shared<nn::Attention>(
-                                     nn::AttentionConfig{D, c.heads, c.heads, false, 0.0, true,
-                                                         nn::Init::xavier_uniform()}));
+  attn = register_module("attn",
+                         std::make_shared<nn::Attention>(nn::AttentionConfig{
+                             D, c.heads, c.heads, false, 0.0, true, nn::Init::xavier_uniform()}));
   mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, int64_t(double(D) * c.mlp_ratio)));
   ada = register_module("ada", std::make_shared<nn::Linear>(D, 6 * D, true, nn::Init::zeros()));
 }
@@ -67,7 +67,8 @@ DitBlock::DitBlock(const DitConfig& c) {
 Tensor DitBlock::forward(const Tensor& x, const Tensor& c) const {
   auto mod = split(ada->forward(silu(c)), c.size(-1), -1);  // 6 x (B, D)
   // x, h, x1: (B, T, D); c: (B, D); mod: shift, scale, gate for attn, then for mlp.
-  Tensor h = attn->forward(layer_norm_modulate(x, contiguous(mod[0]), contiguous(mod[1]), kNormEps));
+  Tensor h =
+      attn->forward(layer_norm_modulate(x, contiguous(mod[0]), contiguous(mod[1]), kNormEps));
   Tensor x1 = gated_residual(x, contiguous(mod[2]), h);
   h = mlp->forward(layer_norm_modulate(x1, contiguous(mod[3]), contiguous(mod[4]), kNormEps));
   return gated_residual(x1, contiguous(mod[5]), h);
@@ -77,13 +78,17 @@ Dit::Dit(const DitConfig& c) : config(c) {
   config.validate();
   const int64_t D = c.width, p = c.patch;
   patch_embed = register_module(
-      "patch_embed", std::make_shared<nn::Linear>(c.channels * p * p, D, true, nn::Init::xavier_uniform()));
-  t_fc1 = register_module("t_embed.fc1", std::make_shared<nn::Linear>(256, D, true, nn::Init::normal(0.02f)));
-  t_fc2 = register_module("t_embed.fc2", std::make_shared<nn::Linear>(D, D, true, nn::Init::normal(0.02f)));
+      "patch_embed",
+      std::make_shared<nn::Linear>(c.channels * p * p, D, true, nn::Init::xavier_uniform()));
+  t_fc1 = register_module("t_embed.fc1",
+                          std::make_shared<nn::Linear>(256, D, true, nn::Init::normal(0.02f)));
+  t_fc2 = register_module("t_embed.fc2",
+                          std::make_shared<nn::Linear>(D, D, true, nn::Init::normal(0.02f)));
   y_embed = register_module("y_embed", std::make_shared<nn::Embedding>(c.num_classes + 1, D));
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<DitBlock>(c)));
-  final_ada = register_module("final.ada", std::make_shared<nn::Linear>(D, 2 * D, true, nn::Init::zeros()));
+  final_ada =
+      register_module("final.ada", std::make_shared<nn::Linear>(D, 2 * D, true, nn::Init::zeros()));
   final_linear = register_module(
       "final.linear", std::make_shared<nn::Linear>(D, p * p * c.channels, true, nn::Init::zeros()));
   pos_embed = sincos_pos_embed_2d(D, c.image_size / p);  // (T, D), T = (image_size / p)^2
@@ -110,8 +115,8 @@ Dit::Embedded Dit::embed(const Tensor& x, const Tensor& t, const Tensor& y) cons
   LOOM_CHECK(t.shape() == Shape{B} && y.shape() == Shape{B})
       << "dit: t " << t.shape() << " and y " << y.shape() << " must be (" << B << ")";
   // Patchify: (B, C, g, p, g, p) -> (B, g, g, C, p, p) -> (B, T, C p p).
-  Tensor patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
-                           {B, g * g, C * p * p});
+  Tensor patches =
+      reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}), {B, g * g, C * p * p});
   Tensor h = add(patch_embed->forward(patches), pos_embed);  // (B, T, D)
   // Conditioning: timestep (scaled to DiT's 0..1000 range) MLP plus class embedding.
   // t (B) -> sinusoid (B, 256) -> temb (B, D); y (B) -> (B, D).

@@ -146,7 +146,7 @@ Tensor Gpt::embed(const Tensor& ids, const Tensor& positions) const {
 }
 
 Tensor Gpt::head(const Tensor& h) const {
-  Tensor n = apply_norm(*norm_f, config.is_llama(), h);                 // (B, T, C)
+  Tensor n = apply_norm(*norm_f, config.is_llama(), h);          // (B, T, C)
   return lm_head ? lm_head->forward(n) : tied_head->forward(n);  // (B, T, V)
 }
 
@@ -160,7 +160,8 @@ Tensor Gpt::run_blocks(Tensor h, const Tensor& positions, int64_t begin, int64_t
   for (int64_t i = begin; i < end; ++i) {
     const auto& block = blocks[size_t(i)];
     // Through call(): parallelism applied from outside wraps each block's forward.
-    h = block->call({h}, [&block, positions](const auto& in) { return block->forward(in[0], positions); });
+    h = block->call(
+        {h}, [&block, positions](const auto& in) { return block->forward(in[0], positions); });
   }
   return h;
 }

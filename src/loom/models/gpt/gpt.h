@@ -92,8 +92,8 @@ class Gpt : public nn::Module {
   // output projection row-parallel; the token embedding, the head and the loss split over the
   // vocabulary; norms and the position embedding stay whole.
   nn::ParallelPlan parallel_plan() const;
-  std::shared_ptr<nn::Module> norm_f;   // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
-  std::shared_ptr<nn::Linear> lm_head;  // (V, C), no bias; null when tied to tok_embed
+  std::shared_ptr<nn::Module> norm_f;             // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
+  std::shared_ptr<nn::Linear> lm_head;            // (V, C), no bias; null when tied to tok_embed
   std::shared_ptr<nn::TiedProjection> tied_head;  // with tied embeddings: logits = h tok_embed^T
   std::shared_ptr<nn::CrossEntropy> criterion;    // the loss of loss()
 };

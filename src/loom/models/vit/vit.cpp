@@ -17,8 +17,9 @@ void VitConfig::validate() const {
 VitBlock::VitBlock(const VitConfig& c) {
   const int64_t D = c.width;
   norm1 = register_module("norm1", std::make_shared<nn::LayerNorm>(D));
-  attn = register_module("attn", std::make_shared<nn::Attention>(nn::AttentionConfig{
-                                     D, c.heads, c.heads, false, 0.0, true, nn::Init::xavier_uniform()}));
+  attn = register_module("attn",
+                         std::make_shared<nn::Attention>(nn::AttentionConfig{
+                             D, c.heads, c.heads, false, 0.0, true, nn::Init::xavier_uniform()}));
   norm2 = register_module("norm2", std::make_shared<nn::LayerNorm>(D));
   mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, int64_t(double(D) * c.mlp_ratio)));
 }
@@ -51,8 +52,8 @@ Tensor Vit::features(const Tensor& x) const {
   const int64_t B = x.size(0), C = config.channels, p = config.patch, g = config.image_size / p;
   LOOM_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == config.image_size &&
              x.size(3) == config.image_size)
-      << "vit: expected images (B, " << C << ", " << config.image_size << ", "
-      << config.image_size << "), got " << x.shape();
+      << "vit: expected images (B, " << C << ", " << config.image_size << ", " << config.image_size
+      << "), got " << x.shape();
   Tensor patches;
   if (stem1) {
     const int64_t S = config.stem_channels;
@@ -60,12 +61,12 @@ Tensor Vit::features(const Tensor& x) const {
     h = gelu(stem_norm1->forward(stem1->forward(h)));
     h = gelu(stem_norm2->forward(stem2->forward(h)));  // (B, H, W, S)
     // (B, g, p, g, p, S) -> (B, g, g, p, p, S) -> (B, T, p p S), T = g g tokens
-    patches = reshape(permute(reshape(h, {B, g, p, g, p, S}), {0, 1, 3, 2, 4, 5}),
-                      {B, g * g, p * p * S});
+    patches =
+        reshape(permute(reshape(h, {B, g, p, g, p, S}), {0, 1, 3, 2, 4, 5}), {B, g * g, p * p * S});
   } else {
     // (B, C, g, p, g, p) -> (B, g, g, C, p, p) -> (B, T, C p p)
-    patches = reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}),
-                      {B, g * g, C * p * p});
+    patches =
+        reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}), {B, g * g, C * p * p});
   }
   Tensor h = add(patch_embed->forward(patches), pos_embed->weight);  // (B, T, D) + (T, D)
   for (const auto& block : blocks)
@@ -74,8 +75,12 @@ Tensor Vit::features(const Tensor& x) const {
 }
 
 // (B, D) features -> (B, K) logits, K = num_classes.
-Tensor Vit::logits_from_features(const Tensor& f) const { return head->forward(f); }
+Tensor Vit::logits_from_features(const Tensor& f) const {
+  return head->forward(f);
+}
 
-Tensor Vit::forward(const Tensor& x) const { return logits_from_features(features(x)); }
+Tensor Vit::forward(const Tensor& x) const {
+  return logits_from_features(features(x));
+}
 
 }  // namespace loom::models

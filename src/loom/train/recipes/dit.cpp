@@ -52,8 +52,7 @@ Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
       last_line = now;
       const double s = std::chrono::duration<double>(now - start).count();
       std::printf("sampling: %lld/%lld images (%lld steps each) | %s elapsed | ETA %s\n",
-                  (long long)(at + n), (long long)N, (long long)o.steps,
-                  format_duration(s).c_str(),
+                  (long long)(at + n), (long long)N, (long long)o.steps, format_duration(s).c_str(),
                   format_duration(s / double(at + n) * double(N - at - n)).c_str());
       std::fflush(stdout);
     }
@@ -89,14 +88,14 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
 
 }  // namespace
 
-
 namespace {
 
 class DitRecipe : public Recipe {
  public:
   explicit DitRecipe(const Config& cfg)
       : cfg_(cfg), data_(fashion_mnist(cfg.data.path, /*train=*/true)), model_(cfg.dit) {
-    LOOM_CHECK(data_.images.size(1) == cfg.dit.channels && data_.images.size(2) == cfg.dit.image_size)
+    LOOM_CHECK(data_.images.size(1) == cfg.dit.channels &&
+               data_.images.size(2) == cfg.dit.image_size)
         << "dataset images " << data_.images.shape() << " do not match model.channels "
         << cfg.dit.channels << " and model.image_size " << cfg.dit.image_size;
     LOOM_CHECK(data_.num_classes <= cfg.dit.num_classes)
@@ -119,9 +118,9 @@ class DitRecipe : public Recipe {
     run_ = &run;
     // Of the master weights this rank holds; samples use the gathered whole.
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
-    sampler_ = std::make_unique<Sampler>(data_.images.size(0), cfg_.train.batch_size / run.dp.size(),
-                                         cfg_.run.seed, /*shuffle=*/true, run.dp.rank(),
-                                         run.dp.size());
+    sampler_ =
+        std::make_unique<Sampler>(data_.images.size(0), cfg_.train.batch_size / run.dp.size(),
+                                  cfg_.run.seed, /*shuffle=*/true, run.dp.rank(), run.dp.size());
   }
   std::vector<PieceState> piece_state() override {
     std::vector<Tensor> values;
@@ -129,7 +128,8 @@ class DitRecipe : public Recipe {
     return {{"ema", values}};
   }
   void resume(const Json& state) override {
-    sampler_->set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+    sampler_->set_state(
+        {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
   }
 
   Batch make_batch(const Slot&) override {
@@ -137,8 +137,8 @@ class DitRecipe : public Recipe {
     const Tensor index = from_vector(idx, {int64_t(idx.size())});
     NoGradGuard no_grad;
     const Sampler::State next = sampler_->state();  // where the data resumes after this batch
-    return {index_select(data_.images, 0, index),  // (B, C, H, W)
-            index_select(data_.labels, 0, index),  // (B)
+    return {index_select(data_.images, 0, index),   // (B, C, H, W)
+            index_select(data_.labels, 0, index),   // (B)
             Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
   }
   Tensor loss(const Batch& b, const Slot& s) override {
@@ -160,7 +160,7 @@ class DitRecipe : public Recipe {
     const int64_t T = cfg_.dit.tokens();
     auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
     auto tokens = [T](const Tensor& a) { return contiguous(narrow(a, 1, 0, T)); };  // (B, T, D)
-    auto conditioning = [T](const Tensor& a) {  // (B, D)
+    auto conditioning = [T](const Tensor& a) {                                      // (B, D)
       return contiguous(squeeze(narrow(a, 1, T, 1), 1));
     };
     const models::Dit& model = model_;
@@ -197,8 +197,12 @@ class DitRecipe : public Recipe {
     // Samples from the EMA weights: one row per class.
     models::Dit ema_model(cfg_.dit);
     load_state_dict(ema_model, as_map(ema_weights), "ema");
-    const DitSampleOptions so{cfg_.sample.per_class, cfg_.sample.steps, cfg_.sample.cfg_scale,
-                              cfg_.sample.heun,      cfg_.run.seed,     cfg_.run_dir() + "/samples.png",
+    const DitSampleOptions so{cfg_.sample.per_class,
+                              cfg_.sample.steps,
+                              cfg_.sample.cfg_scale,
+                              cfg_.sample.heun,
+                              cfg_.run.seed,
+                              cfg_.run_dir() + "/samples.png",
                               ""};
     write_samples(ema_model, so);
     if (cfg_.eval.classifier.empty()) return;

@@ -18,8 +18,8 @@ DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_
                         const DitSampleOptions& options) {
   auto classifier = load_classifier(classifier_dir);
   const int64_t classes = model.config.num_classes;
-  LOOM_CHECK(num_samples >= classes) << "eval: need at least " << classes << " samples, got "
-                                     << num_samples;
+  LOOM_CHECK(num_samples >= classes)
+      << "eval: need at least " << classes << " samples, got " << num_samples;
   std::vector<int64_t> y;
   for (int64_t i = 0; i < num_samples; ++i) y.push_back(i % classes);  // class-balanced
   Tensor labels = from_vector(y, {num_samples});

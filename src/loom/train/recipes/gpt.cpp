@@ -42,7 +42,8 @@ TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
   return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt.context + 2);
 }
 
-Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t T) {
+Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
+                   int64_t T) {
   auto [ids, targets] = gather_windows(tokens, starts, T);  // (B, T) each
   return {ids, targets, Json()};
 }
@@ -242,7 +243,8 @@ class GptRecipe : public Recipe {
 
   Batch make_batch(const Slot& s) override {
     const int64_t T = cfg_.gpt.context, n = int64_t(data_.train.size());
-    const uint64_t key = RngKey{cfg_.run.seed, "lm.windows", "step " + std::to_string(s.step)}.hash();
+    const uint64_t key =
+        RngKey{cfg_.run.seed, "lm.windows", "step " + std::to_string(s.step)}.hash();
     std::vector<int64_t> starts(static_cast<size_t>(s.count));
     for (int64_t b = 0; b < s.count; ++b) starts[size_t(b)] = window_start(key, s.first + b, n, T);
     return window_batch(data_.train, starts, T);
@@ -260,8 +262,8 @@ class GptRecipe : public Recipe {
   Json evaluate(int64_t step) override {
     const auto t0 = std::chrono::steady_clock::now();
     AutocastGuard exact(DType::F32);  // held-out figures in full precision
-    const LmEvalResult r = evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_,
-                                            data_.val, periodic_windows_, cfg_.train.batch_size);
+    const LmEvalResult r = evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
+                                            periodic_windows_, cfg_.train.batch_size);
     std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1), eval_line(r).c_str(),
                 seconds_since(t0));
     return eval_json(r);
@@ -270,10 +272,9 @@ class GptRecipe : public Recipe {
   void finish(const RunSummary& summary) override {
     // The final held-out loss, over the whole held-out split.
     const auto t0 = std::chrono::steady_clock::now();
-    const LmEvalResult r =
-        evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
-                         eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, 0),
-                         cfg_.train.batch_size);
+    const LmEvalResult r = evaluate_over_dp(
+        run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
+        eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, 0), cfg_.train.batch_size);
     // The text sample runs on the main rank alone, on a full copy of the weights (collective).
     std::unique_ptr<models::Gpt> full_model;
     if (cfg_.lm_sample.tokens > 0) {

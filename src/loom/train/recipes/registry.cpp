@@ -21,14 +21,23 @@ struct Registered {
 };
 
 const std::array<Registered, 3> kRecipes = {{
-    {"dit", make_dit_recipe,
-     [](const Config& c) -> std::unique_ptr<nn::Module> { return std::make_unique<models::Dit>(c.dit); },
+    {"dit",
+     make_dit_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> {
+       return std::make_unique<models::Dit>(c.dit);
+     },
      {"ema"}},
-    {"gpt", make_gpt_recipe,
-     [](const Config& c) -> std::unique_ptr<nn::Module> { return std::make_unique<models::Gpt>(c.gpt); },
+    {"gpt",
+     make_gpt_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> {
+       return std::make_unique<models::Gpt>(c.gpt);
+     },
      {}},
-    {"vit_classifier", make_vit_classifier_recipe,
-     [](const Config& c) -> std::unique_ptr<nn::Module> { return std::make_unique<models::Vit>(c.vit); },
+    {"vit_classifier",
+     make_vit_classifier_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> {
+       return std::make_unique<models::Vit>(c.vit);
+     },
      {}},
 }};
 

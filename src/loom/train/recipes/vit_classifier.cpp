@@ -45,7 +45,8 @@ Tensor random_shift(const Tensor& images, uint64_t seed, const std::string& at, 
   const int64_t span = 2 * max_shift + 1;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t dy = std::min(int64_t(draw[size_t(2 * b)] * float(span)), span - 1) - max_shift;
-    const int64_t dx = std::min(int64_t(draw[size_t(2 * b + 1)] * float(span)), span - 1) - max_shift;
+    const int64_t dx =
+        std::min(int64_t(draw[size_t(2 * b + 1)] * float(span)), span - 1) - max_shift;
     for (int64_t c = 0; c < C; ++c)
       for (int64_t y = 0; y < H; ++y) {
         const int64_t sy = y - dy;
@@ -53,18 +54,19 @@ Tensor random_shift(const Tensor& images, uint64_t seed, const std::string& at, 
         for (int64_t x = 0; x < W; ++x) {
           const int64_t sx = x - dx;
           if (sx >= 0 && sx < W)
-            out[size_t(((b * C + c) * H + y) * W + x)] = px[size_t(((b * C + c) * H + sy) * W + sx)];
+            out[size_t(((b * C + c) * H + y) * W + x)] =
+                px[size_t(((b * C + c) * H + sy) * W + sx)];
         }
       }
   }
   return from_vector(out, images.shape());
 }
 
-
 // Its blocks, for activation checkpointing and ZeRO's flat groups (data parallelism only).
 nn::ParallelPlan vit_plan(const models::Vit& model) {
   nn::ParallelPlan plan;
-  for (size_t i = 0; i < model.blocks.size(); ++i) plan.blocks.push_back("blocks." + std::to_string(i));
+  for (size_t i = 0; i < model.blocks.size(); ++i)
+    plan.blocks.push_back("blocks." + std::to_string(i));
   return plan;
 }
 
@@ -93,7 +95,8 @@ class VitClassifierRecipe : public Recipe {
                                          /*shuffle=*/true, run.dp.rank(), run.dp.size());
   }
   void resume(const Json& state) override {
-    sampler_->set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
+    sampler_->set_state(
+        {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
   }
 
   Batch make_batch(const Slot& s) override {
@@ -108,11 +111,15 @@ class VitClassifierRecipe : public Recipe {
     }
     // Random flips and shifts by up to 2 pixels, drawn for (seed, step, first sample).
     const std::string at = std::to_string(s.step) + " " + std::to_string(s.first);
-    if (cfg_.train.augment) b.x = random_shift(random_flip(b.x, cfg_.run.seed, at), cfg_.run.seed, at, 2);
-    b.data_state = Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}});
+    if (cfg_.train.augment)
+      b.x = random_shift(random_flip(b.x, cfg_.run.seed, at), cfg_.run.seed, at, 2);
+    b.data_state =
+        Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}});
     return b;
   }
-  Tensor loss(const Batch& b, const Slot&) override { return cross_entropy(model_.forward(b.x), b.y); }
+  Tensor loss(const Batch& b, const Slot&) override {
+    return cross_entropy(model_.forward(b.x), b.y);
+  }
   parallel::PipelineStages pipeline_stages(const parallel::Pipeline&, const std::vector<Batch>&,
                                            const std::vector<Slot>&) override {
     LOOM_FAIL() << "vit_classifier: no pipeline parallelism (config.cpp refuses parallel.pp > 1)";
