@@ -299,7 +299,7 @@ void reject_flags(const CLI::App& cmd, const std::string& group, const std::stri
 }
 
 int sample_command(const CLI::App& cmd, SampleArgs a) {
-  const std::string ckpt = loom::train::checkpoint_from_user_path(a.checkpoint);
+  const std::string ckpt = loom::checkpoint_from_user_path(a.checkpoint);
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
   if (kind == "gpt") {
     reject_flags(cmd, kDitFlags, ckpt, kind);
@@ -339,7 +339,7 @@ void add_eval(CLI::App& cmd, EvalArgs& a) {
 }
 
 int eval_command(EvalArgs a) {
-  const std::string ckpt = loom::train::checkpoint_from_user_path(a.checkpoint);
+  const std::string ckpt = loom::checkpoint_from_user_path(a.checkpoint);
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
   if (kind == "dit") {
     // Sampler settings default to the run's own [sample] section.
@@ -447,7 +447,7 @@ void add_ckpt_export(CLI::App& cmd, CkptExportArgs& a) {
 }
 
 int ckpt_export_command(CkptExportArgs a) {
-  a.checkpoint = loom::train::checkpoint_from_user_path(a.checkpoint);
+  a.checkpoint = loom::checkpoint_from_user_path(a.checkpoint);
   const loom::CheckpointReader ckpt(a.checkpoint);
   const auto tensors = ckpt.read_all(a.part);
   LOOM_CHECK(!tensors.empty()) << "ckpt export: " << a.checkpoint << " has no tensors under '"
@@ -468,7 +468,7 @@ void add_ckpt_verify(CLI::App& cmd, std::string& checkpoint) {
 }
 
 int ckpt_verify_command(const std::string& checkpoint) {
-  const std::string dir = loom::train::checkpoint_from_user_path(checkpoint);
+  const std::string dir = loom::checkpoint_from_user_path(checkpoint);
   // Exactly what resuming checks: the manifest and its checksum, trainer_state.json, every
   // tensor the run's model needs in its shape, and every piece against its checksum.
   loom::train::verify_checkpoint(dir);
