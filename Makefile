@@ -24,7 +24,7 @@ train: build
 	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/dit_fmnist.toml --overwrite
 
 classifier: build
-	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/fmnist_classifier.toml \
+	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/fmnist_classifier.toml --overwrite \
 	  --set run.out_dir=assets --set run.name=fmnist_classifier
 
 bench: build

@@ -20,31 +20,15 @@
 namespace loom::train {
 
 BenchSpec gpt_bench(std::string name, const models::GptConfig& config, int64_t batch, int64_t seq) {
-  BenchSpec s;
-  s.name = std::move(name);
-  s.kind = "gpt";
-  s.gpt = config;
-  s.batch = batch;
-  s.seq = seq;
-  return s;
+  return {.name = std::move(name), .kind = "gpt", .gpt = config, .batch = batch, .seq = seq};
 }
 
 BenchSpec dit_bench(std::string name, const models::DitConfig& config, int64_t batch) {
-  BenchSpec s;
-  s.name = std::move(name);
-  s.kind = "dit";
-  s.dit = config;
-  s.batch = batch;
-  return s;
+  return {.name = std::move(name), .kind = "dit", .dit = config, .batch = batch};
 }
 
 BenchSpec vit_bench(std::string name, const models::VitConfig& config, int64_t batch) {
-  BenchSpec s;
-  s.name = std::move(name);
-  s.kind = "vit";
-  s.vit = config;
-  s.batch = batch;
-  return s;
+  return {.name = std::move(name), .kind = "vit", .vit = config, .batch = batch};
 }
 
 std::vector<BenchSpec> standard_bench_specs() {

@@ -14,11 +14,11 @@ namespace loom::train {
 
 // One standard benchmark: a model and the shape of one training step.
 struct BenchSpec {
-  std::string name;       // "gpt2_124m", "gpt_small", "dit_small"
-  std::string kind;       // "gpt", "dit" or "vit"
-  models::GptConfig gpt;  // kind gpt
-  models::DitConfig dit;  // kind dit
-  models::VitConfig vit;  // kind vit (the classifier; not a standard benchmark)
+  std::string name{};       // "gpt2_124m", "gpt_small", "dit_small"
+  std::string kind{};       // "gpt", "dit" or "vit"
+  models::GptConfig gpt{};  // kind gpt
+  models::DitConfig dit{};  // kind dit
+  models::VitConfig vit{};  // kind vit (the classifier; not a standard benchmark)
   int64_t batch = 1;
   int64_t seq = 0;  // gpt: tokens per sequence
   int64_t items_per_step() const { return kind == "gpt" ? batch * seq : batch; }
