@@ -17,6 +17,7 @@ packages=(
   bible-kjv bible-kjv-text  # the text corpus (the `bible` program prints it)
   python3-torch python3-pil python3-xxhash # independent references in tests (PyTorch models,
                             # PNG decoding, checkpoint checksums)
+  python3-venv              # tests that read Loom's files with PyPI tools (TensorBoard)
 )
 
 # `bootstrap.sh fuzz`: what `make fuzz` needs besides (clang with libFuzzer and the

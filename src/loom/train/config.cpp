@@ -221,6 +221,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
   c.run.memory_limit_mb = f.get_double("run", "memory_limit_mb", c.run.memory_limit_mb);
   c.run.profile_steps = f.get_string("run", "profile_steps", c.run.profile_steps);
+  c.run.tensorboard = f.get_bool("run", "tensorboard", c.run.tensorboard);
   c.run.id = f.get_string("run", "id", c.run.id);
   try {
     parse_profile_steps(c.run.profile_steps);

@@ -19,6 +19,7 @@ struct RunConfig {
   uint64_t seed = 0;
   double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
   std::string profile_steps;   // "A:B": trace steps A..B (train/profiler.h); "": no profile
+  bool tensorboard = true;     // the main rank's metrics also as TensorBoard scalars (run_dir/tensorboard)
   // The run's identity (train/run_directory.h): set when a run starts, kept by its resumes,
   // recorded in config.toml and in every checkpoint. "" in a config: a new run gets one.
   std::string id;

@@ -46,6 +46,10 @@ Progress::~Progress() {
   if (metrics_) std::fclose(metrics_);
 }
 
+void Progress::write_tensorboard(const std::string& dir) {
+  tensorboard_ = std::make_unique<TensorBoardWriter>(dir);
+}
+
 double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
@@ -120,6 +124,7 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
         std::fprintf(metrics_, "%s\n", metrics.dump().c_str()) >= 0 && std::fflush(metrics_) == 0;
     LOOM_CHECK(written) << "cannot write " << metrics_path_ << ": " << std::strerror(errno);
   }
+  if (tensorboard_) tensorboard_->add_scalars(metrics, step + 1);
   const double elapsed = elapsed_seconds();
   const double eta = eta_seconds(step_time, total_steps_ - step - 1, budget_s_, elapsed);
   const bool budget_first = budget_s_ > 0 && eta < step_time * double(total_steps_ - step - 1);

@@ -3,9 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "loom/checkpoint/json.h"
+#include "loom/train/tensorboard.h"
 
 namespace loom::train {
 
@@ -28,6 +30,8 @@ class Progress {
   void count_data_wait(std::function<double()> data_wait) { data_wait_ = std::move(data_wait); }
   // MFU on each line: `flops_per_step` of the whole job (train_step_flops) against `ranks`
   // times a rank's GEMM ceiling (GFLOP/s, measured at start-up).
+  // Each logged line also as TensorBoard scalars, in an event file under `dir`.
+  void write_tensorboard(const std::string& dir);
   void count_flops(double flops_per_step, double ceiling_gflops, int ranks) {
     flops_per_step_ = flops_per_step;
     peak_flops_ = ceiling_gflops * 1e9 * double(ranks);
@@ -35,6 +39,7 @@ class Progress {
 
  private:
   std::FILE* metrics_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::string metrics_path_;
   int64_t total_steps_, items_per_step_;
   const char* unit_;

@@ -199,6 +199,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   const BenchSpec spec = recipe->step_spec(tc.batch_size * tc.grad_accum);
   Progress progress(metrics_path(run_dir, rank), tc.steps, spec.unit(), spec.items_per_step(),
                     /*append=*/start_step > 0);
+  if (rank == 0 && cfg.run.tensorboard) progress.write_tensorboard(run_dir + "/tensorboard");
   progress.set_time_budget(tc.max_minutes * 60);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
