@@ -41,6 +41,14 @@ repo=$(cd "$here/../.." && pwd)
 "$loom" eval "$work/a/tiny_dit/step-000006" --samples 50 --steps 2 --classifier "$repo/assets/fmnist_classifier" > "$work/eval.log"
 grep -q "class accuracy .* FID .* real-data floor" "$work/eval.log" || fail "loom eval printed no metrics: $(cat "$work/eval.log")"
 grep -q '"fid_floor"' "$work/a/tiny_dit/step-000006/eval.json" || fail "no eval.json"
+# The same evaluation at the end of training (eval.classifier), into the run's eval.json.
+"$loom" train "$cfg" --set run.out_dir="$work/e" --set train.steps=2 --set eval.num_samples=20 \
+  --set eval.classifier="\"$repo/assets/fmnist_classifier\"" > "$work/e.log" 2>&1 ||
+  fail "training with eval.classifier: $(tail -2 "$work/e.log")"
+grep -q "^eval: class accuracy .* FID .*real-data floor" "$work/e.log" || fail "no evaluation at the end of training"
+for key in '"step": 2' '"fid"' '"fid_floor"' '"class_accuracy"' '"images_per_second"'; do
+  grep -q "$key" "$work/e/tiny_dit/eval.json" 2>/dev/null || fail "the run's eval.json lacks $key"
+done
 
 # --- every command has --help: its synopsis on stdout, exit status 0 ---
 for c in train sample eval tokenizer ckpt launch bench version; do

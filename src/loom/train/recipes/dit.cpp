@@ -212,7 +212,8 @@ class DitRecipe : public Recipe {
         double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
         std::max(summary.train_seconds, 1e-9);
     Json result = Json::object({{"step", summary.step}});
-    for (const auto& [key, value] : quality_json(q, so).items()) result.set(key, value);
+    const Json quality = quality_json(q, so);  // items() refers into it: it must outlive the loop
+    for (const auto& [key, value] : quality.items()) result.set(key, value);
     result.set("train_seconds", summary.train_seconds);
     result.set("images_per_second", images_per_second);
     write_json_file(cfg_.run_dir() + "/eval.json", result);
