@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "launch.h"
+#include "loom/bench/step_bench.h"
 #include "loom/checkpoint/json.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
@@ -21,7 +22,6 @@
 #include "loom/data/bpe.h"
 #include "loom/data/text.h"
 #include "loom/dist/world.h"
-#include "loom/train/bench.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "loom/train/preemption.h"
@@ -530,7 +530,7 @@ int launch_command(const loom::cli::LaunchOptions& o) {
 struct BenchArgs {
   std::vector<std::string> names = {"all"};
   std::string json_path;
-  loom::train::BenchOptions options;
+  loom::bench::BenchOptions options;
 };
 
 void add_bench(CLI::App& cmd, BenchArgs& a) {
@@ -547,70 +547,6 @@ void add_bench(CLI::App& cmd, BenchArgs& a) {
   add_int(cmd, "--steps", a.options.steps, "timed steps");
   cmd.add_option("--json", a.json_path, "also write one JSON line per config")->type_name("FILE");
   cmd.add_option("--trace", a.options.trace_path, "the Chrome trace")->type_name("FILE");
-}
-
-int bench_command(const BenchArgs& a) {
-  const loom::train::BenchOptions& options = a.options;
-  std::vector<std::string> names;
-  for (const auto& n : a.names) {
-    if (n == "all") {
-      for (const auto& s : loom::train::standard_bench_specs()) names.push_back(s.name);
-    } else {
-      names.push_back(n);
-    }
-  }
-  std::vector<loom::train::BenchSpec> specs;
-  for (const auto& n : names) specs.push_back(loom::train::bench_spec(n));  // all checked first
-  LOOM_CHECK(options.trace_path.empty() || specs.size() == 1)
-      << "bench: --trace writes one config's step; name one config (got " << specs.size() << ")";
-  const loom::DType dtype = options.precision == "bf16" ? loom::DType::BF16 : loom::DType::F32;
-  // The ceiling is measured before and after the runs and the higher kept: on a shared
-  // machine a moment of contention would otherwise lower it (and inflate MFU).
-  const double ceiling_before = loom::train::measure_gemm_ceiling(dtype);
-  std::vector<loom::train::BenchResult> results;
-  for (const auto& spec : specs) {
-    results.push_back(loom::train::run_bench(spec, options, 0));
-    const auto& r = results.back();
-    std::fprintf(stderr, "%s %s: %.1f ms/step (median of %zu)\n", r.name.c_str(),
-                 r.precision.c_str(), r.median_ms, r.step_ms.size());
-  }
-  const double ceiling = std::max(ceiling_before, loom::train::measure_gemm_ceiling(dtype));
-  std::printf(
-      "GEMM ceiling (%s, 2048^3 through Loom's matmul, best of 5 before and after): %.1f "
-      "GFLOP/s\n",
-      options.precision.c_str(), ceiling);
-  std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %6s\n", "config", "dtype", "median_ms", "min_ms",
-              "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU");
-  std::FILE* json = a.json_path.empty() ? nullptr : std::fopen(a.json_path.c_str(), "w");
-  LOOM_CHECK(a.json_path.empty() || json) << "bench: cannot open " << a.json_path << " for writing";
-  for (size_t k = 0; k < specs.size(); ++k) {
-    const auto& spec = specs[k];
-    auto r = results[k];
-    r.ceiling_gflops = ceiling;
-    r.mfu = r.gflops / ceiling;
-    char items[32];
-    std::snprintf(items, sizeof items, "%.1f %s", r.items_per_s, spec.unit());
-    std::printf("%-10s %-5s %9.1f %9.1f %9.1f %12s %8.1f %8.1f %5.1f%%\n", r.name.c_str(),
-                r.precision.c_str(), r.median_ms, r.min_ms, r.max_ms, items, r.gflop_per_step,
-                r.gflops, 100.0 * r.mfu);
-    if (json) {
-      const loom::Json line =
-          loom::Json::object({{"config", r.name},
-                              {"precision", r.precision},
-                              {"ms", loom::Json::Array(r.step_ms.begin(), r.step_ms.end())},
-                              {"median_ms", r.median_ms},
-                              {"items_per_s", r.items_per_s},
-                              {"unit", spec.unit()},
-                              {"gflop_per_step", r.gflop_per_step},
-                              {"gflops", r.gflops},
-                              {"ceiling_gflops", r.ceiling_gflops},
-                              {"mfu", r.mfu},
-                              {"loss", r.final_loss}});
-      std::fprintf(json, "%s\n", line.dump().c_str());
-    }
-  }
-  if (json) std::fclose(json);
-  return 0;
 }
 
 }  // namespace
@@ -654,7 +590,8 @@ int run(int argc, char** argv) {
     if (ckpt->got_subcommand("export")) return ckpt_export_command(ckpt_export);
     if (ckpt->got_subcommand("verify")) return ckpt_verify_command(ckpt_verify);
     if (loom.got_subcommand("launch")) return launch_command(launch);
-    if (loom.got_subcommand("bench")) return bench_command(bench);
+    if (loom.got_subcommand("bench"))
+      return loom::bench::run_benchmarks(bench.names, bench.options, bench.json_path), 0;
     if (loom.got_subcommand("version")) std::printf("loom 0.1.0\n");
     if (loom.got_subcommand("help")) std::fputs(loom_help(loom).c_str(), stdout);
     return 0;

@@ -7,7 +7,7 @@ tests/reference/ (written independently of Loom's code), in float32 or under bf1
 
 One step is what `loom bench` times: forward, loss, backward, global gradient-norm clipping to
 1.0 and an AdamW update (weight decay 0.1 on Linear weights). Prints one JSON line with the
-per-step times in milliseconds. The shapes are those of src/loom/train/bench.cpp; weights are
+per-step times in milliseconds. The shapes are those of src/loom/bench/step_bench.cpp; weights are
 drawn like Loom's (normal, std 0.02, zero biases, unit norms): timing does not depend on the
 values, only on shapes and dtypes.
 
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 import dit_reference as dit  # noqa: E402
 import gpt_reference as gpt  # noqa: E402
 
-# Keep in step with src/loom/train/bench.cpp (standard_bench_configs).
+# Keep in step with src/loom/bench/step_bench.cpp (standard_bench_configs).
 GPT2_124M = dict(vocab_size=50304, context=1024, width=768, depth=12, heads=12, kv_heads=0,
                  mlp_ratio=4.0, style="gpt2", tie_embeddings=True, swiglu_hidden=0, rope_theta=1e4)
 GPT_SMALL = dict(GPT2_124M, vocab_size=256, context=256, width=384, depth=6, heads=6)

@@ -8,16 +8,21 @@
 #include <string>
 
 #include "loom/autograd/engine.h"
+#include "loom/bench/step_bench.h"
 #include "loom/core/allocator.h"
 #include "loom/core/trace.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/ops/creation.h"
 #include "loom/optim/adamw.h"
-#include "loom/train/bench.h"
 #include "loom/train/profiler.h"
 
-namespace loom::train {
+namespace loom::bench {
 namespace {
+
+using plan::StepShape;
+using plan::train_step_flops;
+using train::parse_profile_steps;
+using train::ProfileWindow;
 
 // Sum of the "flop" args of the matmul kernel calls in a trace (the traced backend writes
 // 2 * batch * M * N * K for each).
@@ -29,19 +34,19 @@ double traced_gemm_flops(const std::string& json) {
   return total;
 }
 
-BenchSpec tiny_gpt() {
-  return gpt_bench("tiny_gpt",
-                   {.vocab_size = 96, .context = 32, .width = 48, .depth = 2, .heads = 3}, 2, 16);
+StepShape tiny_gpt() {
+  return plan::gpt_step(
+      "tiny_gpt", {.vocab_size = 96, .context = 32, .width = 48, .depth = 2, .heads = 3}, 2, 16);
 }
 
-BenchSpec tiny_dit() {
-  return dit_bench("tiny_dit", {.image_size = 8, .patch = 2, .width = 32, .depth = 2, .heads = 2},
-                   3);
+StepShape tiny_dit() {
+  return plan::dit_step("tiny_dit",
+                        {.image_size = 8, .patch = 2, .width = 32, .depth = 2, .heads = 2}, 3);
 }
 
 // Attention's two products per step (forward + backward = 3x forward), which the fused
 // attention kernel computes and the GEMM count therefore does not see.
-double attention_flops(const BenchSpec& s) {
+double attention_flops(const StepShape& s) {
   if (s.kind == "gpt") {
     const double keys = (double(s.seq) + 1) / 2;
     return 3.0 * double(s.gpt.depth) * 4.0 * keys * double(s.gpt.width) * double(s.seq * s.batch);
@@ -51,7 +56,7 @@ double attention_flops(const BenchSpec& s) {
 }
 
 TEST(Bench, AnalyticFlopsMatchTheGemmsOfAStep) {
-  for (const BenchSpec& spec : {tiny_gpt(), tiny_dit()}) {
+  for (const StepShape& spec : {tiny_gpt(), tiny_dit()}) {
     BenchOptions o;
     o.warmup = 0;
     o.steps = 1;
@@ -68,7 +73,7 @@ TEST(Bench, AnalyticFlopsMatchTheGemmsOfAStep) {
 }
 
 TEST(Bench, StandardConfigsHaveTheIssueShapes) {
-  const BenchSpec gpt2 = bench_spec("gpt2_124m");
+  const StepShape gpt2 = bench_spec("gpt2_124m");
   // GPT-2 small's 124M parameters (with the 1024-position table and tied head), and about 193
   // GFLOP per B4 x T64 step: 6 * 124M * 256 tokens plus attention.
   models::Gpt model(gpt2.gpt);
@@ -133,4 +138,4 @@ TEST(Profiler, ScopesRecordNothingWhenOff) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::bench

@@ -1,8 +1,6 @@
 #include "loom/train/config.h"
 #include "loom/train/preemption.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 
@@ -341,39 +339,6 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   f.check_all_keys_used();
   c.resolved_toml = f.resolved();
   return c;
-}
-
-void check_fits_in_memory(const Config& c, int world_size) {
-  const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  const double budget = c.run.memory_limit_mb > 0 ? c.run.memory_limit_mb * 1048576.0 : physical;
-  const char* against = c.run.memory_limit_mb > 0 ? "run.memory_limit_mb" : "this machine's memory";
-  // Per block: attention (4 w^2) and MLP (8 w^2 for gpt2 and DiT; llama's SwiGLU about as much);
-  // the DiT's adaLN adds 6 w^2.
-  double params = 0, batch_bytes = 0;
-  const double local_batch = double(c.train.batch_size) / double(std::max(world_size, 1));
-  if (c.model_kind == "gpt") {
-    const double w = double(c.gpt.width), d = double(c.gpt.depth);
-    params = 12 * d * w * w + double(c.gpt.vocab_size) * w;
-    batch_bytes = local_batch * double(c.gpt.context) *
-                  (8 + 4 * double(c.gpt.vocab_size) /
-                           double(std::max<int64_t>(c.parallel.topology.dims.tp, 1)));
-  } else if (c.model_kind == "dit") {
-    const double w = double(c.dit.width), d = double(c.dit.depth);
-    params = 18 * d * w * w;
-    batch_bytes = local_batch * double(c.dit.channels * c.dit.image_size * c.dit.image_size) * 4;
-  } else {  // the classifier: about as many parameters per block as the DiT's less adaLN
-    const double w = double(c.vit.width), d = double(c.vit.depth);
-    params = 12 * d * w * w;
-    batch_bytes = local_batch * double(c.vit.channels * c.vit.image_size * c.vit.image_size) * 4;
-  }
-  const double need = 4 * params + batch_bytes;
-  LOOM_CHECK(need <= budget) << "config: this run cannot fit: the model's " << params / 1e6
-                             << "M parameters need " << 4 * params / 1e9
-                             << " GB as f32 weights (built whole on each process before sharding) "
-                             << "and one batch of " << c.train.batch_size << " (" << local_batch
-                             << " per process) " << batch_bytes / 1e9 << " GB, against "
-                             << budget / 1e9 << " GB (" << against
-                             << "); make model.width/depth or train.batch_size smaller";
 }
 
 std::string default_cache_dir(const std::string& out_dir) {

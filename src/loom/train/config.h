@@ -19,7 +19,8 @@ struct RunConfig {
   uint64_t seed = 0;
   double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
   std::string profile_steps;   // "A:B": trace steps A..B (train/profiler.h); "": no profile
-  bool tensorboard = true;     // the main rank's metrics also as TensorBoard scalars (run_dir/tensorboard)
+  bool tensorboard =
+      true;  // the main rank's metrics also as TensorBoard scalars (run_dir/tensorboard)
   // The run's identity (train/run_directory.h): set when a run starts, kept by its resumes,
   // recorded in config.toml and in every checkpoint. "" in a config: a new run gets one.
   std::string id;
@@ -126,12 +127,6 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // Where dataset "kjv" puts kjv.txt when data.cache_dir is empty: $XDG_CACHE_HOME/loom, else
 // $HOME/.cache/loom, else <run.out_dir>/cache.
-// Refuses a run that cannot fit, before anything is built: the full model's weights (every
-// process builds it whole before sharding) and this process's share of one batch (its data
-// and, for the GPT, its logits) against run.memory_limit_mb, or the machine's memory. A lower
-// bound, so it never refuses a run that could fit; the error names the sizes.
-void check_fits_in_memory(const Config& config, int world_size);
-
 std::string default_cache_dir(const std::string& out_dir);
 // data.cache_dir, or default_cache_dir(run.out_dir) when it is empty.
 std::string resolved_cache_dir(const Config& config);

@@ -13,7 +13,7 @@
 #include "loom/nn/module.h"
 #include "loom/nn/parallel_plan.h"
 #include "loom/parallel/parallelize.h"
-#include "loom/train/bench.h"
+#include "loom/plan/cost_model.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/config.h"
 
@@ -56,8 +56,6 @@ class Recipe {
   // Built and initialised from run.seed by the constructor; the loop parallelises it.
   virtual nn::Module& model() = 0;
   virtual nn::ParallelPlan parallel_plan() const = 0;
-  // One step's shape (global batch), for the FLOPs and the unit of the progress line.
-  virtual BenchSpec step_spec(int64_t samples_per_step) const = 0;
   virtual std::string describe() const = 0;  // "dit: 4.8M parameters, 196 tokens per image"
   virtual std::string describe_data() const { return ""; }  // a second line, if any
   virtual void start(RunContext& run) {}                    // after parallelize, before resuming
@@ -91,6 +89,9 @@ std::unique_ptr<Recipe> make_recipe(const Config& config);
 // parameters' names and shapes) and the names of the per-piece states the recipe saves.
 std::unique_ptr<nn::Module> make_bare_model(const Config& config);
 std::vector<std::string> recipe_piece_states(const std::string& model_kind);
+// The shape of a step of `samples` (global) of config's model, for the cost model: the FLOPs
+// and the unit of the progress line, the memory a run needs.
+plan::StepShape step_shape(const Config& config, int64_t samples);
 
 // Element-wise sum over a group (losses, counts, flags; f32 on the wire).
 std::vector<double> sum_over(dist::ProcessGroup& group, const std::vector<double>& values);

@@ -1,6 +1,7 @@
 #include "loom/train/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -196,14 +197,15 @@ void train(const Config& cfg, const std::string& resume_from) {
     return b;
   });
 
-  const BenchSpec spec = recipe->step_spec(tc.batch_size * tc.grad_accum);
+  const plan::StepShape spec = step_shape(cfg, tc.batch_size * tc.grad_accum);
   Progress progress(metrics_path(run_dir, rank), tc.steps, spec.unit(), spec.items_per_step(),
                     /*append=*/start_step > 0);
   if (rank == 0 && cfg.run.tensorboard) progress.write_tensorboard(run_dir + "/tensorboard");
   progress.set_time_budget(tc.max_minutes * 60);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
-      train_step_flops(spec), measure_gemm_ceiling(tc.precision, 1024), mesh.world()->size());
+      plan::train_step_flops(spec), plan::measure_gemm_ceiling(tc.precision, 1024),
+      mesh.world()->size());
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
   recipe->model().name_for_trace();
@@ -266,6 +268,20 @@ void train(const Config& cfg, const std::string& resume_from) {
                 spec.unit());
   }
   recipe->finish({step, steps_run, train_seconds});
+}
+
+void check_fits_in_memory(const Config& c, int world_size) {
+  const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  const double budget = c.run.memory_limit_mb > 0 ? c.run.memory_limit_mb * 1048576.0 : physical;
+  const char* against = c.run.memory_limit_mb > 0 ? "run.memory_limit_mb" : "this machine's memory";
+  const plan::MemoryBound m = plan::memory_lower_bound(step_shape(c, c.train.batch_size),
+                                                       world_size, c.parallel.topology.dims.tp);
+  LOOM_CHECK(m.total_bytes() <= budget)
+      << "config: this run cannot fit: the model's " << m.parameters / 1e6 << "M parameters need "
+      << m.weight_bytes / 1e9 << " GB as f32 weights (built whole on each process before "
+      << "sharding) and one batch of " << c.train.batch_size << " (" << m.local_batch
+      << " per process) " << m.batch_bytes / 1e9 << " GB, against " << budget / 1e9 << " GB ("
+      << against << "); make model.width/depth or train.batch_size smaller";
 }
 
 }  // namespace loom::train

@@ -13,4 +13,9 @@ namespace loom::train {
 // from step 0, or from the checkpoint resume_from.
 void train(const Config& config, const std::string& resume_from);
 
+// Refuses a run that cannot fit, before anything is built: plan::memory_lower_bound of one
+// micro-step against run.memory_limit_mb, or the machine's memory. A lower bound, so it never
+// refuses a run that could fit; the error names the sizes.
+void check_fits_in_memory(const Config& config, int world_size);
+
 }  // namespace loom::train

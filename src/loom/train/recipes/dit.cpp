@@ -106,9 +106,6 @@ class DitRecipe : public Recipe {
 
   nn::Module& model() override { return model_; }
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
-  BenchSpec step_spec(int64_t images) const override {
-    return dit_bench(cfg_.run.name, cfg_.dit, images);
-  }
   std::string describe() const override {
     return "dit: " + std::to_string(model_.num_parameters()) + " parameters, " +
            std::to_string(cfg_.dit.tokens()) + " tokens per image";

@@ -212,9 +212,6 @@ class GptRecipe : public Recipe {
 
   nn::Module& model() override { return model_; }
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
-  BenchSpec step_spec(int64_t windows) const override {
-    return gpt_bench(cfg_.run.name, cfg_.gpt, windows, cfg_.gpt.context);
-  }
   std::string describe() const override {
     return "gpt (" + cfg_.gpt.style + "): " + std::to_string(model_.num_parameters()) +
            " parameters, context " + std::to_string(cfg_.gpt.context);

@@ -18,6 +18,7 @@ struct Registered {
   std::unique_ptr<Recipe> (*make)(const Config&);
   std::unique_ptr<nn::Module> (*bare_model)(const Config&);
   std::vector<std::string> piece_states;
+  plan::StepShape (*step_shape)(const Config&, int64_t samples);
 };
 
 const std::array<Registered, 3> kRecipes = {{
@@ -26,19 +27,24 @@ const std::array<Registered, 3> kRecipes = {{
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Dit>(c.dit);
      },
-     {"ema"}},
+     {"ema"},
+     [](const Config& c, int64_t images) { return plan::dit_step(c.run.name, c.dit, images); }},
     {"gpt",
      make_gpt_recipe,
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Gpt>(c.gpt);
      },
-     {}},
+     {},
+     [](const Config& c, int64_t windows) {
+       return plan::gpt_step(c.run.name, c.gpt, windows, c.gpt.context);
+     }},
     {"vit_classifier",
      make_vit_classifier_recipe,
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Vit>(c.vit);
      },
-     {}},
+     {},
+     [](const Config& c, int64_t images) { return plan::vit_step(c.run.name, c.vit, images); }},
 }};
 
 const Registered& registered(const std::string& kind) {
@@ -63,6 +69,10 @@ std::unique_ptr<nn::Module> make_bare_model(const Config& config) {
 
 std::vector<std::string> recipe_piece_states(const std::string& model_kind) {
   return registered(model_kind).piece_states;
+}
+
+plan::StepShape step_shape(const Config& config, int64_t samples) {
+  return registered(config.model_kind).step_shape(config, samples);
 }
 
 }  // namespace loom::train

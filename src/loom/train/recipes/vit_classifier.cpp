@@ -82,9 +82,6 @@ class VitClassifierRecipe : public Recipe {
 
   nn::Module& model() override { return model_; }
   nn::ParallelPlan parallel_plan() const override { return vit_plan(model_); }
-  BenchSpec step_spec(int64_t images) const override {
-    return vit_bench(cfg_.run.name, cfg_.vit, images);
-  }
   std::string describe() const override {
     return "vit_classifier: " + std::to_string(model_.num_parameters()) + " parameters";
   }

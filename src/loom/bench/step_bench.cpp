@@ -1,12 +1,14 @@
-#include "loom/train/bench.h"
+#include "loom/bench/step_bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "loom/autograd/engine.h"
 #include "loom/backend/backend.h"
+#include "loom/checkpoint/json.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/rng.h"
@@ -17,113 +19,34 @@
 #include "loom/ops/shape.h"
 #include "loom/optim/adamw.h"
 
-namespace loom::train {
+namespace loom::bench {
 
-BenchSpec gpt_bench(std::string name, const models::GptConfig& config, int64_t batch, int64_t seq) {
-  return {.name = std::move(name), .kind = "gpt", .gpt = config, .batch = batch, .seq = seq};
-}
+using plan::StepShape;
 
-BenchSpec dit_bench(std::string name, const models::DitConfig& config, int64_t batch) {
-  return {.name = std::move(name), .kind = "dit", .dit = config, .batch = batch};
-}
-
-BenchSpec vit_bench(std::string name, const models::VitConfig& config, int64_t batch) {
-  return {.name = std::move(name), .kind = "vit", .vit = config, .batch = batch};
-}
-
-std::vector<BenchSpec> standard_bench_specs() {
+std::vector<StepShape> standard_bench_specs() {
   return {
       // GPT-2 124M: 12 layers, 12 heads, width 768, vocabulary 50304 (50257 padded to a
       // multiple of 64), tied embeddings, 1024 positions; batch 4 x 64 tokens.
-      gpt_bench("gpt2_124m",
-                {.vocab_size = 50304, .context = 1024, .width = 768, .depth = 12, .heads = 12}, 4,
-                64),
+      plan::gpt_step("gpt2_124m",
+                     {.vocab_size = 50304, .context = 1024, .width = 768, .depth = 12, .heads = 12},
+                     4, 64),
       // The small GPT: 6 layers, width 384, 6 heads, byte vocabulary; batch 16 x 256.
-      gpt_bench("gpt_small",
-                {.vocab_size = 256, .context = 256, .width = 384, .depth = 6, .heads = 6}, 16, 256),
+      plan::gpt_step("gpt_small",
+                     {.vocab_size = 256, .context = 256, .width = 384, .depth = 6, .heads = 6}, 16,
+                     256),
       // DiT-small: width 256, depth 6, 4 heads, patch 2 on 28x28x1 (196 tokens); batch 64.
-      dit_bench("dit_small", {.patch = 2, .width = 256, .depth = 6, .heads = 4}, 64),
+      plan::dit_step("dit_small", {.patch = 2, .width = 256, .depth = 6, .heads = 4}, 64),
   };
 }
 
-BenchSpec bench_spec(const std::string& name) {
+StepShape bench_spec(const std::string& name) {
   std::string known;
-  for (const BenchSpec& s : standard_bench_specs()) {
+  for (const StepShape& s : standard_bench_specs()) {
     if (s.name == name) return s;
     known += (known.empty() ? "" : ", ") + s.name;
   }
   LOOM_FAIL() << "bench: unknown config '" << name << "' (known: " << known << ", all)";
   return {};
-}
-
-namespace {
-
-// Forward FLOPs of a pre-norm transformer block per token: the four projections (qkv, proj,
-// and the two MLP matrices) 2 * (3 + 1 + 2 * mlp_ratio) * C^2, plus attention's two products
-// 2 * 2 * keys * C, keys being the keys one query sees (on average).
-double block_flops_per_token(double C, double mlp_hidden, double qkv_out, double keys) {
-  return 2.0 * C * qkv_out + 2.0 * C * C + 2.0 * 2.0 * C * mlp_hidden + 4.0 * keys * C;
-}
-
-}  // namespace
-
-double train_step_flops(const BenchSpec& spec) {
-  double forward = 0;
-  if (spec.kind == "gpt") {
-    const models::GptConfig& c = spec.gpt;
-    const double C = double(c.width), T = double(spec.seq);
-    const double qkv_out = double(c.heads + 2 * c.num_kv_heads()) * double(c.head_dim());
-    const double mlp = double(c.mlp_hidden()) * (c.is_llama() ? 1.5 : 1.0);  // SwiGLU: 3 matrices
-    const double keys = (T + 1.0) / 2.0;  // causal: query t sees t + 1 keys
-    const double per_token = double(c.depth) * block_flops_per_token(C, mlp, qkv_out, keys) +
-                             2.0 * C * double(c.vocab_size);
-    forward = per_token * T * double(spec.batch);
-  } else if (spec.kind == "vit") {
-    const models::VitConfig& c = spec.vit;
-    const double D = double(c.width), S = double(c.image_size), g = S / double(c.patch);
-    const double stem_in = c.stem_channels > 0 ? double(c.stem_channels) : double(c.channels);
-    // The stem's two 3x3 convolutions at full resolution, then patch embedding, the blocks
-    // (no adaLN) and the head.
-    const double stem =
-        c.stem_channels > 0 ? 2.0 * S * S * 9.0 * (double(c.channels) + stem_in) * stem_in : 0.0;
-    const double per_token =
-        double(c.depth) * block_flops_per_token(D, c.mlp_ratio * D, 3 * D, g * g) +
-        2.0 * double(c.patch * c.patch) * stem_in * D;
-    forward = (stem + per_token * g * g + 2.0 * D * double(c.num_classes)) * double(spec.batch);
-  } else {
-    const models::DitConfig& c = spec.dit;
-    const double D = double(c.width), T = double(c.tokens());
-    const double per_token = double(c.depth) * block_flops_per_token(D, c.mlp_ratio * D, 3 * D, T) +
-                             2.0 * double(c.patch * c.patch * c.channels) * D * 2.0;  // embed + out
-    // Conditioning per image: the timestep MLP (256 -> D -> D) and the adaLN projections.
-    const double per_image =
-        2.0 * (256.0 * D + D * D) + double(c.depth) * 2.0 * D * 6.0 * D + 2.0 * D * 2.0 * D;
-    forward = (per_token * T + per_image) * double(spec.batch);
-  }
-  return 3.0 * forward;
-}
-
-double measure_gemm_ceiling(DType dtype, int64_t n) {
-  // Square products large enough to reach the kernel's steady state; the best of a few runs,
-  // so a moment of contention on a shared machine does not lower the ceiling. The operands
-  // count as MemCategory::Other, so a training run's activation peak does not include them.
-  Backend& backend = backend_for(cpu_device());
-  auto operand = [&](const char* name) {
-    Tensor t = Tensor::empty({1, n, n}, dtype, cpu_device(), MemCategory::Other);
-    fill_uniform(t, RngKey{0, "bench.ceiling", name}, 0, -1.0f, 1.0f);
-    return t;
-  };
-  const Tensor a = operand("a"), b = operand("b");
-  const Tensor c = Tensor::empty({1, n, n}, dtype, cpu_device(), MemCategory::Other);
-  double best = 0;
-  for (int rep = 0; rep < 6; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    backend.matmul(a, b, Tensor(), c);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rep > 0) best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
-  }
-  return best;
 }
 
 namespace {
@@ -140,7 +63,7 @@ Tensor random_ids(const Shape& shape, int64_t vocab, const std::string& name) {
 
 }  // namespace
 
-BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double ceiling_gflops) {
+BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double ceiling_gflops) {
   LOOM_CHECK(options.steps > 0 && options.warmup >= 0)
       << "bench: steps must be positive and warmup non-negative (got " << options.steps << ", "
       << options.warmup << ")";
@@ -223,11 +146,67 @@ BenchResult run_bench(const BenchSpec& spec, const BenchOptions& options, double
   r.min_ms = sorted.front();
   r.max_ms = sorted.back();
   r.items_per_s = double(spec.items_per_step()) / (r.median_ms / 1e3);
-  r.gflop_per_step = train_step_flops(spec) / 1e9;
+  r.gflop_per_step = plan::train_step_flops(spec) / 1e9;
   r.gflops = r.gflop_per_step / (r.median_ms / 1e3);
   r.ceiling_gflops = ceiling_gflops;
   r.mfu = ceiling_gflops > 0 ? r.gflops / ceiling_gflops : 0;
   return r;
 }
 
-}  // namespace loom::train
+void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& options,
+                    const std::string& json_path) {
+  std::vector<StepShape> specs;
+  for (const auto& n : names) {  // all checked before any runs
+    if (n != "all") specs.push_back(bench_spec(n));
+    if (n == "all")
+      for (const auto& s : standard_bench_specs()) specs.push_back(s);
+  }
+  LOOM_CHECK(options.trace_path.empty() || specs.size() == 1)
+      << "bench: --trace writes one config's step; name one config (got " << specs.size() << ")";
+  const DType dtype = options.precision == "bf16" ? DType::BF16 : DType::F32;
+  // The ceiling is measured before and after the runs and the higher kept: on a shared
+  // machine a moment of contention would otherwise lower it (and inflate MFU).
+  const double ceiling_before = plan::measure_gemm_ceiling(dtype);
+  std::vector<BenchResult> results;
+  for (const auto& spec : specs) {
+    results.push_back(run_bench(spec, options, 0));
+    const auto& r = results.back();
+    std::fprintf(stderr, "%s %s: %.1f ms/step (median of %zu)\n", r.name.c_str(),
+                 r.precision.c_str(), r.median_ms, r.step_ms.size());
+  }
+  const double ceiling = std::max(ceiling_before, plan::measure_gemm_ceiling(dtype));
+  std::printf(
+      "GEMM ceiling (%s, 2048^3 through Loom's matmul, best of 5 before and after): %.1f "
+      "GFLOP/s\n",
+      options.precision.c_str(), ceiling);
+  std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %6s\n", "config", "dtype", "median_ms", "min_ms",
+              "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU");
+  std::FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+  LOOM_CHECK(json_path.empty() || json) << "bench: cannot open " << json_path << " for writing";
+  for (size_t k = 0; k < specs.size(); ++k) {
+    BenchResult& r = results[k];
+    r.ceiling_gflops = ceiling;
+    r.mfu = r.gflops / ceiling;
+    char items[32];
+    std::snprintf(items, sizeof items, "%.1f %s", r.items_per_s, specs[k].unit());
+    std::printf("%-10s %-5s %9.1f %9.1f %9.1f %12s %8.1f %8.1f %5.1f%%\n", r.name.c_str(),
+                r.precision.c_str(), r.median_ms, r.min_ms, r.max_ms, items, r.gflop_per_step,
+                r.gflops, 100.0 * r.mfu);
+    if (json == nullptr) continue;
+    const Json line = Json::object({{"config", r.name},
+                                    {"precision", r.precision},
+                                    {"ms", Json::Array(r.step_ms.begin(), r.step_ms.end())},
+                                    {"median_ms", r.median_ms},
+                                    {"items_per_s", r.items_per_s},
+                                    {"unit", specs[k].unit()},
+                                    {"gflop_per_step", r.gflop_per_step},
+                                    {"gflops", r.gflops},
+                                    {"ceiling_gflops", r.ceiling_gflops},
+                                    {"mfu", r.mfu},
+                                    {"loss", r.final_loss}});
+    std::fprintf(json, "%s\n", line.dump().c_str());
+  }
+  if (json) std::fclose(json);
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,43 @@
+// `loom bench`: training-step throughput of the standard benchmark models, with achieved
+// GFLOP/s and MFU against a GEMM ceiling measured at start-up (docs/performance.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/plan/cost_model.h"
+
+namespace loom::bench {
+
+// The standard configs (bench/compare/torch_bench.py mirrors them).
+std::vector<plan::StepShape> standard_bench_specs();
+plan::StepShape bench_spec(const std::string& name);  // throws naming the known ones
+
+struct BenchOptions {
+  int64_t warmup = 2;
+  int64_t steps = 5;
+  std::string precision = "f32";  // "f32" or "bf16" (autocast: bf16 GEMMs, f32 master weights)
+  std::string trace_path;         // non-empty: one more (untimed) step is traced into this file
+};
+
+struct BenchResult {
+  std::string name, precision;
+  std::vector<double> step_ms;  // the timed steps
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double items_per_s = 0;                 // at the median step time
+  double gflop_per_step = 0, gflops = 0;  // achieved at the median
+  double ceiling_gflops = 0;              // the measured GEMM ceiling in this dtype
+  double mfu = 0;                         // gflops / ceiling_gflops
+  double final_loss = 0;
+};
+
+// Runs warm-up and timed AdamW steps (grad clip 1.0, weight decay 0.1) on synthetic data.
+BenchResult run_bench(const plan::StepShape& spec, const BenchOptions& options,
+                      double ceiling_gflops);
+
+// `loom bench NAMES...` ("all": the standard ones): the ceiling measured before and after,
+// each config's steps timed, a table on stdout and, with json_path, one JSON line per config.
+void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& options,
+                    const std::string& json_path);
+
+}  // namespace loom::bench
