@@ -186,6 +186,44 @@ TEST(Collectives, ManyInFlightWaitedInReverse) {
   w->barrier()->wait();
 }
 
+TEST(Collectives, BytesMoveAsU8) {
+  auto w = world();
+  const int P = w->size();
+  const int64_t c = 13;  // an odd chunk: no alignment to lean on
+  Tensor mine = Tensor::empty({c}, DType::U8);
+  for (int64_t i = 0; i < c; ++i) mine.data<uint8_t>()[i] = uint8_t(31 * w->rank() + 7 * i + 250);
+  Tensor all = Tensor::empty({P * c}, DType::U8);
+  w->all_gather(mine, all)->wait();
+  for (int r = 0; r < P; ++r)
+    for (int64_t i = 0; i < c; ++i)
+      ASSERT_EQ(all.data<uint8_t>()[r * c + i], uint8_t(31 * r + 7 * i + 250)) << r << " " << i;
+}
+
+// The wire bytes of each call, counted as the bandwidth-optimal algorithm sends them: the
+// formulas of process_group.h, computed here from the sizes alone.
+TEST(Collectives, CountsTheBytesEachCallSends) {
+  auto w = world();
+  const double P = w->size(), n = 1200;  // divisible by 1..4
+  auto sent_by = [&](auto call) {
+    const int64_t before = bytes_sent();
+    call();
+    return double(bytes_sent() - before);
+  };
+  const double share = P > 1 ? (P - 1) / P : 0;
+  EXPECT_NEAR(sent_by([&] { w->all_reduce(Tensor::empty({int64_t(n)}), ReduceOp::Sum)->wait(); }),
+              2 * share * 4 * n, 1);
+  EXPECT_NEAR(sent_by([&] {
+                w->all_gather(Tensor::empty({int64_t(n)}, DType::U8),
+                              Tensor::empty({int64_t(n * P)}, DType::U8))
+                    ->wait();
+              }),
+              P > 1 ? (P - 1) * n : 0, 1);
+  EXPECT_NEAR(sent_by([&] {
+                w->all_to_all(Tensor::empty({int64_t(n)}), Tensor::empty({int64_t(n)}))->wait();
+              }),
+              share * 4 * n, 1);
+}
+
 TEST(Collectives, BadArgumentsAreErrorsNotHangs) {
   auto w = world();
   Tensor odd = Tensor::empty({w->size() * 3 + 1});

@@ -38,6 +38,8 @@ MPI_Datatype mpi_type(DType d) {
       return MPI_UINT16_T;  // moved as bits; reduced after widening to f32
     case DType::I64:
       return MPI_INT64_T;
+    case DType::U8:
+      return MPI_UINT8_T;
     default:
       LOOM_FAIL() << "dist: no MPI type for dtype " << dtype_name(d);
   }
@@ -385,10 +387,10 @@ class MpiGroup final : public ProcessGroup {
 
   WorkPtr all_reduce(const Tensor& t, ReduceOp op) override {
     check_tensor(t, "all_reduce");
-    LOOM_CHECK(!(op == ReduceOp::Avg && t.dtype() == DType::I64))
-        << "all_reduce on group " << name() << ": avg of i64 is not defined";
+    check_reducible(t, op, "all_reduce");
     auto o = collective("all_reduce");
     o->bytes = int64_t(t.nbytes());
+    count_sent(o->bytes, 2.0 * double(size() - 1) / double(size()));
     const int n = mpi_count(t.numel(), "all_reduce");
     const double divisor = op == ReduceOp::Avg ? double(size()) : 1.0;
     MPI_Comm comm = comm_;
@@ -412,10 +414,10 @@ class MpiGroup final : public ProcessGroup {
 
   WorkPtr reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
     check_chunked(in, out, "reduce_scatter");
-    LOOM_CHECK(!(op == ReduceOp::Avg && in.dtype() == DType::I64))
-        << "reduce_scatter on group " << name() << ": avg of i64 is not defined";
+    check_reducible(in, op, "reduce_scatter");
     auto o = collective("reduce_scatter");
     o->bytes = int64_t(in.nbytes());
+    count_sent(o->bytes, double(size() - 1) / double(size()));
     const int n = mpi_count(out.numel(), "reduce_scatter");
     const double divisor = op == ReduceOp::Avg ? double(size()) : 1.0;
     MPI_Comm comm = comm_;
@@ -446,6 +448,7 @@ class MpiGroup final : public ProcessGroup {
     check_chunked(out, in, "all_gather");
     auto o = collective("all_gather");
     o->bytes = int64_t(in.nbytes());
+    count_sent(o->bytes, double(size() - 1));
     const int n = mpi_count(in.numel(), "all_gather");
     const MPI_Datatype type = mpi_type(in.dtype());
     MPI_Comm comm = comm_;
@@ -465,6 +468,7 @@ class MpiGroup final : public ProcessGroup {
     check_peer(root, "broadcast");
     auto o = collective("broadcast");
     o->bytes = int64_t(t.nbytes());
+    count_sent(o->bytes, double(size() - 1) / double(size()));
     const int n = mpi_count(t.numel(), "broadcast");
     const MPI_Datatype type = mpi_type(t.dtype());
     MPI_Comm comm = comm_;
@@ -484,6 +488,7 @@ class MpiGroup final : public ProcessGroup {
         << ") must have the same dtype and a number of elements divisible by " << size();
     auto o = collective("all_to_all");
     o->bytes = int64_t(in.nbytes());
+    count_sent(o->bytes, double(size() - 1) / double(size()));
     const int n = mpi_count(in.numel() / size(), "all_to_all");
     const MPI_Datatype type = mpi_type(in.dtype());
     MPI_Comm comm = comm_;
@@ -520,6 +525,7 @@ class MpiGroup final : public ProcessGroup {
         << out_total << " received, tensors hold " << in.numel() << " and " << out.numel();
     auto o = collective("all_to_all_v");
     o->bytes = int64_t(in.nbytes());
+    count_sent((in_total - in_counts[size_t(rank())]) * int64_t(dtype_size(in.dtype())));
     const MPI_Datatype type = mpi_type(in.dtype());
     const int p = size();
     MPI_Comm comm = comm_;
@@ -590,6 +596,7 @@ class MpiGroup final : public ProcessGroup {
     o->group_id = group_id_;
     o->kind = what;
     o->bytes = int64_t(t.nbytes());
+    if (sending) count_sent(o->bytes);
     o->group = name();
     o->work = std::make_shared<Work>(std::string(what) + (sending ? " to" : " from") + " rank " +
                                      std::to_string(peer) + " (tag " + std::to_string(tag) + ")");

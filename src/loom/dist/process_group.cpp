@@ -1,5 +1,6 @@
 #include "loom/dist/process_group.h"
 
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
@@ -17,6 +18,28 @@ const char* reduce_op_name(ReduceOp op) {
       return "max";
   }
   return "?";
+}
+
+namespace {
+std::atomic<int64_t> g_bytes_sent{0};
+}  // namespace
+
+int64_t bytes_sent() {
+  return g_bytes_sent.load();
+}
+
+void ProcessGroup::count_sent(int64_t bytes, double fraction) const {
+  if (size() == 1) return;
+  const int64_t n = int64_t(double(bytes) * fraction + 0.5);
+  g_bytes_sent += n;
+  bytes_sent_ += n;
+}
+
+void ProcessGroup::check_reducible(const Tensor& t, ReduceOp op, const char* what) const {
+  LOOM_CHECK(t.dtype() != DType::U8) << what << " on group " << name_ << ": u8 is moved, never "
+                                     << "reduced";
+  LOOM_CHECK(!(op == ReduceOp::Avg && t.dtype() == DType::I64))
+      << what << " on group " << name_ << ": avg of i64 is not defined";
 }
 
 ProcessGroup::ProcessGroup(std::string name, int rank, std::vector<int> world_ranks)
@@ -40,9 +63,9 @@ void ProcessGroup::check_tensor(const Tensor& t, const char* what) const {
   LOOM_CHECK(t.is_contiguous()) << what << " on group " << name_ << ": tensor of shape "
                                 << t.shape() << " is not contiguous";
   const DType d = t.dtype();
-  LOOM_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::I64)
+  LOOM_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::I64 || d == DType::U8)
       << what << " on group " << name_ << ": dtype " << dtype_name(d)
-      << " (expected f32, bf16 or i64)";
+      << " (expected f32, bf16, i64 or u8)";
 }
 
 void ProcessGroup::check_peer(int peer, const char* what) const {
@@ -74,13 +97,13 @@ SingleProcessGroup::SingleProcessGroup(std::string name, int world_rank)
 
 WorkPtr SingleProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
-  LOOM_CHECK(!(op == ReduceOp::Avg && t.dtype() == DType::I64))
-      << "all_reduce on group " << name() << ": avg of i64 is not defined";
+  check_reducible(t, op, "all_reduce");
   return finished_work("all_reduce");
 }
 
 WorkPtr SingleProcessGroup::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
   check_chunked(in, out, "reduce_scatter");
+  check_reducible(in, op, "reduce_scatter");
   copy_bytes(in, out);
   return finished_work("reduce_scatter");
 }

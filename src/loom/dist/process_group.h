@@ -1,13 +1,21 @@
 // ProcessGroup: collectives and point-to-point transfers among a set of processes.
 //
 // Every call is asynchronous and returns a Work handle; calls on one group must be made in the
-// same order on every member (as in MPI). Tensors are contiguous CPU tensors of f32, bf16 or
-// i64; they must stay untouched until the Work has finished. bf16 is reduced in f32 (each
-// member widens, the sum is taken in f32, the result is rounded once).
+// same order on every member (as in MPI). Tensors are contiguous CPU tensors of f32, bf16, i64
+// or u8 (bytes: moved, never reduced); they must stay untouched until the Work has finished.
+// bf16 is reduced in f32 (each member widens, the sum is taken in f32, the result is rounded
+// once).
+//
+// Every call counts the bytes this process puts on the wire for it, as the bandwidth-optimal
+// algorithm sends them (all_reduce of N bytes over P members: 2 (P-1)/P N; all_gather of a
+// chunk c: (P-1) c; reduce_scatter and broadcast: (P-1)/P N; all_to_all: what goes to the
+// others; send: N): bytes_sent() for the process, ProcessGroup::bytes_sent() for one group.
+// The MPI library may pick another algorithm, which can only send more.
 //
 // Backends: MPI (mpi_group.cpp, one communication thread per process) and the single-member
 // group below (no communication at all) for runs that were not started by a launcher.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +27,9 @@ namespace loom::dist {
 
 enum class ReduceOp { Sum, Avg, Max };
 const char* reduce_op_name(ReduceOp op);
+
+// Bytes this process has sent through every group so far (see above).
+int64_t bytes_sent();
 
 class ProcessGroup {
  public:
@@ -32,7 +43,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return int(world_ranks_.size()); }
   const std::vector<int>& world_ranks() const { return world_ranks_; }
-  std::string describe() const;  // "dp_shard (world ranks 0, 2)"
+  std::string describe() const;                       // "dp_shard (world ranks 0, 2)"
+  int64_t bytes_sent() const { return bytes_sent_; }  // by this process through this group
 
   // In place over t; Avg is Sum divided by size() (not for i64).
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op) = 0;
@@ -58,11 +70,15 @@ class ProcessGroup {
   void check_tensor(const Tensor& t, const char* what) const;
   void check_peer(int peer, const char* what) const;
   void check_chunked(const Tensor& whole, const Tensor& chunk, const char* what) const;
+  void check_reducible(const Tensor& t, ReduceOp op, const char* what) const;
+  // Adds a call's wire bytes to bytes_sent(): `fraction` of `bytes` (a share of the payload).
+  void count_sent(int64_t bytes, double fraction = 1.0) const;
 
  private:
   std::string name_;
   int rank_;
   std::vector<int> world_ranks_;
+  mutable std::atomic<int64_t> bytes_sent_{0};
 };
 
 // The group of one process: every collective is the identity (a copy where in and out differ).

@@ -68,7 +68,9 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   apply_activation_checkpointing(model, blocks, topology.recompute);
   // 5. Data parallelism; every replica starts from rank 0's weights.
   if (topology.zero_stage() > 0) {
-    m.replicas_ = mesh.group("dp_replicate");
+    m.replicas_ = topology.outer_sync
+                      ? std::make_shared<dist::SingleProcessGroup>("replica", mesh.world()->rank())
+                      : mesh.group("dp_replicate");
     m.zero_ = std::make_unique<ZeroDataParallel>(
         model, blocks, ZeroOptions{topology.zero_stage(), topology.gather_dtype},
         mesh.group("dp_shard"), m.replicas_);
@@ -79,9 +81,9 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     for (const auto& p : params)
       m.pieces_.push_back(
           {p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
-    m.replicas_ = m.dp_;
-    if (m.dp_->size() > 1) {  // one data-parallel rank needs no wrapper: the step stays as it is
-      m.ddp_ = std::make_unique<DistributedDataParallel>(params, m.dp_,
+    m.replicas_ = topology.outer_sync ? mesh.group("dp_shard") : m.dp_;
+    if (m.replicas_->size() > 1) {  // one replica needs no wrapper: the step stays as it is
+      m.ddp_ = std::make_unique<DistributedDataParallel>(params, m.replicas_,
                                                          int64_t(topology.bucket_mb * 1024 * 1024));
       m.ddp_->broadcast_parameters(0);
     }
@@ -103,8 +105,8 @@ std::string ParallelModel::describe() const {
   if (cp_->size() > 1) s << "cp " << cp_->size() << " " << name_of(t.context_parallel) << " x ";
   s << "dp " << dp_->size();
   if (mesh_.degree("dp_replicate") > 1)
-    s << " = " << mesh_.degree("dp_replicate") << " replicas x " << mesh_.degree("dp_shard")
-      << " shards";
+    s << " = " << mesh_.degree("dp_replicate") << (t.outer_sync ? " DiLoCo workers" : " replicas")
+      << " x " << mesh_.degree("dp_shard") << " shards";
   s << ": " << name_of(t.data_parallel);
   if (t.gather_dtype != DType::F32) s << ", gathered in " << dtype_name(t.gather_dtype);
   s << ")";

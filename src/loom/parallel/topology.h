@@ -24,6 +24,9 @@ struct Topology {
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
   int64_t pipeline_chunks = 1;  // model chunks per pipeline rank (interleaved only)
   double bucket_mb = 25;        // DDP gradient buckets
+  // The dp_replicate groups are DiLoCo workers (lowcomm/diloco.h): gradients are exchanged
+  // within a worker (over dp_shard) only, and the workers average their weights every H steps.
+  bool outer_sync = false;
 
   int zero_stage() const { return int(data_parallel); }  // 0: DDP
 };

@@ -9,7 +9,8 @@ namespace loom::train {
 
 Checkpointer::Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel& model,
                            optim::AdamW& optimizer, std::function<std::vector<PieceState>()> extra,
-                           std::string model_kind, std::string run_dir, bool async, int64_t keep)
+                           std::string model_kind, std::string run_dir, bool async, int64_t keep,
+                           WorkerLayout layout)
     : model_(model),
       optimizer_(optimizer),
       extra_(std::move(extra)),
@@ -17,6 +18,7 @@ Checkpointer::Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel
       run_dir_(std::move(run_dir)),
       async_(async),
       keep_(keep),
+      layout_(std::move(layout)),
       group_(mesh.world()->split(0, mesh.world()->rank(), "checkpoint")) {}
 
 Checkpointer::~Checkpointer() {
@@ -28,23 +30,27 @@ void Checkpointer::wait() {
   if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
 }
 
-std::vector<parallel::PieceValues> Checkpointer::contents() const {
+std::vector<parallel::PieceValues> Checkpointer::contents(bool saving) const {
+  const std::string worker =
+      layout_.worker > 0 ? "worker" + std::to_string(layout_.worker) + "/" : "";
   // The model first: a checkpoint of another model fails on its weights' names and shapes.
-  std::vector<parallel::PieceValues> out{{"model/", "", {}}};
+  std::vector<parallel::PieceValues> out{{worker + "model/", "", {}}};
   const auto moments = optimizer_.named_state();  // exp_avg, exp_avg_sq per piece, in order
   std::vector<Tensor> m, v;
   for (size_t k = 0; k < moments.size(); k += 2) {
     m.push_back(moments[k].second);
     v.push_back(moments[k + 1].second);
   }
-  out.push_back({"optimizer/", ".exp_avg", m});
-  out.push_back({"optimizer/", ".exp_avg_sq", v});
-  for (auto& [name, values] : extra_()) out.push_back({name + "/", "", values});
+  out.push_back({worker + "optimizer/", ".exp_avg", m});
+  out.push_back({worker + "optimizer/", ".exp_avg_sq", v});
+  for (auto& [name, values] : extra_()) out.push_back({worker + name + "/", "", values});
+  if (layout_.shared && (!saving || layout_.worker == 0))
+    for (auto& [name, values] : layout_.shared()) out.push_back({name + "/", "", values});
   return out;
 }
 
 std::string Checkpointer::save(int64_t step, const Json& state) {
-  std::vector<TensorPiece> pieces = model_.checkpoint_pieces(contents());
+  std::vector<TensorPiece> pieces = model_.checkpoint_pieces(contents(/*saving=*/true));
   wait();
   if (!async_) return save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);
   // A snapshot the step may overwrite meanwhile without changing what is written.
@@ -70,7 +76,15 @@ Json Checkpointer::load(const std::string& ckpt_dir) {
   const std::string kind = state.at("model_kind").as_string();
   LOOM_CHECK(kind == model_kind_) << "checkpoint " << ckpt_dir << " is of model kind " << kind
                                   << ", not " << model_kind_;
-  model_.load_checkpoint(reader, contents());
+  const int64_t workers =
+      state.contains("diloco_workers") ? state.at("diloco_workers").as_int() : 0;
+  LOOM_CHECK(workers == layout_.workers)
+      << "checkpoint " << ckpt_dir << " was written by a run with "
+      << (workers > 0 ? std::to_string(workers) + " DiLoCo workers" : "no DiLoCo")
+      << "; this run has "
+      << (layout_.workers > 0 ? std::to_string(layout_.workers) + " DiLoCo workers" : "no DiLoCo")
+      << " (lowcomm.workers)";
+  model_.load_checkpoint(reader, contents(/*saving=*/false));
   optimizer_.set_steps_taken(state.at("optimizer_steps").as_int());
   return state;
 }

@@ -2,6 +2,11 @@
 // model ("model/<name>"), of the AdamW moments ("optimizer/<name>.exp_avg", ".exp_avg_sq") and
 // of each recipe state ("ema/<name>"), laid out by the ParallelModel so that any layout reads
 // any other, plus trainer_state.json (see checkpoint_dir.h for the directory itself).
+//
+// Under DiLoCo every worker has its own model, moments and recipe state between outer steps:
+// worker 0's are written as above (what `loom sample` and `ckpt export` read), worker m's under
+// "worker<m>/"; the outer state the workers share ("diloco_global/<name>", ...) is written by
+// worker 0 and read by all, so a checkpoint taken at any step resumes exactly.
 #pragma once
 #include <exception>
 #include <functional>
@@ -19,6 +24,13 @@ namespace loom::train {
 // Per-piece tensors aligned with ParallelModel::pieces() under a name ("ema").
 using PieceState = std::pair<std::string, std::vector<Tensor>>;
 
+// Which DiLoCo worker this rank belongs to (of `workers`; 0: no DiLoCo) and the per-piece state
+// the workers share.
+struct WorkerLayout {
+  int64_t workers = 0, worker = 0;
+  std::function<std::vector<PieceState>()> shared;
+};
+
 class Checkpointer {
  public:
   // extra: the recipe's per-piece state, asked for at every save and load. async: pieces are
@@ -26,7 +38,8 @@ class Checkpointer {
   // time: the next save waits for the previous one). keep: checkpoints of this run kept.
   Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel& model,
                optim::AdamW& optimizer, std::function<std::vector<PieceState>()> extra,
-               std::string model_kind, std::string run_dir, bool async, int64_t keep);
+               std::string model_kind, std::string run_dir, bool async, int64_t keep,
+               WorkerLayout layout = {});
   ~Checkpointer();  // waits for a checkpoint being written
 
   // Collective: writes run_dir/step-<step> with `state` as trainer_state.json; returns the
@@ -39,13 +52,15 @@ class Checkpointer {
   void wait();
 
  private:
-  std::vector<parallel::PieceValues> contents() const;
+  // What this rank writes (saving) or reads (loading: the shared state on every worker too).
+  std::vector<parallel::PieceValues> contents(bool saving) const;
   parallel::ParallelModel& model_;
   optim::AdamW& optimizer_;
   std::function<std::vector<PieceState>()> extra_;
   std::string model_kind_, run_dir_;
   bool async_;
   int64_t keep_;
+  WorkerLayout layout_;
   // Checkpoint writing synchronises on a group of its own, so a background save never
   // interleaves its barriers with the training step's collectives.
   std::shared_ptr<dist::ProcessGroup> group_;

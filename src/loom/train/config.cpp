@@ -79,6 +79,51 @@ void check_model_parallel(const Config& c, const std::string& path) {
       << " over parallel.tp " << tp << ", which does not divide them";
 }
 
+// [lowcomm]: only method is read unless it is "diloco", so a DiLoCo key in a run without it is
+// an unknown key.
+void read_lowcomm(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
+  const std::string method = f.get_string("lowcomm", "method", "none");
+  LOOM_CHECK(method == "none" || method == "diloco")
+      << "config " << path << ": lowcomm.method '" << method << "' (expected none or diloco)";
+  if (method == "none") return;
+  lowcomm::DiLoCoConfig d;
+  d.workers = f.get_int("lowcomm", "workers", 0);
+  d.inner_steps = f.get_int("lowcomm", "inner_steps", d.inner_steps);
+  d.outer_lr = f.get_double("lowcomm", "outer_lr", d.outer_lr);
+  d.outer_momentum = f.get_double("lowcomm", "outer_momentum", d.outer_momentum);
+  d.nesterov = f.get_bool("lowcomm", "nesterov", d.nesterov);
+  d.quant.kind = lowcomm::compression_from_name(f.get_string("lowcomm", "compression", "none"),
+                                                "config " + path + ": lowcomm.compression");
+  d.quant.block = f.get_int("lowcomm", "block_size", d.quant.block);
+  const std::string scale = f.get_string("lowcomm", "scale_dtype", "f32");
+  LOOM_CHECK(scale == "f32" || scale == "bf16")
+      << "config " << path << ": lowcomm.scale_dtype '" << scale << "' (expected f32 or bf16)";
+  d.quant.scale_dtype = dtype_from_name(scale);
+  d.error_feedback = f.get_bool("lowcomm", "error_feedback", d.error_feedback);
+  LOOM_CHECK(d.workers >= 1) << "config " << path
+                             << ": lowcomm.method \"diloco\" needs lowcomm.workers (>= 1)";
+  LOOM_CHECK(d.inner_steps >= 1 && d.outer_lr > 0 && d.outer_momentum >= 0 &&
+             d.outer_momentum < 1 && d.quant.block >= 1)
+      << "config " << path << ": lowcomm.inner_steps, outer_lr and block_size must be "
+      << "positive, outer_momentum in [0, 1)";
+  LOOM_CHECK(c.train.steps % d.inner_steps == 0)
+      << "config " << path << ": train.steps " << c.train.steps
+      << " is not a multiple of lowcomm.inner_steps " << d.inner_steps
+      << " (a DiLoCo run ends on an outer step, its workers agreeing)";
+  LOOM_CHECK(c.model_kind != "vit_classifier")
+      << "config " << path << ": lowcomm.method \"diloco\" trains dit and gpt models";
+  // The workers are the mesh's dp_replicate groups.
+  auto& dims = c.parallel.topology.dims;
+  LOOM_CHECK(!f.has("parallel", "dp_replicate") || dims.dp_replicate == d.workers)
+      << "config " << path << ": parallel.dp_replicate " << dims.dp_replicate
+      << " and lowcomm.workers " << d.workers
+      << " differ (DiLoCo's workers are the dp_replicate groups: set lowcomm.workers alone)";
+  dims.dp_replicate = d.workers;
+  c.parallel.topology.outer_sync = true;
+  c.diloco = d;
+}
+
 // A key whose value names one of an enum's values: parsed here, once.
 template <typename Parse>
 auto choice(ConfigFile& f, const char* section, const char* key, const char* fallback,
@@ -312,6 +357,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
+  read_lowcomm(f, c);
   check_model_parallel(c, path);
   LOOM_CHECK(p.bucket_mb > 0 && c.parallel.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";

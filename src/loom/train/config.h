@@ -1,9 +1,11 @@
 // The typed training configuration, read from TOML with --set overrides and validated.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/diffusion/flow_matching.h"
+#include "loom/lowcomm/diloco.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/models/vit/vit.h"
@@ -103,6 +105,8 @@ struct Config {
   RunConfig run;
   ParallelConfig parallel;
   ResilienceConfig resilience;
+  // [lowcomm] method = "diloco": the dp_replicate groups are DiLoCo workers (lowcomm/diloco.h).
+  std::optional<lowcomm::DiLoCoConfig> diloco;
   // "dit", "gpt" or "vit_classifier"; only that kind's keys are accepted
   std::string model_kind = "dit";
   models::DitConfig dit;

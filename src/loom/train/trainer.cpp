@@ -6,12 +6,15 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "loom/checkpoint/sharded.h"
 #include "loom/core/allocator.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/trace.h"
 #include "loom/data/prefetch.h"
 #include "loom/dist/world.h"
+#include "loom/lowcomm/diloco.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/profiler.h"
@@ -39,6 +42,20 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Every rank must train the same run: processes started with other configs (on other machines,
+// say) would train other models and exchange nonsense.
+void check_same_config(dist::ProcessGroup& world, const std::string& resolved) {
+  if (world.size() == 1) return;
+  const int64_t mine = int64_t(xxh64(resolved.data(), resolved.size()));
+  Tensor all = Tensor::empty({world.size()}, DType::I64);
+  world.all_gather(from_vector(std::vector<int64_t>{mine}, {1}), all)->wait();
+  for (int r = 1; r < world.size(); ++r)
+    LOOM_CHECK(all.data<int64_t>()[r] == all.data<int64_t>()[0])
+        << "rank " << r << " was started with another config than rank 0 (the resolved "
+        << "config.toml differs): every process of a run must read the same config and --set "
+        << "overrides";
+}
+
 // Where this rank's metrics go: run_dir/metrics.jsonl (main rank), else
 // run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
 std::string metrics_path(const std::string& run_dir, int rank) {
@@ -57,7 +74,8 @@ Slot slot_of(const TrainLoopConfig& tc, const dist::ProcessGroup& dp, int64_t st
 // What one optimizer step produced, agreed over the ranks.
 struct StepResult {
   double loss = 0, grad_norm = 0, lr = 0;
-  bool out_of_time = false;  // some rank used up train.max_minutes
+  bool out_of_time = false;                 // some rank used up train.max_minutes
+  std::optional<lowcomm::OuterStep> outer;  // DiLoCo: the outer step taken after this one
 };
 
 // The parts of a run the step touches.
@@ -68,6 +86,7 @@ struct Loop {
   Recipe& recipe;
   parallel::ParallelModel& model;
   optim::AdamW& optimizer;
+  lowcomm::DiLoCo* diloco;  // null: no DiLoCo
   Prefetcher<Batch>& prefetch;
   StepGuard& guard;
   const Progress& progress;
@@ -130,6 +149,7 @@ struct Loop {
       optimizer.step(r.lr);
       model.after_optimizer_step();
     }
+    if (diloco && diloco->due(step)) r.outer = diloco->sync();
     model.zero_grad();
     if (guard.needs_rollback()) guard.roll_back(step);
     recipe.after_step(step, update);
@@ -144,10 +164,14 @@ void train(const Config& cfg, const std::string& resume_from) {
   const std::string run_dir = cfg.run_dir();
   const dist::DeviceMesh mesh(dist::init_world({cfg.parallel.timeout_s}),
                               cfg.parallel.topology.dims);
+  check_same_config(*mesh.world(), cfg.resolved_toml);
   const auto dp = mesh.group("dp");
   LOOM_CHECK(tc.batch_size % dp->size() == 0)
       << "train.batch_size " << tc.batch_size << " (the global batch) does not split "
-      << "evenly over " << dp->size() << " data-parallel ranks";
+      << "evenly over " << dp->size() << " data-parallel ranks"
+      << (cfg.diloco ? " (" + std::to_string(cfg.diloco->workers) + " DiLoCo workers x " +
+                           std::to_string(mesh.degree("dp_shard")) + " each)"
+                     : "");
   const int rank = mesh.world()->rank();
 
   // Everything that can fail on bad input is read before the run directory is touched.
@@ -161,9 +185,21 @@ void train(const Config& cfg, const std::string& resume_from) {
   host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
   RunContext context{*model, *dp, rank == 0};
   recipe->start(context);
-  Checkpointer checkpointer(
-      mesh, *model, *optimizer, [&] { return recipe->piece_state(); }, cfg.model_kind, run_dir,
-      tc.async_checkpoint, tc.keep_checkpoints);
+  std::unique_ptr<lowcomm::DiLoCo> diloco;
+  WorkerLayout workers;
+  if (cfg.diloco) {
+    diloco = std::make_unique<lowcomm::DiLoCo>(*model, mesh.group("dp_replicate"), *cfg.diloco);
+    workers = {cfg.diloco->workers, mesh.coordinate("dp_replicate"),
+               [&] { return diloco->shared_state(); }};
+  }
+  auto per_worker_state = [&] {
+    std::vector<PieceState> state = recipe->piece_state();
+    if (diloco)
+      for (auto& s : diloco->worker_state()) state.push_back(s);
+    return state;
+  };
+  Checkpointer checkpointer(mesh, *model, *optimizer, per_worker_state, cfg.model_kind, run_dir,
+                            tc.async_checkpoint, tc.keep_checkpoints, workers);
 
   int64_t start_step = 0;
   if (!resume_from.empty()) {
@@ -209,7 +245,8 @@ void train(const Config& cfg, const std::string& resume_from) {
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
   recipe->model().name_for_trace();
-  Loop step_loop{cfg, tc, *dp, *recipe, *model, *optimizer, prefetch, guard, progress, Json()};
+  Loop step_loop{cfg,          tc,       *dp,   *recipe,  *model, *optimizer,
+                 diloco.get(), prefetch, guard, progress, Json()};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
     Json state = Json::object({{"model_kind", cfg.model_kind},
@@ -217,6 +254,7 @@ void train(const Config& cfg, const std::string& resume_from) {
                                {"step", done},
                                {"optimizer_steps", optimizer->steps_taken()},
                                {"seed", int64_t(cfg.run.seed)}});
+    if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
     for (const Json& part : {step_loop.data_state, recipe->state(done)})
       if (part.is_object())
         for (const auto& [key, value] : part.items()) state.set(key, value);
@@ -235,11 +273,18 @@ void train(const Config& cfg, const std::string& resume_from) {
     train_seconds += seconds_since(step_begin);
 
     const bool last = step + 1 == tc.steps;
-    Json metrics = Json::object({{"grad_norm", r.grad_norm}, {"skipped_steps", guard.skipped()}});
+    // sent_mb: what this rank has put on the wire so far (dist/process_group.h).
+    Json metrics = Json::object({{"grad_norm", r.grad_norm},
+                                 {"skipped_steps", guard.skipped()},
+                                 {"sent_mb", double(dist::bytes_sent()) / 1e6}});
+    if (r.outer)
+      metrics.set("outer", Json::object({{"sent_mb", double(r.outer->bytes_sent) / 1e6},
+                                         {"seconds", r.outer->seconds},
+                                         {"delta_norm", r.outer->delta_norm}}));
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     const Json val = eval_now ? recipe->evaluate(step) : Json();
     if (!val.is_null()) metrics.set("val", val);
-    if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null())
+    if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
       progress.log(step, r.loss, r.lr, metrics);
     const bool preempted = guard.preempted();  // collective over the world
     const bool stop =

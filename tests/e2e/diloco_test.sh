@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# DiLoCo through `loom train` (lowcomm/diloco.h): the tiny GPT and DiT as 2 workers of 1
+# process (and the GPT as 2 workers of 2 ZeRO-2 shards), inner_steps 4:
+#   - an outer step after every 4th step, sending exactly an f32 all-reduce of the weights
+#     (int4: at least 6x less), and after the last one every worker holds the global weights;
+#   - a run stopped mid-phase (step 6) and resumed ends bit-identical to the uninterrupted one;
+#   - bad input, one clear error each: dp_replicate against lowcomm.workers, train.steps not a
+#     multiple of inner_steps, a batch that does not split over the workers, DiLoCo keys
+#     without the method, ranks started with different configs, and a resume whose worker count
+#     differs from the checkpoint's.
+# Usage: diloco_test.sh LOOM_BINARY MPIRUN WORK_DIR
+set -uo pipefail
+loom=$1 mpirun=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+export OMP_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+py=/usr/bin/python3
+
+# check_run RUN_DIR H COMPRESSION SHARDS: the outer steps in metrics.jsonl, the bytes rank 0
+# sent to the other worker against its share of the weights (1 / SHARDS under ZeRO), and
+# every worker's weights (model/, worker<m>/model/) equal to the global ones at the end.
+check_run() {
+  PYTHONPATH=$here $py - "$@" <<'PY'
+import json, os, sys
+import numpy as np
+from sharded_checkpoint import read_checkpoint
+run, H, compression, shards = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+outer = [m for m in lines if "outer" in m]
+steps = max(m["step"] for m in lines)
+assert [m["step"] for m in outer] == list(range(H, steps + 1, H)), [m["step"] for m in outer]
+ckpt = sorted(d for d in os.listdir(run) if d.startswith("step-"))[-1]
+t = read_checkpoint(os.path.join(run, ckpt))
+weights = t["model"]
+n = sum(v.size for v in weights.values())
+sent = outer[-1]["outer"]["sent_mb"] * 1e6
+f32 = 2 * (2 - 1) / 2 * 4 * n / shards  # an f32 all-reduce of rank 0's share over 2 workers
+if compression == "none":
+    assert abs(sent - f32) <= 1, (sent, f32)
+else:
+    assert sent * 6 <= f32, (sent, f32)
+for name, w in weights.items():
+    assert np.array_equal(w, t["worker1"]["model/" + name]), ("worker 1", name)
+    assert np.array_equal(w, t["diloco_global"][name]), ("global", name)
+print(f"{run}: {len(outer)} outer steps, {sent:.0f} bytes each of an f32 all-reduce's {f32:.0f}; "
+      f"the workers agree")
+PY
+}
+
+gpt=$here/tiny_gpt.toml
+common=(--set train.steps=8 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
+  --set eval.every=0 --set sample.tokens=0 --set run.id=cmp --set lowcomm.method=diloco
+  --set lowcomm.workers=2 --set lowcomm.inner_steps=4)
+run() {  # run NAME NP ARGS...
+  local name=$1 np=$2
+  shift 2
+  "$mpirun" --oversubscribe -np "$np" "$loom" train "$@" --set run.out_dir="$work/$name" \
+    > "$work/$name.log" 2>&1
+}
+
+for compression in none int4; do
+  run gpt-$compression 2 "$gpt" "${common[@]}" --set lowcomm.compression=$compression ||
+    { fail "gpt $compression: run failed"; cat "$work/gpt-$compression.log"; }
+  check_run "$work/gpt-$compression/tiny_gpt" 4 $compression 1 || fail "gpt $compression: outer steps"
+done
+run gpt-zero 4 "$gpt" "${common[@]}" --set parallel.data_parallel=zero2 ||
+  { fail "gpt zero2 in each worker: run failed"; cat "$work/gpt-zero.log"; }
+check_run "$work/gpt-zero/tiny_gpt" 4 none 2 || fail "gpt zero2 in each worker: outer steps"
+grep -q "2 DiLoCo workers x 2 shards: zero2" "$work/gpt-zero.log" || fail "layout not described"
+
+# Stopped at step 6, between outer steps, and resumed: the same bytes as the straight run.
+for model in gpt dit; do
+  cfg=$here/tiny_$model.toml
+  args=("${common[@]}")
+  [ $model = dit ] && args=(--set train.steps=8 --set train.log_every=1 --set model.depth=2
+    --set train.batch_size=8 --set sample.per_class=1 --set run.id=cmp --set lowcomm.method=diloco
+    --set lowcomm.workers=2 --set lowcomm.inner_steps=4 --set lowcomm.compression=int8)
+  run $model-straight 2 "$cfg" "${args[@]}" || fail "$model: straight run failed"
+  run $model-resumed 2 "$cfg" "${args[@]}" --set train.stop_after=6 || fail "$model: first part failed"
+  run $model-resumed 2 "$cfg" "${args[@]}" --resume || fail "$model: resume failed"
+  a=$work/$model-straight/tiny_$model/step-000008 b=$work/$model-resumed/tiny_$model/step-000008
+  for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
+    cmp -s "$a/$f" "$b/$f" || fail "$model: resumed mid-phase, $f differs from the straight run"
+  done
+done
+[ $failures = 0 ] && echo "resumed between outer steps: bit-identical (gpt, dit)"
+
+# expect NAME PATTERN NP ARGS...: the run fails with exit status 1 and PATTERN in its output.
+expect() {
+  local name=$1 pattern=$2
+  shift 2
+  run "$name" "$@"
+  local code=$?
+  [ $code = 1 ] || fail "$name: exit status $code, expected 1"
+  grep -q -- "$pattern" "$work/$name.log" || { fail "$name: no '$pattern'"; cat "$work/$name.log"; }
+}
+expect bad-replicate "parallel.dp_replicate 4 and lowcomm.workers 2 differ" 1 "$gpt" "${common[@]}" \
+  --set parallel.dp_replicate=4
+expect bad-steps "train.steps 7 is not a multiple of lowcomm.inner_steps 4" 1 "$gpt" "${common[@]}" \
+  --set train.steps=7
+expect bad-batch "does not split evenly over 4 data-parallel ranks (2 DiLoCo workers x 2 each)" 4 \
+  "$gpt" "${common[@]}" --set train.batch_size=6
+expect bad-key "unknown key lowcomm.inner_steps" 1 "$gpt" --set lowcomm.inner_steps=4
+"$mpirun" --oversubscribe -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" : \
+  -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" --set model.width=48 \
+  > "$work/two-configs.log" 2>&1
+grep -q "rank 1 was started with another config than rank 0" "$work/two-configs.log" ||
+  { fail "ranks with different configs not refused"; cat "$work/two-configs.log"; }
+cp -r "$work/gpt-none" "$work/regrown"
+expect regrown "written by a run with 2 DiLoCo workers; this run has 4 DiLoCo workers" 4 "$gpt" \
+  "${common[@]}" --set lowcomm.workers=4 --set train.steps=12 --resume
+
+[ $failures = 0 ] && echo "diloco: all checks passed"
+exit $((failures > 0))
