@@ -4,9 +4,10 @@
 # DiLoCo with 4 workers of one process, inner_steps H, f32 / int8 / int4 pseudo-gradients.
 # Prints, per run, the held-out loss over the whole held-out text and the bytes rank 0 sent
 # (every rank sends as much), and the ratios against DDP.
-# Usage: bench/lowcomm/diloco_vs_ddp.sh [STEPS [H]]   (defaults 1000 and 50)
+# Usage: bench/lowcomm/diloco_vs_ddp.sh [STEPS [H [OUTER_LR [OUTER_MOMENTUM]]]]
+#        (defaults 1000, 50 and the paper's outer SGD: lr 0.7, Nesterov momentum 0.9)
 set -euo pipefail
-steps=${1:-1000} H=${2:-50}
+steps=${1:-1000} H=${2:-50} outer_lr=${3:-0.7} outer_momentum=${4:-0.9}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 loom=$root/build/loom
 work=${WORK:-/tmp/loom-diloco-bench}
@@ -25,8 +26,11 @@ run() {  # NAME ARGS...
 run ddp
 for c in none int8 int4; do
   run diloco-$c --set lowcomm.method=diloco --set lowcomm.workers=4 --set lowcomm.inner_steps=$H \
-    --set lowcomm.compression=$c
+    --set lowcomm.compression=$c --set lowcomm.outer_lr=$outer_lr \
+    --set lowcomm.outer_momentum=$outer_momentum
 done
+echo "gpt_kjv (0.92M parameters), $steps steps of 16 x 128 tokens on 4 processes; DiLoCo: 4 workers," \
+  "H $H, outer lr $outer_lr, momentum $outer_momentum"
 /usr/bin/python3 - "$work" <<'PY'
 import json, os, sys
 work = sys.argv[1]

@@ -20,8 +20,7 @@ struct Workers {
   dist::DeviceMesh mesh;
   nn::Linear model{40, 30};
   std::unique_ptr<parallel::ParallelModel> handle;
-  Workers()
-      : mesh(dist::world(), dist::ParallelDims{1, dist::world()->size(), 1, 1, 1}) {
+  Workers() : mesh(dist::world(), dist::ParallelDims{1, dist::world()->size(), 1, 1, 1}) {
     model.init_parameters(7);
     parallel::Topology t;
     t.dims = mesh.dims();
@@ -62,7 +61,8 @@ TEST(DiLoCo, OuterNesterovStepOnTheAveragedPseudoGradient) {
   Workers w;
   const int P = w.mesh.world()->size(), me = w.mesh.world()->rank();
   const double lr = 0.7, mu = 0.9;
-  DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), config_for(P, lr, mu, Compression::None, false));
+  DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"),
+                config_for(P, lr, mu, Compression::None, false));
   std::vector<double> global = w.weights(), v(global.size(), 0.0);
   for (int k = 0; k < 2; ++k) {
     // Every worker starts the round from the global weights and moves by its own amount.
@@ -73,14 +73,16 @@ TEST(DiLoCo, OuterNesterovStepOnTheAveragedPseudoGradient) {
     for (size_t i = 0; i < global.size(); ++i) {
       double avg = 0;  // of (global - local_r), as float32 values
       for (int r = 0; r < P; ++r)
-        avg += double(float(global[i])) - double(float(float(global[i]) - float(moved(r, int64_t(i), k))));
+        avg += double(float(global[i])) -
+               double(float(float(global[i]) - float(moved(r, int64_t(i), k))));
       avg /= P;
       v[i] = mu * v[i] + avg;
       global[i] -= lr * (avg + mu * v[i]);
     }
     const std::vector<double> got = w.weights();
     for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], global[i], 2e-6 * (1 + std::abs(global[i]))) << "round " << k << " element " << i;
+      ASSERT_NEAR(got[i], global[i], 2e-6 * (1 + std::abs(global[i])))
+          << "round " << k << " element " << i;
   }
 }
 
@@ -105,7 +107,8 @@ TEST(DiLoCo, CompressedAverageWithinTheQuantisationBound) {
     for (int64_t b0 = 0; b0 < N; b0 += B) {
       double amax = 0;  // the largest contribution in the block, over the workers
       for (int r = 0; r < P; ++r)
-        for (int64_t i = b0; i < std::min(N, b0 + B); ++i) amax = std::max(amax, std::abs(moved(r, i, 0)));
+        for (int64_t i = b0; i < std::min(N, b0 + B); ++i)
+          amax = std::max(amax, std::abs(moved(r, i, 0)));
       for (int64_t i = b0; i < std::min(N, b0 + B); ++i) {
         double avg = 0;
         for (int r = 0; r < P; ++r) avg += moved(r, i, 0);
@@ -132,7 +135,8 @@ TEST(DiLoCo, ErrorFeedbackKeepsTheSumOfCompressedSteps) {
   for (bool feedback : {true, false}) {
     Workers w;
     const int P = w.mesh.world()->size();
-    DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), config_for(P, 1.0, 0.0, Compression::Int4, feedback));
+    DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"),
+                  config_for(P, 1.0, 0.0, Compression::Int4, feedback));
     const std::vector<double> start = w.weights();
     // Every worker moves every element by 0.3 units, but the first of each block by 7.
     const double unit = 1e-3;
@@ -158,7 +162,8 @@ TEST(DiLoCo, ErrorFeedbackKeepsTheSumOfCompressedSteps) {
 TEST(DiLoCo, FloatExchangeBytesAreAnAllReduce) {
   Workers w;
   const int P = w.mesh.world()->size();
-  DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), config_for(P, 0.7, 0.9, Compression::None, false));
+  DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"),
+                config_for(P, 0.7, 0.9, Compression::None, false));
   const int64_t before = dist::bytes_sent();
   diloco.sync();
   const double want = 2.0 * (P - 1) / P * 4.0 * double(w.numel());

@@ -4,6 +4,7 @@
 #   - an outer step after every 4th step, sending exactly an f32 all-reduce of the weights
 #     (int4: at least 6x less), and after the last one every worker holds the global weights;
 #   - a run stopped mid-phase (step 6) and resumed ends bit-identical to the uninterrupted one;
+#     so does one whose worker is killed at step 7 under `loom launch --max-restarts`;
 #   - bad input, one clear error each: dp_replicate against lowcomm.workers, train.steps not a
 #     multiple of inner_steps, a batch that does not split over the workers, DiLoCo keys
 #     without the method, ranks started with different configs, and a resume whose worker count
@@ -69,6 +70,10 @@ run gpt-zero 4 "$gpt" "${common[@]}" --set parallel.data_parallel=zero2 ||
   { fail "gpt zero2 in each worker: run failed"; cat "$work/gpt-zero.log"; }
 check_run "$work/gpt-zero/tiny_gpt" 4 none 2 || fail "gpt zero2 in each worker: outer steps"
 grep -q "2 DiLoCo workers x 2 shards: zero2" "$work/gpt-zero.log" || fail "layout not described"
+# The commands that read a checkpoint read a DiLoCo run's (worker 0's weights: the global ones).
+for cmd in "eval $work/gpt-none/tiny_gpt --windows 4" "ckpt verify $work/gpt-none/tiny_gpt"; do
+  $loom $cmd > "$work/read.log" 2>&1 || { fail "loom $cmd failed"; cat "$work/read.log"; }
+done
 
 # Stopped at step 6, between outer steps, and resumed: the same bytes as the straight run.
 for model in gpt dit; do
@@ -86,6 +91,20 @@ for model in gpt dit; do
   done
 done
 [ $failures = 0 ] && echo "resumed between outer steps: bit-identical (gpt, dit)"
+
+# A worker killed between outer steps: `loom launch --max-restarts` restarts the job from the
+# last checkpoint (one every H steps: at most H steps lost) and it ends where the straight run
+# does.
+LOOM_FAULT="kill:rank=1,step=7" "$loom" launch -n 2 --max-restarts 2 -- train "$gpt" "${common[@]}" \
+  --set train.ckpt_every=4 --set run.out_dir="$work/killed" > "$work/killed.log" 2>&1 ||
+  fail "the supervised run did not complete: $(tail -3 "$work/killed.log")"
+grep -q "resumed from .*step-000004 at step 4" "$work/killed.log" ||
+  fail "the restarted job did not resume from step 4"
+for f in rank-00000.safetensors rank-00001.safetensors; do
+  cmp -s "$work/gpt-straight/tiny_gpt/step-000008/$f" "$work/killed/tiny_gpt/step-000008/$f" ||
+    fail "killed and restarted: $f differs from the straight run"
+done
+[ $failures = 0 ] && echo "a worker killed at step 7: restarted from step 4, ended bit-identical"
 
 # expect NAME PATTERN NP ARGS...: the run fails with exit status 1 and PATTERN in its output.
 expect() {

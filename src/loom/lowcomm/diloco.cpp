@@ -33,8 +33,7 @@ DiLoCo::DiLoCo(parallel::ParallelModel& model, std::shared_ptr<dist::ProcessGrou
                const DiLoCoConfig& config)
     : model_(model), workers_(std::move(workers)), config_(config) {
   LOOM_CHECK(workers_->size() == config_.workers)
-      << "diloco: " << config_.workers << " workers configured, the mesh has "
-      << workers_->size();
+      << "diloco: " << config_.workers << " workers configured, the mesh has " << workers_->size();
   LOOM_CHECK(config_.inner_steps > 0 && config_.outer_lr > 0 && config_.outer_momentum >= 0 &&
              config_.outer_momentum < 1)
       << "diloco: inner_steps and outer_lr must be positive, outer_momentum in [0, 1)";
@@ -114,8 +113,7 @@ void DiLoCo::compressed_average(std::vector<float>& delta) {
   std::vector<int64_t> lo(size_t(M) + 1);
   for (int j = 0; j <= M; ++j) lo[size_t(j)] = std::min(numel_, nb * j / M * q.block);
   int64_t E = 0;  // the bytes of the largest share: every share travels padded to it
-  for (int j = 0; j < M; ++j)
-    E = std::max(E, encoded_bytes(q, lo[size_t(j) + 1] - lo[size_t(j)]));
+  for (int j = 0; j < M; ++j) E = std::max(E, encoded_bytes(q, lo[size_t(j) + 1] - lo[size_t(j)]));
   E = std::max<int64_t>(E, 1);
   auto u8 = [](int64_t n) {
     Tensor t = Tensor::empty({n}, DType::U8, cpu_device(), MemCategory::Communication);

@@ -31,13 +31,13 @@ struct DiLoCoConfig {
   double outer_momentum = 0.9;
   bool nesterov = true;
   QuantConfig quant{Compression::None, 128, DType::F32};  // None: f32 pseudo-gradients
-  bool error_feedback = true;  // compressed only
+  bool error_feedback = true;                             // compressed only
 };
 
 struct OuterStep {
-  int64_t bytes_sent = 0;    // by this rank to the other workers
-  double seconds = 0;        // of the whole outer step (exchange and update)
-  double delta_norm = 0;     // of this rank's averaged pseudo-gradient
+  int64_t bytes_sent = 0;  // by this rank to the other workers
+  double seconds = 0;      // of the whole outer step (exchange and update)
+  double delta_norm = 0;   // of this rank's averaged pseudo-gradient
 };
 
 class DiLoCo {

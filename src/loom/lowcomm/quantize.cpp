@@ -30,8 +30,12 @@ const char* name_of(Compression kind) {
 
 namespace {
 
-int qmax(Compression kind) { return kind == Compression::Int4 ? 7 : 127; }
-int64_t scale_bytes(const QuantConfig& q) { return q.scale_dtype == DType::BF16 ? 2 : 4; }
+int qmax(Compression kind) {
+  return kind == Compression::Int4 ? 7 : 127;
+}
+int64_t scale_bytes(const QuantConfig& q) {
+  return q.scale_dtype == DType::BF16 ? 2 : 4;
+}
 int64_t code_bytes(const QuantConfig& q, int64_t values) {
   return q.kind == Compression::Int4 ? (values + 1) / 2 : values;
 }

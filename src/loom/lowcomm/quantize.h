@@ -16,7 +16,7 @@ const char* name_of(Compression kind);
 
 struct QuantConfig {
   Compression kind = Compression::Int8;
-  int64_t block = 128;            // values per scale
+  int64_t block = 128;             // values per scale
   DType scale_dtype = DType::F32;  // F32 or BF16
 };
 

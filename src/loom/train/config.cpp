@@ -113,14 +113,6 @@ void read_lowcomm(ConfigFile& f, Config& c) {
       << " (a DiLoCo run ends on an outer step, its workers agreeing)";
   LOOM_CHECK(c.model_kind != "vit_classifier")
       << "config " << path << ": lowcomm.method \"diloco\" trains dit and gpt models";
-  // The workers are the mesh's dp_replicate groups.
-  auto& dims = c.parallel.topology.dims;
-  LOOM_CHECK(!f.has("parallel", "dp_replicate") || dims.dp_replicate == d.workers)
-      << "config " << path << ": parallel.dp_replicate " << dims.dp_replicate
-      << " and lowcomm.workers " << d.workers
-      << " differ (DiLoCo's workers are the dp_replicate groups: set lowcomm.workers alone)";
-  dims.dp_replicate = d.workers;
-  c.parallel.topology.outer_sync = true;
   c.diloco = d;
 }
 
@@ -335,7 +327,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
   auto& p = c.parallel.topology;
   p.dims.pp = f.get_int("parallel", "pp", p.dims.pp);
-  p.dims.dp_replicate = f.get_int("parallel", "dp_replicate", p.dims.dp_replicate);
+  // DiLoCo's workers are the mesh's dp_replicate groups.
+  read_lowcomm(f, c);
+  p.dims.dp_replicate =
+      f.get_int("parallel", "dp_replicate", c.diloco ? c.diloco->workers : p.dims.dp_replicate);
+  LOOM_CHECK(!c.diloco || p.dims.dp_replicate == c.diloco->workers)
+      << "config " << path << ": parallel.dp_replicate " << p.dims.dp_replicate
+      << " and lowcomm.workers " << c.diloco->workers
+      << " differ (DiLoCo's workers are the dp_replicate groups: set lowcomm.workers alone)";
+  p.outer_sync = c.diloco.has_value();
   p.dims.dp_shard = f.get_int("parallel", "dp_shard", p.dims.dp_shard);
   p.dims.cp = f.get_int("parallel", "cp", p.dims.cp);
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
@@ -357,7 +357,6 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
-  read_lowcomm(f, c);
   check_model_parallel(c, path);
   LOOM_CHECK(p.bucket_mb > 0 && c.parallel.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";

@@ -1,0 +1,89 @@
+# A rig of network namespaces joined by shaped links, to run MPI jobs whose ranks talk over
+# real TCP through a slow link. Source it, then:
+#   rig_up K RATE [DELAY]   K worker namespaces, each joined to a hub by a veth pair shaped in
+#                           both directions to RATE (tc syntax: 100mbit) and, where the kernel
+#                           has netem, DELAY each way (20ms); addresses 10.213.0.1..K on the
+#                           hub's bridge (10.213.0.254), nothing outside the namespaces.
+#   rig_mpirun ARGS...      mpirun in the hub, one rank per worker namespace (a launch agent
+#                           enters each), TCP only, over the rig's addresses
+#   rig_tx_bytes I          bytes worker I's link has sent so far
+#   rig_down                kills what runs in the namespaces and deletes them (also on exit)
+# Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; rig_check says whether it can run.
+RIG_NET=10.213.0
+RIG=loomrig$$
+RIG_K=0
+RIG_SHAPE=""
+
+rig_check() {
+  [ "$(id -u)" = 0 ] || { echo "not root"; return 1; }
+  command -v ip > /dev/null && command -v tc > /dev/null || { echo "no iproute2"; return 1; }
+  ip netns add "$RIG-probe" 2> /dev/null || { echo "cannot create network namespaces"; return 1; }
+  ip netns del "$RIG-probe"
+}
+
+# rig_shape NS DEV RATE DELAY: netem (rate and delay) where the kernel has it, else tbf (rate).
+rig_shape() {
+  local ns=$1 dev=$2 rate=$3 delay=$4
+  if [ -n "$delay" ] && ip netns exec "$ns" tc qdisc add dev "$dev" root netem delay "$delay" \
+    rate "$rate" limit 100000 2> /dev/null; then
+    RIG_SHAPE="netem: $rate, $delay each way"
+    return
+  fi
+  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst 256kb latency 2s
+  RIG_SHAPE="tbf: $rate${delay:+ (no netem in this kernel: no added delay)}"
+}
+
+rig_up() {
+  local k=$1 rate=$2 delay=${3:-} hub=$RIG-hub
+  RIG_K=$k
+  trap rig_down EXIT
+  ip netns add "$hub"
+  ip -n "$hub" link set lo up
+  ip -n "$hub" link add br0 type bridge
+  ip -n "$hub" addr add "$RIG_NET.254/24" dev br0
+  ip -n "$hub" link set br0 up
+  for i in $(seq 1 "$k"); do
+    local ns=$RIG-w$i
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add "w$i" netns "$ns" type veth peer name "p$i" netns "$hub"
+    ip -n "$ns" addr add "$RIG_NET.$i/24" dev "w$i"
+    ip -n "$ns" link set "w$i" up
+    ip -n "$hub" link set "p$i" master br0
+    ip -n "$hub" link set "p$i" up
+    rig_shape "$ns" "w$i" "$rate" "$delay"
+    rig_shape "$hub" "p$i" "$rate" "$delay"
+  done
+  # The agent mpirun starts each daemon through: host 10.213.0.I is namespace $RIG-wI.
+  RIG_AGENT=$(mktemp /tmp/loom-rig-agent.XXXXXX)
+  cat > "$RIG_AGENT" << AGENT
+#!/bin/sh
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1; shift
+exec ip netns exec "$RIG-w\${host##*.}" sh -c "\$*"
+AGENT
+  chmod +x "$RIG_AGENT"
+}
+
+rig_mpirun() {
+  local hosts="" i
+  for i in $(seq 1 "$RIG_K"); do hosts+="${hosts:+,}$RIG_NET.$i:1"; done
+  ip netns exec "$RIG-hub" mpirun --host "$hosts" -np "$RIG_K" \
+    --mca plm_rsh_agent "$RIG_AGENT" --mca btl tcp,self \
+    --mca btl_tcp_if_include "$RIG_NET.0/24" --mca oob_tcp_if_include "$RIG_NET.0/24" \
+    -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x LOOM_FAULT -x PATH "$@"
+}
+
+rig_tx_bytes() {
+  ip netns exec "$RIG-w$1" cat "/sys/class/net/w$1/statistics/tx_bytes"
+}
+
+rig_down() {
+  local ns
+  for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep "^$RIG-"); do
+    ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null
+    ip netns del "$ns" 2> /dev/null
+  done
+  [ -n "${RIG_AGENT:-}" ] && rm -f "$RIG_AGENT"
+  return 0
+}
