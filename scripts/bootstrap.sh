@@ -18,6 +18,7 @@ packages=(
   python3-torch python3-pil python3-xxhash # independent references in tests (PyTorch models,
                             # PNG decoding, checkpoint checksums)
   python3-venv              # tests that read Loom's files with PyPI tools (TensorBoard)
+  iproute2                  # the shaped-link test: network namespaces, veth pairs, tc
 )
 
 # `bootstrap.sh fuzz`: what `make fuzz` needs besides (clang with libFuzzer and the

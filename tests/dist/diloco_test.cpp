@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "loom/dist/device_mesh.h"
 #include "loom/dist/world.h"
@@ -69,7 +70,7 @@ TEST(DiLoCo, OuterNesterovStepOnTheAveragedPseudoGradient) {
     std::vector<double> local = global;
     for (size_t i = 0; i < local.size(); ++i) local[i] -= moved(me, int64_t(i), k);
     w.set_weights(local);
-    diloco.sync();
+    diloco.after_step(49, false);  // H = 50: fragment 0 is due
     for (size_t i = 0; i < global.size(); ++i) {
       double avg = 0;  // of (global - local_r), as float32 values
       for (int r = 0; r < P; ++r)
@@ -99,7 +100,7 @@ TEST(DiLoCo, CompressedAverageWithinTheQuantisationBound) {
     for (size_t i = 0; i < local.size(); ++i) local[i] -= moved(me, int64_t(i), 0);
     w.set_weights(local);
     const int64_t before = dist::bytes_sent();
-    diloco.sync();
+    diloco.after_step(49, false);  // H = 50: fragment 0 is due
     const int64_t sent = dist::bytes_sent() - before;
     const std::vector<double> got = w.weights();
     const double qmax = kind == Compression::Int8 ? 127 : 7;
@@ -145,7 +146,7 @@ TEST(DiLoCo, ErrorFeedbackKeepsTheSumOfCompressedSteps) {
       std::vector<double> local = w.weights();
       for (size_t i = 0; i < local.size(); ++i) local[i] -= amount(int64_t(i));
       w.set_weights(local);
-      diloco.sync();
+      diloco.after_step(49, false);  // H = 50: fragment 0 is due
     }
     const std::vector<double> got = w.weights();
     double worst = 0;
@@ -159,13 +160,84 @@ TEST(DiLoCo, ErrorFeedbackKeepsTheSumOfCompressedSteps) {
   }
 }
 
+// Streaming: H = 4 in F = 2 fragments (the weight matrix, then the bias: runs of whole pieces
+// of about half the elements each), each exchange overlapped with tau = 1 inner step and merged
+// with mixing alpha. Fragment 1's exchanges start after steps 1 and 5, fragment 0's after step
+// 3 (and 7); each is applied one step later, at the last step every fragment is brought to the
+// global weights. The late merge against a float64 reference: lr 1 and no momentum, so the new
+// global weights are the workers' mean at the start of the exchange, and the worker continues
+// from alpha * (where it got to) + (1 - alpha) * them.
+TEST(DiLoCo, StreamingFragmentsOverlapAndMerge) {
+  Workers w;
+  const int P = w.mesh.world()->size(), me = w.mesh.world()->rank();
+  DiLoCoConfig c = config_for(P, 1.0, 0.0, Compression::None, false);
+  c.inner_steps = 4;
+  c.fragments = 2;
+  c.overlap_steps = 1;
+  c.mixing = 0.5;
+  DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), c);
+  const std::vector<double> global = w.weights();
+  std::vector<double> local;
+  for (int64_t step = 0; step <= 2; ++step) {  // the inner steps: each worker its own amount
+    local = w.weights();
+    for (size_t i = 0; i < local.size(); ++i) local[i] -= moved(me, int64_t(i), int(step));
+    w.set_weights(local);
+    const auto out = diloco.after_step(step, false);
+    EXPECT_EQ(out.has_value(), step == 2) << "step " << step;  // fragment 1, started after 1
+  }
+  const std::vector<double> got = w.weights();
+  const int64_t bias_begin = 40 * 30;  // fragment 1: the bias, after the weight's 1200
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (i < bias_begin) {  // fragment 0: not exchanged yet, the worker's own
+      ASSERT_EQ(got[size_t(i)], double(float(local[size_t(i)]))) << "element " << i;
+      continue;
+    }
+    double mean = 0;  // the workers' weights after step 1, when the exchange started
+    for (int r = 0; r < P; ++r)
+      mean += double(float(global[size_t(i)])) - moved(r, i, 0) - moved(r, i, 1);
+    mean /= P;
+    ASSERT_NEAR(got[size_t(i)], 0.5 * local[size_t(i)] + 0.5 * mean, 1e-5) << "element " << i;
+  }
+}
+
+TEST(DiLoCo, StreamingScheduleAndTheEnd) {
+  Workers w;
+  const int P = w.mesh.world()->size();
+  DiLoCoConfig c = config_for(P, 0.7, 0.9, Compression::Int8, true);
+  c.inner_steps = 4;
+  c.fragments = 2;
+  c.overlap_steps = 1;
+  c.mixing = 0.5;
+  DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), c);
+  std::vector<int64_t> applied;  // step * 10 + fragments applied
+  for (int64_t step = 0; step < 8; ++step) {
+    std::vector<double> local = w.weights();
+    for (size_t i = 0; i < local.size(); ++i)
+      local[i] -= moved(w.mesh.world()->rank(), int64_t(i), int(step));
+    w.set_weights(local);
+    if (const auto out = diloco.after_step(step, step == 7))
+      applied.push_back(step * 10 + out->fragments);
+  }
+  // Fragment 1 at steps 2 and 6, fragment 0 at 4; at the last step fragment 0 (started there)
+  // and fragment 1 (merged at 6, so off the global weights) again: 2.
+  EXPECT_EQ(applied, (std::vector<int64_t>{21, 41, 61, 72}));
+  // Every worker ends on the same weights.
+  const std::vector<double> mine = w.weights();
+  Tensor t = Tensor::empty({int64_t(mine.size())});
+  for (size_t i = 0; i < mine.size(); ++i) t.data<float>()[i] = float(mine[i]);
+  Tensor top = Tensor::empty({int64_t(mine.size())});
+  std::memcpy(top.data_ptr(), t.data_ptr(), t.nbytes());
+  w.mesh.world()->all_reduce(top, dist::ReduceOp::Max)->wait();
+  for (size_t i = 0; i < mine.size(); ++i) ASSERT_EQ(t.data<float>()[i], top.data<float>()[i]) << i;
+}
+
 TEST(DiLoCo, FloatExchangeBytesAreAnAllReduce) {
   Workers w;
   const int P = w.mesh.world()->size();
   DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"),
                 config_for(P, 0.7, 0.9, Compression::None, false));
   const int64_t before = dist::bytes_sent();
-  diloco.sync();
+  diloco.after_step(49, false);  // H = 50: fragment 0 is due
   const double want = 2.0 * (P - 1) / P * 4.0 * double(w.numel());
   EXPECT_NEAR(double(dist::bytes_sent() - before), want, 1.0);
 }

@@ -3,12 +3,15 @@
 # process (and the GPT as 2 workers of 2 ZeRO-2 shards), inner_steps 4:
 #   - an outer step after every 4th step, sending exactly an f32 all-reduce of the weights
 #     (int4: at least 6x less), and after the last one every worker holds the global weights;
-#   - a run stopped mid-phase (step 6) and resumed ends bit-identical to the uninterrupted one;
+#   - Streaming DiLoCo (2 fragments, overlap 1, mixing 0.5): its outer steps, the workers agreeing
+#     at the end;
+#   - a run stopped mid-phase (step 6; streaming: step 2, an exchange in flight) and resumed
+#     ends bit-identical to the uninterrupted one;
 #     so does one whose worker is killed at step 7 under `loom launch --max-restarts`;
 #   - bad input, one clear error each: dp_replicate against lowcomm.workers, train.steps not a
-#     multiple of inner_steps, a batch that does not split over the workers, DiLoCo keys
-#     without the method, ranks started with different configs, and a resume whose worker count
-#     differs from the checkpoint's.
+#     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, a batch
+#     that does not split over the workers, DiLoCo keys without the method, ranks started with
+#     different configs, and a resume whose worker count differs from the checkpoint's.
 # Usage: diloco_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -19,7 +22,8 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 py=/usr/bin/python3
 
-# check_run RUN_DIR H COMPRESSION SHARDS: the outer steps in metrics.jsonl, the bytes rank 0
+# check_run RUN_DIR STEPS COMPRESSION SHARDS: the outer steps in metrics.jsonl (STEPS: "4,8"),
+# the bytes rank 0
 # sent to the other worker against its share of the weights (1 / SHARDS under ZeRO), and
 # every worker's weights (model/, worker<m>/model/) equal to the global ones at the end.
 check_run() {
@@ -27,18 +31,20 @@ check_run() {
 import json, os, sys
 import numpy as np
 from sharded_checkpoint import read_checkpoint
-run, H, compression, shards = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+run, expected, compression, shards = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
 outer = [m for m in lines if "outer" in m]
 steps = max(m["step"] for m in lines)
-assert [m["step"] for m in outer] == list(range(H, steps + 1, H)), [m["step"] for m in outer]
+assert [m["step"] for m in outer] == [int(s) for s in expected.split(",")], [m["step"] for m in outer]
 ckpt = sorted(d for d in os.listdir(run) if d.startswith("step-"))[-1]
 t = read_checkpoint(os.path.join(run, ckpt))
 weights = t["model"]
 n = sum(v.size for v in weights.values())
 sent = outer[-1]["outer"]["sent_mb"] * 1e6
 f32 = 2 * (2 - 1) / 2 * 4 * n / shards  # an f32 all-reduce of rank 0's share over 2 workers
-if compression == "none":
+if compression == "stream":  # the last step brings both fragments: about the whole model
+    assert abs(sent - f32) <= 0.1 * f32, (sent, f32)
+elif compression == "none":
     assert abs(sent - f32) <= 1, (sent, f32)
 else:
     assert sent * 6 <= f32, (sent, f32)
@@ -64,33 +70,43 @@ run() {  # run NAME NP ARGS...
 for compression in none int4; do
   run gpt-$compression 2 "$gpt" "${common[@]}" --set lowcomm.compression=$compression ||
     { fail "gpt $compression: run failed"; cat "$work/gpt-$compression.log"; }
-  check_run "$work/gpt-$compression/tiny_gpt" 4 $compression 1 || fail "gpt $compression: outer steps"
+  check_run "$work/gpt-$compression/tiny_gpt" 4,8 $compression 1 || fail "gpt $compression: outer steps"
 done
 run gpt-zero 4 "$gpt" "${common[@]}" --set parallel.data_parallel=zero2 ||
   { fail "gpt zero2 in each worker: run failed"; cat "$work/gpt-zero.log"; }
-check_run "$work/gpt-zero/tiny_gpt" 4 none 2 || fail "gpt zero2 in each worker: outer steps"
+check_run "$work/gpt-zero/tiny_gpt" 4,8 none 2 || fail "gpt zero2 in each worker: outer steps"
 grep -q "2 DiLoCo workers x 2 shards: zero2" "$work/gpt-zero.log" || fail "layout not described"
+# Streaming: 2 fragments, each exchange overlapped with 1 inner step and merged (mixing 0.5):
+# fragment 1 applied at steps 3 and 7, fragment 0 at 5, and both at the end (step 8).
+stream=(--set lowcomm.fragments=2 --set lowcomm.overlap_steps=1 --set lowcomm.mixing=0.5)
+run gpt-stream 2 "$gpt" "${common[@]}" "${stream[@]}" ||
+  { fail "gpt streaming: run failed"; cat "$work/gpt-stream.log"; }
+check_run "$work/gpt-stream/tiny_gpt" 3,5,7,8 stream 1 || fail "gpt streaming: outer steps"
 # The commands that read a checkpoint read a DiLoCo run's (worker 0's weights: the global ones).
 for cmd in "eval $work/gpt-none/tiny_gpt --windows 4" "ckpt verify $work/gpt-none/tiny_gpt"; do
   $loom $cmd > "$work/read.log" 2>&1 || { fail "loom $cmd failed"; cat "$work/read.log"; }
 done
 
 # Stopped at step 6, between outer steps, and resumed: the same bytes as the straight run.
-for model in gpt dit; do
-  cfg=$here/tiny_$model.toml
+for model in gpt dit gpt-stream; do
+  cfg=$here/tiny_${model%-stream}.toml
   args=("${common[@]}")
+  stop=6
+  # Streaming, stopped after step 2: fragment 1's exchange (started after step 2) is in flight.
+  [ $model = gpt-stream ] && args+=("${stream[@]}") && stop=2
   [ $model = dit ] && args=(--set train.steps=8 --set train.log_every=1 --set model.depth=2
     --set train.batch_size=8 --set sample.per_class=1 --set run.id=cmp --set lowcomm.method=diloco
     --set lowcomm.workers=2 --set lowcomm.inner_steps=4 --set lowcomm.compression=int8)
   run $model-straight 2 "$cfg" "${args[@]}" || fail "$model: straight run failed"
-  run $model-resumed 2 "$cfg" "${args[@]}" --set train.stop_after=6 || fail "$model: first part failed"
+  run $model-resumed 2 "$cfg" "${args[@]}" --set train.stop_after=$stop || fail "$model: first part failed"
   run $model-resumed 2 "$cfg" "${args[@]}" --resume || fail "$model: resume failed"
-  a=$work/$model-straight/tiny_$model/step-000008 b=$work/$model-resumed/tiny_$model/step-000008
+  a=$work/$model-straight/tiny_${model%-stream}/step-000008
+  b=$work/$model-resumed/tiny_${model%-stream}/step-000008
   for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
     cmp -s "$a/$f" "$b/$f" || fail "$model: resumed mid-phase, $f differs from the straight run"
   done
 done
-[ $failures = 0 ] && echo "resumed between outer steps: bit-identical (gpt, dit)"
+[ $failures = 0 ] && echo "resumed between outer steps: bit-identical (gpt, dit, gpt streaming)"
 
 # A worker killed between outer steps: `loom launch --max-restarts` restarts the job from the
 # last checkpoint (one every H steps: at most H steps lost) and it ends where the straight run
@@ -122,6 +138,10 @@ expect bad-steps "train.steps 7 is not a multiple of lowcomm.inner_steps 4" 1 "$
 expect bad-batch "does not split evenly over 4 data-parallel ranks (2 DiLoCo workers x 2 each)" 4 \
   "$gpt" "${common[@]}" --set train.batch_size=6
 expect bad-key "unknown key lowcomm.inner_steps" 1 "$gpt" --set lowcomm.inner_steps=4
+expect bad-overlap "lowcomm.overlap_steps 2 must be in \[0, 2)" 1 "$gpt" "${common[@]}" \
+  "${stream[@]}" --set lowcomm.overlap_steps=2
+expect bad-fragments "lowcomm.inner_steps 4 must be a multiple of lowcomm.fragments 3" 1 "$gpt" \
+  "${common[@]}" --set lowcomm.fragments=3
 "$mpirun" --oversubscribe -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" : \
   -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" --set model.width=48 \
   > "$work/two-configs.log" 2>&1

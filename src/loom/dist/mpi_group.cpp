@@ -468,7 +468,7 @@ class MpiGroup final : public ProcessGroup {
     check_peer(root, "broadcast");
     auto o = collective("broadcast");
     o->bytes = int64_t(t.nbytes());
-    count_sent(o->bytes, double(size() - 1) / double(size()));
+    if (rank() == root) count_sent(o->bytes);
     const int n = mpi_count(t.numel(), "broadcast");
     const MPI_Datatype type = mpi_type(t.dtype());
     MPI_Comm comm = comm_;

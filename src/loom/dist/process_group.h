@@ -8,9 +8,9 @@
 //
 // Every call counts the bytes this process puts on the wire for it, as the bandwidth-optimal
 // algorithm sends them (all_reduce of N bytes over P members: 2 (P-1)/P N; all_gather of a
-// chunk c: (P-1) c; reduce_scatter and broadcast: (P-1)/P N; all_to_all: what goes to the
-// others; send: N): bytes_sent() for the process, ProcessGroup::bytes_sent() for one group.
-// The MPI library may pick another algorithm, which can only send more.
+// chunk c: (P-1) c; reduce_scatter: (P-1)/P N; broadcast: N from the root; all_to_all: what
+// goes to the others; send: N): bytes_sent() for the process, ProcessGroup::bytes_sent() for one
+// group. The MPI library may pick another algorithm, which can only send more.
 //
 // Backends: MPI (mpi_group.cpp, one communication thread per process) and the single-member
 // group below (no communication at all) for runs that were not started by a launcher.

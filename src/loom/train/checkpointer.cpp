@@ -50,6 +50,7 @@ std::vector<parallel::PieceValues> Checkpointer::contents(bool saving) const {
 }
 
 std::string Checkpointer::save(int64_t step, const Json& state) {
+  if (layout_.settle) layout_.settle(false);
   std::vector<TensorPiece> pieces = model_.checkpoint_pieces(contents(/*saving=*/true));
   wait();
   if (!async_) return save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);
@@ -71,6 +72,7 @@ std::string Checkpointer::save(int64_t step, const Json& state) {
 }
 
 Json Checkpointer::load(const std::string& ckpt_dir) {
+  if (layout_.settle) layout_.settle(true);
   const CheckpointReader reader(ckpt_dir);
   Json state = read_trainer_state(reader);
   const std::string kind = state.at("model_kind").as_string();

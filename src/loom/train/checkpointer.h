@@ -24,11 +24,12 @@ namespace loom::train {
 // Per-piece tensors aligned with ParallelModel::pieces() under a name ("ema").
 using PieceState = std::pair<std::string, std::vector<Tensor>>;
 
-// Which DiLoCo worker this rank belongs to (of `workers`; 0: no DiLoCo) and the per-piece state
-// the workers share.
+// Which DiLoCo worker this rank belongs to (of `workers`; 0: no DiLoCo), the per-piece state
+// the workers share, and what to settle before a save (false) or a load (true).
 struct WorkerLayout {
   int64_t workers = 0, worker = 0;
   std::function<std::vector<PieceState>()> shared;
+  std::function<void(bool loading)> settle;
 };
 
 class Checkpointer {

@@ -101,12 +101,24 @@ void read_lowcomm(ConfigFile& f, Config& c) {
       << "config " << path << ": lowcomm.scale_dtype '" << scale << "' (expected f32 or bf16)";
   d.quant.scale_dtype = dtype_from_name(scale);
   d.error_feedback = f.get_bool("lowcomm", "error_feedback", d.error_feedback);
+  d.fragments = f.get_int("lowcomm", "fragments", d.fragments);
+  d.overlap_steps = f.get_int("lowcomm", "overlap_steps", d.overlap_steps);
+  d.mixing = f.get_double("lowcomm", "mixing", d.mixing);
   LOOM_CHECK(d.workers >= 1) << "config " << path
                              << ": lowcomm.method \"diloco\" needs lowcomm.workers (>= 1)";
   LOOM_CHECK(d.inner_steps >= 1 && d.outer_lr > 0 && d.outer_momentum >= 0 &&
              d.outer_momentum < 1 && d.quant.block >= 1)
       << "config " << path << ": lowcomm.inner_steps, outer_lr and block_size must be "
       << "positive, outer_momentum in [0, 1)";
+  LOOM_CHECK(d.fragments >= 1 && d.inner_steps % d.fragments == 0)
+      << "config " << path << ": lowcomm.inner_steps " << d.inner_steps
+      << " must be a multiple of lowcomm.fragments " << d.fragments
+      << " (the fragments' exchanges are inner_steps / fragments apart)";
+  LOOM_CHECK(d.overlap_steps >= 0 && d.overlap_steps < d.inner_steps / d.fragments)
+      << "config " << path << ": lowcomm.overlap_steps " << d.overlap_steps << " must be in [0, "
+      << d.inner_steps / d.fragments << ") (one fragment on the wire at a time)";
+  LOOM_CHECK(d.mixing >= 0 && d.mixing < 1)
+      << "config " << path << ": lowcomm.mixing must be in [0, 1), got " << d.mixing;
   LOOM_CHECK(c.train.steps % d.inner_steps == 0)
       << "config " << path << ": train.steps " << c.train.steps
       << " is not a multiple of lowcomm.inner_steps " << d.inner_steps

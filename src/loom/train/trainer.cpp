@@ -149,7 +149,7 @@ struct Loop {
       optimizer.step(r.lr);
       model.after_optimizer_step();
     }
-    if (diloco && diloco->due(step)) r.outer = diloco->sync();
+    if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
     model.zero_grad();
     if (guard.needs_rollback()) guard.roll_back(step);
     recipe.after_step(step, update);
@@ -190,7 +190,8 @@ void train(const Config& cfg, const std::string& resume_from) {
   if (cfg.diloco) {
     diloco = std::make_unique<lowcomm::DiLoCo>(*model, mesh.group("dp_replicate"), *cfg.diloco);
     workers = {cfg.diloco->workers, mesh.coordinate("dp_replicate"),
-               [&] { return diloco->shared_state(); }};
+               [&] { return diloco->shared_state(); },
+               [&](bool loading) { diloco->settle(/*drop=*/loading); }};
   }
   auto per_worker_state = [&] {
     std::vector<PieceState> state = recipe->piece_state();
@@ -206,6 +207,7 @@ void train(const Config& cfg, const std::string& resume_from) {
     const Json state = checkpointer.load(resume_from);
     start_step = state.at("step").as_int();
     recipe->resume(state);
+    if (diloco) diloco->resume(state);
     std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
   }
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
@@ -255,7 +257,8 @@ void train(const Config& cfg, const std::string& resume_from) {
                                {"optimizer_steps", optimizer->steps_taken()},
                                {"seed", int64_t(cfg.run.seed)}});
     if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
-    for (const Json& part : {step_loop.data_state, recipe->state(done)})
+    for (const Json& part :
+         {step_loop.data_state, recipe->state(done), diloco ? diloco->state() : Json()})
       if (part.is_object())
         for (const auto& [key, value] : part.items()) state.set(key, value);
     return checkpointer.save(done, state);
@@ -280,7 +283,8 @@ void train(const Config& cfg, const std::string& resume_from) {
     if (r.outer)
       metrics.set("outer", Json::object({{"sent_mb", double(r.outer->bytes_sent) / 1e6},
                                          {"seconds", r.outer->seconds},
-                                         {"delta_norm", r.outer->delta_norm}}));
+                                         {"delta_norm", r.outer->delta_norm},
+                                         {"fragments", r.outer->fragments}}));
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     const Json val = eval_now ? recipe->evaluate(step) : Json();
     if (!val.is_null()) metrics.set("val", val);

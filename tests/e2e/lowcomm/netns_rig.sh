@@ -29,7 +29,13 @@ rig_shape() {
     RIG_SHAPE="netem: $rate, $delay each way"
     return
   fi
-  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst 256kb latency 2s
+  # A burst of 10 ms of traffic (at least 16 kB): larger ones would let whole messages through
+  # at the veth's own speed.
+  local bits
+  bits=$(echo "$rate" | awk '{n = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
+    m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1; printf "%d", n * m}')
+  local burst=$((bits / 800 > 16000 ? bits / 800 : 16000))
+  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 2s
   RIG_SHAPE="tbf: $rate${delay:+ (no netem in this kernel: no added delay)}"
 }
 
@@ -65,11 +71,14 @@ AGENT
   chmod +x "$RIG_AGENT"
 }
 
+# rtc ^hwloc: OpenMPI 4.1's daemons, started this way, at times crashed sharing the hwloc
+# topology through shared memory (a segfault in hwloc_shmem_topology_write); binding is not
+# wanted here anyway.
 rig_mpirun() {
   local hosts="" i
   for i in $(seq 1 "$RIG_K"); do hosts+="${hosts:+,}$RIG_NET.$i:1"; done
   ip netns exec "$RIG-hub" mpirun --host "$hosts" -np "$RIG_K" \
-    --mca plm_rsh_agent "$RIG_AGENT" --mca btl tcp,self \
+    --mca plm_rsh_agent "$RIG_AGENT" --mca btl tcp,self --mca rtc ^hwloc \
     --mca btl_tcp_if_include "$RIG_NET.0/24" --mca oob_tcp_if_include "$RIG_NET.0/24" \
     -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x LOOM_FAULT -x PATH "$@"
 }
