@@ -17,8 +17,16 @@ RIG_SHAPE=""
 rig_check() {
   [ "$(id -u)" = 0 ] || { echo "not root"; return 1; }
   command -v ip > /dev/null && command -v tc > /dev/null || { echo "no iproute2"; return 1; }
-  ip netns add "$RIG-probe" 2> /dev/null || { echo "cannot create network namespaces"; return 1; }
-  ip netns del "$RIG-probe"
+  # Everything the rig does, once, on a probe: a namespace, a command inside it, a veth pair
+  # into it, a shaped link.
+  local probe=$RIG-probe ok=1
+  ip netns add "$probe" 2> /dev/null || { echo "cannot create network namespaces"; return 1; }
+  ip netns exec "$probe" true 2> /dev/null || ok=0
+  [ $ok = 1 ] && { ip link add probe0 netns "$probe" type veth peer name probe1 netns "$probe" &&
+    ip netns exec "$probe" tc qdisc add dev probe0 root tbf rate 10mbit burst 16000 latency 1s; } \
+    > /dev/null 2>&1 || ok=0
+  ip netns del "$probe" 2> /dev/null
+  [ $ok = 1 ] || { echo "network namespaces cannot run commands, veth pairs or tc here"; return 1; }
 }
 
 # rig_shape NS DEV RATE DELAY: netem (rate and delay) where the kernel has it, else tbf (rate).
