@@ -191,7 +191,7 @@ TEST_F(ConfigTest, WrongTypeIsNamed) {
 TEST_F(ConfigTest, BadValuesAreNamed) {
   const std::string gpt = gpt_file();
   expect_error([&] { load_config(gpt, {"model.kind=rnn"}); },
-               {"model.kind 'rnn'", "dit, gpt or vit_classifier"});
+               {"model.kind 'rnn'", "dit, gpt, vit_classifier or dit_router"});
   expect_error([&] { load_config(gpt, {"model.style=rnn"}); }, {"model.style 'rnn'"});
   expect_error(
       [&] {

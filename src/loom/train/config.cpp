@@ -20,8 +20,9 @@ void check_pipeline(const Config& c, const std::string& path) {
       << "config " << path << ": parallel.pipeline_chunks " << V
       << " (more than 1 only with pipeline_schedule = \"interleaved\")";
   if (pp == 1) return;
-  LOOM_CHECK(c.model_kind != "vit_classifier")
-      << "config " << path << ": model.kind vit_classifier trains on one process (parallel.pp 1)";
+  LOOM_CHECK(c.model_kind != "vit_classifier" && c.model_kind != "dit_router")
+      << "config " << path << ": model.kind " << c.model_kind
+      << " has no pipeline parallelism (parallel.pp 1)";
   const int64_t depth = c.model_kind == "gpt" ? c.gpt.depth : c.dit.depth;
   LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp
                               << " x pipeline_chunks " << V << " = " << pp * V
@@ -44,8 +45,9 @@ void check_model_parallel(const Config& c, const std::string& path) {
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, path);
   if (tp == 1 && cp == 1) return;
-  LOOM_CHECK(c.model_kind != "vit_classifier")
-      << "config " << path << ": model.kind vit_classifier has no tensor or context parallelism";
+  LOOM_CHECK(c.model_kind != "vit_classifier" && c.model_kind != "dit_router")
+      << "config " << path << ": model.kind " << c.model_kind
+      << " has no tensor or context parallelism";
   const bool gpt = c.model_kind == "gpt";
   const int64_t heads = gpt ? c.gpt.heads : c.dit.heads;
   const int64_t kv_heads = gpt ? c.gpt.num_kv_heads() : heads;
@@ -123,7 +125,7 @@ void read_lowcomm(ConfigFile& f, Config& c) {
       << "config " << path << ": train.steps " << c.train.steps
       << " is not a multiple of lowcomm.inner_steps " << d.inner_steps
       << " (a DiLoCo run ends on an outer step, its workers agreeing)";
-  LOOM_CHECK(c.model_kind != "vit_classifier")
+  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
       << "config " << path << ": lowcomm.method \"diloco\" trains dit and gpt models";
   c.diloco = d;
 }
@@ -139,6 +141,7 @@ auto choice(ConfigFile& f, const char* section, const char* key, const char* fal
 // The Fashion-MNIST classifier that judges DiT samples (train/recipes/vit_classifier.h).
 void read_vit(ConfigFile& f, Config& c) {
   auto& v = c.vit;
+  v.time_conditioning = c.model_kind == "dit_router";
   v.image_size = f.get_int("model", "image_size", v.image_size);
   v.channels = f.get_int("model", "channels", v.channels);
   v.patch = f.get_int("model", "patch", v.patch);
@@ -150,7 +153,27 @@ void read_vit(ConfigFile& f, Config& c) {
   v.stem_channels = f.get_int("model", "stem_channels", v.stem_channels);
   v.validate();
   c.data.path = f.get_string("data", "path", c.data.path);
-  c.train.augment = f.get_bool("train", "augment", c.train.augment);
+  if (c.model_kind == "vit_classifier") {
+    c.train.augment = f.get_bool("train", "augment", c.train.augment);
+    return;
+  }
+  // dit_router: which cluster of `loom cluster` a noisy image x_t comes from.
+  c.data.clusters = f.get_string("data", "clusters", "");
+  LOOM_CHECK(!c.data.clusters.empty())
+      << "config " << f.path() << ": model.kind dit_router needs data.clusters (the "
+      << "assignments of `loom cluster`)";
+  c.flow.logit_normal_mean =
+      f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
+  c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);
+  // model.labels > 0: the router is told the class being sampled (dropped to "no label" at
+  // diffusion.label_dropout, as the experts drop theirs, for guidance's unconditional half).
+  v.label_classes = f.get_int("model", "labels", 0);
+  c.flow.label_dropout = v.label_classes > 0 ? f.get_double("diffusion", "label_dropout", 0.1) : 0;
+  c.flow.null_class = v.label_classes;
+  LOOM_CHECK(c.flow.logit_normal_std > 0 && v.label_classes >= 0 && c.flow.label_dropout >= 0 &&
+             c.flow.label_dropout <= 1)
+      << "config " << f.path() << ": diffusion.logit_normal_std must be positive, model.labels "
+      << "non-negative, diffusion.label_dropout in [0, 1]";
 }
 
 void read_dit(ConfigFile& f, Config& c) {
@@ -171,6 +194,12 @@ void read_dit(ConfigFile& f, Config& c) {
   LOOM_CHECK(c.data.dataset == "fashion_mnist")
       << "config " << path << ": data.dataset '" << c.data.dataset
       << "' is not known for model.kind dit (expected fashion_mnist)";
+  c.data.clusters = f.get_string("data", "clusters", "");
+  if (!c.data.clusters.empty()) {
+    c.data.cluster = f.get_int("data", "cluster", -1);
+    LOOM_CHECK(c.data.cluster >= 0) << "config " << path << ": data.clusters needs data.cluster "
+                                    << "(the cluster this expert trains on, from 0)";
+  }
 
   auto& t = c.train;
   t.ema_decay = f.get_double("train", "ema_decay", t.ema_decay);
@@ -280,9 +309,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       << c.run.memory_limit_mb;
 
   c.model_kind = f.get_string("model", "kind", c.model_kind);
-  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt" || c.model_kind == "vit_classifier")
+  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt" || c.model_kind == "vit_classifier" ||
+             c.model_kind == "dit_router")
       << "config " << path << ": model.kind '" << c.model_kind
-      << "' is not known (expected dit, gpt or vit_classifier)";
+      << "' is not known (expected dit, gpt, vit_classifier or dit_router)";
 
   auto& t = c.train;
   t.steps = f.get_int("train", "steps", t.steps);

@@ -35,6 +35,10 @@ struct DataConfig {
   double val_fraction = 0.05;       // gpt: the held-out tail of the text (see split_text)
   std::string tokenizer = "bytes";  // gpt: "bytes" or the path of a saved BPE tokenizer
   std::string cache_dir;  // gpt, dataset "kjv": where kjv.txt is produced ("" = default_cache_dir)
+  // dit: train on one cluster of the training set only (a decentralized expert): the
+  // assignments file of `loom cluster` and the cluster's index.
+  std::string clusters;
+  int64_t cluster = -1;
 };
 
 struct TrainLoopConfig {

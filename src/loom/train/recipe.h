@@ -17,6 +17,10 @@
 #include "loom/train/checkpointer.h"
 #include "loom/train/config.h"
 
+namespace loom {
+class Sampler;
+}
+
 namespace loom::train {
 
 // Which of a micro-batch's samples this rank takes: the global batch of one micro-step is
@@ -92,6 +96,16 @@ std::vector<std::string> recipe_piece_states(const std::string& model_kind);
 // The shape of a step of `samples` (global) of config's model, for the cost model: the FLOPs
 // and the unit of the progress line, the memory a run needs.
 plan::StepShape step_shape(const Config& config, int64_t samples);
+
+// What several recipes do alike (recipes/shared.cpp):
+// the samples `sampler` picks next of (images (N, C, H, W), labels (N)), with where the data
+// resumes after them as the batch's data_state; resuming a sampler from that state; and the
+// trained weights, whole, named as the model's parameters (collective over the mesh).
+// (The sampler: of n samples, shuffled from run.seed, this dp rank's share of each batch.)
+std::unique_ptr<Sampler> shuffled_sampler(int64_t n, const Config& config, const RunContext& run);
+Batch sampled_batch(Sampler& sampler, const Tensor& images, const Tensor& labels);
+void resume_sampler(Sampler& sampler, const Json& trainer_state);
+parallel::NamedTensors trained_weights(parallel::ParallelModel& model);
 
 // Element-wise sum over a group (losses, counts, flags; f32 on the wire).
 std::vector<double> sum_over(dist::ProcessGroup& group, const std::vector<double>& values);

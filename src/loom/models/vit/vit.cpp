@@ -1,5 +1,6 @@
 #include "loom/models/vit/vit.h"
 
+#include "loom/models/dit/dit.h"
 #include "loom/ops/ops.h"
 
 namespace loom::models {
@@ -42,13 +43,28 @@ Vit::Vit(const VitConfig& c) : config(c) {
   const int64_t patch_in = (S > 0 ? S : c.channels) * c.patch * c.patch;
   patch_embed = register_module("patch_embed", std::make_shared<nn::Linear>(patch_in, c.width));
   pos_embed = register_module("pos_embed", std::make_shared<nn::Embedding>(g * g, c.width));
+  if (c.label_classes > 0)
+    label_embed = register_module("label_embed",
+                                  std::make_shared<nn::Embedding>(c.label_classes + 1, c.width));
+  if (c.time_conditioning) {
+    t_fc1 = register_module("t_embed.fc1", std::make_shared<nn::Linear>(256, c.width));
+    t_fc2 = register_module("t_embed.fc2", std::make_shared<nn::Linear>(c.width, c.width));
+  }
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<VitBlock>(c)));
   norm_f = register_module("norm_f", std::make_shared<nn::LayerNorm>(c.width));
   head = register_module("head", std::make_shared<nn::Linear>(c.width, c.num_classes));
 }
 
-Tensor Vit::features(const Tensor& x) const {
+Tensor Vit::features(const Tensor& x, const Tensor& t, const Tensor& labels) const {
+  LOOM_CHECK(labels.defined() == (config.label_classes > 0))
+      << "vit: "
+      << (config.label_classes > 0 ? "a label-conditioned model needs labels"
+                                   : "a model without label conditioning takes none");
+  LOOM_CHECK(t.defined() == config.time_conditioning)
+      << "vit: "
+      << (config.time_conditioning ? "a time-conditioned model needs t"
+                                   : "a model without time conditioning takes no t");
   const int64_t B = x.size(0), C = config.channels, p = config.patch, g = config.image_size / p;
   LOOM_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == config.image_size &&
              x.size(3) == config.image_size)
@@ -69,6 +85,12 @@ Tensor Vit::features(const Tensor& x) const {
         reshape(permute(reshape(x, {B, C, g, p, g, p}), {0, 2, 4, 1, 3, 5}), {B, g * g, C * p * p});
   }
   Tensor h = add(patch_embed->forward(patches), pos_embed->weight);  // (B, T, D) + (T, D)
+  if (t_fc1) {  // (B) -> (B, 256) -> (B, D), on every token
+    const Tensor te =
+        t_fc2->forward(silu(t_fc1->forward(models::timestep_embedding(t, 256, 1000))));
+    h = add(h, unsqueeze(te, 1));
+  }
+  if (label_embed) h = add(h, unsqueeze(label_embed->forward(labels), 1));  // (B, 1, D)
   for (const auto& block : blocks)
     h = block->call({h}, [&block](const auto& in) { return block->forward(in[0]); });
   return mean(norm_f->forward(h), {1});  // (B, D)
@@ -79,8 +101,8 @@ Tensor Vit::logits_from_features(const Tensor& f) const {
   return head->forward(f);
 }
 
-Tensor Vit::forward(const Tensor& x) const {
-  return logits_from_features(features(x));
+Tensor Vit::forward(const Tensor& x, const Tensor& t, const Tensor& labels) const {
+  return logits_from_features(features(x, t, labels));
 }
 
 }  // namespace loom::models

@@ -1,5 +1,7 @@
 // A small Vision Transformer classifier (patch embedding, pre-norm blocks, mean pooling),
 // used to evaluate generated images: class accuracy, and FID on its penultimate features.
+// With time conditioning it classifies noisy images x_t at a flow-matching time t: the router
+// of decentralized diffusion experts (which expert's cluster x_t comes from).
 #pragma once
 #include <memory>
 #include <vector>
@@ -21,6 +23,12 @@ struct VitConfig {
   // by LayerNorm and GELU) in front of the patch embedding; early convolutions give a ViT the
   // local features a small one learns slowly from patches alone.
   int64_t stem_channels = 0;
+  // The flow-matching time t in [0, 1] as a sinusoidal embedding through a 2-layer MLP, added
+  // to every token after the patch embedding.
+  bool time_conditioning = false;
+  // > 0: the class label of the image too (an embedding of label_classes + 1 rows, the last
+  // one "no label"), added to every token: a router that knows which class is being sampled.
+  int64_t label_classes = 0;
   void validate() const;
 };
 
@@ -36,19 +44,22 @@ class VitBlock : public nn::Module {
 class Vit : public nn::Module {
  public:
   explicit Vit(const VitConfig& config);
-  // images (B, C, H, W) in [-1, 1] -> pooled, normalised features (B, width).
-  Tensor features(const Tensor& images) const;
+  // images (B, C, H, W) in [-1, 1] (and with time conditioning t (B)) -> pooled, normalised
+  // features (B, width).
+  Tensor features(const Tensor& images, const Tensor& t = Tensor(),
+                  const Tensor& labels = Tensor()) const;
   // -> class logits (B, num_classes).
-  Tensor forward(const Tensor& images) const;
+  Tensor forward(const Tensor& images, const Tensor& t = Tensor(),
+                 const Tensor& labels = Tensor()) const;
   Tensor logits_from_features(const Tensor& features) const;
   std::vector<std::shared_ptr<VitBlock>> blocks;
   const VitConfig config;
 
  private:
-  std::shared_ptr<nn::Linear> patch_embed, head;
+  std::shared_ptr<nn::Linear> patch_embed, head, t_fc1, t_fc2;
   std::shared_ptr<nn::Conv2d> stem1, stem2;
   std::shared_ptr<nn::LayerNorm> stem_norm1, stem_norm2;
-  std::shared_ptr<nn::Embedding> pos_embed;
+  std::shared_ptr<nn::Embedding> pos_embed, label_embed;
   std::shared_ptr<nn::LayerNorm> norm_f;
 };
 

@@ -13,6 +13,7 @@
 #include "loom/optim/ema.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/progress.h"
+#include "loom/train/recipes/dit_clusters.h"
 
 namespace loom::train {
 
@@ -35,7 +36,11 @@ diffusion::VelocityFn velocity_of(const models::Dit& model) {
 
 Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
                          const DitSampleOptions& o) {
-  const auto& c = model.config;
+  return sample_dit_images(velocity_of(model), model.config, labels, o);
+}
+
+Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::DitConfig& c,
+                         const Tensor& labels, const DitSampleOptions& o) {
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
   diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes};
@@ -44,7 +49,7 @@ Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
   auto last_line = start;
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
-    Tensor x = diffusion::sample(velocity_of(model), {n, c.channels, c.image_size, c.image_size},
+    Tensor x = diffusion::sample(velocity, {n, c.channels, c.image_size, c.image_size},
                                  narrow(labels, 0, at, n), sc, o.seed + uint64_t(at));
     parts.push_back(x);
     const auto now = std::chrono::steady_clock::now();
@@ -65,12 +70,11 @@ Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
   return from_vector(v, all.shape());
 }
 
-namespace {
-
-void write_samples(const models::Dit& model, const DitSampleOptions& o) {
-  const int64_t classes = model.config.num_classes;
+void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
+                   const DitSampleOptions& o) {
+  const int64_t classes = config.num_classes;
   Tensor labels = sample_grid_labels(classes, o.per_class);
-  Tensor images = sample_dit_images(model, labels, o);
+  Tensor images = sample_dit_images(velocity, config, labels, o);
   if (!o.png_path.empty()) {
     ImageGrid grid = image_grid(images, int(classes), int(o.per_class));
     write_png(o.png_path, grid.pixels, grid.width, grid.height, grid.channels);
@@ -86,14 +90,18 @@ void write_samples(const models::Dit& model, const DitSampleOptions& o) {
               o.npy_prefix.empty() ? "" : (o.npy_prefix + "_{images,labels}.npy").c_str());
 }
 
-}  // namespace
-
 namespace {
+
+// The training set, or the one cluster of it this expert trains on.
+ImageDataset training_data(const Config& cfg) {
+  ImageDataset all = fashion_mnist(cfg.data.path, /*train=*/true);
+  if (cfg.data.clusters.empty()) return all;
+  return cluster_subset(all, cfg.data.clusters, cfg.data.cluster);
+}
 
 class DitRecipe : public Recipe {
  public:
-  explicit DitRecipe(const Config& cfg)
-      : cfg_(cfg), data_(fashion_mnist(cfg.data.path, /*train=*/true)), model_(cfg.dit) {
+  explicit DitRecipe(const Config& cfg) : cfg_(cfg), data_(training_data(cfg)), model_(cfg.dit) {
     LOOM_CHECK(data_.images.size(1) == cfg.dit.channels &&
                data_.images.size(2) == cfg.dit.image_size)
         << "dataset images " << data_.images.shape() << " do not match model.channels "
@@ -110,33 +118,27 @@ class DitRecipe : public Recipe {
     return "dit: " + std::to_string(model_.num_parameters()) + " parameters, " +
            std::to_string(cfg_.dit.tokens()) + " tokens per image";
   }
+  std::string describe_data() const override {
+    if (cfg_.data.clusters.empty()) return "";
+    return "data: cluster " + std::to_string(cfg_.data.cluster) + " of " + cfg_.data.clusters +
+           ": " + std::to_string(data_.images.size(0)) + " training images";
+  }
 
   void start(RunContext& run) override {
     run_ = &run;
     // Of the master weights this rank holds; samples use the gathered whole.
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
-    sampler_ =
-        std::make_unique<Sampler>(data_.images.size(0), cfg_.train.batch_size / run.dp.size(),
-                                  cfg_.run.seed, /*shuffle=*/true, run.dp.rank(), run.dp.size());
+    sampler_ = shuffled_sampler(data_.images.size(0), cfg_, run);
   }
   std::vector<PieceState> piece_state() override {
     std::vector<Tensor> values;
     for (const auto& [name, t] : ema_->named_weights()) values.push_back(t);
     return {{"ema", values}};
   }
-  void resume(const Json& state) override {
-    sampler_->set_state(
-        {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
-  }
+  void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
   Batch make_batch(const Slot&) override {
-    const std::vector<int64_t> idx = sampler_->next_batch();
-    const Tensor index = from_vector(idx, {int64_t(idx.size())});
-    NoGradGuard no_grad;
-    const Sampler::State next = sampler_->state();  // where the data resumes after this batch
-    return {index_select(data_.images, 0, index),   // (B, C, H, W)
-            index_select(data_.labels, 0, index),   // (B)
-            Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
+    return sampled_batch(*sampler_, data_.images, data_.labels);
   }
   Tensor loss(const Batch& b, const Slot& s) override {
     // The noise and times of sample g of the step depend on (seed, step, g) alone.
@@ -201,10 +203,10 @@ class DitRecipe : public Recipe {
                               cfg_.run.seed,
                               cfg_.run_dir() + "/samples.png",
                               ""};
-    write_samples(ema_model, so);
+    write_samples(velocity_of(ema_model), cfg_.dit, so);
     if (cfg_.eval.classifier.empty()) return;
-    const DitQuality q =
-        evaluate_dit(ema_model, cfg_.eval.classifier, cfg_.data.path, cfg_.eval.num_samples, so);
+    const DitQuality q = evaluate_dit(velocity_of(ema_model), cfg_.dit, cfg_.eval.classifier,
+                                      cfg_.data.path, cfg_.eval.num_samples, so);
     const double images_per_second =
         double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
         std::max(summary.train_seconds, 1e-9);
@@ -240,7 +242,7 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
   const Config cfg = run_config_of(ckpt_dir, "dit", "sample");
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
-  write_samples(model, options);
+  write_samples(velocity_of(model), cfg.dit, options);
 }
 
 }  // namespace loom::train

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "loom/diffusion/flow_matching.h"
 #include "loom/models/dit/dit.h"
 #include "loom/train/recipe.h"
 
@@ -24,9 +25,15 @@ struct DitSampleOptions {
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.
 void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options);
 
-// Samples images (N, C, H, W) in [-1, 1] for the given labels, in chunks of bounded memory.
+// Samples images (N, C, H, W) in [-1, 1] for the given labels, in chunks of bounded memory,
+// from a DiT or any velocity of images of `config`'s shape (the experts' mixture).
+Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
+                         const Tensor& labels, const DitSampleOptions& options);
 Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
                          const DitSampleOptions& options);
+// The class grid (PNG) and/or .npy files of options.
+void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
+                   const DitSampleOptions& options);
 
 struct DitQuality {
   int64_t samples = 0;
@@ -36,9 +43,9 @@ struct DitQuality {
 };
 
 // Class-balanced samples judged by the classifier in `classifier_dir`; writes nothing.
-DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_dir,
-                        const std::string& data_path, int64_t num_samples,
-                        const DitSampleOptions& options);
+DitQuality evaluate_dit(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
+                        const std::string& classifier_dir, const std::string& data_path,
+                        int64_t num_samples, const DitSampleOptions& options);
 // What eval.json records of an evaluation.
 Json quality_json(const DitQuality& quality, const DitSampleOptions& options);
 // Loads the EMA weights of a checkpoint and evaluates them; writes <ckpt_dir>/eval.json.

@@ -13,11 +13,11 @@
 
 namespace loom::train {
 
-DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_dir,
-                        const std::string& data_path, int64_t num_samples,
-                        const DitSampleOptions& options) {
+DitQuality evaluate_dit(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
+                        const std::string& classifier_dir, const std::string& data_path,
+                        int64_t num_samples, const DitSampleOptions& options) {
   auto classifier = load_classifier(classifier_dir);
-  const int64_t classes = model.config.num_classes;
+  const int64_t classes = config.num_classes;
   LOOM_CHECK(num_samples >= classes)
       << "eval: need at least " << classes << " samples, got " << num_samples;
   std::vector<int64_t> y;
@@ -25,7 +25,7 @@ DitQuality evaluate_dit(const models::Dit& model, const std::string& classifier_
   Tensor labels = from_vector(y, {num_samples});
   std::printf("eval: sampling %lld images for class accuracy and FID\n", (long long)num_samples);
   std::fflush(stdout);
-  Tensor samples = sample_dit_images(model, labels, options);
+  Tensor samples = sample_dit_images(velocity, config, labels, options);
   std::printf("eval: classifier features of the samples, the test set and %lld real images\n",
               (long long)num_samples);
   std::fflush(stdout);
@@ -56,7 +56,9 @@ DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::strin
   const Config cfg = run_config_of(ckpt_dir, "dit", "eval");
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
-  DitQuality q = evaluate_dit(model, classifier_dir, cfg.data.path, num_samples, options);
+  DitQuality q = evaluate_dit([&model](const Tensor& x, const Tensor& t,
+                                       const Tensor& y) { return model.forward(x, t, y); },
+                              cfg.dit, classifier_dir, cfg.data.path, num_samples, options);
   Json result = quality_json(q, options);
   result.set("classifier", classifier_dir);
   write_json_file(ckpt_dir + "/eval.json", result);

@@ -275,9 +275,7 @@ class GptRecipe : public Recipe {
     // The text sample runs on the main rank alone, on a full copy of the weights (collective).
     std::unique_ptr<models::Gpt> full_model;
     if (cfg_.lm_sample.tokens > 0) {
-      std::vector<Tensor> values;
-      for (const auto& p : run_->model.pieces()) values.push_back(p.value);
-      const parallel::NamedTensors weights = run_->model.gather_full(values);
+      const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
       if (run_->main) {
         full_model = std::make_unique<models::Gpt>(cfg_.gpt);
         load_state_dict(*full_model, as_map(weights), "the trained weights");

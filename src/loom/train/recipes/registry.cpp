@@ -6,6 +6,7 @@
 #include "loom/models/gpt/gpt.h"
 #include "loom/models/vit/vit.h"
 #include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/dit_experts.h"
 #include "loom/train/recipes/gpt.h"
 #include "loom/train/recipes/vit_classifier.h"
 
@@ -21,7 +22,7 @@ struct Registered {
   plan::StepShape (*step_shape)(const Config&, int64_t samples);
 };
 
-const std::array<Registered, 3> kRecipes = {{
+const std::array<Registered, 4> kRecipes = {{
     {"dit",
      make_dit_recipe,
      [](const Config& c) -> std::unique_ptr<nn::Module> {
@@ -40,6 +41,13 @@ const std::array<Registered, 3> kRecipes = {{
      }},
     {"vit_classifier",
      make_vit_classifier_recipe,
+     [](const Config& c) -> std::unique_ptr<nn::Module> {
+       return std::make_unique<models::Vit>(c.vit);
+     },
+     {},
+     [](const Config& c, int64_t images) { return plan::vit_step(c.run.name, c.vit, images); }},
+    {"dit_router",
+     make_dit_router_recipe,
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Vit>(c.vit);
      },

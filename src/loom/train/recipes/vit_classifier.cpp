@@ -62,14 +62,6 @@ Tensor random_shift(const Tensor& images, uint64_t seed, const std::string& at, 
   return from_vector(out, images.shape());
 }
 
-// Its blocks, for activation checkpointing and ZeRO's flat groups (data parallelism only).
-nn::ParallelPlan vit_plan(const models::Vit& model) {
-  nn::ParallelPlan plan;
-  for (size_t i = 0; i < model.blocks.size(); ++i)
-    plan.blocks.push_back("blocks." + std::to_string(i));
-  return plan;
-}
-
 class VitClassifierRecipe : public Recipe {
  public:
   explicit VitClassifierRecipe(const Config& cfg)
@@ -87,31 +79,16 @@ class VitClassifierRecipe : public Recipe {
   }
   void start(RunContext& run) override {
     run_ = &run;
-    sampler_ = std::make_unique<Sampler>(train_.images.size(0),
-                                         cfg_.train.batch_size / run.dp.size(), cfg_.run.seed,
-                                         /*shuffle=*/true, run.dp.rank(), run.dp.size());
+    sampler_ = shuffled_sampler(train_.images.size(0), cfg_, run);
   }
-  void resume(const Json& state) override {
-    sampler_->set_state(
-        {state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
-  }
+  void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
   Batch make_batch(const Slot& s) override {
-    const std::vector<int64_t> idx = sampler_->next_batch();
-    const Tensor index = from_vector(idx, {int64_t(idx.size())});
-    const Sampler::State next = sampler_->state();
-    Batch b;
-    {
-      NoGradGuard no_grad;
-      b.x = index_select(train_.images, 0, index);  // (B, C, H, W)
-      b.y = index_select(train_.labels, 0, index);  // (B)
-    }
+    Batch b = sampled_batch(*sampler_, train_.images, train_.labels);
     // Random flips and shifts by up to 2 pixels, drawn for (seed, step, first sample).
     const std::string at = std::to_string(s.step) + " " + std::to_string(s.first);
     if (cfg_.train.augment)
       b.x = random_shift(random_flip(b.x, cfg_.run.seed, at), cfg_.run.seed, at, 2);
-    b.data_state =
-        Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}});
     return b;
   }
   Tensor loss(const Batch& b, const Slot&) override {
@@ -124,9 +101,7 @@ class VitClassifierRecipe : public Recipe {
   }
 
   void finish(const RunSummary& summary) override {
-    std::vector<Tensor> values;
-    for (const auto& p : run_->model.pieces()) values.push_back(p.value);
-    const parallel::NamedTensors weights = run_->model.gather_full(values);  // collective
+    const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
     if (!run_->main) return;
     models::Vit trained(cfg_.vit);
     load_state_dict(trained, as_map(weights), "the trained weights");
@@ -149,18 +124,29 @@ class VitClassifierRecipe : public Recipe {
 
 }  // namespace
 
+nn::ParallelPlan vit_plan(const models::Vit& model) {
+  nn::ParallelPlan plan;
+  for (size_t i = 0; i < model.blocks.size(); ++i)
+    plan.blocks.push_back("blocks." + std::to_string(i));
+  return plan;
+}
+
 std::unique_ptr<Recipe> make_vit_classifier_recipe(const Config& config) {
   return std::make_unique<VitClassifierRecipe>(config);
 }
 
-double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels) {
+double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels,
+                           double t, const Tensor& given) {
   NoGradGuard no_grad;
   const int64_t N = images.size(0), chunk = 500;
   const std::vector<int64_t> y = to_vector_i64(labels);
   int64_t correct = 0;
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
-    const std::vector<float> logits = to_vector(model.forward(narrow(images, 0, at, n)));
+    const Tensor times = t >= 0 ? full({n}, t) : Tensor();
+    const Tensor told = given.defined() ? narrow(given, 0, at, n) : Tensor();
+    const std::vector<float> logits =
+        to_vector(model.forward(narrow(images, 0, at, n), times, told));
     const int64_t K = model.config.num_classes;
     for (int64_t i = 0; i < n; ++i) {
       const float* row = logits.data() + i * K;

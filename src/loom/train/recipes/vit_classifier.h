@@ -12,11 +12,16 @@
 namespace loom::train {
 
 std::unique_ptr<Recipe> make_vit_classifier_recipe(const Config& config);
+// Its blocks, for activation checkpointing and ZeRO's flat groups (data parallelism only).
+nn::ParallelPlan vit_plan(const models::Vit& model);
 
 // A trained classifier loaded from its directory.
 std::unique_ptr<models::Vit> load_classifier(const std::string& dir);
-// Top-1 accuracy of `model` on images (N, C, H, W) with labels (N), in batches.
-double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels);
+// Top-1 accuracy of `model` on images (N, C, H, W) with labels (N), in batches; a
+// time-conditioned model (the experts' router) at time t >= 0, told the class labels `given`
+// (N) when it is label-conditioned.
+double classifier_accuracy(const models::Vit& model, const Tensor& images, const Tensor& labels,
+                           double t = -1, const Tensor& given = Tensor());
 // Penultimate features (N, width), in batches, without recording a graph.
 Tensor classifier_features(const models::Vit& model, const Tensor& images);
 
