@@ -26,6 +26,8 @@
 #include "loom/train/config.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/dit_clusters.h"
+#include "loom/train/recipes/dit_experts.h"
 #include "loom/train/recipes/gpt.h"
 #include "loom/train/run_directory.h"
 #include "loom/train/trainer.h"
@@ -258,9 +260,42 @@ int train_command(const std::string& config_path, std::vector<std::string> overr
 constexpr const char* kDitFlags = "DiT checkpoints";
 constexpr const char* kGptFlags = "GPT checkpoints";
 
+// Decentralized experts: a dit_router checkpoint with --experts samples (and evaluates) the
+// experts' mixture as one model.
+struct ExpertArgs {
+  std::vector<std::string> experts;
+  std::string routing = "full";
+};
+
+void add_experts(CLI::App& cmd, ExpertArgs& a) {
+  cmd.add_option("--experts", a.experts, "with a dit_router checkpoint: its experts' checkpoints")
+      ->delimiter(',')
+      ->type_name("DIR,DIR,...");
+  cmd.add_option("--routing", a.routing, "the experts' mixture")
+      ->check(CLI::IsMember({"full", "top1", "top2"}).description(""))
+      ->type_name("full|top1|top2");
+}
+
+// The experts of a router checkpoint, or a usage error when the flags and the kind disagree.
+// Each expert may be named by its run directory (its latest checkpoint) too.
+std::unique_ptr<loom::train::Experts> experts_of(const std::string& ckpt, const std::string& kind,
+                                                 ExpertArgs& a) {
+  if (kind != "dit_router") {
+    if (!a.experts.empty())
+      throw CLI::ValidationError("--experts", "needs a dit_router checkpoint, and " + ckpt +
+                                                  " holds a " + kind + " model");
+    return nullptr;
+  }
+  if (a.experts.empty())
+    throw CLI::ValidationError("--experts", ckpt + " holds a router: name its experts");
+  for (std::string& e : a.experts) e = loom::checkpoint_from_user_path(e);
+  return std::make_unique<loom::train::Experts>(loom::train::load_experts(ckpt, a.experts));
+}
+
 struct SampleArgs {
   std::string checkpoint;
   int64_t seed = 0;
+  ExpertArgs experts;
   loom::train::DitSampleOptions dit;
   loom::train::GptSampleOptions gpt;
 };
@@ -276,6 +311,7 @@ void add_sample(CLI::App& cmd, SampleArgs& a) {
   add_int(cmd, "--steps", a.dit.steps, "sampler steps");
   add_number(cmd, "--cfg", a.dit.cfg_scale, "classifier-free guidance scale");
   cmd.add_flag("--heun", a.dit.heun, "Heun's sampler (second order)");
+  add_experts(cmd, a.experts);
   a.dit.png_path = "samples.png";
   cmd.add_option("--png", a.dit.png_path, "the grid, one row per class")->type_name("PATH");
   cmd.add_option("--npy", a.dit.npy_prefix, "write PREFIX_images.npy and PREFIX_labels.npy")
@@ -311,6 +347,12 @@ int sample_command(const CLI::App& cmd, SampleArgs a) {
   }
   reject_flags(cmd, kGptFlags, ckpt, kind);
   a.dit.seed = uint64_t(a.seed);
+  if (const auto experts = experts_of(ckpt, kind, a.experts)) {
+    loom::train::write_samples(
+        loom::train::mixture_velocity(*experts, loom::train::routing_from_name(a.experts.routing)),
+        experts->dit, a.dit);
+    return 0;
+  }
   loom::train::sample_dit(ckpt, a.dit);
   return 0;
 }
@@ -322,6 +364,7 @@ struct EvalArgs {
   int64_t windows = 0, samples = 1000, steps = 0;
   double cfg_scale = -1;
   std::string classifier = "assets/fmnist_classifier";
+  ExpertArgs experts;
 };
 
 void add_eval(CLI::App& cmd, EvalArgs& a) {
@@ -336,11 +379,33 @@ void add_eval(CLI::App& cmd, EvalArgs& a) {
   add_int(cmd, "--steps", a.steps, "sampler steps (0: the run's [sample] steps)");
   add_number(cmd, "--cfg", a.cfg_scale, "guidance scale (negative: the run's [sample] cfg_scale)");
   cmd.add_option("--classifier", a.classifier, "the classifier's run directory")->type_name("DIR");
+  add_experts(cmd, a.experts);
 }
 
 int eval_command(EvalArgs a) {
   const std::string ckpt = loom::checkpoint_from_user_path(a.checkpoint);
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
+  if (const auto experts = experts_of(ckpt, kind, a.experts)) {
+    // The experts' mixture, with the first expert's [sample] settings by default.
+    const loom::train::Config cfg = loom::train::load_config(
+        (std::filesystem::path(a.experts.experts[0]).parent_path() / "config.toml").string());
+    loom::train::DitSampleOptions o;
+    o.steps = a.steps > 0 ? a.steps : cfg.sample.steps;
+    o.cfg_scale = a.cfg_scale >= 0 ? a.cfg_scale : cfg.sample.cfg_scale;
+    o.heun = cfg.sample.heun;
+    o.seed = cfg.run.seed;
+    const auto routing = loom::train::routing_from_name(a.experts.routing);
+    const auto q =
+        loom::train::evaluate_dit(loom::train::mixture_velocity(*experts, routing), experts->dit,
+                                  a.classifier, cfg.data.path, a.samples, o);
+    std::printf(
+        "%s + %zu experts, %s routing: class accuracy %.2f%% of %lld samples, FID %.3f, "
+        "real-data floor %.3f (ratio %.1f), cfg %.1f, %lld steps\n",
+        ckpt.c_str(), experts->experts.size(), a.experts.routing.c_str(), 100.0 * q.class_accuracy,
+        (long long)q.samples, q.fid, q.fid_floor, q.fid / q.fid_floor, o.cfg_scale,
+        (long long)o.steps);
+    return 0;
+  }
   if (kind == "dit") {
     // Sampler settings default to the run's own [sample] section.
     const loom::train::Config cfg = loom::train::load_config(
@@ -367,6 +432,21 @@ int eval_command(EvalArgs a) {
       ckpt.c_str(), r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(), (long long)r.windows,
       (long long)r.tokens, (long long)r.bytes);
   return 0;
+}
+
+// ---- cluster
+
+void add_cluster(CLI::App& cmd, loom::train::ClusterOptions& o) {
+  cmd.description(
+      "split the Fashion-MNIST training set into K clusters (k-means on the classifier's "
+      "features) for decentralized experts: each trains on one (data.clusters, data.cluster); "
+      "writes the assignments and OUT_centroids.npy");
+  add_int(cmd, "--k", o.k, "clusters", 1);
+  cmd.add_option("--out", o.out, "the assignments, an .npy file")->required()->type_name("FILE");
+  cmd.add_option("--classifier", o.classifier, "the classifier's run directory")->type_name("DIR");
+  cmd.add_option("--data", o.data_path, "the Fashion-MNIST directory")->type_name("DIR");
+  add_int(cmd, "--images", o.images, "only the first N training images (0: all)", 0);
+  add_int(cmd, "--seed", o.seed, "k-means seed", 0);
 }
 
 // ---- tokenizer train, tokenizer check
@@ -565,9 +645,11 @@ int run(int argc, char** argv) {
   std::string ckpt_verify;
   loom::cli::LaunchOptions launch;
   BenchArgs bench;
+  loom::train::ClusterOptions cluster;
   add_train(*loom.add_subcommand("train"), train);
   add_sample(*loom.add_subcommand("sample"), sample);
   add_eval(*loom.add_subcommand("eval"), eval);
+  add_cluster(*loom.add_subcommand("cluster"), cluster);
   CLI::App* tokenizer = loom.add_subcommand("tokenizer")->require_subcommand(1);
   add_tokenizer_train(*tokenizer->add_subcommand("train"), tokenizer_train);
   add_tokenizer_check(*tokenizer->add_subcommand("check"), tokenizer_check);
@@ -585,6 +667,7 @@ int run(int argc, char** argv) {
     if (loom.got_subcommand("sample"))
       return sample_command(*loom.get_subcommand("sample"), sample);
     if (loom.got_subcommand("eval")) return eval_command(eval);
+    if (loom.got_subcommand("cluster")) return loom::train::cluster_training_set(cluster), 0;
     if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
     if (ckpt->got_subcommand("export")) return ckpt_export_command(ckpt_export);
