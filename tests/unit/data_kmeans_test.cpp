@@ -68,7 +68,8 @@ TEST(KMeans, EndsAtALloydFixedPoint) {
     ASSERT_GT(count[size_t(j)], 0);
     EXPECT_EQ(count[size_t(j)], r.sizes[size_t(j)]);
     for (int64_t t = 0; t < d; ++t)
-      EXPECT_NEAR(r.centroids[size_t(j * d + t)], mean[size_t(j)][size_t(t)] / double(count[size_t(j)]), 1e-5);
+      EXPECT_NEAR(r.centroids[size_t(j * d + t)],
+                  mean[size_t(j)][size_t(t)] / double(count[size_t(j)]), 1e-5);
   }
   EXPECT_NEAR(r.inertia, inertia, 1e-6 * inertia);
 }

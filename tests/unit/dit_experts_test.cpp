@@ -62,13 +62,15 @@ TEST(Experts, RoutingWeightsFromTheRoutersLogits) {
       for (int64_t k = 0; k < K; ++k) z += p[size_t(k)] = std::exp(logits[size_t(b * K + k)] - m);
       for (double& v : p) v /= z;
       std::vector<int64_t> order = {0, 1, 2};
-      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return p[size_t(a)] > p[size_t(c)]; });
+      std::sort(order.begin(), order.end(),
+                [&](int64_t a, int64_t c) { return p[size_t(a)] > p[size_t(c)]; });
       for (int64_t k = 0; k < K; ++k) {
         double want = p[size_t(k)];
         if (r == Routing::Top1) want = k == order[0] ? 1.0 : 0.0;
         if (r == Routing::Top2)
           want = k == order[2] ? 0.0 : p[size_t(k)] / (p[size_t(order[0])] + p[size_t(order[1])]);
-        EXPECT_NEAR(w[size_t(b * K + k)], want, 1e-6) << name_of(r) << " sample " << b << " expert " << k;
+        EXPECT_NEAR(w[size_t(b * K + k)], want, 1e-6)
+            << name_of(r) << " sample " << b << " expert " << k;
       }
     }
   }
@@ -76,23 +78,24 @@ TEST(Experts, RoutingWeightsFromTheRoutersLogits) {
 
 TEST(Experts, MixtureIsTheWeightedSumOfTheExpertsVelocities) {
   for (bool labels : {false, true}) {
-  const Experts e = tiny_experts(labels);
-  const Inputs in = inputs();
-  NoGradGuard no_grad;
-  for (Routing r : {Routing::Full, Routing::Top2}) {
-    const std::vector<float> got = to_vector(mixture_velocity(e, r)(in.x, in.t, in.y));
-    const std::vector<float> w = to_vector(routing_weights(*e.router, in.x, in.t, in.y, r));
-    std::vector<double> want(got.size(), 0.0);
-    const int64_t per = int64_t(got.size()) / 5;
-    for (int64_t k = 0; k < 3; ++k) {
-      const std::vector<float> vk = to_vector(e.experts[size_t(k)]->forward(in.x, in.t, in.y));
-      for (int64_t b = 0; b < 5; ++b)
-        for (int64_t i = 0; i < per; ++i)
-          want[size_t(b * per + i)] += double(w[size_t(b * 3 + k)]) * vk[size_t(b * per + i)];
+    const Experts e = tiny_experts(labels);
+    const Inputs in = inputs();
+    NoGradGuard no_grad;
+    for (Routing r : {Routing::Full, Routing::Top2}) {
+      const std::vector<float> got = to_vector(mixture_velocity(e, r)(in.x, in.t, in.y));
+      const std::vector<float> w = to_vector(routing_weights(*e.router, in.x, in.t, in.y, r));
+      std::vector<double> want(got.size(), 0.0);
+      const int64_t per = int64_t(got.size()) / 5;
+      for (int64_t k = 0; k < 3; ++k) {
+        const std::vector<float> vk = to_vector(e.experts[size_t(k)]->forward(in.x, in.t, in.y));
+        for (int64_t b = 0; b < 5; ++b)
+          for (int64_t i = 0; i < per; ++i)
+            want[size_t(b * per + i)] += double(w[size_t(b * 3 + k)]) * vk[size_t(b * per + i)];
+      }
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+            << name_of(r) << " element " << i;
     }
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << name_of(r) << " element " << i;
-  }
   }
   EXPECT_THROW(routing_from_name("top3"), Error);
 }

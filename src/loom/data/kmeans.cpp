@@ -89,8 +89,7 @@ KMeans kmeans(const std::vector<float>& x, int64_t n, int64_t d, int64_t k, uint
     bool restarted = false;
     for (int64_t j = 0; j < k; ++j) {
       if (r.sizes[size_t(j)] == 0) {  // restart it at the worst-served point
-        const int64_t far =
-            std::max_element(distance.begin(), distance.end()) - distance.begin();
+        const int64_t far = std::max_element(distance.begin(), distance.end()) - distance.begin();
         std::copy_n(&x[size_t(far * d)], d, &r.centroids[size_t(j * d)]);
         distance[size_t(far)] = 0;
         restarted = true;

@@ -8,7 +8,7 @@
 namespace loom {
 
 struct KMeans {
-  std::vector<float> centroids;    // (k, d)
+  std::vector<float> centroids;     // (k, d)
   std::vector<int64_t> assignment;  // (n): the nearest centroid of each point
   std::vector<int64_t> sizes;       // (k)
   int iterations = 0;               // Lloyd iterations run (stopped when no point moved)

@@ -76,10 +76,14 @@ class Recipe {
   virtual Batch make_batch(const Slot& slot) = 0;
   // The mean loss of one micro-batch through the whole model (no pipeline).
   virtual Tensor loss(const Batch& batch, const Slot& slot) = 0;
-  // The model as this rank's pipeline stages for one step's micro-batches (batches[m]).
+  // The model as this rank's pipeline stages for one step's micro-batches (batches[m]); a kind
+  // without (config.cpp refuses parallel.pp > 1 for it) keeps this.
   virtual parallel::PipelineStages pipeline_stages(const parallel::Pipeline& pipe,
                                                    const std::vector<Batch>& batches,
-                                                   const std::vector<Slot>& slots) = 0;
+                                                   const std::vector<Slot>& slots) {
+    LOOM_FAIL() << describe() << ": no pipeline parallelism";
+    return {};
+  }
   virtual void after_step(int64_t step, bool updated) {}  // an EMA follows the update
   // Every eval.every steps: metrics for the progress line (null: nothing evaluated). Collective.
   virtual Json evaluate(int64_t step) { return Json(); }

@@ -24,16 +24,19 @@ std::vector<int64_t> cluster_training_set(const ClusterOptions& o) {
   write_npy(centroids, from_vector(r.centroids, {o.k, D}));
   // What each cluster holds, by class: how the features split the data.
   const std::vector<int64_t> labels = to_vector_i64(narrow(data.labels, 0, 0, N));
-  std::printf("cluster: %lld training images, classifier features (%lld dims) of %s, k-means "
-              "with k = %lld (%d iterations, inertia %.4g) -> %s, %s\n",
-              (long long)N, (long long)D, o.classifier.c_str(), (long long)o.k, r.iterations,
-              r.inertia, o.out.c_str(), centroids.c_str());
+  std::printf(
+      "cluster: %lld training images, classifier features (%lld dims) of %s, k-means "
+      "with k = %lld (%d iterations, inertia %.4g) -> %s, %s\n",
+      (long long)N, (long long)D, o.classifier.c_str(), (long long)o.k, r.iterations, r.inertia,
+      o.out.c_str(), centroids.c_str());
   for (int64_t j = 0; j < o.k; ++j) {
     std::vector<int64_t> by_class(size_t(data.num_classes), 0);
     for (int64_t i = 0; i < N; ++i)
       if (r.assignment[size_t(i)] == j) ++by_class[size_t(labels[size_t(i)])];
-    std::printf("  cluster %lld: %6lld images; by class:", (long long)j, (long long)r.sizes[size_t(j)]);
-    for (int64_t c = 0; c < data.num_classes; ++c) std::printf(" %lld", (long long)by_class[size_t(c)]);
+    std::printf("  cluster %lld: %6lld images; by class:", (long long)j,
+                (long long)r.sizes[size_t(j)]);
+    for (int64_t c = 0; c < data.num_classes; ++c)
+      std::printf(" %lld", (long long)by_class[size_t(c)]);
     std::printf("\n");
   }
   return r.sizes;
@@ -51,8 +54,8 @@ ImageDataset cluster_subset(const ImageDataset& all, const std::string& path, in
     clusters = std::max(clusters, a[i] + 1);
     if (a[i] == k) mine.push_back(int64_t(i));
   }
-  LOOM_CHECK(k >= 0 && k < clusters) << "data.cluster " << k << ": " << path << " has clusters 0.."
-                                     << clusters - 1;
+  LOOM_CHECK(k >= 0 && k < clusters)
+      << "data.cluster " << k << ": " << path << " has clusters 0.." << clusters - 1;
   LOOM_CHECK(!mine.empty()) << "data.cluster " << k << " of " << path << " holds no images";
   NoGradGuard no_grad;
   const Tensor index = from_vector(mine, {int64_t(mine.size())});

@@ -18,8 +18,8 @@ struct ClusterOptions {
   std::string classifier = "assets/fmnist_classifier";
   int64_t k = 4;
   int64_t images = 0;  // > 0: only the first N training images
-  int64_t seed = 0;  // of the k-means start
-  std::string out;  // the assignments (N int64 .npy); beside it <stem>_centroids.npy
+  int64_t seed = 0;    // of the k-means start
+  std::string out;     // the assignments (N int64 .npy); beside it <stem>_centroids.npy
 };
 
 // Clusters the training images and writes the files; returns each cluster's size.

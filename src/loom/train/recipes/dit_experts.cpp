@@ -85,11 +85,6 @@ class DitRouterRecipe : public Recipe {
     const Tensor told = cfg_.vit.label_classes > 0 ? fm.labels : Tensor();
     return cross_entropy(model_.forward(fm.xt, fm.t, told), from_vector(cluster, {B}));
   }
-  parallel::PipelineStages pipeline_stages(const parallel::Pipeline&, const std::vector<Batch>&,
-                                           const std::vector<Slot>&) override {
-    LOOM_FAIL() << "dit_router: no pipeline parallelism (config.cpp refuses parallel.pp > 1)";
-    return {};
-  }
   // Its accuracy at a few times t on the first 2000 training images, noised afresh.
   void finish(const RunSummary& summary) override {
     const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
@@ -146,8 +141,8 @@ Experts load_experts(const std::string& router_ckpt, const std::vector<std::stri
   const Config rc = run_config_of(router_ckpt, "dit_router", "experts");
   const int64_t K = rc.vit.num_classes;
   LOOM_CHECK(int64_t(expert_ckpts.size()) == K)
-      << "experts: the router " << router_ckpt << " routes between " << K
-      << " clusters, but " << expert_ckpts.size() << " experts were given";
+      << "experts: the router " << router_ckpt << " routes between " << K << " clusters, but "
+      << expert_ckpts.size() << " experts were given";
   e.router = std::make_unique<models::Vit>(rc.vit);
   load_state_dict(*e.router, as_map(CheckpointReader(router_ckpt).read_all("model")),
                   router_ckpt + " (model)");
@@ -169,8 +164,8 @@ Experts load_experts(const std::string& router_ckpt, const std::vector<std::stri
     LOOM_CHECK(d.image_size == rc.vit.image_size && d.channels == rc.vit.channels)
         << "experts: " << ckpt << "'s images are not the router's";
     LOOM_CHECK(rc.vit.label_classes == 0 || rc.vit.label_classes == d.num_classes)
-        << "experts: the router is told labels of " << rc.vit.label_classes << " classes, "
-        << ckpt << " samples " << d.num_classes;
+        << "experts: the router is told labels of " << rc.vit.label_classes << " classes, " << ckpt
+        << " samples " << d.num_classes;
     e.experts[size_t(k)] = std::make_unique<models::Dit>(c.dit);
     load_state_dict(*e.experts[size_t(k)], as_map(CheckpointReader(ckpt).read_all("ema")),
                     ckpt + " (ema)");

@@ -25,7 +25,7 @@ const char* name_of(Routing routing);
 struct Experts {
   std::unique_ptr<models::Vit> router;
   std::vector<std::unique_ptr<models::Dit>> experts;  // experts[k]: trained on cluster k
-  models::DitConfig dit;                               // what they share
+  models::DitConfig dit;                              // what they share
 };
 
 // The router's checkpoint and one expert checkpoint per cluster (any order): each expert's

@@ -94,12 +94,6 @@ class VitClassifierRecipe : public Recipe {
   Tensor loss(const Batch& b, const Slot&) override {
     return cross_entropy(model_.forward(b.x), b.y);
   }
-  parallel::PipelineStages pipeline_stages(const parallel::Pipeline&, const std::vector<Batch>&,
-                                           const std::vector<Slot>&) override {
-    LOOM_FAIL() << "vit_classifier: no pipeline parallelism (config.cpp refuses parallel.pp > 1)";
-    return {};
-  }
-
   void finish(const RunSummary& summary) override {
     const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
     if (!run_->main) return;
