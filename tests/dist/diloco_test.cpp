@@ -167,14 +167,19 @@ TEST(DiLoCo, ErrorFeedbackKeepsTheSumOfCompressedSteps) {
 // global weights. The late merge against a float64 reference: lr 1 and no momentum, so the new
 // global weights are the workers' mean at the start of the exchange, and the worker continues
 // from alpha * (where it got to) + (1 - alpha) * them.
-TEST(DiLoCo, StreamingFragmentsOverlapAndMerge) {
-  Workers w;
-  const int P = w.mesh.world()->size(), me = w.mesh.world()->rank();
-  DiLoCoConfig c = config_for(P, 1.0, 0.0, Compression::None, false);
+// H = 4 in 2 fragments, each exchange overlapped with 1 inner step, merged with mixing 0.5.
+DiLoCoConfig streaming(DiLoCoConfig c) {
   c.inner_steps = 4;
   c.fragments = 2;
   c.overlap_steps = 1;
   c.mixing = 0.5;
+  return c;
+}
+
+TEST(DiLoCo, StreamingFragmentsOverlapAndMerge) {
+  Workers w;
+  const int P = w.mesh.world()->size(), me = w.mesh.world()->rank();
+  const DiLoCoConfig c = streaming(config_for(P, 1.0, 0.0, Compression::None, false));
   DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), c);
   const std::vector<double> global = w.weights();
   std::vector<double> local;
@@ -203,11 +208,7 @@ TEST(DiLoCo, StreamingFragmentsOverlapAndMerge) {
 TEST(DiLoCo, StreamingScheduleAndTheEnd) {
   Workers w;
   const int P = w.mesh.world()->size();
-  DiLoCoConfig c = config_for(P, 0.7, 0.9, Compression::Int8, true);
-  c.inner_steps = 4;
-  c.fragments = 2;
-  c.overlap_steps = 1;
-  c.mixing = 0.5;
+  const DiLoCoConfig c = streaming(config_for(P, 0.7, 0.9, Compression::Int8, true));
   DiLoCo diloco(*w.handle, w.mesh.group("dp_replicate"), c);
   std::vector<int64_t> applied;  // step * 10 + fragments applied
   for (int64_t step = 0; step < 8; ++step) {
