@@ -26,21 +26,33 @@ packages=(
 if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
-# `bootstrap.sh compare`: what bench/compare needs besides: an optimised BLAS for PyTorch
-# (without it Debian's torch uses the reference BLAS, 15x slower, and a comparison means nothing).
+# `bootstrap.sh compare`: what bench/compare needs besides: the headers torch.compile builds its
+# kernels against (the PyTorch 2.x from PyPI itself goes into a virtual environment, at the end).
 if [ "${1:-}" = compare ]; then
-  packages+=(libopenblas0-pthread)
+  packages+=(python3-dev)
 fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "bootstrap: installing ${missing[*]}"
-sudo_cmd=()
-[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# PyTorch 2.x from PyPI for bench/compare: what a user would install, in a virtual environment
+# of its own (Debian's python3-torch stays for the float64 references of the tests).
+if [ "${1:-}" = compare ]; then
+  venv=${XDG_CACHE_HOME:-$HOME/.cache}/loom/venv-compare
+  if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    echo "bootstrap: installing PyTorch from PyPI into $venv (about 3 GB with its CUDA libraries)"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q torch numpy
+  fi
+fi

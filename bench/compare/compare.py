@@ -1,26 +1,26 @@
 #!/usr/bin/python3
-"""Loom against PyTorch on the same models, side by side in one run (bench/compare/README.md).
+"""Loom against PyTorch 2.x from PyPI on the same models, alternating in one run (docs/performance.md).
 
-    compare.py [--loom build/loom] [--configs gpt2_124m gpt_small dit_small]
-               [--loom-dtypes f32 bf16] [--torch-dtypes f32 bf16]
-               [--rounds 3] [--warmup 1] [--steps 3] [--threads N] [--out FILE.md]
+    compare.py [--loom build/loom] [--python VENV/bin/python] [--configs gpt2_124m gpt_small dit_small]
+               [--dtypes f32 bf16] [--modes eager compile] [--rounds 3] [--warmup 2] [--steps 3]
+               [--threads N] [--out FILE.md]
 
-For each config, `rounds` rounds; each round runs, alternately, PyTorch and Loom (A B A B) in
-every dtype, each as a fresh process timing `warmup` + `steps` training steps (same threads,
-shapes and step: forward, loss, backward, clip, AdamW). A round's ratio is PyTorch's median
-step time over Loom's (so > 1: Loom is faster, in tokens or images per second); the table
-gives the median over rounds. Besides same-dtype ratios it gives Loom bf16 against PyTorch f32.
-(PyTorch's bf16 autocast is only worth timing on CPUs with native bf16, AVX512-BF16 or AMX:
-elsewhere its bf16 matmuls fall back to slow reference loops, minutes per step; leave bf16
-out of --torch-dtypes there.)
+Needs `bash scripts/bootstrap.sh compare` first (PyTorch 2.x from PyPI in a virtual environment,
+whose python is the default --python). For each config, `rounds` rounds; in each round every
+PyTorch variant (dtype x mode: eager, torch.compile) and Loom in every dtype run one after the
+other (A B A B), each as a fresh process timing `warmup` + `steps` training steps with the same
+threads, shapes and step (forward, loss, backward, clip, AdamW). A round's ratio is the fastest
+PyTorch variant's median step time at that precision over Loom's (> 1: Loom is faster); the table
+gives the median over rounds and each round's ratio. bf16 is PyTorch's bf16 autocast, only worth
+timing where the CPU has native bf16 (AVX512-BF16 or AMX): leave it out of --dtypes elsewhere.
 
-Needs `bash scripts/bootstrap.sh compare` first (an optimised BLAS for PyTorch). PyTorch runs
-at its best: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (which this workplace sets to
-pin OpenBLAS to generic kernels) are removed from its environment only, and the OpenBLAS core
-it picked is reported. Loom's environment is left as it is.
+Before the timed rounds, one untimed step of each side runs with ONEDNN_VERBOSE=1 so the table
+names the oneDNN GEMM kernels that did the work. OPENBLAS_CORETYPE, which this workplace sets for
+OpenBLAS, is left as it is for both (PyPI's PyTorch uses MKL and oneDNN, not OpenBLAS).
 """
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -32,103 +32,130 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+VENV_PYTHON = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "loom",
+                           "venv-compare", "bin", "python")
 
 
-def run_torch(config, dtype, args):
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
-    env.pop("OPENBLAS_L2_SIZE", None)
-    env["OMP_NUM_THREADS"] = str(args.threads)
-    env["OPENBLAS_VERBOSE"] = "2"  # prints the core OpenBLAS chose ("Core: Zen")
-    out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torch_bench.py"), config, dtype,
-                          str(args.warmup), str(args.steps)],
-                         env=env, capture_output=True, text=True, check=True)
-    core = re.search(r"Core: (\S+)", out.stdout + out.stderr)
-    if not core:
-        sys.exit("compare: PyTorch is not running on OpenBLAS (it printed no 'Core:' line), so it "
-                 "would use the reference BLAS and be timed far below its best; install it with "
-                 "`bash scripts/bootstrap.sh compare` (Debian's libopenblas0-pthread)")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["blas_core"] = core.group(1)
-    return result
+def environment(args, verbose=False):
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if verbose:
+        env["ONEDNN_VERBOSE"] = "1"
+    return env
+
+
+def torch_command(config, dtype, mode, warmup, steps, args):
+    return [args.python, os.path.join(HERE, "torch_bench.py"), config, dtype, mode, str(warmup), str(steps)]
+
+
+def run_torch(config, dtype, mode, args):
+    out = subprocess.run(torch_command(config, dtype, mode, args.warmup, args.steps, args), env=environment(args),
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"compare: PyTorch {config} {dtype} {mode} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def loom_command(config, dtype, warmup, steps, args, json_path=None):
+    cmd = [args.loom, "bench", config, "--precision", dtype, "--warmup", str(warmup), "--steps", str(steps)]
+    return cmd + (["--json", json_path] if json_path else [])
 
 
 def run_loom(config, dtype, args):
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(args.threads)
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([args.loom, "bench", config, "--precision", dtype, "--warmup", str(args.warmup),
-                        "--steps", str(args.steps), "--json", f.name],
-                       env=env, capture_output=True, text=True, check=True)
+        subprocess.run(loom_command(config, dtype, args.warmup, args.steps, args, f.name), env=environment(args),
+                       capture_output=True, text=True, check=True)
         return json.loads(open(f.name).read().strip().splitlines()[-1])
+
+
+def gemm_kernels(cmd, args):
+    """The oneDNN kernels one step ran, by how many calls: 'matmul brg:avx512_core_bf16 x75, ...'."""
+    out = subprocess.run(cmd, env=environment(args, verbose=True), capture_output=True, text=True)
+    counts = collections.Counter(f"{m.group(1)} {m.group(2)}" for m in
+                                 re.finditer(r",exec,cpu,(matmul|inner_product|convolution),([^,]+),", out.stdout))
+    return ", ".join(f"{k} x{n}" for k, n in counts.most_common()) or "no oneDNN GEMM (MKL or own kernels)"
+
+
+def cpu_description():
+    name, family, flags = "unknown", "?", set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name") and name == "unknown":
+            name = line.split(":", 1)[1].strip()
+        if line.startswith("cpu family"):
+            family = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name} (family {family}; {' '.join(isa) or 'no AVX2'})"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--loom", default=os.path.join(HERE, "..", "..", "build", "loom"))
+    p.add_argument("--python", default=VENV_PYTHON, help="a python with PyTorch 2.x from PyPI")
     p.add_argument("--configs", nargs="+", default=["gpt2_124m", "gpt_small", "dit_small"])
-    p.add_argument("--loom-dtypes", nargs="+", default=["f32", "bf16"])
-    p.add_argument("--torch-dtypes", nargs="+", default=["f32", "bf16"])
+    p.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"])
+    p.add_argument("--modes", nargs="+", default=["eager", "compile"], choices=["eager", "compile"])
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps (with compile: they include compiling)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--out", help="also write the table (markdown) here")
     args = p.parse_args()
+    if not os.path.exists(args.python):
+        sys.exit(f"compare: no {args.python}; run `bash scripts/bootstrap.sh compare` (PyTorch 2.x from PyPI)")
 
-    torch_ms, loom_ms, loom_mfu, cores = {}, {}, {}, set()
     started = time.time()
+    kernels = {}
+    for config in args.configs:
+        for dtype in args.dtypes:
+            kernels[config, dtype, "loom"] = gemm_kernels(loom_command(config, dtype, 0, 1, args), args)
+            kernels[config, dtype, "torch"] = gemm_kernels(torch_command(config, dtype, "eager", 0, 1, args), args)
+
+    torch_ms, loom_ms, loom_mfu, info = {}, {}, {}, {}
     for config in args.configs:
         for r in range(args.rounds):
-            for dtype in sorted(set(args.loom_dtypes) | set(args.torch_dtypes)):
-                if dtype in args.torch_dtypes:
-                    t = run_torch(config, dtype, args)
-                    cores.add(t["blas_core"])
-                    torch_ms.setdefault((config, dtype), []).append(statistics.median(t["ms"]))
-                    print(f"  round {r + 1}: {config} {dtype}: PyTorch {torch_ms[config, dtype][-1]:.0f} ms",
+            for dtype in args.dtypes:
+                for mode in args.modes:
+                    t = run_torch(config, dtype, mode, args)
+                    info = t
+                    torch_ms.setdefault((config, dtype, mode), []).append(statistics.median(t["ms"]))
+                    print(f"  round {r + 1}: {config} {dtype}: PyTorch {mode} {torch_ms[config, dtype, mode][-1]:.0f} ms",
                           file=sys.stderr, flush=True)
-                if dtype in args.loom_dtypes:
-                    lm = run_loom(config, dtype, args)
-                    loom_ms.setdefault((config, dtype), []).append(lm["median_ms"])
-                    loom_mfu.setdefault((config, dtype), []).append(lm["mfu"])
-                    print(f"  round {r + 1}: {config} {dtype}: Loom {lm['median_ms']:.0f} ms "
-                          f"(MFU {100 * lm['mfu']:.0f}%)", file=sys.stderr, flush=True)
+                lm = run_loom(config, dtype, args)
+                loom_ms.setdefault((config, dtype), []).append(lm["median_ms"])
+                loom_mfu.setdefault((config, dtype), []).append((lm["mfu"], lm["mfu_hardware"]))
+                print(f"  round {r + 1}: {config} {dtype}: Loom {lm['median_ms']:.0f} ms (MFU {100 * lm['mfu']:.0f}%)",
+                      file=sys.stderr, flush=True)
 
-    cpu = "unknown"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
     lines = [
-        f"{time.strftime('%Y-%m-%d')}, {cpu}, {args.threads} threads, {platform.machine()}; "
-        f"PyTorch {torch_version()} with OpenBLAS core {', '.join(sorted(cores))}; "
-        f"{args.rounds} rounds of {args.warmup} warm-up + {args.steps} timed steps; "
-        f"{time.time() - started:.0f} s in all.",
+        f"{time.strftime('%Y-%m-%d')}, {cpu_description()}, {args.threads} threads, {platform.machine()}; "
+        f"PyTorch {info['torch']} from PyPI (MKL {info['mkl']}, oneDNN {info['onednn']}, "
+        f"CPU capability {info['cpu_capability']}, {info['threads']} threads); "
+        f"{args.rounds} rounds of {args.warmup} warm-up + {args.steps} timed steps; {time.time() - started:.0f} s in all.",
         "",
-        "| config | Loom | PyTorch | Loom ms/step | PyTorch ms/step | Loom / PyTorch throughput | Loom MFU |",
-        "|---|---|---|---|---|---|---|",
+        "| config | precision | Loom ms/step | PyTorch ms/step (" + ", ".join(args.modes) + ") | fastest PyTorch / Loom "
+        "| Loom MFU (of GEMM ceiling, of hardware peak) |",
+        "|---|---|---|---|---|---|",
     ]
-    pairs = [(d, d) for d in args.loom_dtypes if d in args.torch_dtypes]
-    if "bf16" in args.loom_dtypes and "f32" in args.torch_dtypes:
-        pairs.append(("bf16", "f32"))
     for config in args.configs:
-        for ld, td in pairs:
-            ratios = [t / l for t, l in zip(torch_ms[config, td], loom_ms[config, ld])]
-            lines.append(f"| {config} | {ld} | {td} | {statistics.median(loom_ms[config, ld]):.0f} | "
-                         f"{statistics.median(torch_ms[config, td]):.0f} | "
+        for dtype in args.dtypes:
+            per_mode = {m: statistics.median(torch_ms[config, dtype, m]) for m in args.modes}
+            best = min(per_mode, key=per_mode.get)
+            ratios = [min(torch_ms[config, dtype, m][r] for m in args.modes) / loom_ms[config, dtype][r]
+                      for r in range(args.rounds)]
+            spelled = ", ".join(f"**{per_mode[m]:.0f}**" if m == best else f"{per_mode[m]:.0f}" for m in args.modes)
+            lines.append(f"| {config} | {dtype} | {statistics.median(loom_ms[config, dtype]):.0f} | {spelled} | "
                          f"**{statistics.median(ratios):.2f}x** ({', '.join(f'{x:.2f}' for x in ratios)}) | "
-                         f"{100 * statistics.median(loom_mfu[config, ld]):.0f}% |")
+                         f"{100 * statistics.median(m for m, _ in loom_mfu[config, dtype]):.0f}%, "
+                         f"{100 * statistics.median(h for _, h in loom_mfu[config, dtype]):.0f}% |")
+    lines += ["", "GEMM kernels (oneDNN, one step; PyTorch eager):", ""]
+    for (config, dtype, side), k in kernels.items():
+        lines.append(f"- {config} {dtype} {'Loom' if side == 'loom' else 'PyTorch'}: {k}")
     text = "\n".join(lines)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
-
-
-def torch_version():
-    out = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
-                         capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

@@ -88,6 +88,34 @@ TEST(Autocast, LinearForwardAndBackwardOnBf16Operands) {
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(gw[i], ref[i], err[i]) << "dw " << i;
 }
 
+// A parameter's bf16 copy is made once per bf16 region and reused; values written to the
+// parameter between regions (the optimizer's step) reach the next region's products.
+TEST(Autocast, ParameterCopyLastsOneRegionAndSeesUpdatesBetweenRegions) {
+  const int64_t M = 4, K = 24, N = 3;
+  Tensor x = randn({M, K}, RngKey{7, "autocast_test", "xr"}), w = random_tensor({N, K}, "wr");
+  Tensor activation = randn({M, K}, RngKey{7, "autocast_test", "act"});
+  std::vector<double> ref, err;
+  for (int region = 0; region < 2; ++region) {
+    if (region == 1) fill_uniform(w, RngKey{7, "autocast_test", "update"}, 0, -1.0f, 1.0f);
+    AutocastGuard autocast(DType::BF16);
+    const Tensor copy = bf16_copy_of(w);
+    EXPECT_TRUE(copy.is_same(bf16_copy_of(w)));  // one copy for every use in the region
+    EXPECT_FALSE(bf16_copy_of(activation).is_same(bf16_copy_of(activation)));  // not a parameter
+    {
+      AutocastGuard exact(DType::F32);  // as the engine's backward: the region stays open
+      EXPECT_TRUE(copy.is_same(bf16_copy_of(w)));
+    }
+    const std::vector<float> yv = to_vector(linear(x, w));
+    reference_product(to_vector(x), to_vector(w), M, N, K, ref, err);
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_NEAR(yv[i], ref[i], err[i]) << region << " " << i;
+    forget_bf16_copy(w);  // ZeRO-3 frees a gathered parameter: its copy goes with it
+    EXPECT_FALSE(copy.is_same(bf16_copy_of(w)));
+  }
+  // Outside any region nothing is kept.
+  EXPECT_FALSE(bf16_copy_of(w).is_same(bf16_copy_of(w)));
+}
+
 TEST(Autocast, LinearBiasGradientIsTheF32Sum) {
   // The bias gradient sums the f32 incoming gradient (not its bf16 rounding) and stays f32.
   Tensor x = random_tensor({5, 8}, "xb"), w = random_tensor({3, 8}, "wb"),

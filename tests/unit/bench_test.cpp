@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -14,6 +15,7 @@
 #include "loom/diffusion/flow_matching.h"
 #include "loom/ops/creation.h"
 #include "loom/optim/adamw.h"
+#include "loom/plan/hardware_peak.h"
 #include "loom/train/profiler.h"
 
 namespace loom::bench {
@@ -117,6 +119,34 @@ TEST(Bench, SteadyStateStepsMakeNoSystemAllocation) {
   run_bench(tiny_dit(), o, 0);
   EXPECT_EQ(host_allocator().stats().system_allocs, before);
   omp_set_num_threads(threads);
+}
+
+// The peak loop's FLOP count and clock, checked against what no loop can fake: a GEMM cannot
+// multiply-add faster than the units it runs on, so the measured GEMM ceiling (its FLOPs
+// counted from the product's size) must stay under the peak. A FLOP count too low per
+// instruction would show as a ceiling above the peak. Both are timings on a shared machine, so
+// each is measured five times, alternating, and the best of each compared (tolerance 15%).
+TEST(HardwarePeak, BoundsTheGemmCeilingAndHasAPlausibleClock) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    plan::HardwarePeak best;
+    double ceiling = 0;
+    for (int round = 0; round < 5; ++round) {
+      const plan::HardwarePeak peak = plan::measure_hardware_peak(dtype);
+      if (peak.gflops >= best.gflops) best = peak;
+      ceiling = std::max(ceiling, plan::measure_gemm_ceiling(dtype, 1024));
+    }
+    if (best.gflops == 0) {  // bf16 on an AMX CPU, or no FMA: said so, nothing to check
+      EXPECT_FALSE(best.instruction.empty());
+      continue;
+    }
+    EXPECT_EQ(best.threads, omp_get_max_threads());
+    EXPECT_GT(best.clock_ghz, 0.5);
+    EXPECT_LT(best.clock_ghz, 7.0);
+    // At least one 256-bit FMA unit per thread (16 FLOP/cycle), halved if two threads share it.
+    EXPECT_GE(best.flops_per_cycle, 8.0 * 0.85);
+    EXPECT_LE(ceiling, 1.15 * best.gflops);
+  }
 }
 
 TEST(Profiler, ParsesStepWindows) {

@@ -1,6 +1,10 @@
 #include "loom/autograd/node.h"
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include "loom/backend/backend.h"
 
 namespace loom {
 
@@ -30,13 +34,74 @@ EnableGradGuard::~EnableGradGuard() {
 DType autocast_dtype() {
   return t_autocast;
 }
-AutocastGuard::AutocastGuard(DType compute) : previous_(t_autocast) {
+// The parameters' bf16 copies of the open bf16 regions (usually one: the training thread's).
+// Shared by all threads, since ZeRO-3 may forget a copy from a communication thread.
+struct ParameterCopy {
+  std::weak_ptr<Storage> storage;  // the parameter's when copied: a rebound one is copied again
+  const void* data = nullptr;
+  Tensor copy;
+};
+struct ParameterCopies {
+  std::mutex mutex;
+  int open_regions = 0;
+  std::unordered_map<const void*, ParameterCopy> by_param;  // TensorImpl address
+};
+ParameterCopies& parameter_copies() {
+  static ParameterCopies copies;
+  return copies;
+}
+
+AutocastGuard::AutocastGuard(DType compute)
+    : previous_(t_autocast), opens_region_(compute == DType::BF16) {
   LOOM_CHECK(compute == DType::F32 || compute == DType::BF16)
       << "autocast: compute dtype must be f32 or bf16, got " << dtype_name(compute);
   t_autocast = compute;
+  if (opens_region_) {
+    ParameterCopies& c = parameter_copies();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    ++c.open_regions;
+  }
 }
 AutocastGuard::~AutocastGuard() {
   t_autocast = previous_;
+  if (opens_region_) {
+    ParameterCopies& c = parameter_copies();
+    std::unordered_map<const void*, ParameterCopy> dropped;  // freed outside the lock
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (--c.open_regions == 0) dropped.swap(c.by_param);
+  }
+}
+
+Tensor bf16_copy_of(const Tensor& t) {
+  auto make = [&] {
+    Tensor out = Tensor::empty(t.shape(), DType::BF16, t.device());
+    backend_for(t.device()).copy(t, out);
+    return out;
+  };
+  if (t.dtype() == DType::BF16) return t;
+  if (!t.is_leaf() || !t.requires_grad()) return make();
+  ParameterCopies& c = parameter_copies();
+  std::unique_lock<std::mutex> lock(c.mutex);
+  if (c.open_regions == 0) return make();
+  auto found = c.by_param.find(t.impl_ptr().get());
+  if (found != c.by_param.end() && found->second.data == t.data_ptr() &&
+      found->second.storage.lock() == t.storage() && found->second.copy.shape() == t.shape())
+    return found->second.copy;
+  lock.unlock();  // the copy itself runs unlocked
+  Tensor copy = make();
+  lock.lock();
+  c.by_param[t.impl_ptr().get()] = ParameterCopy{t.storage(), t.data_ptr(), copy};
+  return copy;
+}
+
+void forget_bf16_copy(const Tensor& param) {
+  ParameterCopies& c = parameter_copies();
+  Tensor dropped;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto found = c.by_param.find(param.impl_ptr().get());
+  if (found == c.by_param.end()) return;
+  dropped = found->second.copy;
+  c.by_param.erase(found);
 }
 
 const char* current_trace_module() {

@@ -84,7 +84,17 @@ class AutocastGuard {
 
  private:
   DType previous_;
+  bool opens_region_;  // a BF16 guard: see bf16_copy_of
 };
+
+// The bf16 copy of an f32 tensor for autocast's GEMMs. A parameter (a leaf that requires grad)
+// is copied once per bf16 region, the outermost BF16 AutocastGuard's lifetime (a training
+// step's forward and backward over all its micro-batches), and the copy reused by the forward
+// and the backward of every use: weights do not change inside a region (the optimizer steps
+// outside it). The copies are dropped when the region ends, or earlier by forget_bf16_copy
+// (ZeRO-3, when it frees a gathered parameter). Anything else is copied on every call.
+Tensor bf16_copy_of(const Tensor& t);
+void forget_bf16_copy(const Tensor& param);
 
 // Turns recording back on inside a NoGradGuard (the recompute of activation checkpointing).
 class EnableGradGuard {

@@ -147,10 +147,12 @@ class Backend {
                                const Tensor& ggate, const Tensor& gup) = 0;
 
   // --- optimizer updates, in place on contiguous f32 tensors of one shape ---
-  // AdamW (decoupled weight decay), bias-corrected with the 1-based step count.
+  // AdamW (decoupled weight decay), bias-corrected with the 1-based step count, on the gradient
+  // times grad_scale (gradient clipping folded into the update: no separate pass over the
+  // gradients; 1 multiplies by nothing).
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                           const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
-                          double eps, double weight_decay, int64_t step) = 0;
+                          double eps, double weight_decay, int64_t step, double grad_scale) = 0;
   // y = a * y + b * x (EMA of weights, interpolation).
   virtual void axpby(const Tensor& y, const Tensor& x, double a, double b) = 0;
   // sum of x_i^2 over a contiguous f32 tensor, in one pass without a temporary (gradient norms);

@@ -180,9 +180,10 @@ class TracedBackend final : public Backend {
   }
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t step) override {
+                  double weight_decay, int64_t step, double grad_scale) override {
     trace::Scope s("adamw_step", "op");
-    inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step);
+    inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step,
+                      grad_scale);
   }
   void axpby(const Tensor& y, const Tensor& x, double a, double b) override {
     trace::Scope s("axpby", "op");

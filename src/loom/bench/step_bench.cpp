@@ -18,6 +18,7 @@
 #include "loom/ops/matmul.h"
 #include "loom/ops/shape.h"
 #include "loom/optim/adamw.h"
+#include "loom/plan/hardware_peak.h"
 
 namespace loom::bench {
 
@@ -121,13 +122,14 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
       loss = loss_fn();
       backward(loss);
     }
+    double clip = 1.0;
     {
-      trace::Scope scope("clip_grad_norm", "optimizer");
-      optim::clip_grad_norm(params, 1.0);
+      trace::Scope scope("grad_norm", "optimizer");
+      clip = optim::clip_scale(optim::grad_norm(params), 1.0);
     }
     {
       trace::Scope scope("optimizer_step", "optimizer");
-      opt.step(adamw.lr);
+      opt.step(adamw.lr, clip);  // clipped in the update, as the trainer does
       opt.zero_grad();
     }
     r.final_loss = double(item(loss));
@@ -175,23 +177,33 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
                  r.precision.c_str(), r.median_ms, r.step_ms.size());
   }
   const double ceiling = std::max(ceiling_before, plan::measure_gemm_ceiling(dtype));
+  const plan::HardwarePeak peak = plan::measure_hardware_peak(dtype);
   std::printf(
       "GEMM ceiling (%s, 2048^3 through Loom's matmul, best of 5 before and after): %.1f "
       "GFLOP/s\n",
       options.precision.c_str(), ceiling);
-  std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %6s\n", "config", "dtype", "median_ms", "min_ms",
-              "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU");
+  if (peak.gflops > 0)
+    std::printf(
+        "hardware peak (%s loop in registers, %d threads at %.2f GHz measured, %.0f FLOP/cycle "
+        "each): %.1f GFLOP/s\n",
+        peak.instruction.c_str(), peak.threads, peak.clock_ghz, peak.flops_per_cycle, peak.gflops);
+  else
+    std::printf("hardware peak: %s (MFU-peak 0)\n", peak.instruction.c_str());
+  std::printf("%-10s %-5s %9s %9s %9s %12s %8s %8s %9s %9s\n", "config", "dtype", "median_ms",
+              "min_ms", "max_ms", "items/s", "GFLOP", "GFLOP/s", "MFU-GEMM", "MFU-peak");
   std::FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   LOOM_CHECK(json_path.empty() || json) << "bench: cannot open " << json_path << " for writing";
   for (size_t k = 0; k < specs.size(); ++k) {
     BenchResult& r = results[k];
     r.ceiling_gflops = ceiling;
     r.mfu = r.gflops / ceiling;
+    r.hardware_gflops = peak.gflops;
+    r.mfu_hardware = peak.gflops > 0 ? r.gflops / peak.gflops : 0;
     char items[32];
     std::snprintf(items, sizeof items, "%.1f %s", r.items_per_s, specs[k].unit());
-    std::printf("%-10s %-5s %9.1f %9.1f %9.1f %12s %8.1f %8.1f %5.1f%%\n", r.name.c_str(),
+    std::printf("%-10s %-5s %9.1f %9.1f %9.1f %12s %8.1f %8.1f %8.1f%% %8.1f%%\n", r.name.c_str(),
                 r.precision.c_str(), r.median_ms, r.min_ms, r.max_ms, items, r.gflop_per_step,
-                r.gflops, 100.0 * r.mfu);
+                r.gflops, 100.0 * r.mfu, 100.0 * r.mfu_hardware);
     if (json == nullptr) continue;
     const Json line = Json::object({{"config", r.name},
                                     {"precision", r.precision},
@@ -203,6 +215,10 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
                                     {"gflops", r.gflops},
                                     {"ceiling_gflops", r.ceiling_gflops},
                                     {"mfu", r.mfu},
+                                    {"hardware_gflops", r.hardware_gflops},
+                                    {"hardware_instruction", peak.instruction},
+                                    {"clock_ghz", peak.clock_ghz},
+                                    {"mfu_hardware", r.mfu_hardware},
                                     {"loss", r.final_loss}});
     std::fprintf(json, "%s\n", line.dump().c_str());
   }

@@ -1,5 +1,6 @@
 // `loom bench`: training-step throughput of the standard benchmark models, with achieved
-// GFLOP/s and MFU against a GEMM ceiling measured at start-up (docs/performance.md).
+// GFLOP/s and MFU against the GEMM ceiling and the hardware peak, both measured at start-up
+// (docs/performance.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +29,8 @@ struct BenchResult {
   double gflop_per_step = 0, gflops = 0;  // achieved at the median
   double ceiling_gflops = 0;              // the measured GEMM ceiling in this dtype
   double mfu = 0;                         // gflops / ceiling_gflops
+  double hardware_gflops = 0;             // the measured vector peak (plan/hardware_peak.h)
+  double mfu_hardware = 0;                // gflops / hardware_gflops
   double final_loss = 0;
 };
 

@@ -24,12 +24,10 @@ Tensor mT(const Tensor& t) {
 
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op, DType out_dtype);
 
-// A bf16 copy of t for autocast (outside the graph: the op's own node carries the gradient).
+// A bf16 copy of t for autocast (outside the graph: the op's own node carries the gradient);
+// a parameter's is made once per step (bf16_copy_of).
 Tensor lowered(const Tensor& t) {
-  if (t.dtype() == DType::BF16) return t;
-  Tensor out = Tensor::empty(t.shape(), DType::BF16, t.device());
-  backend_of(t).copy(t, out);
-  return out;
+  return bf16_copy_of(t);
 }
 
 // x @ y in backward: a mixed-precision product takes bf16 operands (the gradient rounded like
@@ -107,7 +105,8 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op
 
 struct LinearBackward : Node {
   // x2: x flattened to (M, K), a bf16 copy when mixed. weight: the f32 parameter itself (not a
-  // bf16 copy), so ZeRO-3 can free and re-gather it; backward lowers it again.
+  // bf16 copy), so ZeRO-3 can free and re-gather it; backward lowers it again (which for a
+  // parameter finds the forward's copy while the step's bf16 region lasts).
   Tensor x2, weight;
   Tensor pre;          // linear_gelu: x W^T + b (M, N), the GELU's input; undefined otherwise
   bool mixed = false;  // autocast: bf16 operands, f32 output
@@ -129,9 +128,10 @@ struct LinearBackward : Node {
     } else if (want_bias) {
       gbias = sum(g2, {0});  // from the f32 gradient
     }
-    if (mixed) g2 = lowered(g2);  // rounded once for both products
-    if (inputs[0].active()) gx = reshape(product(g2, weight, mixed), x_shape);  // (M, K)
-    if (inputs[1].active()) gw = product(mT(g2), x2, mixed);                    // (N, K)
+    if (mixed) g2 = lowered(g2);                                 // rounded once for both products
+    const Tensor w = mixed ? lowered(weight) : weight.detach();  // (N, K)
+    if (inputs[0].active()) gx = reshape(product(g2, w, mixed), x_shape);  // (M, K)
+    if (inputs[1].active()) gw = product(mT(g2), x2, mixed);               // (N, K)
     return {gx, gw, gbias};
   }
   void release() override { x2 = weight = pre = Tensor(); }
@@ -145,7 +145,7 @@ bool autocast_bf16(const Tensor& a, const Tensor& b) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const bool mixed = autocast_bf16(a, b);
-  const Tensor ag = mixed ? lowered(a.detach()) : a, bg = mixed ? lowered(b.detach()) : b;
+  const Tensor ag = mixed ? lowered(a).detach() : a, bg = mixed ? lowered(b).detach() : b;
   Tensor out = computed_or_kept(
       [&] { return std::vector<Tensor>{gemm(ag, bg, Tensor(), "matmul", a.dtype())}; })[0];
   if (any_requires_grad({a, b})) {
@@ -180,7 +180,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   }
   const bool mixed = autocast_bf16(x, weight);
   if (mixed) x2 = lowered(x2);
-  const Tensor w = mixed ? lowered(weight.detach()) : weight.detach();  // (N, K)
+  const Tensor w = mixed ? lowered(weight).detach() : weight.detach();  // (N, K)
   Tensor out2 = computed_or_kept([&] {                                  // (M, N)
     return std::vector<Tensor>{
         gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
@@ -200,7 +200,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();
-    node->weight = weight.detach();
+    node->weight = weight;
     node->pre = pre;
     node->mixed = mixed;
     node->x_shape = x.shape();

@@ -45,7 +45,7 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   ++step_;
   for (Slot& s : slots_) {
     Tensor g = s.param.tensor.grad();
@@ -53,7 +53,7 @@ void AdamW::step(double lr) {
     const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
     backend_for(s.param.tensor.device())
         .adamw_step(s.param.tensor, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2,
-                    config_.eps, wd, step_);
+                    config_.eps, wd, step_, grad_scale);
   }
 }
 
@@ -87,17 +87,28 @@ double grad_sum_squares(const std::vector<Tensor>& grads, const std::vector<doub
   return total;
 }
 
+double clip_scale(double norm, double max_norm) {
+  if (max_norm <= 0 || norm <= max_norm || !std::isfinite(norm)) return 1.0;
+  return max_norm / (norm + 1e-6);
+}
+
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double norm, double max_norm) {
-  if (max_norm <= 0 || norm <= max_norm || !std::isfinite(norm)) return;
-  const double scale = max_norm / (norm + 1e-6);
+  const double scale = clip_scale(norm, max_norm);
+  if (scale == 1.0) return;
   for (const Tensor& g : grads)
     if (g.defined()) backend_for(g.device()).axpby(g, g, scale, 0.0);
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double grad_norm(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
   for (const Tensor& p : params) grads.push_back(p.grad());
-  const double norm = std::sqrt(grad_sum_squares(grads));
+  return std::sqrt(grad_sum_squares(grads));
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const double norm = grad_norm(params);
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) grads.push_back(p.grad());
   scale_grads_to_norm(grads, norm, max_norm);
   return norm;
 }

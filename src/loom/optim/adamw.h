@@ -22,8 +22,9 @@ class AdamW {
   // exp_avg[i] and exp_avg_sq[i] belong to params[i] and have its shape.
   AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg,
         std::vector<Tensor> exp_avg_sq, AdamWConfig config);
-  // One update with learning rate lr for every parameter that has a gradient.
-  void step(double lr);
+  // One update with learning rate lr for every parameter that has a gradient, each gradient
+  // taken times grad_scale (clip_scale: clipping without a pass of its own).
+  void step(double lr, double grad_scale = 1.0);
   void zero_grad();  // drops the gradients (the next backward allocates fresh ones)
   int64_t steps_taken() const { return step_; }
   // State for checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq".
@@ -54,8 +55,13 @@ std::unique_ptr<AdamW> make_adamw(const OptimizerParams& params, const AdamWConf
 // The sum of squares of the gradients, each scaled by weights[i] when given (a gradient every
 // one of n ranks holds counts 1/n on each).
 double grad_sum_squares(const std::vector<Tensor>& grads, const std::vector<double>& weights = {});
-// Scales the gradients by max_norm / norm when norm exceeds max_norm > 0 (and is finite).
+// The factor that clips gradients of global norm `norm` to max_norm: max_norm / norm when norm
+// exceeds max_norm > 0 (and is finite), else 1.
+double clip_scale(double norm, double max_norm);
+// Scales the gradients by clip_scale(norm, max_norm) (a pass over them, unless that is 1).
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double norm, double max_norm);
+// One process: the global L2 norm of the gradients of `params`.
+double grad_norm(const std::vector<Tensor>& params);
 // One process: scales all gradients of `params` so their global L2 norm is at most max_norm;
 // returns the norm before clipping (max_norm <= 0: only measures).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);

@@ -347,7 +347,7 @@ void ParallelModel::after_backward(int64_t micro, int64_t grad_accum) {
     }
 }
 
-double ParallelModel::clip_grad_norm(double max_norm) {
+double ParallelModel::grad_norm() {
   // Each element once: split parts add up over the tp ranks, whole parameters (the same on
   // every tp rank) count 1/tp per rank; pipeline stages add up, what both ends hold counts
   // half on each; ZeRO's shards add up over dp_shard.
@@ -361,9 +361,7 @@ double ParallelModel::clip_grad_norm(double max_norm) {
   Tensor sum = from_vector(std::vector<float>{float(optim::grad_sum_squares(grads, weights))}, {1});
   for (const auto& group : {zero_ ? mesh_.group("dp_shard") : nullptr, tp_, pp_})
     if (group && group->size() > 1) group->all_reduce(sum, dist::ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(double(sum.data<float>()[0]));
-  optim::scale_grads_to_norm(grads, norm, max_norm);
-  return norm;
+  return std::sqrt(double(sum.data<float>()[0]));
 }
 
 void ParallelModel::after_optimizer_step() {

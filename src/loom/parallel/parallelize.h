@@ -84,9 +84,9 @@ class ParallelModel {
   // while the passes run (ZeRO-2/3 reduce each block's as they always do) and are exchanged
   // once after. Returns the step's mean loss, on every rank.
   double run_pipeline_step(const PipelineStages& stages);
-  // Global gradient norm (before clipping to max_norm, if > 0): over every parameter's whole
-  // gradient, each element counted once however it is split or replicated.
-  double clip_grad_norm(double max_norm);
+  // Global gradient norm: over every parameter's whole gradient, each element counted once
+  // however it is split or replicated. Clipping is the optimizer's (optim::clip_scale).
+  double grad_norm();
   void after_optimizer_step();  // the full parameters follow the updated pieces (ZeRO)
   void zero_grad();
 

@@ -98,6 +98,7 @@ struct ZeroDataParallel::Shared {
   void release(Group& g) {
     if (options.stage != 3 || !g.block || g.state == Group::Params::Released) return;
     if (g.state == Group::Params::Gathering) finish_gather(g);  // never free under a transfer
+    for (const auto& p : g.params) forget_bf16_copy(p.tensor);  // its memory goes with it
     g.full.storage()->release();
     g.state = Group::Params::Released;
   }

@@ -78,7 +78,7 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   const dist::CommTimes comm = dist::comm_times();
   const double data_wait = data_wait_ ? data_wait_() : 0.0;
   // Step time split (ms per step since the last line) and MFU; "-" on the first line.
-  char split[128] = "-", mfu[32] = "";
+  char split[128] = "-", mfu[64] = "";
   if (steps_done > 0) {
     const double n = double(steps_done), waited = comm.waited_s - last_waited_,
                  idle = data_wait - last_data_wait_, compute = dt - waited - idle;
@@ -90,11 +90,17 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
                               {"comm_in_flight", (comm.in_flight_s - last_in_flight_) / n}}));
     std::snprintf(split, sizeof split, "%.0f ms/step (compute %.0f, comm %.0f, data %.0f)",
                   1e3 * dt / n, 1e3 * compute / n, 1e3 * waited / n, 1e3 * idle / n);
-    if (peak_flops_ > 0) {
+    if (ceiling_flops_ > 0) {
       const double achieved = flops_per_step_ * n / dt;
-      metrics.set("mfu", Json(achieved / peak_flops_));
+      metrics.set("mfu", Json(achieved / ceiling_flops_));
       metrics.set("gflops", Json(achieved / 1e9));
-      std::snprintf(mfu, sizeof mfu, " | MFU %.0f%%", 100.0 * achieved / peak_flops_);
+      std::snprintf(mfu, sizeof mfu, " | MFU %.0f%% of GEMM", 100.0 * achieved / ceiling_flops_);
+      if (hardware_flops_ > 0) {
+        metrics.set("mfu_hardware", Json(achieved / hardware_flops_));
+        const size_t used = std::strlen(mfu);
+        std::snprintf(mfu + used, sizeof mfu - used, ", %.0f%% of peak",
+                      100.0 * achieved / hardware_flops_);
+      }
     }
   }
   last_waited_ = comm.waited_s;

@@ -28,13 +28,17 @@ class Progress {
   // The step's time is split into compute, exposed communication (waits on collectives) and
   // idle (waits for data): `data_wait` gives the total seconds spent waiting for data so far.
   void count_data_wait(std::function<double()> data_wait) { data_wait_ = std::move(data_wait); }
-  // MFU on each line: `flops_per_step` of the whole job (train_step_flops) against `ranks`
-  // times a rank's GEMM ceiling (GFLOP/s, measured at start-up).
+  // MFU on each line against two yardsticks, each `ranks` times a rank's figure (GFLOP/s,
+  // measured at start-up): the GEMM ceiling (what Loom's matmul reaches on a large square
+  // product) and the hardware peak (the vector units' multiply-add rate, plan/hardware_peak.h).
+  // `flops_per_step` is the whole job's (train_step_flops).
   // Each logged line also as TensorBoard scalars, in an event file under `dir`.
   void write_tensorboard(const std::string& dir);
-  void count_flops(double flops_per_step, double ceiling_gflops, int ranks) {
+  void count_flops(double flops_per_step, double ceiling_gflops, double hardware_gflops,
+                   int ranks) {
     flops_per_step_ = flops_per_step;
-    peak_flops_ = ceiling_gflops * 1e9 * double(ranks);
+    ceiling_flops_ = ceiling_gflops * 1e9 * double(ranks);
+    hardware_flops_ = hardware_gflops * 1e9 * double(ranks);
   }
 
  private:
@@ -46,7 +50,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_time_;
   int64_t last_step_ = -1;
   std::function<double()> data_wait_;
-  double flops_per_step_ = 0, peak_flops_ = 0, budget_s_ = 0;
+  double flops_per_step_ = 0, ceiling_flops_ = 0, hardware_flops_ = 0, budget_s_ = 0;
   double last_waited_ = 0, last_in_flight_ = 0, last_data_wait_ = 0;  // totals at the last log
 };
 

@@ -16,6 +16,7 @@
 #include "loom/dist/world.h"
 #include "loom/lowcomm/diloco.h"
 #include "loom/ops/ops.h"
+#include "loom/plan/hardware_peak.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
@@ -139,14 +140,14 @@ struct Loop {
     r.loss = agreed[0] / double(dp.size());
     r.out_of_time = agreed[1] > 0;
     {
-      trace::Scope scope("clip_grad_norm", "optimizer");
-      r.grad_norm = model.clip_grad_norm(tc.grad_clip);
+      trace::Scope scope("grad_norm", "optimizer");
+      r.grad_norm = model.grad_norm();
     }
     r.lr = cfg.schedule.lr_at(step);
     const bool update = guard.accept(step, r.loss, r.grad_norm);
     if (update) {
       trace::Scope scope("optimizer_step", "optimizer");
-      optimizer.step(r.lr);
+      optimizer.step(r.lr, optim::clip_scale(r.grad_norm, tc.grad_clip));  // clipped in the update
       model.after_optimizer_step();
     }
     if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
@@ -241,9 +242,9 @@ void train(const Config& cfg, const std::string& resume_from) {
   if (rank == 0 && cfg.run.tensorboard) progress.write_tensorboard(run_dir + "/tensorboard");
   progress.set_time_budget(tc.max_minutes * 60);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
-  progress.count_flops(  // one step's work against the GEMM ceiling: the line's MFU
+  progress.count_flops(  // one step's work against the GEMM ceiling and the hardware peak
       plan::train_step_flops(spec), plan::measure_gemm_ceiling(tc.precision, 1024),
-      mesh.world()->size());
+      plan::measure_hardware_peak(tc.precision).gflops, mesh.world()->size());
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
   recipe->model().name_for_trace();

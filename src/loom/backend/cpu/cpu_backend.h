@@ -62,7 +62,7 @@ class CpuBackend final : public Backend {
                        const Tensor& ggate, const Tensor& gup) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t step) override;
+                  double weight_decay, int64_t step, double grad_scale) override;
   void axpby(const Tensor& y, const Tensor& x, double a, double b) override;
   double sum_squares(const Tensor& x) override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,

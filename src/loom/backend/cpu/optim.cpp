@@ -19,7 +19,7 @@ void check_f32_like(const char* k, const Tensor& a, const Tensor& b) {
 
 void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                             const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
-                            double eps, double weight_decay, int64_t step) {
+                            double eps, double weight_decay, int64_t step, double grad_scale) {
   check_f32_like("adamw", param, grad);
   check_f32_like("adamw", param, exp_avg);
   check_f32_like("adamw", param, exp_avg_sq);
@@ -33,12 +33,13 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
   const float c2_sqrt = float(1.0 / std::sqrt(1.0 - std::pow(beta2, double(step))));
   // Decay as p - (lr wd) p: 1 - lr wd rounded to f32 would be off by up to 1% for small lr wd.
   const float step_size = float(lr), decay = float(lr * weight_decay), e = float(eps);
+  const float scale = float(grad_scale);  // rounded as the separate clipping pass (axpby) did
   cpu::parallel_for(param.numel(), 12, [&](int64_t begin, int64_t end) {
   // simd: the four buffers never alias, which the compiler cannot prove; vectorised sqrt and
   // divide make the update memory-bound instead of bound by scalar math (2.3x faster).
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
-      const float gi = g[i];
+      const float gi = scale * g[i];
       const float mi = b1 * m[i] + (1.0f - b1) * gi;
       const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
       m[i] = mi;
