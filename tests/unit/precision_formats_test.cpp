@@ -115,13 +115,13 @@ TEST(Formats, StochasticRoundingPicksANeighbourWithTheRightOdds) {
   EXPECT_EQ(round_to(Element::E2M1, -5.0f, 0.51f), -4.0f);
   // Unbiased: over Philox draws the mean of the rounded values is the value (to 4 sigma).
   for (const auto& [e, x] : {std::pair{Element::E4M3, 1.03f}, std::pair{Element::E2M1, 2.3f},
-                            std::pair{Element::E5M2, -0.3f}}) {
+                             std::pair{Element::E5M2, -0.3f}}) {
     SCOPED_TRACE(element_name(e));
     const int n = 40000;
     double sum = 0, lo = 1e30, hi = -1e30;
     for (int i = 0; i < n; ++i) {
-      const double r = round_to(e, x, uniform_at(RngKey{5, "sr_test", element_name(e)}.hash(),
-                                                 uint64_t(i)));
+      const double r =
+          round_to(e, x, uniform_at(RngKey{5, "sr_test", element_name(e)}.hash(), uint64_t(i)));
       sum += r;
       lo = std::min(lo, r), hi = std::max(hi, r);
     }
@@ -155,9 +155,9 @@ TEST(Mx, SharedScaleFollowsTheSpecRule) {
     float amax;
     int exponent;
   };
-  const Case cases[] = {{Element::E4M3, 1.0f, -8},   {Element::E4M3, 500.0f, 0},
-                        {Element::E5M2, 1.0f, -15},  {Element::E2M1, 6.0f, 0},
-                        {Element::E2M1, 7.0f, 0},    {Element::E2M1, 0.3f, -4},
+  const Case cases[] = {{Element::E4M3, 1.0f, -8},    {Element::E4M3, 500.0f, 0},
+                        {Element::E5M2, 1.0f, -15},   {Element::E2M1, 6.0f, 0},
+                        {Element::E2M1, 7.0f, 0},     {Element::E2M1, 0.3f, -4},
                         {Element::E4M3, 1e-38f, -127}};  // below the smallest scale: clamped
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(element_name(c.e)) + " amax " + std::to_string(c.amax));
@@ -192,7 +192,8 @@ TEST(Mx, RoundTripErrorIsHalfASpacingOfTheScaledElement) {
       const double a = std::fabs(double(x[i])) / scale;  // < 2^(emax + 1): never saturated here
       const int exp = a == 0 ? emin : std::max(std::ilogb(a), emin);
       const double half_spacing = std::ldexp(0.5, exp - mbits) * scale;
-      if (a <= element_max(e)) EXPECT_LE(std::fabs(double(out[i]) - double(x[i])), half_spacing) << i;
+      if (a <= element_max(e))
+        EXPECT_LE(std::fabs(double(out[i]) - double(x[i])), half_spacing) << i;
     }
   }
 }
@@ -221,7 +222,8 @@ TEST(Nvfp4, TwoLevelScalesAsDefined) {
   // Written out from the definition: s_enc = 6 * 448 / amax; s_b = E4M3(amax_b / 6 * s_enc);
   // value = E2M1(v * s_enc / s_b) * s_b / s_enc.
   std::vector<float> x(2 * kNvfp4Block);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::cos(1.3 * double(i)) * (i < 16 ? 3.0 : 0.02));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(std::cos(1.3 * double(i)) * (i < 16 ? 3.0 : 0.02));
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
   const Nvfp4Quantized q = nvfp4_quantize(x.data(), int64_t(x.size()), amax);
@@ -230,7 +232,8 @@ TEST(Nvfp4, TwoLevelScalesAsDefined) {
   nvfp4_dequantize(q, out.data());
   for (int b = 0; b < 2; ++b) {
     float block_amax = 0;
-    for (int i = 0; i < 16; ++i) block_amax = std::max(block_amax, std::fabs(x[size_t(b * 16 + i)]));
+    for (int i = 0; i < 16; ++i)
+      block_amax = std::max(block_amax, std::fabs(x[size_t(b * 16 + i)]));
     const float s_b = to_f32(to_f8e4m3(block_amax / 6.0f * q.tensor_scale));  // storage codec
     EXPECT_EQ(decode(Element::E4M3, q.scales[size_t(b)]), s_b) << b;
     for (int i = 0; i < 16; ++i) {

@@ -14,10 +14,10 @@ namespace loom::plan {
 // AMX is not measured (gflops 0): its GEMMs run on the tile unit, which no vector loop shows.
 // A CPU without FMA has gflops 0 too.
 struct HardwarePeak {
-  std::string instruction;      // what the loop ran: "avx512 fma", "avx512_bf16 dot", "avx2 fma"
-  double gflops = 0;            // all threads together
-  double clock_ghz = 0;         // mean over the threads, measured while they all ran
-  double flops_per_cycle = 0;   // per thread: gflops / (threads x clock)
+  std::string instruction;     // what the loop ran: "avx512 fma", "avx512_bf16 dot", "avx2 fma"
+  double gflops = 0;           // all threads together
+  double clock_ghz = 0;        // mean over the threads, measured while they all ran
+  double flops_per_cycle = 0;  // per thread: gflops / (threads x clock)
   int threads = 0;
 };
 

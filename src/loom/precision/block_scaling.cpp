@@ -86,8 +86,8 @@ Nvfp4Quantized nvfp4_quantize(const float* x, int64_t n, float amax, int64_t blo
 void nvfp4_dequantize(const Nvfp4Quantized& q, float* out) {
   const size_t block = size_t(kNvfp4Block);
   for (size_t i = 0; i < q.codes.size(); ++i)
-    out[i] = decode(Element::E2M1, q.codes[i]) * decode(Element::E4M3, q.scales[i / block]) /
-             q.tensor_scale;
+    out[i] = decode(Element::E2M1, q.codes[i]) *
+             (decode(Element::E4M3, q.scales[i / block]) / q.tensor_scale);
 }
 
 }  // namespace loom::precision

@@ -64,6 +64,11 @@ int element_emax(Element e) {
   return std::ilogb(layout(e).max);
 }
 
+double element_overflow(Element e) {
+  const Layout& f = layout(e);
+  return f.max + std::ldexp(0.5, element_emax(e) - f.mbits);
+}
+
 uint8_t encode(Element e, float x, float u) {
   const Layout& f = layout(e);
   const uint8_t sign = std::signbit(x) ? uint8_t(0x80u >> (7 - f.ebits - f.mbits)) : 0;

@@ -14,8 +14,11 @@ namespace loom::precision {
 
 enum class Element : uint8_t { E4M3, E5M2, E2M1 };
 const char* element_name(Element e);
-double element_max(Element e);     // 448, 57344, 6
-int element_emax(Element e);       // exponent of the largest power of two: 8, 15, 2 (MX's emax)
+double element_max(Element e);  // 448, 57344, 6
+int element_emax(Element e);    // exponent of the largest power of two: 8, 15, 2 (MX's emax)
+// The magnitude from which values no longer round to a finite one but saturate: the largest
+// plus half the spacing there (464, 61440, 7).
+double element_overflow(Element e);
 
 // Rounding: u < 0 is round-to-nearest-even; u in [0, 1) is stochastic rounding with that draw
 // (round up when u < the fraction of the spacing that the value lies above the one below).
