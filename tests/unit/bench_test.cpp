@@ -123,15 +123,18 @@ TEST(Bench, SteadyStateStepsMakeNoSystemAllocation) {
 
 // The peak loop's FLOP count and clock, checked against what no loop can fake: a GEMM cannot
 // multiply-add faster than the units it runs on, so the measured GEMM ceiling (its FLOPs
-// counted from the product's size) must stay under the peak. A FLOP count too low per
-// instruction would show as a ceiling above the peak. Both are timings on a shared machine, so
-// each is measured five times, alternating, and the best of each compared (tolerance 15%).
+// counted from the product's size) must stay under the peak. A FLOP count per instruction off
+// by 2x would show as a ceiling far above the peak. Both are timings on a shared machine (and
+// under ctest beside other tests), so both run on one thread, each measured eight times,
+// alternating, and the best of each compared, with room for noise (1.5x) but not for a 2x error.
 TEST(HardwarePeak, BoundsTheGemmCeilingAndHasAPlausibleClock) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   for (DType dtype : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dtype));
     plan::HardwarePeak best;
     double ceiling = 0;
-    for (int round = 0; round < 5; ++round) {
+    for (int round = 0; round < 8; ++round) {
       const plan::HardwarePeak peak = plan::measure_hardware_peak(dtype);
       if (peak.gflops >= best.gflops) best = peak;
       ceiling = std::max(ceiling, plan::measure_gemm_ceiling(dtype, 1024));
@@ -140,13 +143,13 @@ TEST(HardwarePeak, BoundsTheGemmCeilingAndHasAPlausibleClock) {
       EXPECT_FALSE(best.instruction.empty());
       continue;
     }
-    EXPECT_EQ(best.threads, omp_get_max_threads());
+    EXPECT_EQ(best.threads, 1);
     EXPECT_GT(best.clock_ghz, 0.5);
     EXPECT_LT(best.clock_ghz, 7.0);
-    // At least one 256-bit FMA unit per thread (16 FLOP/cycle), halved if two threads share it.
-    EXPECT_GE(best.flops_per_cycle, 8.0 * 0.85);
-    EXPECT_LE(ceiling, 1.15 * best.gflops);
+    EXPECT_GE(best.flops_per_cycle, 16.0 * 0.85);  // at least one 256-bit FMA unit
+    EXPECT_LE(ceiling, 1.5 * best.gflops);
   }
+  omp_set_num_threads(threads);
 }
 
 TEST(Profiler, ParsesStepWindows) {

@@ -44,15 +44,18 @@ TEST(Quantize, TilesKeepSmallRowsThatOneTensorScaleFlushes) {
   // half of 2^-9 x 1e4 / 448); 1x128 tiles give each row its own scale.
   const int64_t R = 5, C = 256;
   std::vector<float> x = operand(R, C, 2), tensor(x.size()), tiles(x.size());
-  const QuantizeStats t = fake_quantize(x.data(), R, C, Element::E4M3, Scaling::Tensor, tensor.data());
-  const QuantizeStats s = fake_quantize(x.data(), R, C, Element::E4M3, Scaling::Tile1x128, tiles.data());
+  const QuantizeStats t =
+      fake_quantize(x.data(), R, C, Element::E4M3, Scaling::Tensor, tensor.data());
+  const QuantizeStats s =
+      fake_quantize(x.data(), R, C, Element::E4M3, Scaling::Tile1x128, tiles.data());
   EXPECT_GT(t.flushed, 20);
   EXPECT_EQ(s.flushed, 0);
   EXPECT_EQ(t.saturated + s.saturated, 0);  // current scaling never saturates
   for (int64_t r = 0; r < R; ++r)
     for (int64_t tile = 0; tile < C / 128; ++tile) {
       float amax = 0;
-      for (int64_t c = 0; c < 128; ++c) amax = std::max(amax, std::fabs(x[size_t(r * C + tile * 128 + c)]));
+      for (int64_t c = 0; c < 128; ++c)
+        amax = std::max(amax, std::fabs(x[size_t(r * C + tile * 128 + c)]));
       for (int64_t c = 0; c < 128; ++c) {
         const size_t i = size_t(r * C + tile * 128 + c);
         // Half E4M3's spacing at the top (16 of 448), relative to the tile's amax; below the
@@ -70,7 +73,8 @@ TEST(Quantize, Block128ScalesEachBlockOnItsOwn) {
       x[size_t(r * C + c)] = float((2.0 * uniform_at(3, uint64_t(r * C + c)) - 1.0) *
                                    std::pow(10.0, double(r / 128 + 2 * (c / 128)) - 2.0));
   std::vector<float> out(x.size());
-  const QuantizeStats s = fake_quantize(x.data(), R, C, Element::E5M2, Scaling::Block128, out.data());
+  const QuantizeStats s =
+      fake_quantize(x.data(), R, C, Element::E5M2, Scaling::Block128, out.data());
   EXPECT_EQ(s.flushed, 0);
   for (int64_t br = 0; br < 2; ++br)
     for (int64_t bc = 0; bc < 2; ++bc) {
@@ -90,8 +94,8 @@ TEST(Quantize, DelayedScalingSaturatesWhatExceedsTheHistory) {
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
   const float stale = amax / 2;  // an amax history that lags the tensor
-  const QuantizeStats s = fake_quantize(x.data(), R, C, Element::E4M3, Scaling::Tensor, out.data(),
-                                        {.amax = stale});
+  const QuantizeStats s =
+      fake_quantize(x.data(), R, C, Element::E4M3, Scaling::Tensor, out.data(), {.amax = stale});
   const float scale = float(448.0 / double(stale));
   int64_t want = 0;
   for (float v : x) want += std::fabs(double(v * scale)) >= 464.0;  // rounds past 448
@@ -160,7 +164,8 @@ TEST(Quantize, EmulatedGemmMatchesFloat64OnTheDequantisedOperands) {
           exact += p;
           mag += std::fabs(p);
         }
-        EXPECT_NEAR(c[size_t(m * N + n)], exact, 4.0 * double(K) * std::ldexp(1.0, -24) * mag + 1e-30);
+        EXPECT_NEAR(c[size_t(m * N + n)], exact,
+                    4.0 * double(K) * std::ldexp(1.0, -24) * mag + 1e-30);
       }
   }
 }
@@ -192,8 +197,7 @@ TEST(Quantize, ANonFiniteValueMakesItsGroupNaN) {
   std::vector<float> x = operand(2, 256, 10), out(x.size());
   x[130] = INFINITY;  // row 0, second tile
   fake_quantize(x.data(), 2, 256, Element::E4M3, Scaling::Tile1x128, out.data());
-  for (size_t i = 0; i < out.size(); ++i)
-    EXPECT_EQ(std::isnan(out[i]), i >= 128 && i < 256) << i;
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(std::isnan(out[i]), i >= 128 && i < 256) << i;
   fake_quantize(x.data(), 2, 256, Element::E4M3, Scaling::Tensor, out.data());
   for (float v : out) EXPECT_TRUE(std::isnan(v));
 }

@@ -43,9 +43,8 @@ Groups groups_of(Scaling s) {
 
 void check(Element e, Scaling s, int64_t rows, int64_t cols) {
   const bool fp8 = e == Element::E4M3 || e == Element::E5M2;
-  const bool fits = s == Scaling::Mx || (s == Scaling::Nvfp4 || s == Scaling::Nvfp4Square
-                                             ? e == Element::E2M1
-                                             : fp8);
+  const bool fits = s == Scaling::Mx ||
+                    (s == Scaling::Nvfp4 || s == Scaling::Nvfp4Square ? e == Element::E2M1 : fp8);
   LOOM_CHECK(fits) << "precision: " << scaling_name(s) << " scaling does not take "
                    << element_name(e) << " elements";
   const Groups g = groups_of(s);
@@ -57,8 +56,8 @@ void check(Element e, Scaling s, int64_t rows, int64_t cols) {
 }
 
 // Stores v * scaled -> element -> / scaled into *out and counts it.
-void quantize_value(float v, float to_element, float from_element, Element e, float u,
-                    float* out, QuantizeStats& stats) {
+void quantize_value(float v, float to_element, float from_element, Element e, float u, float* out,
+                    QuantizeStats& stats) {
   const float scaled = v * to_element;
   stats.saturated += std::fabs(double(scaled)) >= element_overflow(e);
   const float q = decode(e, encode(e, scaled, u));
