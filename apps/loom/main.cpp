@@ -620,9 +620,12 @@ void add_bench(CLI::App& cmd, BenchArgs& a) {
       "(docs/performance.md); --trace: a Chrome trace of one more step after the timed ones (one "
       "config)");
   cmd.add_option("CONFIG", a.names, "standard configs, or all (the default)");
-  cmd.add_option("--precision", a.options.precision, "the training steps' precision")
-      ->check(CLI::IsMember({"f32", "bf16"}).description(""))
-      ->type_name("f32|bf16");
+  cmd.add_option("--precision", a.options.precision,
+                 "the training steps' precision; a low-precision recipe emulates its GEMMs")
+      ->check(CLI::IsMember({"f32", "bf16", "fp8_tensorwise", "fp8_delayed", "fp8_blockwise",
+                             "mxfp8", "nvfp4"})
+                  .description(""))
+      ->type_name("f32|bf16|RECIPE");
   add_int(cmd, "--warmup", a.options.warmup, "untimed steps first");
   add_int(cmd, "--steps", a.options.steps, "timed steps");
   cmd.add_option("--json", a.json_path, "also write one JSON line per config")->type_name("FILE");

@@ -30,6 +30,22 @@ for f in rank-00000.safetensors manifest.json; do
   fi
 done
 [ -s "$work/a/tiny_dit/samples.png" ] || fail "no samples.png"
+# --- the held-out flow-matching loss (test split) at the end and every eval.every steps: the
+# objective the training loss measures, on other images with their own draws, so after these
+# few steps it lies within 25% of the last training losses ---
+"$loom" train "$cfg" --set run.out_dir="$work/v" --set eval.every=3 --set eval.val_images=500 \
+  > "$work/v.log" 2>&1 || fail "training with eval.every: $(tail -2 "$work/v.log")"
+/usr/bin/python3 - "$work/v/tiny_dit/metrics.jsonl" "$work/v.log" <<'PY' || fail "DiT held-out loss"
+import json, re, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+val = [x["val"]["loss"] for x in m if "val" in x]
+assert len(val) == 2, f"expected held-out losses at steps 3 and 6, got {val}"
+final = float(re.search(r"final held-out loss at step 6: ([0-9.]+) \(500 test images\)", open(sys.argv[2]).read()).group(1))
+assert abs(final - val[-1]) < 1e-5, (final, val)
+train = sum(x["loss"] for x in m[-2:]) / 2
+assert abs(final - train) < 0.25 * train, (final, train)
+print(f"ok: DiT held-out loss {final:.4f} (training loss {train:.4f})")
+PY
 [ "$(wc -l < "$work/a/tiny_dit/metrics.jsonl")" -ge 3 ] || fail "metrics.jsonl too short"
 
 # --- sample from a checkpoint, as PNG and .npy ---
@@ -46,7 +62,7 @@ grep -q '"fid_floor"' "$work/a/tiny_dit/step-000006/eval.json" || fail "no eval.
   --set eval.classifier="\"$repo/assets/fmnist_classifier\"" > "$work/e.log" 2>&1 ||
   fail "training with eval.classifier: $(tail -2 "$work/e.log")"
 grep -q "^eval: class accuracy .* FID .*real-data floor" "$work/e.log" || fail "no evaluation at the end of training"
-for key in '"step": 2' '"fid"' '"fid_floor"' '"class_accuracy"' '"images_per_second"'; do
+for key in '"step": 2' '"fid"' '"fid_floor"' '"class_accuracy"' '"images_per_second"' '"val_loss"'; do
   grep -q "$key" "$work/e/tiny_dit/eval.json" 2>/dev/null || fail "the run's eval.json lacks $key"
 done
 

@@ -155,7 +155,7 @@ TEST_F(ConfigTest, KeysOfTheOtherModelKindAreUnknown) {
   for (const std::string key :
        {"model.patch=2", "model.image_size=28", "model.num_classes=10", "train.ema_decay=0.9",
         "train.ema_start=3", "diffusion.label_dropout=0.1", "sample.cfg_scale=2.0",
-        "sample.per_class=3", "eval.classifier=\"x\""}) {
+        "sample.per_class=3", "eval.classifier=\"x\"", "eval.val_images=5"}) {
     SCOPED_TRACE(key);
     expect_error([&] { load_config(gpt_file(), {key}); },
                  {"unknown key " + key.substr(0, key.find('='))});
@@ -163,7 +163,7 @@ TEST_F(ConfigTest, KeysOfTheOtherModelKindAreUnknown) {
   // gpt keys in a DiT config.
   for (const std::string key :
        {"model.vocab_size=256", "model.context=64", "model.style=\"gpt2\"", "data.val_fraction=0.1",
-        "data.tokenizer=\"bytes\"", "eval.every=10", "eval.windows=4", "sample.prompt=\"x\""}) {
+        "data.tokenizer=\"bytes\"", "eval.windows=4", "sample.prompt=\"x\""}) {
     SCOPED_TRACE(key);
     expect_error([&] { load_config(dit_file(), {key}); },
                  {"unknown key " + key.substr(0, key.find('='))});
@@ -171,8 +171,62 @@ TEST_F(ConfigTest, KeysOfTheOtherModelKindAreUnknown) {
   // Keys both kinds share are fine in either.
   EXPECT_NO_THROW(
       load_config(gpt_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
-  EXPECT_NO_THROW(
-      load_config(dit_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0"}));
+  EXPECT_NO_THROW(load_config(
+      dit_file(), {"model.width=64", "model.heads=4", "model.mlp_ratio=2.0", "eval.every=10"}));
+  EXPECT_NO_THROW(load_config(gpt_file(), {"eval.every=10"}));
+}
+
+// train.precision: the two dtypes or a recipe, whose [precision] keys are read only then.
+TEST_F(ConfigTest, LowPrecisionRecipesAndTheirKeys) {
+  const Config c =
+      load_config(dit_file(), {"train.precision=\"nvfp4\"", "precision.hadamard=false"});
+  ASSERT_TRUE(c.train.low_precision.has_value());
+  EXPECT_EQ(c.train.precision, loom::DType::BF16);  // everything but the recipe's GEMMs
+  EXPECT_FALSE(c.train.low_precision->hadamard);
+  EXPECT_EQ(c.train.low_precision->bf16_blocks, (std::vector<int64_t>{0, -1}));
+  EXPECT_EQ(load_config(dit_file(), {"train.precision=\"fp8_blockwise\"", "precision.block_size=64",
+                                     "precision.bf16_blocks=[1]"})
+                .train.low_precision->block_size,
+            64);
+  expect_error([&] { load_config(dit_file(), {"train.precision=\"fp6\""}); },
+               {"train.precision \"fp6\" is not known (f32, bf16, fp8_tensorwise, fp8_delayed, "
+                "fp8_blockwise, mxfp8 or nvfp4)"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"mxfp8\"", "precision.block_size=16"});
+      },
+      {"precision.block_size 16: mxfp8 blocks are 32 values by the format's definition"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"fp8_blockwise\"", "precision.block_size=100"});
+      },
+      {"fp8_blockwise takes a power of two from 16 to 1024"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"fp8_tensorwise\"", "precision.block_size=128"});
+      },
+      {"fp8_tensorwise has no blocks"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"mxfp8\"", "precision.bf16_blocks=[9]"});
+      },
+      {"precision.bf16_blocks: block 9 does not exist"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"mxfp8\"", "precision.hadamard=true"});
+      },
+      {"unknown key precision.hadamard"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"bf16\"", "precision.bf16_blocks=[0]"});
+      },
+      {"unknown key precision.bf16_blocks"});
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"train.precision=\"mxfp8\"", "parallel.data_parallel=\"zero3\"",
+                                 "parallel.gather_dtype=\"bf16\""});
+      },
+      {"quantises the f32 weights; parallel.gather_dtype must stay f32"});
 }
 
 TEST_F(ConfigTest, WrongTypeIsNamed) {

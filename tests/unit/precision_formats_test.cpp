@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "loom/core/dtype.h"
@@ -192,8 +193,9 @@ TEST(Mx, RoundTripErrorIsHalfASpacingOfTheScaledElement) {
       const double a = std::fabs(double(x[i])) / scale;  // < 2^(emax + 1): never saturated here
       const int exp = a == 0 ? emin : std::max(std::ilogb(a), emin);
       const double half_spacing = std::ldexp(0.5, exp - mbits) * scale;
-      if (a <= element_max(e))
+      if (a <= element_max(e)) {
         EXPECT_LE(std::fabs(double(out[i]) - double(x[i])), half_spacing) << i;
+      }
     }
   }
 }
@@ -252,6 +254,31 @@ TEST(Nvfp4, TwoLevelScalesAsDefined) {
   }
   EXPECT_THROW(nvfp4_quantize(x.data(), 32, amax, 32), Error);
   EXPECT_THROW(nvfp4_quantize(x.data(), 32, NAN), Error);
+}
+
+// The f32 shortcut of the emulated GEMM operands against the codec, over a sweep of every
+// 2^11-th f32 bit pattern (both signs, subnormals to infinity) and the NaNs.
+TEST(Formats, FastRoundingAgreesWithTheCodec) {
+  for (Element e : {Element::E4M3, Element::E5M2, Element::E2M1})
+    for (float u : {-1.0f, 0.0f, 0.3f, 0.999f}) {
+      int64_t checked = 0;
+      for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 2048 + 1) {
+        const uint32_t b32 = uint32_t(bits);
+        float x;
+        std::memcpy(&x, &b32, 4);
+        const float codec = round_to(e, x, u), fast = round_to_fast(e, x, u);
+        if (std::isnan(codec)) {
+          ASSERT_TRUE(std::isnan(fast)) << element_name(e) << " " << x;
+        } else {
+          uint32_t want, got;
+          std::memcpy(&want, &codec, 4);
+          std::memcpy(&got, &fast, 4);
+          ASSERT_EQ(got, want) << element_name(e) << " x=" << x << " u=" << u;
+        }
+        ++checked;
+      }
+      EXPECT_GT(checked, 2000000);
+    }
 }
 
 }  // namespace

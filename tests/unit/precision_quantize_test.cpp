@@ -170,26 +170,94 @@ TEST(Quantize, EmulatedGemmMatchesFloat64OnTheDequantisedOperands) {
   }
 }
 
-TEST(Quantize, FormatsThatDoNotFitTheScalingAreRefused) {
+TEST(Quantize, FormatsAndBlockSizesThatDoNotFitTheScalingAreRefused) {
   std::vector<float> x(2 * 128, 1.0f), out(x.size());
-  auto refused = [&](Element e, Scaling s, int64_t rows, int64_t cols, const char* says) {
+  auto refused = [&](Element e, Scaling s, int64_t block, const char* says) {
     try {
-      fake_quantize(x.data(), rows, cols, e, s, out.data());
-      ADD_FAILURE() << scaling_name(s) << " took " << element_name(e) << " " << rows << "x" << cols;
+      fake_quantize(x.data(), 2, 128, e, s, out.data(), {.block = block});
+      ADD_FAILURE() << scaling_name(s) << " took " << element_name(e) << " blocks of " << block;
     } catch (const Error& err) {
       EXPECT_NE(std::string(err.what()).find(says), std::string::npos) << err.what();
     }
   };
-  refused(Element::E2M1, Scaling::Tensor, 2, 128, "does not take e2m1");
-  refused(Element::E4M3, Scaling::Nvfp4, 2, 128, "does not take e4m3");
-  refused(Element::E4M3, Scaling::Tile1x128, 4, 64, "tiles of 1 x 128");
-  refused(Element::E4M3, Scaling::Mx, 4, 48, "tiles of 1 x 32");  // blocks would straddle rows
+  refused(Element::E2M1, Scaling::Tensor, 0, "does not take e2m1");
+  refused(Element::E4M3, Scaling::Nvfp4, 0, "does not take e4m3");
+  refused(Element::E4M3, Scaling::Mx, 16, "MX blocks are 32 values");
+  refused(Element::E2M1, Scaling::Nvfp4, 32, "NVFP4 blocks are 16 values");
+  refused(Element::E4M3, Scaling::Tile1x128, 100, "power of two from 16 to 1024");
+  refused(Element::E4M3, Scaling::Block128, 8, "power of two from 16 to 1024");
   try {
     fake_quantize(x.data(), 2, 128, Element::E4M3, Scaling::Tensor, out.data(), {.amax = NAN});
     ADD_FAILURE() << "a NaN amax was accepted";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("amax must be finite"), std::string::npos) << err.what();
   }
+}
+
+TEST(Quantize, PartialTilesQuantiseAsTheZeroPaddedOperand) {
+  // (R, C) with neither a multiple of the tiles: the same values as the operand padded with
+  // zeros to (RP, CP) -- zeros do not change a group's amax.
+  const int64_t R = 37, C = 70, RP = 48, CP = 96;
+  const std::vector<float> x = operand(R, C, 11);
+  std::vector<float> padded(size_t(RP * CP), 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) padded[size_t(r * CP + c)] = x[size_t(r * C + c)];
+  struct Case {
+    Element e;
+    Scaling s;
+    int64_t block;
+  };
+  for (const Case& k :
+       {Case{Element::E4M3, Scaling::Tile1x128, 32}, Case{Element::E5M2, Scaling::Block128, 16},
+        Case{Element::E4M3, Scaling::Mx, 0}, Case{Element::E2M1, Scaling::Nvfp4, 0},
+        Case{Element::E2M1, Scaling::Nvfp4Square, 0}}) {
+    SCOPED_TRACE(scaling_name(k.s));
+    std::vector<float> out(x.size()), ref(padded.size());
+    const QuantizeStats a = fake_quantize(x.data(), R, C, k.e, k.s, out.data(), {.block = k.block});
+    const QuantizeStats b =
+        fake_quantize(padded.data(), RP, CP, k.e, k.s, ref.data(), {.block = k.block});
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c)
+        EXPECT_EQ(out[size_t(r * C + c)], ref[size_t(r * CP + c)]) << r << " " << c;
+    EXPECT_EQ(a.flushed, b.flushed);
+    EXPECT_EQ(a.saturated, b.saturated);
+  }
+}
+
+TEST(Quantize, MxRowsAgreeWithTheBlockCodec) {
+  const int64_t R = 8, C = 96;
+  const std::vector<float> x = operand(R, C, 12);
+  for (Element e : {Element::E4M3, Element::E5M2, Element::E2M1}) {
+    std::vector<float> out(x.size()), ref(x.size());
+    fake_quantize(x.data(), R, C, e, Scaling::Mx, out.data());
+    mx_dequantize(mx_quantize(x.data(), R * C, e), ref.data());
+    EXPECT_EQ(out, ref) << element_name(e);
+  }
+}
+
+TEST(Quantize, HadamardRotationKeepsTheProductAndSpreadsAnOutlier) {
+  const int64_t M = 3, N = 4, K = 32;
+  std::vector<float> a = operand(M, K, 13), b = operand(N, K, 14);
+  float signs[16];
+  for (int i = 0; i < 16; ++i) signs[i] = uniform_at(15, uint64_t(i)) < 0.5f ? -1.0f : 1.0f;
+  std::vector<float> ra = a, rb = b;
+  hadamard16(ra.data(), M, K, signs);
+  hadamard16(rb.data(), N, K, signs);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double before = 0, after = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        before += double(a[size_t(m * K + k)]) * double(b[size_t(n * K + k)]);
+        after += double(ra[size_t(m * K + k)]) * double(rb[size_t(n * K + k)]);
+        mag += std::fabs(double(a[size_t(m * K + k)]) * double(b[size_t(n * K + k)]));
+      }
+      EXPECT_NEAR(after, before, 1e-5 * mag + 1e-30);
+    }
+  // One value of 1 among zeros becomes 16 values of magnitude 1/4.
+  std::vector<float> spike(16, 0.0f);
+  spike[5] = 1.0f;
+  hadamard16(spike.data(), 1, 16, signs);
+  for (float v : spike) EXPECT_EQ(std::fabs(v), 0.25f);
 }
 
 TEST(Quantize, ANonFiniteValueMakesItsGroupNaN) {

@@ -19,6 +19,7 @@
 #include "loom/ops/shape.h"
 #include "loom/optim/adamw.h"
 #include "loom/plan/hardware_peak.h"
+#include "loom/precision/recipe.h"
 
 namespace loom::bench {
 
@@ -68,9 +69,11 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
   LOOM_CHECK(options.steps > 0 && options.warmup >= 0)
       << "bench: steps must be positive and warmup non-negative (got " << options.steps << ", "
       << options.warmup << ")";
-  LOOM_CHECK(options.precision == "f32" || options.precision == "bf16")
-      << "bench: precision '" << options.precision << "' is not supported (f32 or bf16)";
-  const DType compute = options.precision == "bf16" ? DType::BF16 : DType::F32;
+  const bool recipe = precision::is_recipe_name(options.precision);
+  LOOM_CHECK(options.precision == "f32" || options.precision == "bf16" || recipe)
+      << "bench: precision '" << options.precision << "' is not supported (f32, bf16, "
+      << "fp8_tensorwise, fp8_delayed, fp8_blockwise, mxfp8 or nvfp4)";
+  const DType compute = options.precision == "f32" ? DType::F32 : DType::BF16;
   std::shared_ptr<nn::Module> model;
   std::function<Tensor()> loss_fn;
   if (spec.kind == "gpt") {
@@ -96,6 +99,12 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
     model = dit;
   }
   model->init_parameters(0);
+  // A low-precision recipe with its defaults: its GEMMs emulated (the cost of emulation).
+  std::unique_ptr<precision::LowPrecision> low;
+  if (recipe)
+    low = std::make_unique<precision::LowPrecision>(
+        *model, precision::default_recipe_config(
+                    precision::recipe_from_name(options.precision, "bench --precision")));
   optim::AdamWConfig adamw;
   adamw.lr = 1e-4;
   adamw.beta2 = 0.95;
@@ -117,6 +126,7 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
     }
     const auto start = std::chrono::steady_clock::now();
     Tensor loss;
+    if (low) low->begin_step(i);
     {
       AutocastGuard autocast(compute);
       loss = loss_fn();
@@ -165,7 +175,7 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
   }
   LOOM_CHECK(options.trace_path.empty() || specs.size() == 1)
       << "bench: --trace writes one config's step; name one config (got " << specs.size() << ")";
-  const DType dtype = options.precision == "bf16" ? DType::BF16 : DType::F32;
+  const DType dtype = options.precision == "f32" ? DType::F32 : DType::BF16;
   // The ceiling is measured before and after the runs and the higher kept: on a shared
   // machine a moment of contention would otherwise lower it (and inflate MFU).
   const double ceiling_before = plan::measure_gemm_ceiling(dtype);

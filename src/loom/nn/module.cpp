@@ -84,6 +84,14 @@ void Module::set_training(bool training) {
   for (auto& [name, child] : children_) child->set_training(training);
 }
 
+void Module::for_each_submodule(const std::function<void(const std::string&, Module&)>& fn,
+                                const std::string& prefix) {
+  for (auto& [name, child] : children_) {
+    fn(prefix + name, *child);
+    child->for_each_submodule(fn, prefix + name + ".");
+  }
+}
+
 Module& Module::submodule(const std::string& path) const {
   // Child names may contain dots themselves ("blocks.3"): match whole name prefixes.
   const Module* m = this;

@@ -51,6 +51,10 @@ class Module {
   void name_for_trace(const std::string& root = "model");
   bool training() const { return training_; }
 
+  // fn(path, module) for every module below this one, depth first in registration order
+  // ("blocks.3.attn.qkv").
+  void for_each_submodule(const std::function<void(const std::string&, Module&)>& fn,
+                          const std::string& prefix = "");
   // The submodule at a dotted path ("blocks.3"); throws naming the path if there is none.
   Module& submodule(const std::string& path) const;
   // Takes the direct child `name` ("blocks.3") out of the tree: its parameters leave

@@ -3,6 +3,7 @@
 #include "loom/autograd/checkpoint.h"
 
 #include "loom/ops/detail.h"
+#include "loom/ops/linear_quantizer.h"
 #include "loom/ops/reduce.h"
 #include "loom/ops/shape.h"
 
@@ -110,6 +111,8 @@ struct LinearBackward : Node {
   Tensor x2, weight;
   Tensor pre;          // linear_gelu: x W^T + b (M, N), the GELU's input; undefined otherwise
   bool mixed = false;  // autocast: bf16 operands, f32 output
+  // A low-precision recipe's: both gradient products on operands it quantised (x2 is f32).
+  std::shared_ptr<LinearQuantizer> quantizer;
   Shape x_shape;
   bool has_bias;
   const char* name() const override {
@@ -127,6 +130,21 @@ struct LinearBackward : Node {
       g2 = gpre;
     } else if (want_bias) {
       gbias = sum(g2, {0});  // from the f32 gradient
+    }
+    if (quantizer) {
+      if (inputs[0].active()) {  // dx (M, K) = dy (M, N) W (N, K): reduction along N
+        Tensor a = detail::raw_contiguous(g2), b = detail::raw_contiguous(mT(weight.detach()));
+        quantizer->quantize(GemmPass::InputGrad, a, GemmOperand::OutputGrad, b,
+                            GemmOperand::Weight);
+        gx = reshape(gemm(a, mT(b), Tensor(), "linear", DType::F32), x_shape);
+      }
+      if (inputs[1].active()) {  // dW (N, K) = dy^T (N, M) x (M, K): reduction along M
+        Tensor a = detail::raw_contiguous(mT(g2)), b = detail::raw_contiguous(mT(x2));
+        quantizer->quantize(GemmPass::WeightGrad, a, GemmOperand::OutputGrad, b,
+                            GemmOperand::Input);
+        gw = gemm(a, mT(b), Tensor(), "linear", DType::F32);
+      }
+      return {gx, gw, gbias};
     }
     if (mixed) g2 = lowered(g2);                                 // rounded once for both products
     const Tensor w = mixed ? lowered(weight) : weight.detach();  // (N, K)
@@ -178,12 +196,23 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
     NoGradGuard raw;                    // the graph edge is recorded once, below, against x itself
     x2 = reshape(x, {-1, x.size(-1)});  // (M, K), M = product of leading dims
   }
-  const bool mixed = autocast_bf16(x, weight);
+  // A low-precision recipe quantises f32 operands itself, in place of autocast's bf16 copies:
+  // inside the training step's bf16 region only, so evaluation in f32 sees the weights exact.
+  std::shared_ptr<LinearQuantizer> quantizer = current_linear_quantizer();
+  if (autocast_dtype() != DType::BF16 || x.dtype() != DType::F32 || weight.dtype() != DType::F32)
+    quantizer = nullptr;
+  const bool mixed = !quantizer && autocast_bf16(x, weight);
   if (mixed) x2 = lowered(x2);
   const Tensor w = mixed ? lowered(weight).detach() : weight.detach();  // (N, K)
   Tensor out2 = computed_or_kept([&] {                                  // (M, N)
+    Tensor a = x2, b = w;
+    if (quantizer) {
+      a = detail::raw_contiguous(x2);
+      b = detail::raw_contiguous(w);
+      quantizer->quantize(GemmPass::Forward, a, GemmOperand::Input, b, GemmOperand::Weight);
+    }
     return std::vector<Tensor>{
-        gemm(x2, mT(w), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
+        gemm(a, mT(b), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
              x.dtype())};
   })[0];
   Tensor pre;
@@ -203,6 +232,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
     node->weight = weight;
     node->pre = pre;
     node->mixed = mixed;
+    node->quantizer = quantizer;
     node->x_shape = x.shape();
     node->has_bias = bias.defined();
     record(node, {x, weight, bias}, {out});

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -11,26 +13,20 @@
 namespace loom::precision {
 namespace {
 
-// The group of value (r, c) under a scaling: values of one group share a scale.
+// The groups of a scaling: values of a (tile_rows, tile_cols) tile share a scale; 0 spans the
+// whole dimension. Edge tiles may be partial.
 struct Groups {
-  int64_t tile_rows, tile_cols;  // 0: the whole dimension
-  int64_t count(int64_t rows, int64_t cols) const {
-    return (tile_rows ? rows / tile_rows : 1) * (tile_cols ? cols / tile_cols : 1);
-  }
-  int64_t of(int64_t r, int64_t c, int64_t cols) const {
-    const int64_t per_row = tile_cols ? cols / tile_cols : 1;
-    return (tile_rows ? r / tile_rows : 0) * per_row + (tile_cols ? c / tile_cols : 0);
-  }
+  int64_t tile_rows, tile_cols;
 };
 
-Groups groups_of(Scaling s) {
+Groups groups_of(Scaling s, int64_t block) {
   switch (s) {
     case Scaling::Tensor:
       return {0, 0};
     case Scaling::Tile1x128:
-      return {1, 128};
+      return {1, block ? block : 128};
     case Scaling::Block128:
-      return {128, 128};
+      return {block ? block : 128, block ? block : 128};
     case Scaling::Mx:
       return {1, kMxBlock};
     case Scaling::Nvfp4:
@@ -41,28 +37,97 @@ Groups groups_of(Scaling s) {
   return {0, 0};
 }
 
-void check(Element e, Scaling s, int64_t rows, int64_t cols) {
+void check(Element e, Scaling s, int64_t rows, int64_t cols, int64_t block) {
   const bool fp8 = e == Element::E4M3 || e == Element::E5M2;
-  const bool fits = s == Scaling::Mx ||
-                    (s == Scaling::Nvfp4 || s == Scaling::Nvfp4Square ? e == Element::E2M1 : fp8);
+  const bool nvfp4 = s == Scaling::Nvfp4 || s == Scaling::Nvfp4Square;
+  const bool fits = s == Scaling::Mx || (nvfp4 ? e == Element::E2M1 : fp8);
   LOOM_CHECK(fits) << "precision: " << scaling_name(s) << " scaling does not take "
                    << element_name(e) << " elements";
-  const Groups g = groups_of(s);
-  LOOM_CHECK(rows > 0 && cols > 0 && (!g.tile_rows || rows % g.tile_rows == 0) &&
-             (!g.tile_cols || cols % g.tile_cols == 0))
-      << "precision: a (" << rows << ", " << cols << ") operand does not split into "
-      << scaling_name(s) << " tiles of " << (g.tile_rows ? g.tile_rows : rows) << " x "
-      << (g.tile_cols ? g.tile_cols : cols);
+  LOOM_CHECK(rows > 0 && cols > 0)
+      << "precision: an empty (" << rows << ", " << cols << ") operand";
+  if (block == 0 || s == Scaling::Tensor) return;
+  if (s == Scaling::Tile1x128 || s == Scaling::Block128) {
+    LOOM_CHECK(block >= 16 && block <= 1024 && (block & (block - 1)) == 0)
+        << "precision: " << scaling_name(s) << " scaling takes blocks of a power of two from "
+        << "16 to 1024 values, not " << block;
+    return;
+  }
+  const int64_t own = s == Scaling::Mx ? kMxBlock : kNvfp4Block;
+  LOOM_CHECK(block == own) << "precision: " << scaling_name(s) << " blocks are " << own
+                           << " values by the format's definition, not " << block;
 }
 
-// Stores v * scaled -> element -> / scaled into *out and counts it.
-void quantize_value(float v, float to_element, float from_element, Element e, float u, float* out,
-                    QuantizeStats& stats) {
-  const float scaled = v * to_element;
-  stats.saturated += std::fabs(double(scaled)) >= element_overflow(e);
-  const float q = decode(e, encode(e, scaled, u));
-  *out = q * from_element;
-  stats.flushed += v != 0 && q == 0;
+// floor(log2 a) for a finite a > 0, from the bits where a is normal.
+int exponent_of(float a) {
+  uint32_t bits;
+  std::memcpy(&bits, &a, 4);
+  const int e = int(bits >> 23) - 127;
+  return e > -127 ? e : std::ilogb(a);
+}
+
+// 2^e for e in [-127, 127] (2^-127 is subnormal).
+float power_of_two(int e) {
+  if (e < -126) return std::ldexp(1.0f, e);
+  const uint32_t bits = uint32_t(e + 127) << 23;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// Each group's scales: value v quantises as round(v * to_element) * from_element.
+struct Scale {
+  float to_element, from_element;
+};
+
+Scale scale_of(Scaling s, Element e, float amax, bool finite, float tensor_scale) {
+  if (!finite) return {NAN, NAN};
+  if (s == Scaling::Mx) {  // OCP MX v1.0: 2^(floor(log2 amax) - emax); zeros: the smallest
+    const int x = amax == 0 ? -127 : std::clamp(exponent_of(amax) - element_emax(e), -127, 127);
+    return {power_of_two(-x), power_of_two(x)};
+  }
+  if (s == Scaling::Nvfp4 || s == Scaling::Nvfp4Square) {  // E4M3 block scale (block_scaling.h)
+    const float b = round_to_fast(Element::E4M3, amax / 6.0f * tensor_scale);
+    return {b > 0 ? tensor_scale / b : 0.0f, b / tensor_scale};
+  }
+  // An f32 scale that maps the group's amax to the format's largest value.
+  const float scale = amax > 0 ? float(element_max(e) / double(amax)) : 1.0f;
+  return {scale, 1.0f / scale};
+}
+
+// n consecutive values sharing one scale: x[i] -> out[i], their draws at index + i.
+struct Run {
+  const float* x;
+  float* out;
+  int64_t n;
+  Scale scale;
+  const StochasticRounding* sr;
+  uint64_t index;
+};
+
+template <Element E, bool Stochastic>
+void quantize_values(const Run& run, int64_t& saturated, int64_t& flushed) {
+  constexpr float overflow = E == Element::E4M3 ? 464.0f : E == Element::E5M2 ? 61440.0f : 7.0f;
+  int64_t sat = 0, flush = 0;
+  for (int64_t i = 0; i < run.n; ++i) {
+    const float v = run.x[i], scaled = v * run.scale.to_element;
+    const float u =
+        Stochastic ? uniform_at(run.sr->key, run.sr->offset + run.index + uint64_t(i)) : -1.0f;
+    const float q = round_to_element<E>(scaled, u);
+    run.out[i] = q * run.scale.from_element;
+    sat += std::fabs(scaled) >= overflow ? 1 : 0;
+    flush += v != 0 && q == 0 ? 1 : 0;
+  }
+  saturated += sat;
+  flushed += flush;
+}
+
+template <Element E>
+void quantize_run(const Run& run, int64_t& saturated, int64_t& flushed) {
+  if (run.sr) {
+    quantize_values<E, true>(run, saturated, flushed);
+  } else {
+    quantize_values<E, false>(run, saturated, flushed);
+  }
 }
 
 }  // namespace
@@ -87,68 +152,87 @@ const char* scaling_name(Scaling s) {
 
 QuantizeStats fake_quantize(const float* x, int64_t rows, int64_t cols, Element element,
                             Scaling scaling, float* out, const QuantizeOptions& options) {
-  check(element, scaling, rows, cols);
-  const int64_t n = rows * cols;
-  QuantizeStats stats;
-  stats.values = n;
-  auto draw = [&](int64_t i) {
-    return options.sr ? uniform_at(options.sr->key, options.sr->offset + uint64_t(i)) : -1.0f;
-  };
-  if (scaling == Scaling::Mx) {  // the spec's rule, block_scaling.cpp
-    const MxQuantized q = mx_quantize(x, n, element, kMxBlock, options.sr);
-    mx_dequantize(q, out);
-    for (int64_t i = 0; i < n; ++i) {
-      const float scale = decode_e8m0(q.scales[size_t(i / kMxBlock)]);
-      stats.saturated += std::fabs(double(x[i]) / double(scale)) >= element_overflow(element);
-      stats.flushed += x[i] != 0 && out[i] == 0;
-    }
-    return stats;
-  }
-  // Per-group amax; the whole operand's too (the tensor scale of Tensor and NVFP4). A NaN or
-  // an infinity makes its group (tensorwise: the operand) NaN, as MX's NaN scale does, so a
-  // diverged step reaches the loss and the step guard instead of being scaled away.
+  check(element, scaling, rows, cols, options.block);
   LOOM_CHECK(std::isfinite(options.amax))
       << "precision: the given amax must be finite, got " << options.amax;
-  const Groups g = groups_of(scaling);
-  std::vector<float> amax(size_t(g.count(rows, cols)), 0.0f);
-  std::vector<char> finite(amax.size(), 1);
-  float tensor_amax = 0;
-  bool tensor_finite = true;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = std::fabs(x[r * cols + c]);
-      const size_t k = size_t(g.of(r, c, cols));
-      amax[k] = std::max(amax[k], v);
-      tensor_amax = std::max(tensor_amax, v);
-      if (!std::isfinite(v)) finite[k] = 0, tensor_finite = false;
-    }
-  if (options.amax >= 0) tensor_amax = options.amax;
-  std::vector<float> to_element(amax.size()), from_element(amax.size());
-  const bool nvfp4 = scaling == Scaling::Nvfp4 || scaling == Scaling::Nvfp4Square;
-  const float tensor_scale = tensor_amax > 0 ? float(6.0 * 448.0 / double(tensor_amax)) : 1.0f;
-  for (size_t k = 0; k < amax.size(); ++k) {
-    if (!finite[k] || (scaling == Scaling::Tensor && !tensor_finite)) {
-      to_element[k] = from_element[k] = NAN;
-      continue;
-    }
-    const float a = scaling == Scaling::Tensor ? tensor_amax : amax[k];
-    if (nvfp4) {  // E4M3 block scale under the f32 tensor scale (block_scaling.h)
-      const float s = decode(Element::E4M3, encode(Element::E4M3, a / 6.0f * tensor_scale));
-      to_element[k] = s > 0 ? tensor_scale / s : 0.0f;
-      from_element[k] = s / tensor_scale;
-    } else {  // an f32 scale that maps the group's amax to the format's largest value
-      const float scale = a > 0 ? float(element_max(element) / double(a)) : 1.0f;
-      to_element[k] = scale;
-      from_element[k] = 1.0f / scale;
-    }
+  const int64_t n = rows * cols;
+  // The operand's amax (NaN-free) and whether it is all finite: the tensor scale of Tensor and
+  // NVFP4, and what delayed scaling records.
+  float measured = 0;
+  int64_t non_finite = 0;
+#pragma omp parallel for schedule(static) reduction(max : measured) reduction(+ : non_finite)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    const bool finite = a <= std::numeric_limits<float>::max();  // false for inf and NaN
+    measured = std::max(measured, finite ? a : 0.0f);
+    non_finite += finite ? 0 : 1;
   }
+  const bool whole = scaling == Scaling::Tensor;
+  const float tensor_amax = options.amax >= 0 ? options.amax : measured;
+  const float tensor_scale = tensor_amax > 0 ? float(6.0 * 448.0 / double(tensor_amax)) : 1.0f;
+  const Scale whole_scale = scale_of(scaling, element, tensor_amax, non_finite == 0, tensor_scale);
+
+  // Bands of tile rows (single rows for tensorwise scaling, whose one scale is known), each
+  // taking its groups' amax, their scales, then every value through its group's scales.
+  const Groups g = groups_of(scaling, options.block);
+  const int64_t tr = whole ? 1 : g.tile_rows, tc = g.tile_cols ? g.tile_cols : cols;
+  const int64_t bands = (rows + tr - 1) / tr, per_row = (cols + tc - 1) / tc;
+  int64_t saturated = 0, flushed = 0;
+#pragma omp parallel for schedule(static) reduction(+ : saturated, flushed)
+  for (int64_t band = 0; band < bands; ++band) {
+    const int64_t r0 = band * tr, r1 = std::min(rows, r0 + tr);
+    std::vector<Scale> scales(size_t(per_row), whole_scale);
+    if (!whole)
+      for (int64_t k = 0; k < per_row; ++k) {
+        const int64_t c0 = k * tc, c1 = std::min(cols, c0 + tc);
+        float amax = 0;
+        bool finite = true;
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = c0; c < c1; ++c) {
+            const float a = std::fabs(x[r * cols + c]);
+            amax = std::max(amax, a);
+            finite &= std::isfinite(a);
+          }
+        scales[size_t(k)] = scale_of(scaling, element, amax, finite, tensor_scale);
+      }
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t k = 0; k < per_row; ++k) {
+        const int64_t c0 = k * tc, i0 = r * cols + c0;
+        const Run run{x + i0,     out + i0,    std::min(tc, cols - c0), scales[size_t(k)],
+                      options.sr, uint64_t(i0)};
+        switch (element) {
+          case Element::E4M3:
+            quantize_run<Element::E4M3>(run, saturated, flushed);
+            break;
+          case Element::E5M2:
+            quantize_run<Element::E5M2>(run, saturated, flushed);
+            break;
+          case Element::E2M1:
+            quantize_run<Element::E2M1>(run, saturated, flushed);
+            break;
+        }
+      }
+  }
+  return {n, saturated, flushed, measured};
+}
+
+void hadamard16(float* x, int64_t rows, int64_t cols, const float signs[16]) {
+  LOOM_CHECK(cols % 16 == 0) << "precision: the Hadamard transform rotates runs of 16 values; "
+                             << cols << " columns do not split into them";
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t i = r * cols + c, k = g.of(r, c, cols);
-      quantize_value(x[i], to_element[size_t(k)], from_element[size_t(k)], element, draw(i),
-                     out + i, stats);
+    for (int64_t b = 0; b < cols; b += 16) {
+      float v[16];
+      for (int i = 0; i < 16; ++i) v[i] = x[r * cols + b + i] * signs[i];
+      for (int h = 1; h < 16; h *= 2)  // the fast Walsh-Hadamard butterflies
+        for (int i = 0; i < 16; i += 2 * h)
+          for (int j = i; j < i + h; ++j) {
+            const float p = v[j], q = v[j + h];
+            v[j] = p + q;
+            v[j + h] = p - q;
+          }
+      for (int i = 0; i < 16; ++i) x[r * cols + b + i] = v[i] * 0.25f;
     }
-  return stats;
 }
 
 void gemm_nt(const float* a, const float* b, int64_t M, int64_t N, int64_t K, float* c) {

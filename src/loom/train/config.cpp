@@ -130,6 +130,49 @@ void read_lowcomm(ConfigFile& f, Config& c) {
   c.diloco = d;
 }
 
+// train.precision: f32, bf16, or a low-precision recipe (bf16 around the recipe's GEMMs), whose
+// [precision] keys are read only then.
+void read_precision(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
+  const std::string name = f.get_string("train", "precision", "f32");
+  if (name == "f32" || name == "bf16") {
+    c.train.precision = dtype_from_name(name);
+    return;
+  }
+  LOOM_CHECK(precision::is_recipe_name(name))
+      << "config " << path << ": train.precision \"" << name << "\" is not known (f32, bf16, "
+      << "fp8_tensorwise, fp8_delayed, fp8_blockwise, mxfp8 or nvfp4)";
+  c.train.precision = DType::BF16;
+  precision::RecipeConfig r =
+      precision::default_recipe_config(precision::recipe_from_name(name, "config " + path));
+  const bool delayed = r.recipe == precision::Recipe::Fp8Delayed;
+  const bool blockwise = r.recipe == precision::Recipe::Fp8Blockwise;
+  const bool nvfp4 = r.recipe == precision::Recipe::Nvfp4;
+  if (delayed) r.amax_history = f.get_int("precision", "amax_history", r.amax_history);
+  // The block size is the format's own in MX (32) and NVFP4 (16): a key to refuse, not ignore.
+  if (f.has("precision", "block_size") || blockwise) {
+    r.block_size = f.get_int("precision", "block_size", r.block_size);
+    const int64_t own = r.recipe == precision::Recipe::Mxfp8 ? 32 : nvfp4 ? 16 : 0;
+    LOOM_CHECK(blockwise || r.block_size == own)
+        << "config " << path << ": precision.block_size " << r.block_size << ": " << name
+        << (own ? " blocks are " + std::to_string(own) + " values by the format's definition"
+                : " has no blocks (one scale per tensor)");
+    LOOM_CHECK(!blockwise || (r.block_size >= 16 && r.block_size <= 1024 &&
+                              (r.block_size & (r.block_size - 1)) == 0))
+        << "config " << path << ": precision.block_size " << r.block_size
+        << ": fp8_blockwise takes a power of two from 16 to 1024 (DeepSeek-V3: 128)";
+  }
+  if (nvfp4) {
+    r.hadamard = f.get_bool("precision", "hadamard", r.hadamard);
+    r.stochastic_rounding = f.get_bool("precision", "stochastic_rounding", r.stochastic_rounding);
+  }
+  r.bf16_blocks = f.get_int_list("precision", "bf16_blocks", r.bf16_blocks);
+  LOOM_CHECK(r.amax_history >= 1) << "config " << path
+                                  << ": precision.amax_history must be at least 1";
+  r.seed = c.run.seed;
+  c.train.low_precision = r;
+}
+
 // A key whose value names one of an enum's values: parsed here, once.
 template <typename Parse>
 auto choice(ConfigFile& f, const char* section, const char* key, const char* fallback,
@@ -225,6 +268,11 @@ void read_dit(ConfigFile& f, Config& c) {
 
   c.eval.classifier = f.get_string("eval", "classifier", c.eval.classifier);
   c.eval.num_samples = f.get_int("eval", "num_samples", c.eval.num_samples);
+  // The held-out flow-matching loss on the test split: at the end, and every eval.every steps.
+  c.eval.every = f.get_int("eval", "every", 0);
+  c.eval.val_images = f.get_int("eval", "val_images", c.eval.val_images);
+  LOOM_CHECK(c.eval.every >= 0 && c.eval.val_images >= 0)
+      << "config " << path << ": eval.every and eval.val_images must be non-negative";
 }
 
 void read_gpt(ConfigFile& f, Config& c) {
@@ -325,11 +373,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
   t.stop_after = f.get_int("train", "stop_after", t.stop_after);
   t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
-  const std::string precision = f.get_string("train", "precision", "f32");
-  LOOM_CHECK(precision == "f32" || precision == "bf16")
-      << "config " << path << ": train.precision must be \"f32\" or \"bf16\", got \"" << precision
-      << "\"";
-  t.precision = dtype_from_name(precision);
+  read_precision(f, c);
   LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
              t.ckpt_every >= 0 && t.keep_checkpoints > 0 && t.max_minutes >= 0 && t.stop_after >= 0)
       << "config " << path << ": train.steps, batch_size, grad_accum, log_every and "
@@ -345,6 +389,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     read_gpt(f, c);
   } else {
     read_vit(f, c);
+  }
+  if (c.train.low_precision) {
+    const int64_t depth = c.model_kind == "gpt"   ? c.gpt.depth
+                          : c.model_kind == "dit" ? c.dit.depth
+                                                  : c.vit.depth;
+    for (int64_t b : c.train.low_precision->bf16_blocks)
+      LOOM_CHECK(b >= -depth && b < depth)
+          << "config " << path << ": precision.bf16_blocks: block " << b << " does not exist ("
+          << "model.depth " << depth << "; negative counts from the last)";
   }
 
   auto& o = c.adamw;
@@ -400,6 +453,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
   check_model_parallel(c, path);
+  // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
+  LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)
+      << "config " << path << ": train.precision \""
+      << precision::recipe_name(c.train.low_precision->recipe)
+      << "\" quantises the f32 weights; parallel.gather_dtype must stay f32";
   LOOM_CHECK(p.bucket_mb > 0 && c.parallel.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
 

@@ -12,6 +12,7 @@
 #include "loom/optim/adamw.h"
 #include "loom/optim/schedule.h"
 #include "loom/parallel/topology.h"
+#include "loom/precision/recipe.h"
 
 namespace loom::train {
 
@@ -55,6 +56,9 @@ struct TrainLoopConfig {
   // F32, or BF16 ("bf16"): mixed precision (matmuls and attention on bf16 copies, f32 master
   // weights, gradients and optimizer state; see AutocastGuard)
   DType precision = DType::F32;
+  // A low-precision recipe (train.precision = "fp8_tensorwise", ..., "nvfp4"; precision above is
+  // then BF16 for everything else) and its [precision] keys; see precision/recipe.h.
+  std::optional<precision::RecipeConfig> low_precision;
   double ema_decay = 0.999;  // dit only
   int64_t ema_start = 0;  // dit only: steps before the EMA starts tracking (it copies until then)
   bool augment = true;    // vit_classifier only: random flips and shifts by up to 2 pixels
@@ -84,6 +88,7 @@ struct EvalConfig {
   // dit:
   std::string classifier;  // checkpoint directory of the Fashion-MNIST classifier ("" = none)
   int64_t num_samples = 1000;
+  int64_t val_images = 1000;  // test images of the held-out loss (0: none)
   // gpt: held-out loss every `every` steps (0 = only at the end) on `windows` fixed validation
   // windows spread over the held-out text; the final evaluation covers all of it.
   int64_t every = 100;

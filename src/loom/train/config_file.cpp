@@ -142,6 +142,28 @@ bool ConfigFile::get_bool(const std::string& section, const std::string& key, bo
   return v;
 }
 
+std::vector<int64_t> ConfigFile::get_int_list(const std::string& section, const std::string& key,
+                                              const std::vector<int64_t>& fallback) {
+  impl_->used.insert(section + "." + key);
+  const toml::node* n = find(impl_->table, section, key);
+  std::vector<int64_t> v = fallback;
+  if (n) {
+    const toml::array* a = n->as_array();
+    LOOM_CHECK(a) << "config " << path_ << ": " << section << "." << key
+                  << " must be an array of integers";
+    v.clear();
+    for (const toml::node& e : *a) {
+      LOOM_CHECK(e.is_integer()) << "config " << path_ << ": " << section << "." << key
+                                 << " must be an array of integers";
+      v.push_back(**e.as_integer());
+    }
+  }
+  std::string text = "[";
+  for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + std::to_string(v[i]);
+  impl_->resolved[section][key] = text + "]";
+  return v;
+}
+
 void ConfigFile::check_all_keys_used() const {
   std::vector<std::string> unknown;
   for (auto&& [section, node] : impl_->table)

@@ -21,6 +21,8 @@ class ConfigFile {
   int64_t get_int(const std::string& section, const std::string& key, int64_t fallback);
   double get_double(const std::string& section, const std::string& key, double fallback);
   bool get_bool(const std::string& section, const std::string& key, bool fallback);
+  std::vector<int64_t> get_int_list(const std::string& section, const std::string& key,
+                                    const std::vector<int64_t>& fallback);
   // Throws naming every key that no getter asked for (unknown keys and typos).
   void check_all_keys_used() const;
   // The resolved config as TOML text (all values read, defaults included).

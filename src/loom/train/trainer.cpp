@@ -17,6 +17,7 @@
 #include "loom/lowcomm/diloco.h"
 #include "loom/ops/ops.h"
 #include "loom/plan/hardware_peak.h"
+#include "loom/precision/recipe.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
@@ -72,6 +73,41 @@ Slot slot_of(const TrainLoopConfig& tc, const dist::ProcessGroup& dp, int64_t st
   return {step, micro, micro * tc.batch_size + dp.rank() * count, count};
 }
 
+// A low-precision recipe's last step per operand role: the fractions of values saturated and
+// flushed to zero, and the largest magnitude quantised (this rank's).
+Json precision_metrics(const precision::LowPrecision& low) {
+  Json out = Json::object();
+  for (GemmOperand role : {GemmOperand::Input, GemmOperand::Weight, GemmOperand::OutputGrad}) {
+    const precision::RoleStats s = low.stats(role);
+    const double n = double(std::max<int64_t>(s.values, 1));
+    out.set(precision::role_name(role), Json::object({{"saturated", double(s.saturated) / n},
+                                                      {"flushed", double(s.flushed) / n},
+                                                      {"amax", double(s.amax)}}));
+  }
+  return out;
+}
+
+// fp8_delayed's amax histories in trainer_state.json: {"blocks.0.attn.qkv/input": [..], ..}.
+Json amax_histories_json(const precision::LowPrecision& low) {
+  Json out = Json::object();
+  for (const auto& [key, values] : low.histories()) {
+    Json::Array a;
+    for (float v : values) a.push_back(Json(double(v)));
+    out.set(key, Json::array(std::move(a)));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> amax_histories_from(const Json& j) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const auto& [key, values] : j.items()) {
+    std::vector<float> h;
+    for (const Json& v : values.as_array()) h.push_back(float(v.as_double()));
+    out.emplace_back(key, std::move(h));
+  }
+  return out;
+}
+
 // What one optimizer step produced, agreed over the ranks.
 struct StepResult {
   double loss = 0, grad_norm = 0, lr = 0;
@@ -87,7 +123,9 @@ struct Loop {
   Recipe& recipe;
   parallel::ParallelModel& model;
   optim::AdamW& optimizer;
-  lowcomm::DiLoCo* diloco;  // null: no DiLoCo
+  lowcomm::DiLoCo* diloco;                                     // null: no DiLoCo
+  precision::LowPrecision* low_precision;                      // null: no low-precision recipe
+  std::function<void(std::vector<float>&)> max_over_replicas;  // of the ranks holding my layers
   Prefetcher<Batch>& prefetch;
   StepGuard& guard;
   const Progress& progress;
@@ -133,7 +171,9 @@ struct Loop {
 
   StepResult train_step(int64_t step) {
     StepResult r;
+    if (low_precision) low_precision->begin_step(step);
     const double loss = forward_backward_step(step);
+    if (low_precision) low_precision->end_step(max_over_replicas);
     // The loss over the global batch, and whether any rank ran out of time (all must agree).
     const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
     const std::vector<double> agreed = sum_over(dp, {loss, out_of_time ? 1.0 : 0.0});
@@ -177,6 +217,10 @@ void train(const Config& cfg, const std::string& resume_from) {
 
   // Everything that can fail on bad input is read before the run directory is touched.
   std::unique_ptr<Recipe> recipe = make_recipe(cfg);
+  // A low-precision recipe wraps the linear layers of the whole model, before it is split.
+  std::unique_ptr<precision::LowPrecision> low_precision;
+  if (tc.low_precision)
+    low_precision = std::make_unique<precision::LowPrecision>(recipe->model(), *tc.low_precision);
   auto model = parallel::parallelize(recipe->model(), recipe->parallel_plan(), mesh,
                                      cfg.parallel.topology, tc.grad_accum);
   auto optimizer = optim::make_adamw(model->optimizer_params(), cfg.adamw);
@@ -209,6 +253,8 @@ void train(const Config& cfg, const std::string& resume_from) {
     start_step = state.at("step").as_int();
     recipe->resume(state);
     if (diloco) diloco->resume(state);
+    if (low_precision && state.contains("amax_history"))
+      low_precision->set_histories(amax_histories_from(state.at("amax_history")));
     std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
   }
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
@@ -223,6 +269,7 @@ void train(const Config& cfg, const std::string& resume_from) {
               model->describe().c_str());
   if (const std::string data = recipe->describe_data(); !data.empty())
     std::printf("%s\n", data.c_str());
+  if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
 
   // Batches are made on a background thread, in (step, micro) order from start_step, so the
   // step never waits for data.
@@ -248,8 +295,28 @@ void train(const Config& cfg, const std::string& resume_from) {
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
   recipe->model().name_for_trace();
-  Loop step_loop{cfg,          tc,       *dp,   *recipe,  *model, *optimizer,
-                 diloco.get(), prefetch, guard, progress, Json()};
+  // fp8_delayed's amaxes: the max over the ranks that hold the same layers (data, context and
+  // tensor parallel peers), so every one scales alike and as one process would. DiLoCo workers
+  // keep their own: nothing crosses the slow link between outer steps.
+  auto max_over_replicas = [&mesh, &cfg](std::vector<float>& values) {
+    Tensor t = from_vector(values, {int64_t(values.size())});
+    for (const char* axis : {cfg.diloco ? "dp_shard" : "dp", "cp", "tp"})
+      if (mesh.degree(axis) > 1) mesh.group(axis)->all_reduce(t, dist::ReduceOp::Max)->wait();
+    values = to_vector(t);
+  };
+  Loop step_loop{cfg,
+                 tc,
+                 *dp,
+                 *recipe,
+                 *model,
+                 *optimizer,
+                 diloco.get(),
+                 low_precision.get(),
+                 max_over_replicas,
+                 prefetch,
+                 guard,
+                 progress,
+                 Json()};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
     Json state = Json::object({{"model_kind", cfg.model_kind},
@@ -258,6 +325,8 @@ void train(const Config& cfg, const std::string& resume_from) {
                                {"optimizer_steps", optimizer->steps_taken()},
                                {"seed", int64_t(cfg.run.seed)}});
     if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
+    if (low_precision && tc.low_precision->recipe == precision::Recipe::Fp8Delayed)
+      state.set("amax_history", amax_histories_json(*low_precision));
     for (const Json& part :
          {step_loop.data_state, recipe->state(done), diloco ? diloco->state() : Json()})
       if (part.is_object())
@@ -281,6 +350,7 @@ void train(const Config& cfg, const std::string& resume_from) {
     Json metrics = Json::object({{"grad_norm", r.grad_norm},
                                  {"skipped_steps", guard.skipped()},
                                  {"sent_mb", double(dist::bytes_sent()) / 1e6}});
+    if (low_precision) metrics.set("precision", precision_metrics(*low_precision));
     if (r.outer)
       metrics.set("outer", Json::object({{"sent_mb", double(r.outer->bytes_sent) / 1e6},
                                          {"seconds", r.outer->seconds},

@@ -181,6 +181,32 @@ class DitRecipe : public Recipe {
     return st;
   }
 
+  // The flow-matching loss of the trained weights (not the EMA: the loss they were trained on)
+  // on the first eval.val_images test images, with draws of their own, in f32. Collective: the
+  // chunks are shared over the dp ranks.
+  double held_out_loss() {
+    if (!val_.images.defined()) val_ = fashion_mnist(cfg_.data.path, /*train=*/false);
+    const int64_t n = std::min(cfg_.eval.val_images, val_.images.size(0)), chunk = 250;
+    NoGradGuard no_grad;
+    AutocastGuard exact(DType::F32);
+    double sum = 0;
+    for (int64_t at = run_->dp.rank() * chunk; at < n; at += chunk * run_->dp.size()) {
+      const int64_t k = std::min(chunk, n - at);
+      const Tensor loss = diffusion::flow_matching_loss(
+          velocity_of(model_), narrow(val_.images, 0, at, k), narrow(val_.labels, 0, at, k),
+          cfg_.flow, cfg_.run.seed, /*step=*/-1, at);  // step -1: draws no training step uses
+      sum += double(item(loss)) * double(k);
+    }
+    return sum_over(run_->dp, {sum})[0] / double(n);
+  }
+  Json evaluate(int64_t step) override {
+    if (cfg_.eval.val_images == 0 || cfg_.parallel.topology.dims.pp > 1) return Json();
+    const double loss = held_out_loss();
+    std::printf("eval   %6lld | held-out loss %.5f (%lld test images)\n", (long long)(step + 1),
+                loss, (long long)std::min(cfg_.eval.val_images, val_.images.size(0)));
+    return Json::object({{"loss", loss}});
+  }
+
   void after_step(int64_t step, bool updated) override {
     // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
     if (updated && step < cfg_.train.ema_start) {
@@ -191,6 +217,13 @@ class DitRecipe : public Recipe {
   }
 
   void finish(const RunSummary& summary) override {
+    // The held-out loss (all ranks: collective), unless the pipeline splits the model.
+    const bool held_out = cfg_.eval.val_images > 0 && cfg_.parallel.topology.dims.pp == 1;
+    const double val_loss = held_out ? held_out_loss() : 0;
+    if (held_out && run_->main)
+      std::printf("final held-out loss at step %lld: %.5f (%lld test images)\n",
+                  (long long)summary.step, val_loss,
+                  (long long)std::min<int64_t>(cfg_.eval.val_images, val_.images.size(0)));
     const parallel::NamedTensors ema_weights = run_->model.gather_full(piece_state()[0].second);
     if (!run_->main) return;  // samples and evaluation: the main rank alone
     // Samples from the EMA weights: one row per class.
@@ -211,6 +244,7 @@ class DitRecipe : public Recipe {
         double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
         std::max(summary.train_seconds, 1e-9);
     Json result = Json::object({{"step", summary.step}});
+    if (held_out) result.set("val_loss", val_loss);
     const Json quality = quality_json(q, so);  // items() refers into it: it must outlive the loop
     for (const auto& [key, value] : quality.items()) result.set(key, value);
     result.set("train_seconds", summary.train_seconds);
@@ -226,6 +260,7 @@ class DitRecipe : public Recipe {
  private:
   const Config& cfg_;
   ImageDataset data_;
+  ImageDataset val_;  // the test split, read at the first evaluation
   models::Dit model_;
   RunContext* run_ = nullptr;
   std::unique_ptr<optim::Ema> ema_;

@@ -1,0 +1,295 @@
+// Low-precision recipes applied to linear layers (recipe.h).
+#include "loom/precision/recipe.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+
+#include "loom/core/error.h"
+#include "loom/core/rng.h"
+#include "loom/nn/layers.h"
+
+namespace loom::precision {
+
+namespace {
+
+constexpr Recipe kRecipes[] = {Recipe::Fp8Tensorwise, Recipe::Fp8Delayed, Recipe::Fp8Blockwise,
+                               Recipe::Mxfp8, Recipe::Nvfp4};
+constexpr GemmOperand kRoles[] = {GemmOperand::Input, GemmOperand::Weight,
+                                  GemmOperand::OutputGrad};
+
+// "blocks.3.attn.qkv" -> 3; -1 outside the blocks.
+int64_t block_of(const std::string& path) {
+  if (path.rfind("blocks.", 0) != 0) return -1;
+  return std::stoll(path.substr(7));
+}
+
+}  // namespace
+
+const char* recipe_name(Recipe r) {
+  switch (r) {
+    case Recipe::Fp8Tensorwise:
+      return "fp8_tensorwise";
+    case Recipe::Fp8Delayed:
+      return "fp8_delayed";
+    case Recipe::Fp8Blockwise:
+      return "fp8_blockwise";
+    case Recipe::Mxfp8:
+      return "mxfp8";
+    case Recipe::Nvfp4:
+      return "nvfp4";
+  }
+  return "?";
+}
+
+bool is_recipe_name(const std::string& name) {
+  for (Recipe r : kRecipes)
+    if (name == recipe_name(r)) return true;
+  return false;
+}
+
+Recipe recipe_from_name(const std::string& name, const std::string& where) {
+  for (Recipe r : kRecipes)
+    if (name == recipe_name(r)) return r;
+  std::string known;
+  for (Recipe r : kRecipes) known += std::string(known.empty() ? "" : ", ") + recipe_name(r);
+  LOOM_FAIL() << where << ": unknown low-precision recipe '" << name << "' (known: " << known
+              << ")";
+  return Recipe::Fp8Tensorwise;
+}
+
+RecipeConfig default_recipe_config(Recipe recipe) {
+  RecipeConfig c;
+  c.recipe = recipe;
+  if (recipe == Recipe::Nvfp4) c.bf16_blocks = {0, -1};
+  return c;
+}
+
+const char* role_name(GemmOperand role) {
+  switch (role) {
+    case GemmOperand::Input:
+      return "input";
+    case GemmOperand::Weight:
+      return "weight";
+    case GemmOperand::OutputGrad:
+      return "grad";
+  }
+  return "?";
+}
+
+OperandFormat operand_format(const RecipeConfig& c, GemmOperand role) {
+  const bool grad = role == GemmOperand::OutputGrad, weight = role == GemmOperand::Weight;
+  switch (c.recipe) {
+    case Recipe::Fp8Tensorwise:
+    case Recipe::Fp8Delayed:  // the "hybrid" formats: range for gradients, precision forward
+      return {grad ? Element::E5M2 : Element::E4M3, Scaling::Tensor};
+    case Recipe::Fp8Blockwise:
+      return {Element::E4M3, weight ? Scaling::Block128 : Scaling::Tile1x128};
+    case Recipe::Mxfp8:
+      return {Element::E4M3, Scaling::Mx};
+    case Recipe::Nvfp4:
+      return {Element::E2M1, weight ? Scaling::Nvfp4Square : Scaling::Nvfp4,
+              grad && c.stochastic_rounding};
+  }
+  return {Element::E4M3, Scaling::Tensor};
+}
+
+// One quantised linear layer: its three roles' amax histories (fp8_delayed) and the step's
+// statistics. The backward may run on another thread than the forward: counts take the lock.
+struct LowPrecision::Layer : LinearQuantizer {
+  std::string name;
+  RecipeConfig config;  // a copy: the model's wrappers may outlive the LowPrecision
+  int64_t step = 0, calls = 0;  // calls this step: each quantisation's own draws
+  std::array<std::deque<float>, 3> history;
+  std::array<float, 3> step_amax{};
+  std::array<RoleStats, 3> stats;
+  float signs[16];
+  std::mutex mutex;
+
+  void quantize(GemmPass pass, Tensor& a, GemmOperand a_role, Tensor& b,
+                GemmOperand b_role) override {
+    if (pass == GemmPass::WeightGrad && config.recipe == Recipe::Nvfp4 && config.hadamard) {
+      a = rotated(a);
+      b = rotated(b);
+    }
+    a = quantized(a, a_role);
+    b = quantized(b, b_role);
+  }
+
+  // t (rows, K) padded with zeros to a multiple of 16 columns and rotated along them.
+  Tensor rotated(const Tensor& t) const {
+    const int64_t rows = t.size(0), cols = t.size(1), padded = (cols + 15) / 16 * 16;
+    Tensor out = Tensor::empty({rows, padded}, DType::F32);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = out.data<float>() + r * padded;
+      std::memcpy(row, t.data<float>() + r * cols, size_t(cols) * sizeof(float));
+      std::fill(row + cols, row + padded, 0.0f);
+    }
+    hadamard16(out.data<float>(), rows, padded, signs);
+    return out;
+  }
+
+  Tensor quantized(const Tensor& t, GemmOperand role) {
+    const OperandFormat f = operand_format(config, role);
+    const size_t k = size_t(role);
+    QuantizeOptions options;
+    if (config.recipe == Recipe::Fp8Blockwise) options.block = config.block_size;
+    StochasticRounding sr;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (config.recipe == Recipe::Fp8Delayed && !history[k].empty())
+        options.amax = *std::max_element(history[k].begin(), history[k].end());
+      if (f.stochastic)  // keyed by (layer, step, call): the same draws when a run resumes
+        sr.key = RngKey{config.seed, "stochastic_rounding",
+                        name + "/" + std::to_string(step) + "/" + std::to_string(calls)}
+                     .hash();
+      ++calls;
+    }
+    if (f.stochastic) options.sr = &sr;
+    Tensor out = Tensor::empty(t.shape(), DType::F32);
+    const QuantizeStats s = fake_quantize(t.data<float>(), t.size(0), t.size(1), f.element,
+                                          f.scaling, out.data<float>(), options);
+    std::lock_guard<std::mutex> lock(mutex);
+    step_amax[k] = std::max(step_amax[k], s.amax);
+    RoleStats& r = stats[k];
+    r.values += s.values;
+    r.saturated += s.saturated;
+    r.flushed += s.flushed;
+    r.amax = std::max(r.amax, s.amax);
+    return out;
+  }
+};
+
+LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config) : config_(config) {
+  LOOM_CHECK(config.amax_history >= 1)
+      << "precision.amax_history must be at least 1, got " << config.amax_history;
+  // The block size is checked where it is used, and once here with the format's words.
+  if (config.recipe == Recipe::Fp8Blockwise) {
+    const int64_t b = config.block_size;
+    LOOM_CHECK(b >= 16 && b <= 1024 && (b & (b - 1)) == 0)
+        << "precision.block_size " << b << ": fp8_blockwise takes a power of two from 16 to 1024";
+  }
+  model.for_each_submodule([&](const std::string& path, nn::Module&) {
+    depth_ = std::max(depth_, block_of(path) + 1);
+  });
+  std::set<int64_t> kept;
+  for (int64_t b : config.bf16_blocks) {
+    LOOM_CHECK(b >= -depth_ && b < depth_)
+        << "precision.bf16_blocks: block " << b << " does not exist (the model has " << depth_
+        << " blocks; negative counts from the last)";
+    kept.insert(b < 0 ? depth_ + b : b);
+  }
+  float signs[16];
+  for (int i = 0; i < 16; ++i)
+    signs[i] = uniform_at(RngKey{config.seed, "hadamard", "signs"}.hash(), uint64_t(i)) < 0.5f
+                   ? -1.0f
+                   : 1.0f;
+  model.for_each_submodule([&](const std::string& path, nn::Module& m) {
+    const bool linear = dynamic_cast<nn::Linear*>(&m) || dynamic_cast<nn::TiedProjection*>(&m);
+    const int64_t block = block_of(path);
+    if (!linear || block < 0 || kept.count(block)) return;
+    auto layer = std::make_shared<Layer>();
+    layer->name = path;
+    layer->config = config_;
+    std::memcpy(layer->signs, signs, sizeof(signs));
+    // Innermost of the layer's wrappers (tensor parallelism's go around it): only the local
+    // GEMM is quantised.
+    m.add_forward_wrapper([layer](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+      LinearQuantizerScope scope(layer);
+      return fn(in);
+    });
+    layers_.push_back(layer);
+  });
+  LOOM_CHECK(!layers_.empty()) << "train.precision = \"" << recipe_name(config.recipe)
+                               << "\": the model has no linear layers in its blocks to quantise"
+                               << (kept.empty() ? "" : " (precision.bf16_blocks keeps them all: "
+                                                       "set it to [] to quantise them)");
+}
+
+LowPrecision::~LowPrecision() = default;
+
+int64_t LowPrecision::quantised_layers() const {
+  return int64_t(layers_.size());
+}
+
+std::string LowPrecision::describe() const {
+  std::string kept;
+  for (int64_t b : config_.bf16_blocks)
+    kept += (kept.empty() ? "" : ", ") + std::to_string(b < 0 ? depth_ + b : b);
+  std::string s = std::string(recipe_name(config_.recipe)) + ": " +
+                  std::to_string(layers_.size()) + " linear layers of " +
+                  std::to_string(depth_) + " blocks quantised";
+  if (!kept.empty()) s += ", blocks " + kept + " in bf16";
+  if (config_.recipe == Recipe::Nvfp4)
+    s += std::string(", Hadamard ") + (config_.hadamard ? "on" : "off") +
+         ", stochastic rounding " + (config_.stochastic_rounding ? "on" : "off");
+  if (config_.recipe == Recipe::Fp8Delayed)
+    s += ", amax history " + std::to_string(config_.amax_history);
+  return s;
+}
+
+void LowPrecision::begin_step(int64_t step) {
+  for (auto& l : layers_) {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->step = step;
+    l->calls = 0;
+    l->stats = {};
+    l->step_amax = {};
+  }
+}
+
+void LowPrecision::end_step(const std::function<void(std::vector<float>&)>& reduce_max) {
+  if (config_.recipe != Recipe::Fp8Delayed) return;
+  std::vector<float> amax;
+  for (auto& l : layers_) amax.insert(amax.end(), l->step_amax.begin(), l->step_amax.end());
+  reduce_max(amax);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (size_t k = 0; k < 3; ++k) {
+      std::deque<float>& h = layers_[i]->history[k];
+      h.push_back(amax[i * 3 + k]);
+      if (int64_t(h.size()) > config_.amax_history) h.pop_front();
+    }
+}
+
+RoleStats LowPrecision::stats(GemmOperand role) const {
+  RoleStats out;
+  for (const auto& l : layers_) {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    const RoleStats& s = l->stats[size_t(role)];
+    out.values += s.values;
+    out.saturated += s.saturated;
+    out.flushed += s.flushed;
+    out.amax = std::max(out.amax, s.amax);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> LowPrecision::histories() const {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const auto& l : layers_)
+    for (GemmOperand role : kRoles) {
+      const std::deque<float>& h = l->history[size_t(role)];
+      out.emplace_back(l->name + "/" + role_name(role), std::vector<float>(h.begin(), h.end()));
+    }
+  return out;
+}
+
+void LowPrecision::set_histories(
+    const std::vector<std::pair<std::string, std::vector<float>>>& histories) {
+  for (const auto& [key, values] : histories) {
+    bool found = false;
+    for (auto& l : layers_)
+      for (GemmOperand role : kRoles)
+        if (key == l->name + "/" + role_name(role)) {
+          l->history[size_t(role)].assign(values.begin(), values.end());
+          found = true;
+        }
+    LOOM_CHECK(found) << "precision: the checkpoint's amax history of " << key
+                      << " belongs to no quantised layer of this run";
+  }
+}
+
+}  // namespace loom::precision
