@@ -6,7 +6,8 @@
 #   at every step and the final checkpoint's bytes) -- fp8_delayed's amax histories and nvfp4's
 #   stochastic rounding draws come back with the checkpoint;
 # - recipes compose with data parallelism (DDP and ZeRO-3 on 2 processes) and tensor
-#   parallelism (tp 2) against one process, to tolerances stated below;
+#   parallelism (tp 2) and pipeline parallelism (pp 2) against one process, to tolerances
+#   stated below;
 # - bad input fails with one clear error.
 # Usage: low_precision_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
@@ -54,6 +55,11 @@ for role in ("input", "weight", "grad"):
     for k in ("saturated", "flushed"):
         assert 0 <= p[role][k] <= 1, (role, k, p[role][k])
     assert p[role]["amax"] > 0, (role, p[role])
+if "fp8_delayed" in what:  # each layer's amaxes, the max of which is the role's
+    layers = p.pop("amax")
+    assert len(layers) >= 2 and all(k.startswith("blocks.") for k in layers), layers
+    for role in ("input", "weight", "grad"):
+        assert max(v[role] for v in layers.values()) == p[role]["amax"], (role, layers)
 print(f"{what}: 12 steps = 6 + resumed 6, bit for bit; metrics {json.dumps(p)}")
 PY
     for f in rank-00000.safetensors manifest.json; do
@@ -94,6 +100,23 @@ PY
         --losses-only || fail "$model $recipe $layout: losses not within $rtol of 1 process"
     done
   done
+done
+
+# Pipeline parallelism (2 stages, each holding one block and its quantisers; 2 micro-batches)
+# against one process accumulating the same 2 micro-batches: each stage quantises exactly what
+# the single process does, so only f32 summation order separates them: 1e-4.
+for recipe in fp8_delayed mxfp8; do
+  pp=(--set train.steps=8 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
+    --set train.grad_accum=2 --set eval.every=0 --set sample.tokens=0 --set run.id=cmp
+    --set train.precision=\"$recipe\")
+  out=$work/gpt-$recipe-pp
+  "$loom" train "$here/tiny_gpt.toml" "${pp[@]}" --set run.out_dir="$out-np1" > "$out-np1.log" 2>&1 ||
+    fail "gpt $recipe: accumulating run failed"
+  "$mpirun" --oversubscribe -np 2 "$loom" train "$here/tiny_gpt.toml" "${pp[@]}" --set parallel.pp=2 \
+    --set run.out_dir="$out-pp2" > "$out-pp2.log" 2>&1 || fail "gpt $recipe pp2: run failed"
+  echo -n "gpt $recipe pp2 vs 1 process: "
+  /usr/bin/python3 "$here/compare_runs.py" "$out-np1/tiny_gpt" "$out-pp2/tiny_gpt" 1e-4 --losses-only ||
+    fail "gpt $recipe pp2: losses not within 1e-4 of 1 process"
 done
 
 # Bad input: one clear error each, before anything runs.

@@ -100,8 +100,8 @@ TEST(Recipe, EachProductMultipliesTheOperandsTheRecipePrescribes) {
     const Tensor y = lin.forward(x);
     backward(sum(mul(y, dy)));  // dL/dy = dy
 
-    const std::vector<float> xv = to_vector(x), wv = to_vector(lin.weight),
-                             gv = to_vector(dy), bv = to_vector(lin.bias);
+    const std::vector<float> xv = to_vector(x), wv = to_vector(lin.weight), gv = to_vector(dy),
+                             bv = to_vector(lin.bias);
     const Format in = expected_format(r, GemmOperand::Input),
                  w = expected_format(r, GemmOperand::Weight),
                  g = expected_format(r, GemmOperand::OutputGrad);
@@ -191,7 +191,11 @@ TEST(Recipe, DelayedScalingTakesItsScaleFromThePreviousSteps) {
   LowPrecision restored(other, c);
   restored.set_histories(h);
   EXPECT_EQ(restored.histories(), h);
-  expect_error([&] { restored.set_histories({{"blocks.7/input", {1.0f}}}); }, {"belongs to no quantised"});
+  expect_error(
+      [&] {
+        restored.set_histories({{"blocks.7/input", {1.0f}}});
+      },
+      {"belongs to no quantised"});
 }
 
 TEST(Recipe, EvaluationInF32SeesTheWeightsExact) {

@@ -18,8 +18,7 @@ namespace {
 
 constexpr Recipe kRecipes[] = {Recipe::Fp8Tensorwise, Recipe::Fp8Delayed, Recipe::Fp8Blockwise,
                                Recipe::Mxfp8, Recipe::Nvfp4};
-constexpr GemmOperand kRoles[] = {GemmOperand::Input, GemmOperand::Weight,
-                                  GemmOperand::OutputGrad};
+constexpr GemmOperand kRoles[] = {GemmOperand::Input, GemmOperand::Weight, GemmOperand::OutputGrad};
 
 // "blocks.3.attn.qkv" -> 3; -1 outside the blocks.
 int64_t block_of(const std::string& path) {
@@ -101,7 +100,7 @@ OperandFormat operand_format(const RecipeConfig& c, GemmOperand role) {
 // statistics. The backward may run on another thread than the forward: counts take the lock.
 struct LowPrecision::Layer : LinearQuantizer {
   std::string name;
-  RecipeConfig config;  // a copy: the model's wrappers may outlive the LowPrecision
+  RecipeConfig config;          // a copy: the model's wrappers may outlive the LowPrecision
   int64_t step = 0, calls = 0;  // calls this step: each quantisation's own draws
   std::array<std::deque<float>, 3> history;
   std::array<float, 3> step_amax{};
@@ -172,9 +171,8 @@ LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config) : conf
     LOOM_CHECK(b >= 16 && b <= 1024 && (b & (b - 1)) == 0)
         << "precision.block_size " << b << ": fp8_blockwise takes a power of two from 16 to 1024";
   }
-  model.for_each_submodule([&](const std::string& path, nn::Module&) {
-    depth_ = std::max(depth_, block_of(path) + 1);
-  });
+  model.for_each_submodule(
+      [&](const std::string& path, nn::Module&) { depth_ = std::max(depth_, block_of(path) + 1); });
   std::set<int64_t> kept;
   for (int64_t b : config.bf16_blocks) {
     LOOM_CHECK(b >= -depth_ && b < depth_)
@@ -205,8 +203,9 @@ LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config) : conf
   });
   LOOM_CHECK(!layers_.empty()) << "train.precision = \"" << recipe_name(config.recipe)
                                << "\": the model has no linear layers in its blocks to quantise"
-                               << (kept.empty() ? "" : " (precision.bf16_blocks keeps them all: "
-                                                       "set it to [] to quantise them)");
+                               << (kept.empty() ? ""
+                                                : " (precision.bf16_blocks keeps them all: "
+                                                  "set it to [] to quantise them)");
 }
 
 LowPrecision::~LowPrecision() = default;
@@ -219,13 +218,12 @@ std::string LowPrecision::describe() const {
   std::string kept;
   for (int64_t b : config_.bf16_blocks)
     kept += (kept.empty() ? "" : ", ") + std::to_string(b < 0 ? depth_ + b : b);
-  std::string s = std::string(recipe_name(config_.recipe)) + ": " +
-                  std::to_string(layers_.size()) + " linear layers of " +
-                  std::to_string(depth_) + " blocks quantised";
+  std::string s = std::string(recipe_name(config_.recipe)) + ": " + std::to_string(layers_.size()) +
+                  " linear layers of " + std::to_string(depth_) + " blocks quantised";
   if (!kept.empty()) s += ", blocks " + kept + " in bf16";
   if (config_.recipe == Recipe::Nvfp4)
-    s += std::string(", Hadamard ") + (config_.hadamard ? "on" : "off") +
-         ", stochastic rounding " + (config_.stochastic_rounding ? "on" : "off");
+    s += std::string(", Hadamard ") + (config_.hadamard ? "on" : "off") + ", stochastic rounding " +
+         (config_.stochastic_rounding ? "on" : "off");
   if (config_.recipe == Recipe::Fp8Delayed)
     s += ", amax history " + std::to_string(config_.amax_history);
   return s;
@@ -263,6 +261,15 @@ RoleStats LowPrecision::stats(GemmOperand role) const {
     out.saturated += s.saturated;
     out.flushed += s.flushed;
     out.amax = std::max(out.amax, s.amax);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::array<float, 3>>> LowPrecision::layer_amax() const {
+  std::vector<std::pair<std::string, std::array<float, 3>>> out;
+  for (const auto& l : layers_) {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    out.emplace_back(l->name, l->step_amax);
   }
   return out;
 }

@@ -4,17 +4,19 @@
 // recipe prescribes and multiplied dequantised with f32 accumulation (precision/quantize.h).
 //
 //   recipe          inputs, weights             output gradients       scaling
-//   fp8_tensorwise  e4m3                        e5m2                   one scale per tensor, its amax now
-//   fp8_delayed     e4m3                        e5m2                   one per tensor, max of an amax history
-//   fp8_blockwise   e4m3 (1x128), e4m3 (128^2)  e4m3 (1x128)           DeepSeek-V3's tiles and blocks
-//   mxfp8           e4m3                        e4m3                   MX: E8M0 per 32 along the reduction
-//   nvfp4           e2m1 (1x16), e2m1 (16x16)   e2m1 (1x16), stochastic  E4M3 per block under a tensor scale
+//   fp8_tensorwise  e4m3                        e5m2                   one scale per tensor, its
+//   amax now fp8_delayed     e4m3                        e5m2                   one per tensor, max
+//   of an amax history fp8_blockwise   e4m3 (1x128), e4m3 (128^2)  e4m3 (1x128) DeepSeek-V3's tiles
+//   and blocks mxfp8           e4m3                        e4m3                   MX: E8M0 per 32
+//   along the reduction nvfp4           e2m1 (1x16), e2m1 (16x16)   e2m1 (1x16), stochastic  E4M3
+//   per block under a tensor scale
 //
 // nvfp4 also rotates both weight-gradient operands by a 16-point random Hadamard transform
 // along the reduction, and keeps the first and last blocks in bf16 (each can be turned off).
 // Layers outside the model's blocks (embeddings, the timestep MLP, the final layer, the head)
 // stay in bf16 with every recipe: they are small and the most sensitive.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,10 +37,10 @@ bool is_recipe_name(const std::string& name);
 
 struct RecipeConfig {
   Recipe recipe = Recipe::Fp8Tensorwise;
-  int64_t amax_history = 16;        // fp8_delayed: the scale maps the max of the last N amaxes
-  int64_t block_size = 128;         // fp8_blockwise: tile length and block edge
-  bool hadamard = true;             // nvfp4: the random Hadamard transform of the dW operands
-  bool stochastic_rounding = true;  // nvfp4: output gradients rounded stochastically
+  int64_t amax_history = 16;         // fp8_delayed: the scale maps the max of the last N amaxes
+  int64_t block_size = 128;          // fp8_blockwise: tile length and block edge
+  bool hadamard = true;              // nvfp4: the random Hadamard transform of the dW operands
+  bool stochastic_rounding = true;   // nvfp4: output gradients rounded stochastically
   std::vector<int64_t> bf16_blocks;  // blocks kept in bf16 (negative: counted from the last)
   uint64_t seed = 0;                 // stochastic rounding draws and the Hadamard signs
 };
@@ -75,6 +77,9 @@ class LowPrecision {
   void begin_step(int64_t step);
   void end_step(const std::function<void(std::vector<float>&)>& reduce_max);
   RoleStats stats(GemmOperand role) const;  // of the last step, over all layers
+  // Each quantised layer's amax per role (input, weight, grad) in the last step: what entered
+  // fp8_delayed's histories (before the max over ranks).
+  std::vector<std::pair<std::string, std::array<float, 3>>> layer_amax() const;
 
   // fp8_delayed's amax histories by layer name (oldest first): what a checkpoint keeps.
   std::vector<std::pair<std::string, std::vector<float>>> histories() const;

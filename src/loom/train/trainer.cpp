@@ -74,9 +74,18 @@ Slot slot_of(const TrainLoopConfig& tc, const dist::ProcessGroup& dp, int64_t st
 }
 
 // A low-precision recipe's last step per operand role: the fractions of values saturated and
-// flushed to zero, and the largest magnitude quantised (this rank's).
+// flushed to zero, and the largest magnitude quantised (this rank's); with fp8_delayed also
+// each layer's amaxes, the entries its histories took this step.
 Json precision_metrics(const precision::LowPrecision& low) {
   Json out = Json::object();
+  if (low.config().recipe == precision::Recipe::Fp8Delayed) {
+    Json layers = Json::object();
+    for (const auto& [name, amax] : low.layer_amax())
+      layers.set(name, Json::object({{"input", double(amax[0])},
+                                     {"weight", double(amax[1])},
+                                     {"grad", double(amax[2])}}));
+    out.set("amax", layers);
+  }
   for (GemmOperand role : {GemmOperand::Input, GemmOperand::Weight, GemmOperand::OutputGrad}) {
     const precision::RoleStats s = low.stats(role);
     const double n = double(std::max<int64_t>(s.values, 1));
