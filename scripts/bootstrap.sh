@@ -46,7 +46,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # PyTorch 2.x from PyPI for bench/compare: what a user would install, in a virtual environment
-# of its own (Debian's python3-torch stays for the float64 references of the tests).
+# of its own (Debian's python3-torch stays for the float64 references of the tests); and
+# transformers, with which tests/e2e/hf_export_test.sh also loads Loom's exports.
 if [ "${1:-}" = compare ]; then
   venv=${XDG_CACHE_HOME:-$HOME/.cache}/loom/venv-compare
   if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
@@ -55,4 +56,5 @@ if [ "${1:-}" = compare ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q torch numpy
   fi
+  "$venv/bin/python" -c "import transformers" 2>/dev/null || "$venv/bin/pip" install -q transformers
 fi

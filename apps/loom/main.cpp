@@ -24,6 +24,7 @@
 #include "loom/dist/world.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
+#include "loom/train/hf_export.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
 #include "loom/train/recipes/dit_clusters.h"
@@ -320,6 +321,8 @@ void add_sample(CLI::App& cmd, SampleArgs& a) {
   cmd.add_option("--prompt", a.gpt.prompt, "the text to continue")->type_name("TEXT");
   add_int(cmd, "--tokens", a.gpt.tokens, "tokens to add");
   add_number(cmd, "--temperature", a.gpt.temperature, "0: greedy")->type_name("T");
+  cmd.add_option("--logits", a.gpt.logits_npy, "also write the prompt's logits (T, vocab) as .npy")
+      ->type_name("FILE");
 }
 
 // Fails naming the flags of `group` that were given: they are not for this checkpoint's kind.
@@ -516,18 +519,39 @@ int tokenizer_check_command(const TokenizerCheckArgs& a) {
 // ---- ckpt export, ckpt verify
 
 struct CkptExportArgs {
-  std::string checkpoint, out, part = "model";
+  std::string checkpoint, out, part = "model", format = "safetensors", dtype = "f32";
 };
 
 void add_ckpt_export(CLI::App& cmd, CkptExportArgs& a) {
-  cmd.description("write one part of a (sharded) checkpoint as one consolidated file");
+  cmd.description(
+      "write one part of a (sharded) checkpoint as one consolidated file; --format hf: a GPT "
+      "checkpoint as a Hugging Face model directory (model.safetensors and config.json for "
+      "GPT2LMHeadModel or LlamaForCausalLM)");
   cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
-  cmd.add_option("OUT.safetensors", a.out, "the file to write")->required();
+  cmd.add_option("OUT", a.out, "the file to write (--format hf: the directory)")->required();
   cmd.add_option("--part", a.part, "the part to write")->type_name("model|ema|optimizer");
+  cmd.add_option("--format", a.format, "the output's format")
+      ->check(CLI::IsMember({"safetensors", "hf"}).description(""))
+      ->type_name("safetensors|hf");
+  cmd.add_option("--dtype", a.dtype, "--format hf: the tensors' dtype")
+      ->check(CLI::IsMember({"f32", "bf16"}).description(""))
+      ->type_name("f32|bf16");
 }
 
-int ckpt_export_command(CkptExportArgs a) {
+int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
   a.checkpoint = loom::checkpoint_from_user_path(a.checkpoint);
+  if (a.format == "hf") {
+    if (cmd.get_option("--part")->count() > 0)
+      throw CLI::ValidationError("--part", "--format hf writes the model");
+    const loom::train::HfExport e =
+        loom::train::export_hf(a.checkpoint, a.out, loom::dtype_from_name(a.dtype));
+    std::printf("%s: %s, %lld tensors, %lld bytes (%s) in model.safetensors and config.json\n",
+                a.out.c_str(), e.architecture.c_str(), (long long)e.tensors, (long long)e.bytes,
+                a.dtype.c_str());
+    return 0;
+  }
+  if (cmd.get_option("--dtype")->count() > 0)
+    throw CLI::ValidationError("--dtype", "goes with --format hf");
   const loom::CheckpointReader ckpt(a.checkpoint);
   const auto tensors = ckpt.read_all(a.part);
   LOOM_CHECK(!tensors.empty()) << "ckpt export: " << a.checkpoint << " has no tensors under '"
@@ -673,7 +697,8 @@ int run(int argc, char** argv) {
     if (loom.got_subcommand("cluster")) return loom::train::cluster_training_set(cluster), 0;
     if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
-    if (ckpt->got_subcommand("export")) return ckpt_export_command(ckpt_export);
+    if (ckpt->got_subcommand("export"))
+      return ckpt_export_command(*ckpt->get_subcommand("export"), ckpt_export);
     if (ckpt->got_subcommand("verify")) return ckpt_verify_command(ckpt_verify);
     if (loom.got_subcommand("launch")) return launch_command(launch);
     if (loom.got_subcommand("bench"))

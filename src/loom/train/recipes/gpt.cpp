@@ -10,6 +10,7 @@
 #include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
 #include "loom/core/rng.h"
+#include "loom/data/npy.h"
 #include "loom/data/text.h"
 #include "loom/data/token_windows.h"
 #include "loom/models/gpt/generate.h"
@@ -292,7 +293,7 @@ class GptRecipe : public Recipe {
                 cfg_.run_dir().c_str());
     if (cfg_.lm_sample.tokens > 0) {
       const GptSampleOptions so{cfg_.lm_sample.prompt, cfg_.lm_sample.tokens,
-                                cfg_.lm_sample.temperature, cfg_.run.seed};
+                                cfg_.lm_sample.temperature, cfg_.run.seed, ""};
       std::printf("sample (%lld tokens, temperature %.2f):\n%s\n", (long long)so.tokens,
                   so.temperature, generate(*full_model, tok_, so).c_str());
     }
@@ -325,6 +326,16 @@ LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
 
 std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& options) {
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "sample");
+  if (!options.logits_npy.empty()) {  // what another implementation of the model can check
+    const std::vector<int32_t> ids = g.tok.encode(options.prompt);
+    LOOM_CHECK(!ids.empty() && int64_t(ids.size()) <= g.cfg.gpt.context)
+        << "sample --logits: the prompt must have 1 to " << g.cfg.gpt.context << " tokens, has "
+        << ids.size();
+    NoGradGuard no_grad;
+    const Tensor x = from_vector(std::vector<int64_t>(ids.begin(), ids.end()),
+                                 {1, int64_t(ids.size())});          // (1, T)
+    write_npy(options.logits_npy, squeeze(g.model->forward(x), 0));  // (T, V)
+  }
   return generate(*g.model, g.tok, options);
 }
 

@@ -47,6 +47,7 @@ struct GptSampleOptions {
   int64_t tokens = 200;
   double temperature = 0.8;  // 0: greedy
   uint64_t seed = 0;
+  std::string logits_npy;  // also write the prompt's logits (T, vocab) f32 here ("": no)
 };
 
 // Continues `prompt` with options.tokens tokens from a GPT checkpoint directory; returns the
