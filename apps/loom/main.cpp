@@ -24,7 +24,7 @@
 #include "loom/dist/world.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
-#include "loom/train/hf_export.h"
+#include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
 #include "loom/train/recipes/dit_clusters.h"
@@ -520,6 +520,7 @@ int tokenizer_check_command(const TokenizerCheckArgs& a) {
 
 struct CkptExportArgs {
   std::string checkpoint, out, part = "model", format = "safetensors", dtype = "f32";
+  double shard_mb = 5000;
 };
 
 void add_ckpt_export(CLI::App& cmd, CkptExportArgs& a) {
@@ -536,6 +537,7 @@ void add_ckpt_export(CLI::App& cmd, CkptExportArgs& a) {
   cmd.add_option("--dtype", a.dtype, "--format hf: the tensors' dtype")
       ->check(CLI::IsMember({"f32", "bf16"}).description(""))
       ->type_name("f32|bf16");
+  add_number(cmd, "--shard-mb", a.shard_mb, "--format hf: the largest file, in MB", true);
 }
 
 int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
@@ -543,15 +545,16 @@ int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
   if (a.format == "hf") {
     if (cmd.get_option("--part")->count() > 0)
       throw CLI::ValidationError("--part", "--format hf writes the model");
-    const loom::train::HfExport e =
-        loom::train::export_hf(a.checkpoint, a.out, loom::dtype_from_name(a.dtype));
-    std::printf("%s: %s, %lld tensors, %lld bytes (%s) in model.safetensors and config.json\n",
+    const loom::train::HfExport e = loom::train::export_hf(
+        a.checkpoint, a.out, loom::dtype_from_name(a.dtype), int64_t(a.shard_mb * 1e6));
+    std::printf("%s: %s, %lld tensors, %lld bytes (%s) in %lld file%s and config.json\n",
                 a.out.c_str(), e.architecture.c_str(), (long long)e.tensors, (long long)e.bytes,
-                a.dtype.c_str());
+                a.dtype.c_str(), (long long)e.shards, e.shards > 1 ? "s (and an index)" : "");
     return 0;
   }
-  if (cmd.get_option("--dtype")->count() > 0)
-    throw CLI::ValidationError("--dtype", "goes with --format hf");
+  for (const char* flag : {"--dtype", "--shard-mb"})
+    if (cmd.get_option(flag)->count() > 0)
+      throw CLI::ValidationError(flag, "goes with --format hf");
   const loom::CheckpointReader ckpt(a.checkpoint);
   const auto tensors = ckpt.read_all(a.part);
   LOOM_CHECK(!tensors.empty()) << "ckpt export: " << a.checkpoint << " has no tensors under '"

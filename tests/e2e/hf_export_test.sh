@@ -6,9 +6,14 @@
 # config.json and model.safetensors alone): the prompt's logits equal Loom's (`loom sample
 # --logits`) within 1e-5 of the largest logit (f32 export; measured ~3e-7) and 2e-2 (bf16
 # export: every weight rounded to 8 bits), and greedy continuations agree token for token.
-# Where PyTorch and transformers are installed (bash scripts/bootstrap.sh compare), the same
-# directories are loaded by transformers itself and checked the same way.
-# Bad input: a DiT checkpoint, --part with --format hf.
+# Back into Loom: a sharded export (--shard-mb: several files and an index) is the start of a
+# new run (train.init_from), whose model gives the very same logits.
+# Where PyTorch and transformers are installed (bash scripts/bootstrap.sh compare), the f32
+# exports are loaded by transformers itself and checked the same way (1e-5), and a model made
+# and saved by transformers (random weights, the export's config) starts a Loom run whose
+# logits equal transformers' (1e-5). Otherwise one line says these checks did not run.
+# Bad input: a DiT checkpoint, --part with --format hf; init_from a directory whose
+# architecture or config does not match, or that lacks a tensor.
 # Usage: hf_export_test.sh LOOM_BINARY WORK_DIR
 set -uo pipefail
 loom=$1 work=$2
@@ -27,6 +32,13 @@ for style in gpt2 llama; do
     --set eval.every=0 --set sample.tokens=0 "${extra[@]}" > "$work/$style.log" 2>&1 ||
     { fail "$style: training failed"; cat "$work/$style.log"; continue; }
   run=$work/$style/tiny_gpt
+  model=(--set model.style=\"$style\" --set model.context=64 "${extra[@]}")
+  # init_from: a run that starts from $1 (an HF directory) and takes no step of its own size.
+  start_from() {
+    "$loom" train "$here/tiny_gpt.toml" "${model[@]}" --set run.out_dir="$2" --set train.steps=1 \
+      --set optim.lr=0 --set optim.warmup_steps=0 --set eval.every=0 --set sample.tokens=0 \
+      --set train.init_from=\"$1\" > "$2.log" 2>&1
+  }
   "$loom" sample "$run" --prompt "$prompt" --tokens 24 --temperature 0 --logits "$work/$style.npy" \
     > "$work/$style.greedy" || fail "$style: loom sample --logits failed"
   for dtype in f32 bf16; do
@@ -43,6 +55,15 @@ for style in gpt2 llama; do
       # loom sample ends its text with a newline
       [ "$(cat "$out.greedy")" = "$(head -c -1 "$work/$style.greedy")" ] ||
         fail "$style: greedy continuations differ: '$(cat "$out.greedy")' vs '$(cat "$work/$style.greedy")'"
+      # Sharded, and back: the same logits, bit for bit.
+      "$loom" ckpt export "$run" "$out-sharded" --format hf --shard-mb 0.03 > /dev/null ||
+        fail "$style: sharded export failed"
+      [ -f "$out-sharded/model.safetensors.index.json" ] && [ -f "$out-sharded/model-00002-of-0000$( \
+        ls "$out-sharded" | grep -c '^model-0')".safetensors ] || fail "$style: no shards and index"
+      start_from "$out-sharded" "$work/$style-back" || fail "$style: init_from the export: $(tail -2 "$work/$style-back.log")"
+      "$loom" sample "$work/$style-back/tiny_gpt" --prompt "$prompt" --tokens 1 --logits "$work/$style-back.npy" > /dev/null
+      cmp -s "$work/$style-back.npy" "$work/$style.npy" && echo "$style: exported in shards, init_from: identical logits" ||
+        fail "$style: a run started from the export gives other logits"
       if "$hf_python" -c "import transformers, torch" 2> /dev/null; then
         "$hf_python" - "$out" "$prompt" "$work/$style.npy" <<'PY' || fail "$style: transformers disagrees"
 import sys
@@ -57,8 +78,34 @@ err = np.abs(z - np.load(npy)).max() / np.abs(z).max()
 print(f"transformers {type(m).__name__}: prompt logits within {err:.2e} of Loom's (bound 1e-5)")
 sys.exit(0 if err < 1e-5 else 1)
 PY
+        # A model transformers made (random weights) and saved, into Loom.
+        "$hf_python" - "$out" "$work/$style-made" <<'PY' || fail "$style: transformers could not make a model"
+import sys
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+torch.manual_seed(0)
+m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]), dtype=torch.float32)
+m.save_pretrained(sys.argv[2])
+PY
+        start_from "$work/$style-made" "$work/$style-made-run" ||
+          fail "$style: init_from transformers' model: $(tail -2 "$work/$style-made-run.log")"
+        "$loom" sample "$work/$style-made-run/tiny_gpt" --prompt "$prompt" --tokens 1 \
+          --logits "$work/$style-made.npy" > /dev/null
+        "$hf_python" - "$work/$style-made" "$prompt" "$work/$style-made.npy" <<'PY' || fail "$style: Loom's logits from transformers' model differ"
+import sys
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+d, prompt, npy = sys.argv[1:4]
+m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+with torch.no_grad():
+    z = m(torch.tensor([list(prompt.encode())])).logits[0].double().numpy()
+err = np.abs(z - np.load(npy)).max() / np.abs(z).max()
+print(f"a {type(m).__name__} saved by transformers, trained from in Loom: logits within {err:.2e} (bound 1e-5)")
+sys.exit(0 if err < 1e-5 else 1)
+PY
       else
-        echo "(transformers not installed: bash scripts/bootstrap.sh compare adds it)"
+        echo "transformers checks not run: $hf_python cannot import transformers and torch (bash scripts/bootstrap.sh compare installs them)"
       fi
     fi
   done
@@ -73,6 +120,17 @@ grep -q "is a checkpoint of a dit model, not a gpt" "$work/bad.log" || fail "no 
 "$loom" ckpt export "$work/gpt2/tiny_gpt" "$work/x" --format hf --part ema > "$work/bad.log" 2>&1 &&
   fail "--part with --format hf was accepted"
 grep -q "format hf writes the model" "$work/bad.log" || fail "no --part error: $(cat "$work/bad.log")"
+
+model=(--set model.style=\"gpt2\" --set model.context=64)
+bad_init() {  # expected-message hf-dir
+  start_from "$2" "$work/bad-init" && fail "init_from $2 was accepted"
+  grep -q "$1" "$work/bad-init.log" || fail "no '$1' for init_from $2: $(tail -1 "$work/bad-init.log")"
+}
+bad_init "architecture 'LlamaForCausalLM', but model.style \"gpt2\" is GPT2LMHeadModel" "$work/llama-hf-f32"
+cp -r "$work/gpt2-hf-f32" "$work/gpt2-wide" && sed -i 's/"n_embd": 32/"n_embd": 48/' "$work/gpt2-wide/config.json"
+bad_init "n_embd is 48, the run's model needs 32" "$work/gpt2-wide"
+cp -r "$work/gpt2-hf-f32-sharded" "$work/gpt2-missing" && rm "$work/gpt2-missing/model-00002-of-"*
+bad_init "gpt2-missing/model-00002-of-" "$work/gpt2-missing"
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo PASS

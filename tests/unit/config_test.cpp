@@ -163,7 +163,8 @@ TEST_F(ConfigTest, KeysOfTheOtherModelKindAreUnknown) {
   // gpt keys in a DiT config.
   for (const std::string key :
        {"model.vocab_size=256", "model.context=64", "model.style=\"gpt2\"", "data.val_fraction=0.1",
-        "data.tokenizer=\"bytes\"", "eval.windows=4", "sample.prompt=\"x\""}) {
+        "data.tokenizer=\"bytes\"", "eval.windows=4", "sample.prompt=\"x\"",
+        "train.init_from=\"hf\""}) {
     SCOPED_TRACE(key);
     expect_error([&] { load_config(dit_file(), {key}); },
                  {"unknown key " + key.substr(0, key.find('='))});

@@ -278,6 +278,7 @@ void read_dit(ConfigFile& f, Config& c) {
 void read_gpt(ConfigFile& f, Config& c) {
   const std::string& path = f.path();
   auto& g = c.gpt;
+  c.train.init_from = f.get_string("train", "init_from", "");
   g.style = f.get_string("model", "style", g.style);
   LOOM_CHECK(g.style == "gpt2" || g.style == "llama")
       << "config " << path << ": model.style '" << g.style

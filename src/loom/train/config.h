@@ -62,6 +62,9 @@ struct TrainLoopConfig {
   double ema_decay = 0.999;  // dit only
   int64_t ema_start = 0;  // dit only: steps before the EMA starts tracking (it copies until then)
   bool augment = true;    // vit_classifier only: random flips and shifts by up to 2 pixels
+  // gpt only: a Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM, as `loom
+  // ckpt export --format hf` writes) whose weights the run starts from instead of random ones.
+  std::string init_from;
 };
 
 // [resilience]: how a run reacts to bad steps and slow ranks (see train/step_guard.h).

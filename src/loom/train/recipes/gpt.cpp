@@ -16,6 +16,7 @@
 #include "loom/models/gpt/generate.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/hf_interop.h"
 
 namespace loom::train {
 
@@ -209,6 +210,8 @@ class GptRecipe : public Recipe {
   explicit GptRecipe(const Config& cfg)
       : cfg_(cfg), tok_(load_tokenizer(cfg, "")), data_(load_lm_data(cfg, tok_)), model_(cfg.gpt) {
     model_.init_parameters(cfg.run.seed);
+    if (!cfg.train.init_from.empty())  // fine-tuning: the weights of a Hugging Face model
+      load_state_dict(model_, as_map(import_hf(cfg.train.init_from, cfg.gpt)), cfg.train.init_from);
   }
 
   nn::Module& model() override { return model_; }
