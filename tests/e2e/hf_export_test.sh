@@ -65,19 +65,8 @@ for style in gpt2 llama; do
       cmp -s "$work/$style-back.npy" "$work/$style.npy" && echo "$style: exported in shards, init_from: identical logits" ||
         fail "$style: a run started from the export gives other logits"
       if "$hf_python" -c "import transformers, torch" 2> /dev/null; then
-        "$hf_python" - "$out" "$prompt" "$work/$style.npy" <<'PY' || fail "$style: transformers disagrees"
-import sys
-import numpy as np
-import torch
-from transformers import AutoModelForCausalLM
-d, prompt, npy = sys.argv[1:4]
-m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
-with torch.no_grad():
-    z = m(torch.tensor([list(prompt.encode())])).logits[0].double().numpy()
-err = np.abs(z - np.load(npy)).max() / np.abs(z).max()
-print(f"transformers {type(m).__name__}: prompt logits within {err:.2e} of Loom's (bound 1e-5)")
-sys.exit(0 if err < 1e-5 else 1)
-PY
+        "$hf_python" "$here/hf_transformers_logits.py" "$out" "$prompt" "$work/$style.npy" 1e-5 \
+          "transformers loads the export" 2> /dev/null || fail "$style: transformers disagrees"
         # A model transformers made (random weights) and saved, into Loom.
         "$hf_python" - "$out" "$work/$style-made" <<'PY' || fail "$style: transformers could not make a model"
 import sys
@@ -91,19 +80,9 @@ PY
           fail "$style: init_from transformers' model: $(tail -2 "$work/$style-made-run.log")"
         "$loom" sample "$work/$style-made-run/tiny_gpt" --prompt "$prompt" --tokens 1 \
           --logits "$work/$style-made.npy" > /dev/null
-        "$hf_python" - "$work/$style-made" "$prompt" "$work/$style-made.npy" <<'PY' || fail "$style: Loom's logits from transformers' model differ"
-import sys
-import numpy as np
-import torch
-from transformers import AutoModelForCausalLM
-d, prompt, npy = sys.argv[1:4]
-m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
-with torch.no_grad():
-    z = m(torch.tensor([list(prompt.encode())])).logits[0].double().numpy()
-err = np.abs(z - np.load(npy)).max() / np.abs(z).max()
-print(f"a {type(m).__name__} saved by transformers, trained from in Loom: logits within {err:.2e} (bound 1e-5)")
-sys.exit(0 if err < 1e-5 else 1)
-PY
+        "$hf_python" "$here/hf_transformers_logits.py" "$work/$style-made" "$prompt" \
+          "$work/$style-made.npy" 1e-5 "a model transformers saved, started from in Loom" 2> /dev/null ||
+          fail "$style: Loom's logits from transformers' model differ"
       else
         echo "transformers checks not run: $hf_python cannot import transformers and torch (bash scripts/bootstrap.sh compare installs them)"
       fi

@@ -19,68 +19,73 @@ namespace {
 
 using Named = std::vector<std::pair<std::string, Tensor>>;
 
-// Loom's names -> Hugging Face's, per style. `t` transposes a Linear weight (out, in) into a
-// Conv1D weight (in, out).
-Named gpt2_tensors(const models::GptConfig& c, std::map<std::string, Tensor>& w) {
-  Named out;
-  auto take = [&](const std::string& loom, const std::string& hf, bool conv1d = false) {
-    auto it = w.find(loom);
-    LOOM_CHECK(it != w.end()) << "hf export: the checkpoint has no tensor " << loom;
-    out.emplace_back(hf, conv1d ? contiguous(transpose(it->second, 0, 1)) : it->second);
-    w.erase(it);
-  };
-  take("tok_embed.weight", "transformer.wte.weight");
-  take("pos_embed.weight", "transformer.wpe.weight");
-  for (int64_t i = 0; i < c.depth; ++i) {
-    const std::string l = "blocks." + std::to_string(i) + ".",
-                      h = "transformer.h." + std::to_string(i) + ".";
-    for (const char* p : {"weight", "bias"}) {
-      take(l + "norm1." + p, h + "ln_1." + p);
-      take(l + "norm2." + p, h + "ln_2." + p);
+// One Loom parameter and the Hugging Face tensor(s) it is: the same values, the transpose
+// (GPT-2's Conv1D weights are (in, out)), or its rows split in parts (Llama's q, k, v).
+struct NameMap {
+  NameMap(std::string l, std::vector<std::string> h, bool t = false, std::vector<int64_t> r = {})
+      : loom(std::move(l)), hf(std::move(h)), transposed(t), rows(std::move(r)) {}
+  std::string loom;
+  std::vector<std::string> hf;
+  bool transposed;
+  std::vector<int64_t> rows;  // with several hf tensors: each one's rows
+};
+
+std::vector<NameMap> name_maps(const models::GptConfig& c) {
+  std::vector<NameMap> m;
+  if (!c.is_llama()) {
+    m.push_back({"tok_embed.weight", {"transformer.wte.weight"}});
+    m.push_back({"pos_embed.weight", {"transformer.wpe.weight"}});
+    for (int64_t i = 0; i < c.depth; ++i) {
+      const std::string l = "blocks." + std::to_string(i) + ".",
+                        h = "transformer.h." + std::to_string(i) + ".";
+      for (const char* p : {".weight", ".bias"}) {
+        m.push_back({l + "norm1" + p, {h + "ln_1" + p}});
+        m.push_back({l + "norm2" + p, {h + "ln_2" + p}});
+      }
+      for (const auto& [loom, hf] :
+           std::vector<std::pair<std::string, std::string>>{{"attn.qkv", "attn.c_attn"},
+                                                            {"attn.proj", "attn.c_proj"},
+                                                            {"mlp.fc1", "mlp.c_fc"},
+                                                            {"mlp.fc2", "mlp.c_proj"}}) {
+        m.push_back({l + loom + ".weight", {h + hf + ".weight"}, /*transposed=*/true});
+        m.push_back({l + loom + ".bias", {h + hf + ".bias"}});
+      }
     }
-    for (const auto& [loom, hf] :
-         std::vector<std::pair<std::string, std::string>>{{"attn.qkv", "attn.c_attn"},
-                                                          {"attn.proj", "attn.c_proj"},
-                                                          {"mlp.fc1", "mlp.c_fc"},
-                                                          {"mlp.fc2", "mlp.c_proj"}}) {
-      take(l + loom + ".weight", h + hf + ".weight", /*conv1d=*/true);
-      take(l + loom + ".bias", h + hf + ".bias");
+    m.push_back({"norm_f.weight", {"transformer.ln_f.weight"}});
+    m.push_back({"norm_f.bias", {"transformer.ln_f.bias"}});
+  } else {
+    const int64_t q = c.heads * c.head_dim(), kv = c.num_kv_heads() * c.head_dim();
+    m.push_back({"tok_embed.weight", {"model.embed_tokens.weight"}});
+    for (int64_t i = 0; i < c.depth; ++i) {
+      const std::string l = "blocks." + std::to_string(i) + ".",
+                        h = "model.layers." + std::to_string(i) + ".";
+      m.push_back({l + "norm1.weight", {h + "input_layernorm.weight"}});
+      m.emplace_back(NameMap{l + "attn.qkv.weight",  // rows: the q heads, then k, then v
+                             {h + "self_attn.q_proj.weight", h + "self_attn.k_proj.weight",
+                              h + "self_attn.v_proj.weight"},
+                             false,
+                             {q, kv, kv}});
+      m.push_back({l + "attn.proj.weight", {h + "self_attn.o_proj.weight"}});
+      m.push_back({l + "norm2.weight", {h + "post_attention_layernorm.weight"}});
+      m.emplace_back(
+          NameMap{l + "mlp.w1.weight", {h + "mlp.gate_proj.weight"}});  // silu(w1 x) * w3 x
+      m.push_back({l + "mlp.w3.weight", {h + "mlp.up_proj.weight"}});
+      m.push_back({l + "mlp.w2.weight", {h + "mlp.down_proj.weight"}});
     }
+    m.push_back({"norm_f.weight", {"model.norm.weight"}});
   }
-  take("norm_f.weight", "transformer.ln_f.weight");
-  take("norm_f.bias", "transformer.ln_f.bias");
-  if (!c.tie_embeddings) take("lm_head.weight", "lm_head.weight");
-  return out;
+  if (!c.tie_embeddings) m.push_back({"lm_head.weight", {"lm_head.weight"}});
+  return m;
 }
 
-Named llama_tensors(const models::GptConfig& c, std::map<std::string, Tensor>& w) {
-  Named out;
-  auto get = [&](const std::string& loom) {
-    auto it = w.find(loom);
-    LOOM_CHECK(it != w.end()) << "hf export: the checkpoint has no tensor " << loom;
-    Tensor t = it->second;
-    w.erase(it);
-    return t;
-  };
-  const int64_t q = c.heads * c.head_dim(), kv = c.num_kv_heads() * c.head_dim();
-  out.emplace_back("model.embed_tokens.weight", get("tok_embed.weight"));
-  for (int64_t i = 0; i < c.depth; ++i) {
-    const std::string l = "blocks." + std::to_string(i) + ".",
-                      h = "model.layers." + std::to_string(i) + ".";
-    out.emplace_back(h + "input_layernorm.weight", get(l + "norm1.weight"));
-    const Tensor qkv = get(l + "attn.qkv.weight");  // rows: q heads, then k, then v
-    out.emplace_back(h + "self_attn.q_proj.weight", contiguous(narrow(qkv, 0, 0, q)));
-    out.emplace_back(h + "self_attn.k_proj.weight", contiguous(narrow(qkv, 0, q, kv)));
-    out.emplace_back(h + "self_attn.v_proj.weight", contiguous(narrow(qkv, 0, q + kv, kv)));
-    out.emplace_back(h + "self_attn.o_proj.weight", get(l + "attn.proj.weight"));
-    out.emplace_back(h + "post_attention_layernorm.weight", get(l + "norm2.weight"));
-    out.emplace_back(h + "mlp.gate_proj.weight", get(l + "mlp.w1.weight"));  // silu(w1 x) * w3 x
-    out.emplace_back(h + "mlp.up_proj.weight", get(l + "mlp.w3.weight"));
-    out.emplace_back(h + "mlp.down_proj.weight", get(l + "mlp.w2.weight"));
-  }
-  out.emplace_back("model.norm.weight", get("norm_f.weight"));
-  if (!c.tie_embeddings) out.emplace_back("lm_head.weight", get("lm_head.weight"));
-  return out;
+// Takes `name` out of `tensors`; `what` says where it was looked for.
+Tensor take(std::map<std::string, Tensor>& tensors, const std::string& name,
+            const std::string& what) {
+  auto it = tensors.find(name);
+  LOOM_CHECK(it != tensors.end()) << what << " has no tensor " << name;
+  Tensor t = it->second;
+  tensors.erase(it);
+  return t;
 }
 
 Json hf_config(const models::GptConfig& c, DType dtype) {
@@ -133,8 +138,17 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
   const Config cfg = run_config_of(ckpt_dir, "gpt", "ckpt export --format hf");
   std::map<std::string, Tensor> weights;
   for (auto& [name, t] : CheckpointReader(ckpt_dir).read_all("model")) weights[name] = t;
-  Named tensors =
-      cfg.gpt.is_llama() ? llama_tensors(cfg.gpt, weights) : gpt2_tensors(cfg.gpt, weights);
+  Named tensors;
+  for (const NameMap& m : name_maps(cfg.gpt)) {
+    const Tensor t = take(weights, m.loom, "hf export: the checkpoint");
+    if (m.hf.size() == 1) {
+      tensors.emplace_back(m.hf[0], m.transposed ? contiguous(transpose(t, 0, 1)) : t);
+      continue;
+    }
+    int64_t row = 0;
+    for (size_t k = 0; k < m.hf.size(); row += m.rows[k], ++k)
+      tensors.emplace_back(m.hf[k], contiguous(narrow(t, 0, row, m.rows[k])));
+  }
   LOOM_CHECK(weights.empty()) << "hf export: " << weights.begin()->first
                               << " has no Hugging Face name (a model this export does not know)";
   HfExport result;
@@ -246,72 +260,21 @@ std::vector<std::pair<std::string, Tensor>> import_hf(const std::string& dir,
                                                       const models::GptConfig& c) {
   check_hf_config(dir, c);
   std::map<std::string, Tensor> hf = read_hf_tensors(dir);
-  auto take = [&](const std::string& name) {
-    auto it = hf.find(name);
-    LOOM_CHECK(it != hf.end()) << "hf import: " << dir << " has no tensor " << name;
-    Tensor t = it->second;
-    hf.erase(it);
-    return t;
-  };
-  // The export's mapping run backwards: Loom's names from a model of config c, each tensor
-  // from the Hugging Face tensors it was made of.
-  std::map<std::string, Tensor> loom_shapes;
-  for (const auto& p : models::Gpt(c).named_parameters()) loom_shapes[p.name] = p.tensor;
+  std::map<std::string, Shape> shapes;  // of the run's model
+  for (const auto& p : models::Gpt(c).named_parameters()) shapes[p.name] = p.tensor.shape();
   std::vector<std::pair<std::string, Tensor>> out;
-  auto put = [&](const std::string& name, const Tensor& t) {
-    auto it = loom_shapes.find(name);
-    LOOM_CHECK(it != loom_shapes.end() && it->second.shape() == t.shape())
-        << "hf import: " << dir << ": the tensor for " << name << " has shape " << t.shape()
-        << ", the run's model needs "
-        << (it == loom_shapes.end() ? std::string("none") : shape_str(it->second.shape()));
-    out.emplace_back(name, t);
-  };
-  const int64_t q = c.heads * c.head_dim(), kv = c.num_kv_heads() * c.head_dim();
-  if (!c.is_llama()) {
-    auto conv1d = [&](const std::string& name) { return contiguous(transpose(take(name), 0, 1)); };
-    put("tok_embed.weight", take("transformer.wte.weight"));
-    put("pos_embed.weight", take("transformer.wpe.weight"));
-    for (int64_t i = 0; i < c.depth; ++i) {
-      const std::string l = "blocks." + std::to_string(i) + ".",
-                        h = "transformer.h." + std::to_string(i) + ".";
-      for (const char* p : {"weight", "bias"}) {
-        put(l + "norm1." + p, take(h + "ln_1." + p));
-        put(l + "norm2." + p, take(h + "ln_2." + p));
-      }
-      for (const auto& [loom, name] :
-           std::vector<std::pair<std::string, std::string>>{{"attn.qkv", "attn.c_attn"},
-                                                            {"attn.proj", "attn.c_proj"},
-                                                            {"mlp.fc1", "mlp.c_fc"},
-                                                            {"mlp.fc2", "mlp.c_proj"}}) {
-        put(l + loom + ".weight", conv1d(h + name + ".weight"));
-        put(l + loom + ".bias", take(h + name + ".bias"));
-      }
-    }
-    put("norm_f.weight", take("transformer.ln_f.weight"));
-    put("norm_f.bias", take("transformer.ln_f.bias"));
-  } else {
-    put("tok_embed.weight", take("model.embed_tokens.weight"));
-    for (int64_t i = 0; i < c.depth; ++i) {
-      const std::string l = "blocks." + std::to_string(i) + ".",
-                        h = "model.layers." + std::to_string(i) + ".";
-      put(l + "norm1.weight", take(h + "input_layernorm.weight"));
-      const Tensor wq = take(h + "self_attn.q_proj.weight"),
-                   wk = take(h + "self_attn.k_proj.weight"),
-                   wv = take(h + "self_attn.v_proj.weight");
-      LOOM_CHECK(wq.size(0) == q && wk.size(0) == kv && wv.size(0) == kv)
-          << "hf import: " << dir << ": layer " << i << "'s q/k/v projections have " << wq.size(0)
-          << "/" << wk.size(0) << "/" << wv.size(0) << " rows, the run's model " << q << "/" << kv
-          << "/" << kv;
-      put(l + "attn.qkv.weight", cat({wq, wk, wv}, 0));
-      put(l + "attn.proj.weight", take(h + "self_attn.o_proj.weight"));
-      put(l + "norm2.weight", take(h + "post_attention_layernorm.weight"));
-      put(l + "mlp.w1.weight", take(h + "mlp.gate_proj.weight"));
-      put(l + "mlp.w3.weight", take(h + "mlp.up_proj.weight"));
-      put(l + "mlp.w2.weight", take(h + "mlp.down_proj.weight"));
-    }
-    put("norm_f.weight", take("model.norm.weight"));
+  for (const NameMap& m : name_maps(c)) {  // the export's mapping, run backwards
+    std::vector<Tensor> parts;
+    for (const std::string& name : m.hf) parts.push_back(take(hf, name, "hf import: " + dir));
+    const Tensor t = m.hf.size() > 1 ? cat(parts, 0)
+                     : m.transposed  ? contiguous(transpose(parts[0], 0, 1))
+                                     : parts[0];
+    LOOM_CHECK(t.shape() == shapes.at(m.loom))
+        << "hf import: " << dir << ": " << m.hf[0] << (m.hf.size() > 1 ? " (with the others)" : "")
+        << " makes " << m.loom << " of shape " << t.shape() << ", the run's model needs "
+        << shapes.at(m.loom);
+    out.emplace_back(m.loom, t);
   }
-  if (!c.tie_embeddings) put("lm_head.weight", take("lm_head.weight"));
   // A tied model's file may hold the head as well (transformers writes it): the same values.
   if (c.tie_embeddings) hf.erase("lm_head.weight");
   LOOM_CHECK(hf.empty()) << "hf import: " << dir << ": tensor " << hf.begin()->first
