@@ -3,13 +3,14 @@
 // parallelize() is. On the CPU each product is emulated: its operands quantised as the
 // recipe prescribes and multiplied dequantised with f32 accumulation (precision/quantize.h).
 //
-//   recipe          inputs, weights             output gradients       scaling
-//   fp8_tensorwise  e4m3                        e5m2                   one scale per tensor, its
-//   amax now fp8_delayed     e4m3                        e5m2                   one per tensor, max
-//   of an amax history fp8_blockwise   e4m3 (1x128), e4m3 (128^2)  e4m3 (1x128) DeepSeek-V3's tiles
-//   and blocks mxfp8           e4m3                        e4m3                   MX: E8M0 per 32
-//   along the reduction nvfp4           e2m1 (1x16), e2m1 (16x16)   e2m1 (1x16), stochastic  E4M3
-//   per block under a tensor scale
+// clang-format off
+//   recipe          inputs, weights            output gradients        scales
+//   fp8_tensorwise  e4m3                       e5m2                    per tensor, amax now
+//   fp8_delayed     e4m3                       e5m2                    per tensor, amax history
+//   fp8_blockwise   e4m3 (1x128), e4m3 (128^2) e4m3 (1x128)            DeepSeek-V3's tiles, blocks
+//   mxfp8           e4m3                       e4m3                    E8M0 per 32
+//   nvfp4           e2m1 (1x16), e2m1 (16x16)  e2m1 (1x16), stochastic E4M3 per 16, f32 per tensor
+// clang-format on
 //
 // nvfp4 also rotates both weight-gradient operands by a 16-point random Hadamard transform
 // along the reduction, and keeps the first and last blocks in bf16 (each can be turned off).
