@@ -14,14 +14,18 @@
 
 #include "launch.h"
 #include "loom/bench/step_bench.h"
-#include "loom/checkpoint/json.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/allocator.h"
 #include "loom/core/error.h"
+#include "loom/core/json.h"
 #include "loom/data/bpe.h"
+#include "loom/data/npy.h"
 #include "loom/data/text.h"
+#include "loom/data/token_windows.h"
+#include "loom/data/tokenizer_files.h"
 #include "loom/dist/world.h"
+#include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "loom/train/hf_interop.h"
@@ -493,26 +497,58 @@ int tokenizer_train_command(TokenizerTrainArgs a) {
 }
 
 struct TokenizerCheckArgs {
-  std::string path, input;
+  std::string path, pattern = "gpt2", input, ids;
 };
+
+void add_tokenizer_spec(CLI::App& cmd, std::string& path, std::string& pattern) {
+  cmd.add_option("--tokenizer", path,
+                 "a Loom BPE file, a tokenizer.json, a directory with tokenizer.json or "
+                 "vocab.json + merges.txt, or a .tiktoken file")
+      ->required()
+      ->type_name("PATH");
+  cmd.add_option("--pattern", pattern, "a .tiktoken file's pre-tokenisation: gpt2, cl100k, o200k")
+      ->capture_default_str();
+}
 
 void add_tokenizer_check(CLI::App& cmd, TokenizerCheckArgs& a) {
   cmd.description("encode FILE, decode it again and compare (round trip)");
-  cmd.add_option("--tokenizer", a.path, "the tokenizer file")->required()->type_name("PATH");
+  add_tokenizer_spec(cmd, a.path, a.pattern);
   cmd.add_option("--input", a.input, "the text to encode")->required()->type_name("FILE");
+  cmd.add_option("--ids", a.ids, "also write the token ids as .npy (int64)")->type_name("FILE");
 }
 
 int tokenizer_check_command(const TokenizerCheckArgs& a) {
-  const loom::BpeTokenizer tok = loom::BpeTokenizer::load(a.path);
+  const loom::BpeTokenizer tok = loom::read_tokenizer(a.path, a.pattern).bpe;
   const std::string text = loom::read_text_file(a.input);
   const std::vector<int32_t> ids = tok.encode(text);
   LOOM_CHECK(tok.decode(ids) == text) << "tokenizer check: decode(encode(" << a.input
                                       << ")) differs from the file (" << a.path << ")";
+  if (!a.ids.empty())
+    loom::write_npy(a.ids, loom::from_vector(std::vector<int64_t>(ids.begin(), ids.end()),
+                                             {int64_t(ids.size())}));
   std::printf(
       "round trip ok: %s (%zu bytes) -> %zu tokens of %s (%d tokens) -> the same bytes "
       "(%.3f bytes/token)\n",
       a.input.c_str(), text.size(), ids.size(), a.path.c_str(), tok.vocab_size(),
       double(text.size()) / double(std::max<size_t>(ids.size(), 1)));
+  return 0;
+}
+
+struct TokenizerConvertArgs {
+  std::string path, pattern = "gpt2", out;
+};
+
+void add_tokenizer_convert(CLI::App& cmd, TokenizerConvertArgs& a) {
+  cmd.description("write a tokenizer as a Hugging Face tokenizer.json");
+  add_tokenizer_spec(cmd, a.path, a.pattern);
+  cmd.add_option("--out", a.out, "the tokenizer.json to write")->required()->type_name("FILE");
+}
+
+int tokenizer_convert_command(const TokenizerConvertArgs& a) {
+  const loom::BpeTokenizer tok = loom::read_tokenizer(a.path, a.pattern).bpe;
+  loom::write_tokenizer_json(tok, a.out);
+  std::printf("tokenizer: %d tokens of %s -> %s\n", tok.vocab_size(), a.path.c_str(),
+              a.out.c_str());
   return 0;
 }
 
@@ -671,6 +707,7 @@ int run(int argc, char** argv) {
   EvalArgs eval;
   TokenizerTrainArgs tokenizer_train;
   TokenizerCheckArgs tokenizer_check;
+  TokenizerConvertArgs tokenizer_convert;
   CkptExportArgs ckpt_export;
   std::string ckpt_verify;
   loom::cli::LaunchOptions launch;
@@ -683,6 +720,7 @@ int run(int argc, char** argv) {
   CLI::App* tokenizer = loom.add_subcommand("tokenizer")->require_subcommand(1);
   add_tokenizer_train(*tokenizer->add_subcommand("train"), tokenizer_train);
   add_tokenizer_check(*tokenizer->add_subcommand("check"), tokenizer_check);
+  add_tokenizer_convert(*tokenizer->add_subcommand("convert"), tokenizer_convert);
   CLI::App* ckpt = loom.add_subcommand("ckpt")->require_subcommand(1);
   add_ckpt_export(*ckpt->add_subcommand("export"), ckpt_export);
   add_ckpt_verify(*ckpt->add_subcommand("verify"), ckpt_verify);
@@ -700,6 +738,7 @@ int run(int argc, char** argv) {
     if (loom.got_subcommand("cluster")) return loom::train::cluster_training_set(cluster), 0;
     if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
+    if (tokenizer->got_subcommand("convert")) return tokenizer_convert_command(tokenizer_convert);
     if (ckpt->got_subcommand("export"))
       return ckpt_export_command(*ckpt->get_subcommand("export"), ckpt_export);
     if (ckpt->got_subcommand("verify")) return ckpt_verify_command(ckpt_verify);

@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/safetensors.h"
+#include "loom/core/json_file.h"
 #include "loom/data/npy.h"
 #include "loom/nn/module.h"
 #include "loom/ops/ops.h"

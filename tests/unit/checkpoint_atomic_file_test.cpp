@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/core/json_file.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include "loom/checkpoint/json.h"
 #include "loom/core/error.h"
+#include "loom/core/json.h"
 
 namespace {
 

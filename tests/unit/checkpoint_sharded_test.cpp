@@ -8,8 +8,8 @@
 #include <fstream>
 #include <functional>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/sharded.h"
+#include "loom/core/json_file.h"
 #include "loom/ops/ops.h"
 #include "temp_dir_test.h"
 

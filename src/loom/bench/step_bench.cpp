@@ -8,9 +8,9 @@
 
 #include "loom/autograd/engine.h"
 #include "loom/backend/backend.h"
-#include "loom/checkpoint/json.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/core/json.h"
 #include "loom/core/rng.h"
 #include "loom/core/trace.h"
 #include "loom/diffusion/flow_matching.h"

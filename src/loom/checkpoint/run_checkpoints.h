@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/checkpoint/json.h"
 #include "loom/checkpoint/sharded.h"
+#include "loom/core/json.h"
 #include "loom/dist/process_group.h"
 
 namespace loom {

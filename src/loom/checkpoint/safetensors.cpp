@@ -11,8 +11,8 @@
 #include <set>
 
 #include "loom/backend/backend.h"
-#include "loom/checkpoint/json.h"
 #include "loom/core/atomic_file.h"
+#include "loom/core/json.h"
 
 namespace loom {
 

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/core/json_file.h"
 
 namespace loom {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/checkpoint/json.h"
 #include "loom/checkpoint/safetensors.h"
+#include "loom/core/json.h"
 #include "loom/core/tensor.h"
 
 namespace loom {

@@ -6,6 +6,7 @@
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/data/pretokenize.h"
 #include "loom/data/text.h"
 
 namespace loom {
@@ -16,52 +17,147 @@ constexpr const char* kMagicLine = "loom-bpe 1";
 BpeTokenizer::BpeTokenizer() : BpeTokenizer({}, "byte tokenizer") {}
 
 BpeTokenizer::BpeTokenizer(std::vector<std::pair<int32_t, int32_t>> merges,
-                           const std::string& origin)
-    : merges_(std::move(merges)) {
-  tokens_.reserve(kByteTokens + merges_.size());
-  for (int b = 0; b < kByteTokens; ++b) tokens_.push_back(std::string(1, char(b)));
-  for (size_t k = 0; k < merges_.size(); ++k) {
-    const auto [left, right] = merges_[k];
-    const int32_t known = int32_t(tokens_.size());
+                           const std::string& origin) {
+  Parts parts;
+  for (int b = 0; b < kByteTokens; ++b) parts.tokens.push_back(std::string(1, char(b)));
+  for (size_t k = 0; k < merges.size(); ++k) {
+    const auto [left, right] = merges[k];
+    const int32_t known = int32_t(parts.tokens.size());
     LOOM_CHECK(left >= 0 && left < known && right >= 0 && right < known)
         << origin << ": merge " << k << " (" << left << ", " << right
         << ") refers to a token that does not exist yet (ids must be < " << known << ")";
-    const auto [it, fresh] = rank_.emplace(detail::bpe_pair_key(left, right), int32_t(k));
-    LOOM_CHECK(fresh) << origin << ": merge " << k << " (" << left << ", " << right
-                      << ") repeats merge " << it->second;
-    tokens_.push_back(tokens_[size_t(left)] + tokens_[size_t(right)]);
+    parts.tokens.push_back(parts.tokens[size_t(left)] + parts.tokens[size_t(right)]);
   }
+  parts.merges = std::move(merges);
+  // Several merges may spell the same bytes; each keeps its own id 256 + k.
+  *this = from_parts(std::move(parts), origin);
+  pair_.clear();
+  for (size_t k = 0; k < parts_.merges.size(); ++k) {
+    const auto [left, right] = parts_.merges[k];
+    const auto [it, fresh] = pair_.emplace(detail::bpe_pair_key(left, right),
+                                           Merge{int32_t(k), int32_t(kByteTokens + k)});
+    LOOM_CHECK(fresh) << origin << ": merge " << k << " (" << left << ", " << right
+                      << ") repeats merge " << it->second.priority;
+  }
+}
+
+BpeTokenizer BpeTokenizer::from_parts(Parts parts, const std::string& origin) {
+  BpeTokenizer t{Bare{}};
+  const int32_t n = int32_t(parts.tokens.size());
+  LOOM_CHECK(parts.special.empty() || parts.special.size() == parts.tokens.size())
+      << origin << ": special flags for " << parts.special.size() << " of " << n << " tokens";
+  parts.special.resize(size_t(n), false);
+  for (int32_t id = 0; id < n; ++id) {
+    if (parts.special[size_t(id)]) continue;
+    const std::string& bytes = parts.tokens[size_t(id)];
+    LOOM_CHECK(!bytes.empty()) << origin << ": token " << id << " is empty";
+    // A repeated spelling keeps its first id (Loom's own BPE may learn one twice).
+    t.by_bytes_.emplace(bytes, id);
+  }
+  for (int b = 0; b < kByteTokens; ++b) {
+    const auto it = t.by_bytes_.find(std::string(1, char(b)));
+    LOOM_CHECK(it != t.by_bytes_.end())
+        << origin << ": byte 0x" << std::hex << b << std::dec
+        << " has no token, so some texts could not be encoded (a byte-level BPE has all 256)";
+    t.byte_token_[b] = it->second;
+  }
+  auto token_of = [&](const std::string& bytes) {
+    const auto it = t.by_bytes_.find(bytes);
+    return it == t.by_bytes_.end() ? -1 : it->second;
+  };
+  if (!parts.merges.empty()) {
+    for (size_t k = 0; k < parts.merges.size(); ++k) {
+      const auto [left, right] = parts.merges[k];
+      LOOM_CHECK(left >= 0 && left < n && right >= 0 && right < n && !parts.special[size_t(left)] &&
+                 !parts.special[size_t(right)])
+          << origin << ": merge " << k << " (" << left << ", " << right
+          << ") names a token that is not in the vocabulary";
+      const int32_t merged = token_of(parts.tokens[size_t(left)] + parts.tokens[size_t(right)]);
+      LOOM_CHECK(merged >= 0) << origin << ": merge " << k << " makes a token that is not in "
+                              << "the vocabulary";
+      // A repeated merge keeps its first (higher) priority, as Hugging Face's tokenizers do.
+      t.pair_.emplace(detail::bpe_pair_key(left, right), Merge{int32_t(k), merged});
+    }
+  } else {
+    // By rank: every split of a token into two tokens is a merge making it, at its rank.
+    for (int32_t id = 0; id < n; ++id) {
+      const std::string& bytes = parts.tokens[size_t(id)];
+      if (parts.special[size_t(id)] || bytes.size() < 2) continue;
+      for (size_t cut = 1; cut < bytes.size(); ++cut) {
+        const int32_t left = token_of(bytes.substr(0, cut)), right = token_of(bytes.substr(cut));
+        if (left >= 0 && right >= 0 && token_of(bytes) == id)
+          t.pair_.emplace(detail::bpe_pair_key(left, right), Merge{id, id});
+      }
+    }
+  }
+  if (!parts.pattern.empty()) t.regex_ = std::make_shared<const PieceRegex>(parts.pattern, origin);
+  t.parts_ = std::move(parts);
+  return t;
+}
+
+bool BpeTokenizer::is_loom_bpe() const {
+  if (!parts_.pattern.empty() || parts_.whole_piece_first ||
+      parts_.tokens.size() != kByteTokens + parts_.merges.size())
+    return false;
+  for (int b = 0; b < kByteTokens; ++b)
+    if (parts_.tokens[size_t(b)] != std::string(1, char(b)) || parts_.special[size_t(b)])
+      return false;
+  for (size_t k = 0; k < parts_.merges.size(); ++k) {
+    const auto it =
+        pair_.find(detail::bpe_pair_key(parts_.merges[k].first, parts_.merges[k].second));
+    if (it == pair_.end() || it->second.merged != int32_t(kByteTokens + k)) return false;
+  }
+  return true;
 }
 
 const std::string& BpeTokenizer::token_bytes(int32_t id) const {
   LOOM_CHECK(id >= 0 && id < vocab_size())
       << "BPE token id " << id << " is outside [0, " << vocab_size() << ")";
-  return tokens_[size_t(id)];
+  return parts_.tokens[size_t(id)];
 }
 
-std::vector<int32_t> BpeTokenizer::encode_piece(const uint8_t* bytes, size_t n) const {
-  std::vector<int32_t> ids(bytes, bytes + n);
-  // Pieces are short (<= kMaxPieceBytes), so a rescan per merge is cheap and plainly matches
-  // replaying the merges in learned order.
+int32_t BpeTokenizer::special_id(const std::string& text) const {
+  for (int32_t id = 0; id < vocab_size(); ++id)
+    if (parts_.special[size_t(id)] && parts_.tokens[size_t(id)] == text) return id;
+  return -1;
+}
+
+std::vector<std::pair<int32_t, int32_t>> BpeTokenizer::merge_list() const {
+  if (!parts_.merges.empty() || pair_.empty()) return parts_.merges;
+  std::vector<std::pair<int32_t, int32_t>> merges;
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    const std::string& bytes = parts_.tokens[size_t(id)];
+    if (parts_.special[size_t(id)] || bytes.size() < 2) continue;
+    const auto halves =
+        encode_piece(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), id);
+    if (halves.size() == 2) merges.emplace_back(halves[0], halves[1]);
+  }
+  return merges;
+}
+
+std::vector<int32_t> BpeTokenizer::encode_piece(const uint8_t* bytes, size_t n,
+                                                int32_t limit) const {
+  if (parts_.whole_piece_first && n > 1 && limit == INT32_MAX) {
+    const auto it = by_bytes_.find(std::string(reinterpret_cast<const char*>(bytes), n));
+    if (it != by_bytes_.end()) return {it->second};
+  }
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = byte_token_[bytes[i]];
+  // Pieces are short, so a rescan per merge is cheap and plainly matches the rule above.
   while (ids.size() > 1) {
-    int32_t best = -1;
+    size_t best = 0;
+    Merge merge{-1, -1};
     for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const auto it = rank_.find(detail::bpe_pair_key(ids[i], ids[i + 1]));
-      if (it != rank_.end() && (best < 0 || it->second < best)) best = it->second;
-    }
-    if (best < 0) break;
-    const auto [left, right] = merges_[size_t(best)];
-    const int32_t merged = kByteTokens + best;
-    size_t out = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i + 1 < ids.size() && ids[i] == left && ids[i + 1] == right) {
-        ids[out++] = merged;
-        ++i;
-      } else {
-        ids[out++] = ids[i];
+      const auto it = pair_.find(detail::bpe_pair_key(ids[i], ids[i + 1]));
+      if (it != pair_.end() && it->second.priority < limit &&
+          (merge.priority < 0 || it->second.priority < merge.priority)) {
+        merge = it->second;
+        best = i;
       }
     }
-    ids.resize(out);
+    if (merge.priority < 0) break;
+    ids[best] = merge.merged;
+    ids.erase(ids.begin() + std::ptrdiff_t(best) + 1);
   }
   return ids;
 }
@@ -72,12 +168,16 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   // Natural text repeats the same few thousand pieces; encode each distinct one once per call.
   std::unordered_map<std::string_view, std::vector<int32_t>> seen;
   const auto* bytes = reinterpret_cast<const uint8_t*>(text.data());
-  detail::for_each_bpe_piece(text, [&](size_t offset, size_t length) {
-    const std::string_view piece(text.data() + offset, length);
-    auto it = seen.find(piece);
-    if (it == seen.end()) it = seen.emplace(piece, encode_piece(bytes + offset, length)).first;
+  auto piece = [&](size_t offset, size_t length) {
+    const std::string_view key(text.data() + offset, length);
+    auto it = seen.find(key);
+    if (it == seen.end()) it = seen.emplace(key, encode_piece(bytes + offset, length)).first;
     out.insert(out.end(), it->second.begin(), it->second.end());
-  });
+  };
+  if (regex_)
+    regex_->for_each_piece(text, piece);
+  else
+    detail::for_each_bpe_piece(text, piece);
   return out;
 }
 
@@ -87,15 +187,17 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
     LOOM_CHECK(ids[i] >= 0 && ids[i] < vocab_size())
         << "BPE decode: token " << ids[i] << " at position " << i << " is outside [0, "
         << vocab_size() << ")";
-    out += tokens_[size_t(ids[i])];
+    out += parts_.tokens[size_t(ids[i])];
   }
   return out;
 }
 
 void BpeTokenizer::save(const std::string& path) const {
+  LOOM_CHECK(is_loom_bpe()) << "BPE file " << path << ": only a tokenizer learned by Loom can be "
+                            << "written in Loom's format (write tokenizer.json instead)";
   std::ostringstream text;
-  text << kMagicLine << "\nmerges " << merges_.size() << "\n";
-  for (const auto& [left, right] : merges_) text << left << " " << right << "\n";
+  text << kMagicLine << "\nmerges " << parts_.merges.size() << "\n";
+  for (const auto& [left, right] : parts_.merges) text << left << " " << right << "\n";
   AtomicFile out(path);
   out.write(text.str());
   out.commit();

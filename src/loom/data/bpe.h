@@ -1,14 +1,25 @@
-// Byte-level BPE tokenizer. Token ids 0..255 are the raw bytes; id 256 + k is made by merge k
-// (a pair of earlier ids). Any byte string encodes, and decode(encode(s)) == s.
+// Byte-level BPE tokenizers: Loom's own (learned here) and those made by other tools -- Hugging
+// Face tokenizer.json, GPT-2's vocab.json + merges.txt, tiktoken rank files (tokenizer_files.h
+// reads and writes those) -- in one class, encoding token for token as those tools do.
 //
-// Text is first cut into pieces and merges never cross a piece boundary (this keeps training
-// fast and tokens word-like). A piece is a run of whitespace bytes (space, \t, \n, \v, \f, \r)
-// followed by a run of other bytes, so " the" and "\n\nAnd" are pieces; a piece longer than
-// kMaxPieceBytes is cut every kMaxPieceBytes bytes. GPT-2's regex split (letters / digits /
-// punctuation apart) is not used: punctuation stays attached to its word.
+// A text is cut into pieces (pre-tokenisation) and merges never cross a piece boundary. A piece
+// starts as the tokens of its bytes; then, while some adjacent pair is mergeable, the pair of
+// lowest priority is merged (the leftmost of equals), one pair at a time.
+//  - Loom's own: ids 0..255 are the raw bytes, id 256 + k is made by merge k, priority k.
+//    Pieces: a run of whitespace bytes (space, \t, \n, \v, \f, \r) followed by a run of other
+//    bytes, so " the" and "\n\nAnd" are pieces; a piece longer than kMaxPieceBytes is cut every
+//    kMaxPieceBytes bytes. Punctuation stays attached to its word.
+//  - Hugging Face: ids from the vocabulary, priority = position in the merges list.
+//  - tiktoken: id = rank; a pair is mergeable when its bytes together are a token, with that
+//    token's rank as priority; a piece that is a token is that token at once.
+//  - Both: pieces are the matches of a regex (PCRE2, e.g. GPT-2's), and the text between two
+//    matches is a piece too.
+// Special tokens (<|endoftext|>) have ids but are never produced from text: encode() reads
+// their spelling as ordinary text, as tiktoken's encode_ordinary does.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -16,10 +27,22 @@
 
 namespace loom {
 
+class PieceRegex;  // pretokenize.h
+
 class BpeTokenizer {
  public:
   static constexpr int kByteTokens = 256;
   static constexpr size_t kMaxPieceBytes = 256;
+
+  // What a tokenizer is made of, however it was stored.
+  struct Parts {
+    std::vector<std::string> tokens;  // id -> its bytes (a special token: its spelling)
+    std::vector<bool> special;        // id -> never produced from text (empty: none)
+    // (left id, right id) in priority order; empty: merge by rank, as tiktoken (see above).
+    std::vector<std::pair<int32_t, int32_t>> merges;
+    std::string pattern;             // pre-tokenisation regex; empty: Loom's pieces
+    bool whole_piece_first = false;  // a piece that is a token is that token (HF ignore_merges)
+  };
 
   // The plain byte tokenizer: 256 tokens, no merges.
   BpeTokenizer();
@@ -29,28 +52,50 @@ class BpeTokenizer {
   // Stops early when no pair occurs at least twice, so vocab_size() may come out smaller.
   static BpeTokenizer train(const std::string& text, int vocab_size);
 
-  // Applies the merges in the order they were learned (lowest rank first), piece by piece.
+  // Checks the parts (every byte has a token, merges make tokens of the vocabulary, ids are
+  // unique, the regex compiles); `origin` names the source in every error.
+  static BpeTokenizer from_parts(Parts parts, const std::string& origin);
+
   std::vector<int32_t> encode(const std::string& text) const;
   // Concatenates the bytes of each token; throws on an id outside [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
 
-  int vocab_size() const { return int(tokens_.size()); }
-  const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
+  int vocab_size() const { return int(parts_.tokens.size()); }
   const std::string& token_bytes(int32_t id) const;
+  // The id of the special token spelled `text` (e.g. "<|endoftext|>"), or -1.
+  int32_t special_id(const std::string& text) const;
+  const Parts& parts() const { return parts_; }
+  const std::vector<std::pair<int32_t, int32_t>>& merges() const { return parts_.merges; }
+  // The merges in priority order; for a tokenizer by rank, the merge that rebuilds each token
+  // from tokens of lower rank (as Hugging Face's converters of tiktoken files do).
+  std::vector<std::pair<int32_t, int32_t>> merge_list() const;
+  // Learned here (ids 256 + k from merge k, Loom's pieces): what save() can write.
+  bool is_loom_bpe() const;
 
   // Text file "loom-bpe 1", "merges N", then N lines "left right" (line k defines id 256 + k),
-  // written atomically. load() checks every line and names the file and line on errors.
+  // written atomically; only for is_loom_bpe(). load() checks every line and names the file
+  // and line on errors.
   void save(const std::string& path) const;
   static BpeTokenizer load(const std::string& path);
 
  private:
-  // Builds the token table and ranks; `origin` names where the merges came from for errors.
+  // Loom's own BPE from its merges (ids 256 + k), as train() and load() make it.
   BpeTokenizer(std::vector<std::pair<int32_t, int32_t>> merges, const std::string& origin);
-  std::vector<int32_t> encode_piece(const uint8_t* bytes, size_t n) const;
+  struct Bare {};
+  explicit BpeTokenizer(Bare) {}
+  struct Merge {
+    int32_t priority;
+    int32_t merged;
+  };
+  // Only merges of priority below `limit` apply.
+  std::vector<int32_t> encode_piece(const uint8_t* bytes, size_t n,
+                                    int32_t limit = INT32_MAX) const;
 
-  std::vector<std::pair<int32_t, int32_t>> merges_;
-  std::vector<std::string> tokens_;             // id -> the bytes it stands for
-  std::unordered_map<uint64_t, int32_t> rank_;  // bpe_pair_key(left, right) -> merge index
+  Parts parts_;
+  int32_t byte_token_[kByteTokens] = {};
+  std::unordered_map<uint64_t, Merge> pair_;           // bpe_pair_key(left, right) -> its merge
+  std::unordered_map<std::string, int32_t> by_bytes_;  // non-special token bytes -> id
+  std::shared_ptr<const PieceRegex> regex_;            // null: Loom's pieces
 };
 
 namespace detail {
@@ -58,7 +103,7 @@ namespace detail {
 inline uint64_t bpe_pair_key(int32_t left, int32_t right) {
   return uint64_t(uint32_t(left)) << 32 | uint32_t(right);
 }
-// Calls fn(offset, length) for each piece of `text` (see the comment at the top).
+// Calls fn(offset, length) for each of Loom's pieces of `text` (see the comment at the top).
 template <typename Fn>
 void for_each_bpe_piece(const std::string& text, Fn&& fn) {
   auto is_space = [](unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };

@@ -2,9 +2,11 @@
 
 #include <filesystem>
 
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/rng.h"
 #include "loom/data/text.h"
+#include "loom/data/tokenizer_files.h"
 #include "loom/ops/creation.h"
 
 namespace loom {
@@ -18,25 +20,74 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
   return ids;
 }
 
-Tokenizer load_tokenizer(const std::string& spec, int64_t vocab_size,
-                         const std::string& saved_copy) {
-  Tokenizer t;
-  if (spec == "bytes") {
-    LOOM_CHECK(vocab_size == BpeTokenizer::kByteTokens)
-        << "data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is " << vocab_size;
-    return t;
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+// The name a tokenizer file has in a run directory.
+std::string copy_name(const std::string& file) {
+  const std::string name = fs::path(file).filename().string();
+  if (name == "vocab.json" || name == "merges.txt") return name;
+  if (ends_with(name, ".json")) return "tokenizer.json";
+  return ends_with(name, ".tiktoken") ? "tokenizer.tiktoken" : "tokenizer.bpe";
+}
+// The files of the tokenizer `spec` names, or those of its copy in run_dir when present.
+std::vector<std::string> tokenizer_files(const std::string& spec, const std::string& run_dir) {
+  std::vector<std::string> files;
+  if (fs::is_directory(spec)) {
+    if (fs::is_regular_file(fs::path(spec) / "tokenizer.json"))
+      files = {(fs::path(spec) / "tokenizer.json").string()};
+    else
+      files = {(fs::path(spec) / "vocab.json").string(), (fs::path(spec) / "merges.txt").string()};
+  } else {
+    files = {spec};
   }
+  std::vector<std::string> copies;
+  for (const std::string& f : files) copies.push_back((fs::path(run_dir) / copy_name(f)).string());
+  bool have_copies = !run_dir.empty();
+  for (const std::string& c : copies) have_copies = have_copies && fs::is_regular_file(c);
+  if (have_copies) return copies;
+  for (const std::string& f : files)
+    LOOM_CHECK(fs::is_regular_file(f))
+        << "data.tokenizer " << spec << ": " << f << " does not exist (expected \"bytes\", a BPE "
+        << "file made by `loom tokenizer train`, a tokenizer.json, a directory with tokenizer.json "
+        << "or vocab.json + merges.txt, or a .tiktoken file)";
+  return files;
+}
+}  // namespace
+
+Tokenizer read_tokenizer(const std::string& spec, const std::string& pattern,
+                         const std::string& run_dir) {
+  Tokenizer t;
+  if (spec == "bytes") return t;
   t.bytes = false;
-  const std::string path =
-      !saved_copy.empty() && fs::is_regular_file(saved_copy) ? saved_copy : spec;
-  LOOM_CHECK(fs::is_regular_file(path))
-      << "data.tokenizer " << path << " does not exist (expected \"bytes\" or a BPE file made by "
-      << "`loom tokenizer train`)";
-  t.bpe = BpeTokenizer::load(path);
+  t.files = tokenizer_files(spec, run_dir);
+  const std::string& first = t.files[0];
+  if (t.files.size() == 2)
+    t.bpe = read_vocab_merges(t.files[0], t.files[1]);
+  else if (ends_with(first, ".json"))
+    t.bpe = read_tokenizer_json(first);
+  else if (ends_with(first, ".tiktoken"))
+    t.bpe = read_tiktoken(first, pattern);
+  else
+    t.bpe = BpeTokenizer::load(first);
+  return t;
+}
+
+Tokenizer load_tokenizer(const std::string& spec, const std::string& pattern, int64_t vocab_size,
+                         const std::string& run_dir) {
+  Tokenizer t = read_tokenizer(spec, pattern, run_dir);
   LOOM_CHECK(t.bpe.vocab_size() == vocab_size)
-      << "data.tokenizer " << path << " has " << t.bpe.vocab_size()
+      << "data.tokenizer " << (t.bytes ? "\"bytes\"" : spec) << " has " << t.bpe.vocab_size()
       << " tokens but model.vocab_size is " << vocab_size;
   return t;
+}
+
+void save_tokenizer_copy(const Tokenizer& tok, const std::string& run_dir) {
+  for (const std::string& f : tok.files) {
+    const fs::path to = fs::path(run_dir) / copy_name(f);
+    if (fs::absolute(f) != fs::absolute(to)) write_file_atomic(to.string(), read_text_file(f));
+  }
 }
 
 TokenizedText tokenize_text(const std::string& source, const Tokenizer& tok, double val_fraction,

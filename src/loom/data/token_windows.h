@@ -11,21 +11,30 @@
 
 namespace loom {
 
-// The plain byte tokenizer ("bytes") or a saved BPE.
+// The plain byte tokenizer ("bytes") or a BPE: Loom's own or another tool's.
 struct Tokenizer {
   bool bytes = true;
-  BpeTokenizer bpe;  // the 256 byte tokens when bytes
+  BpeTokenizer bpe;                // the 256 byte tokens when bytes
+  std::vector<std::string> files;  // where it was read from (a run directory keeps copies)
 
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int32_t>& ids) const { return bpe.decode(ids); }
   int64_t bytes_of(int32_t id) const { return bytes ? 1 : int64_t(bpe.token_bytes(id).size()); }
 };
 
-// spec: "bytes" or the path of a BPE file (`loom tokenizer train`), which must have
-// vocab_size tokens; `saved_copy`, when it exists, is read instead of the path (a run
-// directory keeps its own copy). Errors name data.tokenizer and model.vocab_size.
-Tokenizer load_tokenizer(const std::string& spec, int64_t vocab_size,
-                         const std::string& saved_copy = "");
+// spec: "bytes"; a Loom BPE file (`loom tokenizer train`); a Hugging Face tokenizer.json, or a
+// directory holding one or GPT-2's vocab.json + merges.txt; or a tiktoken rank file
+// (*.tiktoken), cut by the named `pattern` (tokenizer_files.h). It must have vocab_size
+// tokens. A copy in `run_dir` (save_tokenizer_copy) is read instead when there. Errors name
+// data.tokenizer and model.vocab_size.
+Tokenizer load_tokenizer(const std::string& spec, const std::string& pattern, int64_t vocab_size,
+                         const std::string& run_dir = "");
+// The same without a vocabulary size to match.
+Tokenizer read_tokenizer(const std::string& spec, const std::string& pattern,
+                         const std::string& run_dir = "");
+// Copies the files a tokenizer was read from into run_dir, under the names load_tokenizer
+// looks for there (tokenizer.bpe, tokenizer.json, vocab.json + merges.txt, tokenizer.tiktoken).
+void save_tokenizer_copy(const Tokenizer& tok, const std::string& run_dir);
 
 struct TokenizedText {
   std::string source;  // the text file

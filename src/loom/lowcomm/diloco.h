@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 #include "loom/dist/process_group.h"
 #include "loom/lowcomm/quantize.h"
 #include "loom/parallel/parallelize.h"

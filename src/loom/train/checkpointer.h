@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/parallelize.h"

@@ -301,6 +301,7 @@ void read_gpt(ConfigFile& f, Config& c) {
   d.path = f.get_string("data", "path", "");
   d.val_fraction = f.get_double("data", "val_fraction", d.val_fraction);
   d.tokenizer = f.get_string("data", "tokenizer", d.tokenizer);
+  d.tokenizer_pattern = f.get_string("data", "tokenizer_pattern", d.tokenizer_pattern);
   d.cache_dir = f.get_string("data", "cache_dir", d.cache_dir);
   LOOM_CHECK(d.dataset == "kjv" || d.dataset == "text")
       << "config " << path << ": data.dataset '" << d.dataset
@@ -316,7 +317,7 @@ void read_gpt(ConfigFile& f, Config& c) {
   LOOM_CHECK(d.val_fraction > 0 && d.val_fraction < 1)
       << "config " << path << ": data.val_fraction must be in (0, 1), got " << d.val_fraction;
   LOOM_CHECK(!d.tokenizer.empty())
-      << "config " << path << ": data.tokenizer must be \"bytes\" or the path of a BPE file";
+      << "config " << path << ": data.tokenizer must be \"bytes\" or the path of a tokenizer";
   if (d.tokenizer == "bytes") {
     LOOM_CHECK(g.vocab_size == 256)
         << "config " << path << ": data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is "

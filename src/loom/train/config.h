@@ -33,8 +33,11 @@ struct RunConfig {
 struct DataConfig {
   std::string dataset = "fashion_mnist";  // dit: "fashion_mnist"; gpt: "kjv" or "text"
   std::string path = "/usr/share/datasets/fashion-mnist";  // gpt: the text file (dataset "text")
-  double val_fraction = 0.05;       // gpt: the held-out tail of the text (see split_text)
-  std::string tokenizer = "bytes";  // gpt: "bytes" or the path of a saved BPE tokenizer
+  double val_fraction = 0.05;  // gpt: the held-out tail of the text (see split_text)
+  // gpt: "bytes", a BPE file of `loom tokenizer train`, a Hugging Face tokenizer.json (or a
+  // directory with it or vocab.json + merges.txt), or a tiktoken file (see token_windows.h)
+  std::string tokenizer = "bytes";
+  std::string tokenizer_pattern = "gpt2";  // gpt, a .tiktoken tokenizer: gpt2, cl100k or o200k
   std::string cache_dir;  // gpt, dataset "kjv": where kjv.txt is produced ("" = default_cache_dir)
   // dit: train on one cluster of the training set only (a decentralized expert): the
   // assignments file of `loom cluster` and the cluster's index.

@@ -7,9 +7,9 @@
 #include <set>
 #include <vector>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
+#include "loom/core/json_file.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 

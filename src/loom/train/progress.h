@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 #include "loom/train/tensorboard.h"
 
 namespace loom::train {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 #include "loom/nn/module.h"
 #include "loom/nn/parallel_plan.h"
 #include "loom/parallel/parallelize.h"

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 
 namespace loom::train {
 

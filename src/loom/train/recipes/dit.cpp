@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/json_file.h"
 #include "loom/data/idx.h"
 #include "loom/data/npy.h"
 #include "loom/data/sampler.h"

@@ -1,8 +1,8 @@
 // Quality of a DiT: class accuracy of its samples and FID on the classifier's features.
 #include <cstdio>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/json_file.h"
 #include "loom/data/idx.h"
 #include "loom/data/sampler.h"
 #include "loom/diffusion/fid.h"

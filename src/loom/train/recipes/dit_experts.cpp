@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/json_file.h"
 #include "loom/data/idx.h"
 #include "loom/data/npy.h"
 #include "loom/data/sampler.h"

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <functional>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/json_file.h"
 #include "loom/core/rng.h"
 #include "loom/data/npy.h"
 #include "loom/data/text.h"
@@ -34,8 +34,9 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-Tokenizer load_tokenizer(const Config& cfg, const std::string& saved_copy) {
-  return loom::load_tokenizer(cfg.data.tokenizer, cfg.gpt.vocab_size, saved_copy);
+Tokenizer load_tokenizer(const Config& cfg, const std::string& run_dir) {
+  return loom::load_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern, cfg.gpt.vocab_size,
+                              run_dir);
 }
 
 TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
@@ -197,7 +198,7 @@ struct LoadedGpt {
 LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   LoadedGpt g;
   g.cfg = run_config_of(ckpt_dir, "gpt", what);
-  g.tok = load_tokenizer(g.cfg, (fs::path(ckpt_dir).parent_path() / "tokenizer.bpe").string());
+  g.tok = load_tokenizer(g.cfg, fs::path(ckpt_dir).parent_path().string());
   g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
   load_state_dict(*g.model, as_map(CheckpointReader(ckpt_dir).read_all("model")),
                   ckpt_dir + " (model)");
@@ -235,7 +236,7 @@ class GptRecipe : public Recipe {
         eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, cfg_.eval.windows);
   }
   void write_run_files(const std::string& run_dir) const override {
-    if (!tok_.bytes) tok_.bpe.save(run_dir + "/tokenizer.bpe");
+    save_tokenizer_copy(tok_, run_dir);
   }
   Json state(int64_t step) const override {
     return Json::object(

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "loom/checkpoint/json_file.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/json_file.h"
 #include "loom/data/idx.h"
 #include "loom/data/sampler.h"
 #include "loom/ops/ops.h"

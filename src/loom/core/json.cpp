@@ -1,6 +1,6 @@
 // The Json value: construction, typed access and equality. Parsing and printing live in
 // json_parse.cpp and json_dump.cpp.
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 
 #include <limits>
 

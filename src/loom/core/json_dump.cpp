@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "loom/checkpoint/json.h"
 #include "loom/core/error.h"
+#include "loom/core/json.h"
 
 namespace loom {
 

@@ -1,4 +1,4 @@
-#include "loom/checkpoint/json_file.h"
+#include "loom/core/json_file.h"
 
 #include <cerrno>
 #include <cstring>

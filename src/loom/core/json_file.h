@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "loom/checkpoint/json.h"
+#include "loom/core/json.h"
 
 namespace loom {
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "loom/checkpoint/json.h"
 #include "loom/core/error.h"
+#include "loom/core/json.h"
 
 namespace loom {
 
