@@ -583,7 +583,8 @@ int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
       throw CLI::ValidationError("--part", "--format hf writes the model");
     const loom::train::HfExport e = loom::train::export_hf(
         a.checkpoint, a.out, loom::dtype_from_name(a.dtype), int64_t(a.shard_mb * 1e6));
-    std::printf("%s: %s, %lld tensors, %lld bytes (%s) in %lld file%s and config.json\n",
+    std::printf("%s: %s, %lld tensors, %lld bytes (%s) in %lld file%s, config.json and "
+                "tokenizer.json\n",
                 a.out.c_str(), e.architecture.c_str(), (long long)e.tensors, (long long)e.bytes,
                 a.dtype.c_str(), (long long)e.shards, e.shards > 1 ? "s (and an index)" : "");
     return 0;

@@ -90,6 +90,43 @@ PY
   done
 done
 
+# The tokenizer goes with the export: a run with Loom's own BPE, exported; its tokenizer.json
+# read by Hugging Face's tokenizers (from PyPI, as tokenizer_test.sh installs it) gives Loom's
+# ids on a chapter of text, and transformers (where installed) its logits from its own
+# tokenization of the prompt.
+bible "Gen1:1-31" < /dev/null > "$work/gen1.txt"
+"$loom" tokenizer train --input "$work/gen1.txt" --vocab 300 --out "$work/gen1.bpe" > /dev/null ||
+  fail "tokenizer train failed"
+"$loom" train "$here/tiny_gpt.toml" --set run.out_dir="$work/bpe" --set model.context=64 \
+  --set model.vocab_size=300 --set data.tokenizer=\"$work/gen1.bpe\" --set train.steps=30 \
+  --set eval.every=0 --set sample.tokens=0 > "$work/bpe.log" 2>&1 || fail "BPE run failed: $(tail -2 "$work/bpe.log")"
+"$loom" ckpt export "$work/bpe/tiny_gpt" "$work/bpe-hf" --format hf > /dev/null || fail "BPE export failed"
+[ -s "$work/bpe-hf/tokenizer.json" ] && [ -s "$work/bpe-hf/tokenizer_config.json" ] ||
+  fail "the export has no tokenizer.json and tokenizer_config.json"
+"$loom" tokenizer check --tokenizer "$work/bpe/tiny_gpt/tokenizer.bpe" --input "$work/gen1.txt" \
+  --ids "$work/gen1-ids.npy" > /dev/null || fail "tokenizer check failed"
+tok_python=${XDG_CACHE_HOME:-$HOME/.cache}/loom/venv-tokenizers/bin/python
+if "$tok_python" -c "import tokenizers" 2> /dev/null; then
+  "$tok_python" - "$work/bpe-hf/tokenizer.json" "$work/gen1.txt" "$work/gen1-ids.npy" <<'PY' ||
+import sys
+import numpy as np
+from tokenizers import Tokenizer
+ids = Tokenizer.from_file(sys.argv[1]).encode(open(sys.argv[2]).read(), add_special_tokens=False).ids
+loom = np.load(sys.argv[3]).tolist()
+print(f"the export's tokenizer.json in tokenizers: {len(loom)} tokens, "
+      f"{sum(a != b for a, b in zip(ids, loom)) + abs(len(ids) - len(loom))} differ from Loom's")
+sys.exit(0 if ids == loom else 1)
+PY
+    fail "the exported tokenizer.json tokenizes differently"
+else
+  echo "tokenizers check not run: $tok_python cannot import tokenizers (tests/e2e/tokenizer_test.sh installs it)"
+fi
+if "$hf_python" -c "import transformers, torch" 2> /dev/null; then
+  "$loom" sample "$work/bpe/tiny_gpt" --prompt "$prompt" --tokens 1 --logits "$work/bpe.npy" > /dev/null
+  "$hf_python" "$here/hf_transformers_logits.py" "$work/bpe-hf" "$prompt" "$work/bpe.npy" 1e-5 \
+    "transformers loads the BPE export" 2> /dev/null || fail "transformers disagrees on the BPE export"
+fi
+
 # Bad input: one clear error each.
 "$loom" train "$here/tiny_dit.toml" --set run.out_dir="$work/dit" > "$work/dit.log" 2>&1 ||
   fail "dit training failed"

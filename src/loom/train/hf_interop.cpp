@@ -10,6 +10,10 @@
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/json_file.h"
+#include "loom/core/atomic_file.h"
+#include "loom/data/text.h"
+#include "loom/data/token_windows.h"
+#include "loom/data/tokenizer_files.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 
@@ -186,6 +190,18 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
                                   {"weight_map", weight_map}}));
   }
   write_json_file(out_dir + "/config.json", hf_config(cfg.gpt, dtype));
+  // The run's tokenizer goes with it: a tokenizer.json as it was given, any other written as one.
+  const std::string run_dir = std::filesystem::path(ckpt_dir).parent_path().string();
+  const Tokenizer tok = read_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern, run_dir);
+  if (tok.files.size() == 1 && std::filesystem::path(tok.files[0]).extension() == ".json")
+    write_file_atomic(out_dir + "/tokenizer.json", read_text_file(tok.files[0]));
+  else
+    write_tokenizer_json(tok.bpe, out_dir + "/tokenizer.json");
+  Json tok_config = Json::object({{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                  {"model_max_length", cfg.gpt.context}});
+  if (const int32_t eot = tok.bpe.special_id("<|endoftext|>"); eot >= 0)
+    for (const char* role : {"bos_token", "eos_token"}) tok_config.set(role, "<|endoftext|>");
+  write_json_file(out_dir + "/tokenizer_config.json", tok_config);
   return result;
 }
 
