@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -22,6 +23,7 @@
 #include "loom/data/bpe.h"
 #include "loom/data/npy.h"
 #include "loom/data/text.h"
+#include "loom/data/token_prepare.h"
 #include "loom/data/token_windows.h"
 #include "loom/data/tokenizer_files.h"
 #include "loom/dist/world.h"
@@ -552,6 +554,58 @@ int tokenizer_convert_command(const TokenizerConvertArgs& a) {
   return 0;
 }
 
+// ---- data prepare
+
+struct DataPrepareArgs {
+  std::vector<std::string> inputs;
+  std::string tokenizer = "bytes", pattern = "gpt2", out, cache_dir;
+  bool kjv = false;
+  double val_fraction = 0.05;
+  double chunk_mb = 64;
+};
+
+void add_data_prepare(CLI::App& cmd, DataPrepareArgs& a) {
+  cmd.description(
+      "tokenize text once into token files (train.bin, val.bin) that data.dataset = \"tokens\" "
+      "trains from");
+  cmd.add_option("--input", a.inputs, "text files, each a document")->type_name("FILE...");
+  cmd.add_flag("--kjv", a.kjv, "the King James Bible (Debian's bible-kjv)");
+  cmd.add_option("--cache-dir", a.cache_dir, "where --kjv keeps kjv.txt")->type_name("DIR");
+  cmd.add_option("--tokenizer", a.tokenizer,
+                 "bytes, a Loom BPE file, a tokenizer.json, a .tiktoken file or a directory "
+                 "with one");
+  cmd.add_option("--pattern", a.pattern,
+                 "a .tiktoken file's pre-tokenisation: gpt2, cl100k, o200k");
+  add_number(cmd, "--val-fraction", a.val_fraction, "each document's held-out tail", true);
+  add_number(cmd, "--chunk-mb", a.chunk_mb, "text tokenized at a time, in MB", true);
+  cmd.add_option("--out", a.out, "the directory to create")->required()->type_name("DIR");
+}
+
+int data_prepare_command(DataPrepareArgs a) {
+  LOOM_CHECK(a.kjv != !a.inputs.empty()) << "data prepare: give --input FILE... or --kjv";
+  if (a.kjv)
+    a.inputs = {
+        loom::kjv_corpus(a.cache_dir.empty() ? loom::train::default_cache_dir(".") : a.cache_dir)};
+  const loom::Tokenizer tok = loom::read_tokenizer(a.tokenizer, a.pattern);
+  const auto t0 = std::chrono::steady_clock::now();
+  const loom::PreparedTokens r = loom::prepare_tokens(a.inputs, tok, a.tokenizer, a.val_fraction,
+                                                      a.out, size_t(a.chunk_mb * 1e6));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string keys = "data.dataset = \"tokens\", data.path = \"" + a.out +
+                     "\", data.tokenizer = \"" + (tok.bytes ? std::string("bytes") : a.out) + "\"";
+  if (!tok.bytes && tok.files[0].size() > 9 &&
+      tok.files[0].compare(tok.files[0].size() - 9, 9, ".tiktoken") == 0)
+    keys += ", data.tokenizer_pattern = \"" + a.pattern + "\"";
+  std::printf(
+      "data: %lld document%s, %lld bytes -> %lld train + %lld held-out tokens of %s (%d tokens) "
+      "in %s [%.1fs, %.1f MB/s]\nset %s, model.vocab_size = %d\n",
+      (long long)r.documents, r.documents == 1 ? "" : "s", (long long)r.bytes,
+      (long long)r.train_tokens, (long long)r.val_tokens, a.tokenizer.c_str(), tok.bpe.vocab_size(),
+      a.out.c_str(), s, double(r.bytes) / 1e6 / std::max(s, 1e-9), keys.c_str(),
+      tok.bpe.vocab_size());
+  return 0;
+}
+
 // ---- ckpt export, ckpt verify
 
 struct CkptExportArgs {
@@ -583,10 +637,11 @@ int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
       throw CLI::ValidationError("--part", "--format hf writes the model");
     const loom::train::HfExport e = loom::train::export_hf(
         a.checkpoint, a.out, loom::dtype_from_name(a.dtype), int64_t(a.shard_mb * 1e6));
-    std::printf("%s: %s, %lld tensors, %lld bytes (%s) in %lld file%s, config.json and "
-                "tokenizer.json\n",
-                a.out.c_str(), e.architecture.c_str(), (long long)e.tensors, (long long)e.bytes,
-                a.dtype.c_str(), (long long)e.shards, e.shards > 1 ? "s (and an index)" : "");
+    std::printf(
+        "%s: %s, %lld tensors, %lld bytes (%s) in %lld file%s, config.json and "
+        "tokenizer.json\n",
+        a.out.c_str(), e.architecture.c_str(), (long long)e.tensors, (long long)e.bytes,
+        a.dtype.c_str(), (long long)e.shards, e.shards > 1 ? "s (and an index)" : "");
     return 0;
   }
   for (const char* flag : {"--dtype", "--shard-mb"})
@@ -709,6 +764,7 @@ int run(int argc, char** argv) {
   TokenizerTrainArgs tokenizer_train;
   TokenizerCheckArgs tokenizer_check;
   TokenizerConvertArgs tokenizer_convert;
+  DataPrepareArgs data_prepare;
   CkptExportArgs ckpt_export;
   std::string ckpt_verify;
   loom::cli::LaunchOptions launch;
@@ -722,6 +778,8 @@ int run(int argc, char** argv) {
   add_tokenizer_train(*tokenizer->add_subcommand("train"), tokenizer_train);
   add_tokenizer_check(*tokenizer->add_subcommand("check"), tokenizer_check);
   add_tokenizer_convert(*tokenizer->add_subcommand("convert"), tokenizer_convert);
+  CLI::App* data = loom.add_subcommand("data")->require_subcommand(1);
+  add_data_prepare(*data->add_subcommand("prepare"), data_prepare);
   CLI::App* ckpt = loom.add_subcommand("ckpt")->require_subcommand(1);
   add_ckpt_export(*ckpt->add_subcommand("export"), ckpt_export);
   add_ckpt_verify(*ckpt->add_subcommand("verify"), ckpt_verify);
@@ -740,6 +798,7 @@ int run(int argc, char** argv) {
     if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
     if (tokenizer->got_subcommand("convert")) return tokenizer_convert_command(tokenizer_convert);
+    if (data->got_subcommand("prepare")) return data_prepare_command(data_prepare);
     if (ckpt->got_subcommand("export"))
       return ckpt_export_command(*ckpt->get_subcommand("export"), ckpt_export);
     if (ckpt->got_subcommand("verify")) return ckpt_verify_command(ckpt_verify);

@@ -139,6 +139,21 @@ TEST_F(ConfigTest, ResolvedConfigReadsBackTheSame) {
   EXPECT_EQ(r.lm_sample.prompt, "And\nGod");
 }
 
+TEST_F(ConfigTest, TokenDataReadsBackTheSame) {
+  for (const std::vector<std::string>& keys :
+       {std::vector<std::string>{"data.dataset=tokens", "data.path=/d/kjv"},
+        std::vector<std::string>{"data.dataset=tokens", "data.paths=[\"/d/a\", \"/d/b\"]",
+                                 "data.weights=[0.75, 0.25]"}}) {
+    const Config c = load_config(gpt_file(), keys);
+    const Config r = load_config(write("resolved.toml", c.resolved_toml));
+    EXPECT_EQ(r.resolved_toml, c.resolved_toml);
+    EXPECT_EQ(r.data.paths, c.data.paths);
+    EXPECT_EQ(r.data.weights, c.data.weights);
+  }
+  EXPECT_EQ(load_config(gpt_file(), {"data.dataset=tokens", "data.path=/d/kjv"}).data.weights,
+            std::vector<double>{1.0});
+}
+
 TEST_F(ConfigTest, UnknownKeyIsNamed) {
   expect_error([&] { load_config(gpt_file(), {"train.stepz=5"}); },
                {"unknown key train.stepz", "gpt.toml"});
@@ -256,8 +271,26 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
   expect_error([&] { load_config(gpt, {"model.context=0"}); }, {"context"});
   expect_error([&] { load_config(gpt, {"model.swiglu_hidden=64"}); }, {"swiglu_hidden"});
   expect_error([&] { load_config(gpt, {"data.dataset=mnist"}); },
-               {"data.dataset 'mnist'", "kjv or text"});
+               {"data.dataset 'mnist'", "kjv, text or tokens"});
   expect_error([&] { load_config(gpt, {"data.dataset=text"}); }, {"needs data.path"});
+  expect_error([&] { load_config(gpt, {"data.dataset=tokens"}); },
+               {"needs data.path", "data.paths"});
+  expect_error(
+      [&] {
+        load_config(gpt, {"data.dataset=tokens", "data.paths=[\"a\", \"b\"]", "data.weights=[1]"});
+      },
+      {"data.weights has 1 entries for 2 data.paths"});
+  expect_error(
+      [&] {
+        load_config(gpt, {"data.dataset=tokens", "data.paths=[\"a\"]", "data.weights=[-1]"});
+      },
+      {"data.weights must be positive"});
+  expect_error([&] { load_config(gpt, {"data.paths=[\"a\"]"}); }, {"unknown key data.paths"});
+  expect_error(
+      [&] {
+        load_config(gpt, {"data.dataset=tokens", "data.paths=[1]"});
+      },
+      {"data.paths must be an array of strings"});
   expect_error([&] { load_config(gpt, {"data.path=/tmp/x.txt"}); }, {"data.path", "not used"});
   expect_error([&] { load_config(gpt, {"data.val_fraction=0"}); }, {"data.val_fraction", "(0, 1)"});
   expect_error([&] { load_config(gpt, {"data.val_fraction=1.5"}); }, {"data.val_fraction"});

@@ -66,18 +66,20 @@ class TokenizerFiles : public TempDirTest {
     return write("tokenizer.json",
                  "{\"version\": \"1.0\", " + top_extra +
                      "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-                     "\"use_regex\": true},\"model\": {\"type\": \"BPE\", " + model_extra +
-                     "\"vocab\": " + vocab + ", \"merges\": [" + merges + "]}}");
+                     "\"use_regex\": true},\"model\": {\"type\": \"BPE\", " +
+                     model_extra + "\"vocab\": " + vocab + ", \"merges\": [" + merges + "]}}");
   }
 };
 
 TEST_F(TokenizerFiles, HuggingFaceMergesApplyInListOrder) {
   const std::string vocab = vocab_json({"ab", "abc", "bc"});  // ids 256, 257, 258
   // "a b" first: a b c -> ab c -> abc.
-  const BpeTokenizer first = loom::read_tokenizer_json(tokenizer_json(R"("a b", "ab c", "b c")", vocab));
+  const BpeTokenizer first =
+      loom::read_tokenizer_json(tokenizer_json(R"("a b", "ab c", "b c")", vocab));
   EXPECT_EQ(first.encode("abc"), (Ids{257}));
   // "b c" first: a b c -> a bc, and no merge joins a with bc.
-  const BpeTokenizer second = loom::read_tokenizer_json(tokenizer_json(R"("b c", "a b", "ab c")", vocab));
+  const BpeTokenizer second =
+      loom::read_tokenizer_json(tokenizer_json(R"("b c", "a b", "ab c")", vocab));
   EXPECT_EQ(second.encode("abc"), (Ids{'a', 258}));
   // The newer spelling of merges as pairs reads the same.
   const BpeTokenizer pairs =
@@ -94,9 +96,10 @@ TEST_F(TokenizerFiles, IgnoreMergesTakesAWholePieceThatIsAToken) {
   const std::string vocab = vocab_json({"bc", "abc"});  // no merge makes "abc"
   EXPECT_EQ(loom::read_tokenizer_json(tokenizer_json(R"("b c")", vocab)).encode("abc"),
             (Ids{'a', 256}));
-  EXPECT_EQ(loom::read_tokenizer_json(tokenizer_json(R"("b c")", vocab, "\"ignore_merges\": true, "))
-                .encode("abc"),
-            (Ids{257}));
+  EXPECT_EQ(
+      loom::read_tokenizer_json(tokenizer_json(R"("b c")", vocab, "\"ignore_merges\": true, "))
+          .encode("abc"),
+      (Ids{257}));
 }
 
 TEST_F(TokenizerFiles, VocabAndMergesFilesReadAsTokenizerJson) {
@@ -122,8 +125,8 @@ TEST_F(TokenizerFiles, TiktokenMergesByRankOfTheJoinedBytes) {
   EXPECT_EQ(tok.vocab_size(), 260);  // + <|endoftext|>, as tiktoken's gpt2
   EXPECT_EQ(tok.special_id("<|endoftext|>"), 259);
   // The merges that rebuild each token from lower ranks: bc = b c, ab = a b, abc = a bc.
-  EXPECT_EQ(tok.merge_list(), (std::vector<std::pair<int32_t, int32_t>>{
-                                  {'b', 'c'}, {'a', 'b'}, {'a', 256}}));
+  EXPECT_EQ(tok.merge_list(),
+            (std::vector<std::pair<int32_t, int32_t>>{{'b', 'c'}, {'a', 'b'}, {'a', 256}}));
 }
 
 TEST_F(TokenizerFiles, Gpt2PatternCutsPiecesAsGpt2Does) {
@@ -132,8 +135,8 @@ TEST_F(TokenizerFiles, Gpt2PatternCutsPiecesAsGpt2Does) {
   const std::string text = "Hello world's  end 42!\n";
   regex.for_each_piece(text, [&](size_t at, size_t n) { pieces.push_back(text.substr(at, n)); });
   // Two spaces before a word: the first is a piece of its own, the second starts the word.
-  EXPECT_EQ(pieces, (std::vector<std::string>{"Hello", " world", "'s", " ", " end", " 42", "!",
-                                              "\n"}));
+  EXPECT_EQ(pieces,
+            (std::vector<std::string>{"Hello", " world", "'s", " ", " end", " 42", "!", "\n"}));
   // Stretches that no match covers are pieces too.
   const loom::PieceRegex digits("[0-9]+", "test");
   pieces.clear();

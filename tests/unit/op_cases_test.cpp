@@ -62,8 +62,14 @@ void register_elementwise() {
                                   loom::sub, [](double a, double b) { return a - b; }, false));
   harness::register_op("mul", binary_cases(
                                   loom::mul, [](double a, double b) { return a * b; }, false));
-  harness::register_op("div", binary_cases(
-                                  loom::div, [](double a, double b) { return a / b; }, true));
+  // The divisor's gradient -g a / b^2 is rounded to bf16 after each of three products, then
+  // summed over the broadcast dimensions, where weights of both signs cancel and magnify those
+  // roundings against the result: over 10000 random seeds it differed from f32 by up to 4.7e-2
+  // (above 3e-2 in about 1 seed in 500), so div's bf16 bound is 8e-2.
+  auto div_cases = binary_cases(
+      loom::div, [](double a, double b) { return a / b; }, true);
+  for (OpCase& c : div_cases) c.bf16_tol = 8e-2;
+  harness::register_op("div", div_cases);
 
   using UnF = std::function<Tensor(const Tensor&)>;
   auto unary = [](const char* name, UnF f, std::function<double(double)> g, bool positive,

@@ -72,6 +72,20 @@ void AtomicFile::write(const void* data, size_t nbytes) {
   }
 }
 
+void AtomicFile::overwrite(size_t offset, const void* data, size_t nbytes) {
+  LOOM_CHECK(fd_ >= 0 && !committed_) << "atomic write of '" << path_ << "': file already closed";
+  const char* p = static_cast<const char*>(data);
+  while (nbytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, nbytes, off_t(offset));
+    if (n < 0 && errno == EINTR) continue;
+    LOOM_CHECK(n > 0) << "writing '" << temp_path_ << "' (for '" << path_
+                      << "') failed: " << (n < 0 ? errno_text() : "no progress");
+    p += n;
+    offset += size_t(n);
+    nbytes -= size_t(n);
+  }
+}
+
 void AtomicFile::commit() {
   LOOM_CHECK(fd_ >= 0 && !committed_) << "atomic write of '" << path_ << "': already committed";
   // Data must be on disk before the rename publishes it, or a crash can leave a named but

@@ -20,6 +20,9 @@ class AtomicFile {
 
   void write(const void* data, size_t nbytes);
   void write(const std::string& bytes) { write(bytes.data(), bytes.size()); }
+  // Rewrites bytes already written at `offset` (a header whose counts are known only at the
+  // end); the next write() still appends.
+  void overwrite(size_t offset, const void* data, size_t nbytes);
   // Makes the new contents visible under path(). Nothing may be written afterwards.
   void commit();
 

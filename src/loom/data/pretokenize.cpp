@@ -42,7 +42,9 @@ PieceRegex::PieceRegex(const std::string& pattern, const std::string& origin) : 
   code_ = code;
 }
 
-PieceRegex::~PieceRegex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+PieceRegex::~PieceRegex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 void PieceRegex::for_each_piece(const std::string& text,
                                 const std::function<void(size_t, size_t)>& fn) const {
@@ -50,8 +52,8 @@ void PieceRegex::for_each_piece(const std::string& text,
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t at = 0;     // where the next search starts
-  size_t done = 0;   // text before this is in pieces already
+  size_t at = 0;    // where the next search starts
+  size_t done = 0;  // text before this is in pieces already
   uint32_t options = 0;
   while (at < text.size()) {
     const int rc = pcre2_match(code, subject, text.size(), at, options, match.get(), nullptr);

@@ -23,8 +23,7 @@ class PieceRegex {
 
   // Calls fn(offset, length) for each piece of text, in order; they cover the text exactly.
   // Invalid UTF-8 never matches, so it ends up in the stretches between matches.
-  void for_each_piece(const std::string& text,
-                      const std::function<void(size_t, size_t)>& fn) const;
+  void for_each_piece(const std::string& text, const std::function<void(size_t, size_t)>& fn) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

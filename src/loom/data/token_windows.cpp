@@ -35,10 +35,16 @@ std::string copy_name(const std::string& file) {
 std::vector<std::string> tokenizer_files(const std::string& spec, const std::string& run_dir) {
   std::vector<std::string> files;
   if (fs::is_directory(spec)) {
-    if (fs::is_regular_file(fs::path(spec) / "tokenizer.json"))
-      files = {(fs::path(spec) / "tokenizer.json").string()};
+    // A Hugging Face model directory, or one of Loom's (a run's, a `loom data prepare` one).
+    const fs::path d(spec);
+    if (fs::is_regular_file(d / "tokenizer.json"))
+      files = {(d / "tokenizer.json").string()};
+    else if (fs::is_regular_file(d / "tokenizer.tiktoken"))
+      files = {(d / "tokenizer.tiktoken").string()};
+    else if (fs::is_regular_file(d / "tokenizer.bpe"))
+      files = {(d / "tokenizer.bpe").string()};
     else
-      files = {(fs::path(spec) / "vocab.json").string(), (fs::path(spec) / "merges.txt").string()};
+      files = {(d / "vocab.json").string(), (d / "merges.txt").string()};
   } else {
     files = {spec};
   }
@@ -90,50 +96,116 @@ void save_tokenizer_copy(const Tokenizer& tok, const std::string& run_dir) {
   }
 }
 
+void TokenSet::add(std::vector<int32_t> tokens, double weight) {
+  streams_.push_back({std::move(tokens), nullptr, weight});
+}
+
+void TokenSet::add(std::shared_ptr<const TokenFile> file, double weight) {
+  streams_.push_back({{}, std::move(file), weight});
+}
+
+int64_t TokenSet::size(int stream) const {
+  const Stream& s = streams_.at(size_t(stream));
+  return s.file ? s.file->size() : int64_t(s.tokens.size());
+}
+
+int64_t TokenSet::total() const {
+  int64_t n = 0;
+  for (int s = 0; s < streams(); ++s) n += size(s);
+  return n;
+}
+
+void TokenSet::read(int stream, int64_t start, int64_t n, int32_t* out) const {
+  const Stream& s = streams_.at(size_t(stream));
+  if (s.file) return s.file->read(start, n, out);
+  LOOM_CHECK(start >= 0 && start + n <= int64_t(s.tokens.size()))
+      << "tokens [" << start << ", " << start + n << ") outside " << s.tokens.size();
+  std::copy(s.tokens.begin() + start, s.tokens.begin() + start + n, out);
+}
+
 TokenizedText tokenize_text(const std::string& source, const Tokenizer& tok, double val_fraction,
                             int64_t min_tokens) {
   TokenizedText d;
   d.source = source;
   const std::string text = read_text_file(source);
   const TextSplit split = split_text(text, val_fraction);
-  d.train = tok.encode(std::string(split.train.begin(), split.train.end()));
-  d.val = tok.encode(std::string(split.val.begin(), split.val.end()));
-  LOOM_CHECK(int64_t(d.train.size()) >= min_tokens && int64_t(d.val.size()) >= min_tokens)
+  std::vector<int32_t> train = tok.encode(std::string(split.train.begin(), split.train.end()));
+  std::vector<int32_t> val = tok.encode(std::string(split.val.begin(), split.val.end()));
+  LOOM_CHECK(int64_t(train.size()) >= min_tokens && int64_t(val.size()) >= min_tokens)
       << "text " << source << " (" << text.size() << " bytes) is too short: its training and "
-      << "held-out parts have " << d.train.size() << " and " << d.val.size()
+      << "held-out parts have " << train.size() << " and " << val.size()
       << " tokens, each needs at least model.context + 2 = " << min_tokens;
+  d.train.add(std::move(train));
+  d.val.add(std::move(val));
   return d;
 }
 
-int64_t window_start(uint64_t key, int64_t g, int64_t n, int64_t T) {
-  const auto r = philox4x32_10(uint64_t(g), 0, key);
-  const uint64_t v = uint64_t(r[0]) << 32 | r[1];
-  return int64_t(v % uint64_t(n - T));
+TokenizedText open_token_dirs(const std::vector<std::string>& dirs,
+                              const std::vector<double>& weights, int64_t vocab_size,
+                              int64_t min_tokens) {
+  LOOM_CHECK(!dirs.empty() && weights.size() == dirs.size())
+      << "token data: " << dirs.size() << " directories but " << weights.size() << " weights";
+  TokenizedText d;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    LOOM_CHECK(weights[i] > 0) << "token data: the weight of " << dirs[i] << " is " << weights[i]
+                               << ", it must be positive";
+    d.source += (i ? ", " : "") + dirs[i];
+    for (const char* part : {"train.bin", "val.bin"}) {
+      auto file =
+          std::make_shared<const TokenFile>((fs::path(dirs[i]) / part).string(), vocab_size);
+      LOOM_CHECK(file->size() >= min_tokens)
+          << "token file " << file->path() << " has " << file->size()
+          << " tokens, it needs at least model.context + 2 = " << min_tokens;
+      (part[0] == 't' ? d.train : d.val).add(std::move(file), weights[i]);
+    }
+  }
+  return d;
 }
 
-std::pair<Tensor, Tensor> gather_windows(const std::vector<int32_t>& tokens,
-                                         const std::vector<int64_t>& starts, int64_t T) {
-  const int64_t B = int64_t(starts.size());
+Window draw_window(const TokenSet& set, uint64_t key, int64_t g, int64_t T) {
+  const auto r = philox4x32_10(uint64_t(g), 0, key);
+  Window w;
+  if (set.streams() > 1) {
+    double total = 0;
+    for (int s = 0; s < set.streams(); ++s) total += set.weight(s);
+    double u = double(r[2]) / 4294967296.0 * total;
+    for (w.stream = 0; w.stream + 1 < set.streams() && u >= set.weight(w.stream); ++w.stream)
+      u -= set.weight(w.stream);
+  }
+  const uint64_t v = uint64_t(r[0]) << 32 | r[1];
+  w.start = int64_t(v % uint64_t(set.size(w.stream) - T));
+  return w;
+}
+
+std::pair<Tensor, Tensor> gather_windows(const TokenSet& set, const std::vector<Window>& windows,
+                                         int64_t T) {
+  const int64_t B = int64_t(windows.size());
   std::vector<int64_t> ids(size_t(B * T)), targets(size_t(B * T));
-  for (int64_t b = 0; b < B; ++b)
+  std::vector<int32_t> w(size_t(T + 1));
+  for (int64_t b = 0; b < B; ++b) {
+    set.read(windows[size_t(b)].stream, windows[size_t(b)].start, T + 1, w.data());
     for (int64_t t = 0; t < T; ++t) {
-      ids[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t)];
-      targets[size_t(b * T + t)] = tokens[size_t(starts[size_t(b)] + t + 1)];
+      ids[size_t(b * T + t)] = w[size_t(t)];
+      targets[size_t(b * T + t)] = w[size_t(t + 1)];
     }
+  }
   return {from_vector(ids, {B, T}), from_vector(targets, {B, T})};
 }
 
-std::vector<int64_t> eval_window_starts(int64_t n, int64_t T, int64_t count) {
-  const int64_t tiles = (n - 1) / T;
-  std::vector<int64_t> starts;
-  if (count <= 0 || count >= tiles) {
-    for (int64_t i = 0; i < tiles; ++i) starts.push_back(i * T);
-  } else if (count == 1) {
-    starts.push_back(0);
-  } else {
-    for (int64_t i = 0; i < count; ++i) starts.push_back(i * (tiles - 1) / (count - 1) * T);
+std::vector<Window> eval_windows(const TokenSet& set, int64_t T, int64_t count) {
+  std::vector<Window> windows;
+  for (int s = 0; s < set.streams(); ++s) {
+    const int64_t tiles = (set.size(s) - 1) / T;
+    const int64_t want = count <= 0 ? 0 : std::max<int64_t>(1, count / set.streams());
+    if (want <= 0 || want >= tiles) {
+      for (int64_t i = 0; i < tiles; ++i) windows.push_back({s, i * T});
+    } else if (want == 1) {
+      windows.push_back({s, 0});
+    } else {
+      for (int64_t i = 0; i < want; ++i) windows.push_back({s, i * (tiles - 1) / (want - 1) * T});
+    }
   }
-  return starts;
+  return windows;
 }
 
 }  // namespace loom

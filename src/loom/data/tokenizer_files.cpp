@@ -117,8 +117,8 @@ void read_vocab(const json& vocab, const json& added, const std::string& origin,
   std::unordered_set<std::string> added_text;
   for (const json& a : added) added_text.insert(a.value("content", ""));
   for (const auto& [entry, id] : vocab.items()) {
-    LOOM_CHECK(id.is_number_integer()) << origin << ": vocabulary entry '" << entry
-                                       << "' has no integer id";
+    LOOM_CHECK(id.is_number_integer())
+        << origin << ": vocabulary entry '" << entry << "' has no integer id";
     // An added token may stand in the vocabulary too (GPT-2's <|endoftext|>); it is not text.
     const bool is_added = added_text.count(entry) > 0;
     put(id.get<int64_t>(), is_added ? entry : entry_bytes(entry, origin), is_added,
@@ -180,8 +180,7 @@ std::string piece_pattern(const json& pre, const std::string& origin) {
                                 << "it would make the whole text one piece";
     return kByteLevelPattern;
   }
-  LOOM_CHECK(type == "Sequence" && pre.contains("pretokenizers") &&
-             pre["pretokenizers"].is_array())
+  LOOM_CHECK(type == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array())
       << origin << ": pre_tokenizer '" << type << "' is not supported (ByteLevel, or Split then "
       << "ByteLevel)";
   const json& steps = pre["pretokenizers"];
@@ -341,39 +340,51 @@ void write_tokenizer_json(const BpeTokenizer& tok, const std::string& path) {
   for (size_t id = 0; id < parts.tokens.size(); ++id) {
     entry[id] = parts.special[id] ? parts.tokens[id] : entry_of(parts.tokens[id]);
     LOOM_CHECK(!vocab.contains(entry[id]))
-        << "tokenizer.json " << path << ": tokens " << vocab[entry[id]].get<int>() << " and "
-        << id << " are the same bytes, which a tokenizer.json vocabulary cannot hold";
+        << "tokenizer.json " << path << ": tokens " << vocab[entry[id]].get<int>() << " and " << id
+        << " are the same bytes, which a tokenizer.json vocabulary cannot hold";
     vocab[entry[id]] = id;
     if (parts.special[id])
-      added.push_back({{"id", id}, {"content", entry[id]}, {"single_word", false},
-                       {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+      added.push_back({{"id", id},
+                       {"content", entry[id]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
                        {"special", true}});
   }
   for (const auto& [left, right] : tok.merge_list())
     merges.push_back(entry[size_t(left)] + " " + entry[size_t(right)]);
   const std::string pattern = parts.pattern.empty() ? kLoomPiecePattern : parts.pattern;
-  const nlohmann::ordered_json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-      {"use_regex", false}};
-  const nlohmann::ordered_json out = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"},
-           {"invert", false}},
-          byte_level}}}},
-      {"post_processor", nullptr},
-      {"decoder", byte_level},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false}, {"byte_fallback", false},
-        {"ignore_merges", parts.whole_piece_first}, {"vocab", vocab}, {"merges", merges}}}};
+  const nlohmann::ordered_json byte_level = {{"type", "ByteLevel"},
+                                             {"add_prefix_space", false},
+                                             {"trim_offsets", false},
+                                             {"use_regex", false}};
+  const nlohmann::ordered_json out = {{"version", "1.0"},
+                                      {"truncation", nullptr},
+                                      {"padding", nullptr},
+                                      {"added_tokens", added},
+                                      {"normalizer", nullptr},
+                                      {"pre_tokenizer",
+                                       {{"type", "Sequence"},
+                                        {"pretokenizers",
+                                         {{{"type", "Split"},
+                                           {"pattern", {{"Regex", pattern}}},
+                                           {"behavior", "Isolated"},
+                                           {"invert", false}},
+                                          byte_level}}}},
+                                      {"post_processor", nullptr},
+                                      {"decoder", byte_level},
+                                      {"model",
+                                       {{"type", "BPE"},
+                                        {"dropout", nullptr},
+                                        {"unk_token", nullptr},
+                                        {"continuing_subword_prefix", nullptr},
+                                        {"end_of_word_suffix", nullptr},
+                                        {"fuse_unk", false},
+                                        {"byte_fallback", false},
+                                        {"ignore_merges", parts.whole_piece_first},
+                                        {"vocab", vocab},
+                                        {"merges", merges}}}};
   write_file_atomic(path, out.dump(1) + "\n");
 }
 

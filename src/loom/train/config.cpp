@@ -2,6 +2,7 @@
 #include "loom/train/preemption.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "loom/train/config_file.h"
@@ -303,13 +304,29 @@ void read_gpt(ConfigFile& f, Config& c) {
   d.tokenizer = f.get_string("data", "tokenizer", d.tokenizer);
   d.tokenizer_pattern = f.get_string("data", "tokenizer_pattern", d.tokenizer_pattern);
   d.cache_dir = f.get_string("data", "cache_dir", d.cache_dir);
-  LOOM_CHECK(d.dataset == "kjv" || d.dataset == "text")
+  LOOM_CHECK(d.dataset == "kjv" || d.dataset == "text" || d.dataset == "tokens")
       << "config " << path << ": data.dataset '" << d.dataset
-      << "' is not known for model.kind gpt (expected kjv or text)";
+      << "' is not known for model.kind gpt (expected kjv, text or tokens)";
+  if (d.dataset == "tokens") {  // data.paths and data.weights are unknown keys otherwise
+    d.paths = f.get_string_list(
+        "data", "paths",
+        d.path.empty() ? std::vector<std::string>{} : std::vector<std::string>{d.path});
+    d.weights = f.get_double_list("data", "weights", std::vector<double>(d.paths.size(), 1.0));
+    // (a resolved config holds both, the one directory twice)
+    LOOM_CHECK(!d.paths.empty() && (d.path.empty() || d.paths == std::vector<std::string>{d.path}))
+        << "config " << path << ": data.dataset \"tokens\" needs data.path (a directory of "
+        << "`loom data prepare`) or data.paths (several), not both";
+    LOOM_CHECK(d.weights.size() == d.paths.size())
+        << "config " << path << ": data.weights has " << d.weights.size() << " entries for "
+        << d.paths.size() << " data.paths";
+    for (double w : d.weights)
+      LOOM_CHECK(w > 0 && std::isfinite(w))
+          << "config " << path << ": data.weights must be positive, got " << w;
+  }
   if (d.dataset == "text") {
     LOOM_CHECK(!d.path.empty()) << "config " << path
                                 << ": data.dataset \"text\" needs data.path (a UTF-8 text file)";
-  } else {
+  } else if (d.dataset == "kjv") {
     LOOM_CHECK(d.path.empty()) << "config " << path << ": data.path '" << d.path
                                << "' is not used by data.dataset \"kjv\" (use dataset = \"text\" "
                                   "to train on a file)";

@@ -31,8 +31,12 @@ struct RunConfig {
 
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // dit: "fashion_mnist"; gpt: "kjv" or "text"
+  std::string dataset = "fashion_mnist";  // dit: "fashion_mnist"; gpt: "kjv", "text" or "tokens"
   std::string path = "/usr/share/datasets/fashion-mnist";  // gpt: the text file (dataset "text")
+  // gpt, dataset "tokens": directories of `loom data prepare` (data.path, or several in
+  // data.paths), mixed for training by data.weights (default: all 1)
+  std::vector<std::string> paths;
+  std::vector<double> weights;
   double val_fraction = 0.05;  // gpt: the held-out tail of the text (see split_text)
   // gpt: "bytes", a BPE file of `loom tokenizer train`, a Hugging Face tokenizer.json (or a
   // directory with it or vocab.json + merges.txt), or a tiktoken file (see token_windows.h)

@@ -142,26 +142,61 @@ bool ConfigFile::get_bool(const std::string& section, const std::string& key, bo
   return v;
 }
 
+namespace {
+// An array of one TOML type as values (integers also read as doubles), and its TOML text.
+template <typename T>
+std::vector<T> read_list(const toml::node* n, const std::string& name, const char* type,
+                         const std::vector<T>& fallback, std::string& text) {
+  std::vector<T> v = fallback;
+  if (n) {
+    const toml::array* a = n->as_array();
+    LOOM_CHECK(a) << name << " must be an array of " << type;
+    v.clear();
+    for (const toml::node& e : *a) {
+      std::optional<T> x;
+      if constexpr (std::is_same_v<T, double>)
+        x = e.is_integer() ? std::optional<double>(double(**e.as_integer()))
+                           : e.value_exact<double>();
+      else
+        x = e.value_exact<T>();
+      LOOM_CHECK(x.has_value()) << name << " must be an array of " << type;
+      v.push_back(*x);
+    }
+  }
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    os << (i ? ", " : "");
+    if constexpr (std::is_same_v<T, std::string>)
+      os << quote(v[i]);
+    else
+      os << toml::value<T>(v[i]);
+  }
+  text = os.str() + "]";
+  return v;
+}
+}  // namespace
+
 std::vector<int64_t> ConfigFile::get_int_list(const std::string& section, const std::string& key,
                                               const std::vector<int64_t>& fallback) {
   impl_->used.insert(section + "." + key);
-  const toml::node* n = find(impl_->table, section, key);
-  std::vector<int64_t> v = fallback;
-  if (n) {
-    const toml::array* a = n->as_array();
-    LOOM_CHECK(a) << "config " << path_ << ": " << section << "." << key
-                  << " must be an array of integers";
-    v.clear();
-    for (const toml::node& e : *a) {
-      LOOM_CHECK(e.is_integer()) << "config " << path_ << ": " << section << "." << key
-                                 << " must be an array of integers";
-      v.push_back(**e.as_integer());
-    }
-  }
-  std::string text = "[";
-  for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + std::to_string(v[i]);
-  impl_->resolved[section][key] = text + "]";
-  return v;
+  return read_list(find(impl_->table, section, key), "config " + path_ + ": " + section + "." + key,
+                   "integers", fallback, impl_->resolved[section][key]);
+}
+
+std::vector<double> ConfigFile::get_double_list(const std::string& section, const std::string& key,
+                                                const std::vector<double>& fallback) {
+  impl_->used.insert(section + "." + key);
+  return read_list(find(impl_->table, section, key), "config " + path_ + ": " + section + "." + key,
+                   "numbers", fallback, impl_->resolved[section][key]);
+}
+
+std::vector<std::string> ConfigFile::get_string_list(const std::string& section,
+                                                     const std::string& key,
+                                                     const std::vector<std::string>& fallback) {
+  impl_->used.insert(section + "." + key);
+  return read_list(find(impl_->table, section, key), "config " + path_ + ": " + section + "." + key,
+                   "strings", fallback, impl_->resolved[section][key]);
 }
 
 void ConfigFile::check_all_keys_used() const {

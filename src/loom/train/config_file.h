@@ -23,6 +23,10 @@ class ConfigFile {
   bool get_bool(const std::string& section, const std::string& key, bool fallback);
   std::vector<int64_t> get_int_list(const std::string& section, const std::string& key,
                                     const std::vector<int64_t>& fallback);
+  std::vector<double> get_double_list(const std::string& section, const std::string& key,
+                                      const std::vector<double>& fallback);
+  std::vector<std::string> get_string_list(const std::string& section, const std::string& key,
+                                           const std::vector<std::string>& fallback);
   // Throws naming every key that no getter asked for (unknown keys and typos).
   void check_all_keys_used() const;
   // The resolved config as TOML text (all values read, defaults included).

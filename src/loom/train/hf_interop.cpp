@@ -9,8 +9,8 @@
 
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
-#include "loom/core/json_file.h"
 #include "loom/core/atomic_file.h"
+#include "loom/core/json_file.h"
 #include "loom/data/text.h"
 #include "loom/data/token_windows.h"
 #include "loom/data/tokenizer_files.h"
@@ -197,8 +197,8 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
     write_file_atomic(out_dir + "/tokenizer.json", read_text_file(tok.files[0]));
   else
     write_tokenizer_json(tok.bpe, out_dir + "/tokenizer.json");
-  Json tok_config = Json::object({{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                  {"model_max_length", cfg.gpt.context}});
+  Json tok_config = Json::object(
+      {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", cfg.gpt.context}});
   if (const int32_t eot = tok.bpe.special_id("<|endoftext|>"); eot >= 0)
     for (const char* role : {"bos_token", "eos_token"}) tok_config.set(role, "<|endoftext|>");
   write_json_file(out_dir + "/tokenizer_config.json", tok_config);

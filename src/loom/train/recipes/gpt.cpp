@@ -40,14 +40,16 @@ Tokenizer load_tokenizer(const Config& cfg, const std::string& run_dir) {
 }
 
 TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
+  if (cfg.data.dataset == "tokens")
+    return open_token_dirs(cfg.data.paths, cfg.data.weights, cfg.gpt.vocab_size,
+                           cfg.gpt.context + 2);
   const std::string source =
       cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
   return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt.context + 2);
 }
 
-Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
-                   int64_t T) {
-  auto [ids, targets] = gather_windows(tokens, starts, T);  // (B, T) each
+Batch window_batch(const TokenSet& tokens, const std::vector<Window>& windows, int64_t T) {
+  auto [ids, targets] = gather_windows(tokens, windows, T);  // (B, T) each
   return {ids, targets, Json()};
 }
 
@@ -117,27 +119,30 @@ MeanLoss pipeline_loss(const models::Gpt& model, const parallel::Pipeline& pipe,
 }
 
 LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const Tokenizer& tok,
-                      const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts,
-                      int64_t batch, int64_t min_forwards) {
+                      const TokenSet& tokens, const std::vector<Window>& starts, int64_t batch,
+                      int64_t min_forwards) {
   NoGradGuard no_grad;
   LmEvalResult r;
   // Under ZeRO-3 every forward gathers parameters with the other ranks: all ranks must run as
   // many forwards, so a rank with fewer windows runs discarded ones.
   for (int64_t extra = min_forwards - (int64_t(starts.size()) + batch - 1) / batch; extra > 0;
        --extra) {
-    mean_loss(window_batch(tokens, {0}, T));
+    mean_loss(window_batch(tokens, {Window{}}, T));
   }
   for (size_t at = 0; at < starts.size(); at += size_t(batch)) {
     const size_t end = std::min(starts.size(), at + size_t(batch));
-    const std::vector<int64_t> chunk(starts.begin() + ptrdiff_t(at),
-                                     starts.begin() + ptrdiff_t(end));
+    const std::vector<Window> chunk(starts.begin() + ptrdiff_t(at),
+                                    starts.begin() + ptrdiff_t(end));
     const Batch b = window_batch(tokens, chunk, T);
     const double mean = mean_loss(b);
     const int64_t n = int64_t(chunk.size()) * T;
     r.nats += mean * double(n);
     r.tokens += n;
-    for (int64_t s : chunk)
-      for (int64_t t = 1; t <= T; ++t) r.bytes += tok.bytes_of(tokens[size_t(s + t)]);
+    std::vector<int32_t> w(size_t(T + 1));
+    for (const Window& win : chunk) {
+      tokens.read(win.stream, win.start, T + 1, w.data());
+      for (int64_t t = 1; t <= T; ++t) r.bytes += tok.bytes_of(w[size_t(t)]);
+    }
   }
   r.windows = int64_t(starts.size());
   return r;
@@ -145,11 +150,11 @@ LmEvalResult evaluate(const MeanLoss& mean_loss, int64_t T, const Tokenizer& tok
 
 // evaluate() with the windows split over the data-parallel ranks and the sums combined.
 LmEvalResult evaluate_over_dp(dist::ProcessGroup& dp, const MeanLoss& mean_loss, int64_t T,
-                              const Tokenizer& tok, const std::vector<int32_t>& tokens,
-                              const std::vector<int64_t>& starts, int64_t batch) {
+                              const Tokenizer& tok, const TokenSet& tokens,
+                              const std::vector<Window>& starts, int64_t batch) {
   const size_t n = starts.size(), P = size_t(dp.size()), r = size_t(dp.rank());
-  const std::vector<int64_t> mine(starts.begin() + ptrdiff_t(r * n / P),
-                                  starts.begin() + ptrdiff_t((r + 1) * n / P));
+  const std::vector<Window> mine(starts.begin() + ptrdiff_t(r * n / P),
+                                 starts.begin() + ptrdiff_t((r + 1) * n / P));
   const int64_t most = int64_t((n + P - 1) / P);
   LmEvalResult result =
       evaluate(mean_loss, T, tok, tokens, mine, batch, (most + batch - 1) / batch);
@@ -223,7 +228,7 @@ class GptRecipe : public Recipe {
   }
   std::string describe_data() const override {
     return "data: " + data_.source + ", " + (tok_.bytes ? "byte" : "BPE") + " tokens, " +
-           std::to_string(data_.train.size()) + " train / " + std::to_string(data_.val.size()) +
+           std::to_string(data_.train.total()) + " train / " + std::to_string(data_.val.total()) +
            " held-out";
   }
 
@@ -232,8 +237,7 @@ class GptRecipe : public Recipe {
     rows_ = run.model.sequence_rows(cfg_.gpt.context);  // empty: whole sequences
     const parallel::Pipeline* pipe = run.model.pipeline();
     mean_loss_ = pipe ? pipeline_loss(model_, *pipe, rows_) : whole_model_loss(model_, rows_);
-    periodic_windows_ =
-        eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, cfg_.eval.windows);
+    periodic_windows_ = eval_windows(data_.val, cfg_.gpt.context, cfg_.eval.windows);
   }
   void write_run_files(const std::string& run_dir) const override {
     save_tokenizer_copy(tok_, run_dir);
@@ -244,12 +248,13 @@ class GptRecipe : public Recipe {
   }
 
   Batch make_batch(const Slot& s) override {
-    const int64_t T = cfg_.gpt.context, n = int64_t(data_.train.size());
+    const int64_t T = cfg_.gpt.context;
     const uint64_t key =
         RngKey{cfg_.run.seed, "lm.windows", "step " + std::to_string(s.step)}.hash();
-    std::vector<int64_t> starts(static_cast<size_t>(s.count));
-    for (int64_t b = 0; b < s.count; ++b) starts[size_t(b)] = window_start(key, s.first + b, n, T);
-    return window_batch(data_.train, starts, T);
+    std::vector<Window> windows(static_cast<size_t>(s.count));
+    for (int64_t b = 0; b < s.count; ++b)
+      windows[size_t(b)] = draw_window(data_.train, key, s.first + b, T);
+    return window_batch(data_.train, windows, T);
   }
   Tensor loss(const Batch& b, const Slot&) override {
     const Shard shard = local_rows(b, rows_);
@@ -274,9 +279,9 @@ class GptRecipe : public Recipe {
   void finish(const RunSummary& summary) override {
     // The final held-out loss, over the whole held-out split.
     const auto t0 = std::chrono::steady_clock::now();
-    const LmEvalResult r = evaluate_over_dp(
-        run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
-        eval_window_starts(int64_t(data_.val.size()), cfg_.gpt.context, 0), cfg_.train.batch_size);
+    const LmEvalResult r =
+        evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
+                         eval_windows(data_.val, cfg_.gpt.context, 0), cfg_.train.batch_size);
     // The text sample runs on the main rank alone, on a full copy of the weights (collective).
     std::unique_ptr<models::Gpt> full_model;
     if (cfg_.lm_sample.tokens > 0) {
@@ -311,7 +316,7 @@ class GptRecipe : public Recipe {
   RunContext* run_ = nullptr;
   std::vector<int64_t> rows_;  // this rank's rows of each window under context parallelism
   MeanLoss mean_loss_;
-  std::vector<int64_t> periodic_windows_;
+  std::vector<Window> periodic_windows_;
 };
 
 }  // namespace
@@ -323,7 +328,7 @@ std::unique_ptr<Recipe> make_gpt_recipe(const Config& config) {
 LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
   const TokenizedText data = load_lm_data(g.cfg, g.tok);
-  const auto starts = eval_window_starts(int64_t(data.val.size()), g.cfg.gpt.context, windows);
+  const auto starts = eval_windows(data.val, g.cfg.gpt.context, windows);
   return evaluate(whole_model_loss(*g.model), g.model->config.context, g.tok, data.val, starts,
                   g.cfg.train.batch_size, 0);
 }
