@@ -2,7 +2,9 @@
 # A run's TensorBoard event file, read back by TensorBoard's own reader (PyPI `tensorboard` in a
 # virtual environment kept under the user's cache): every step metrics.jsonl records has the
 # same loss, lr and throughput as a TensorBoard scalar (float32), with the same steps; a resumed
-# run adds a second event file that continues the steps. Without PyPI the test says so and is
+# run adds a second event file that continues the steps. A DiT run with sample.every writes a
+# sample grid every that many steps, as samples/step-NNNNNN.png and as a TensorBoard image of
+# the same PNG bytes at the same step. Without PyPI the test says so and is
 # reported as skipped (status 77), never as passed.
 # Usage: tensorboard_test.sh LOOM WORK_DIR
 set -uo pipefail
@@ -53,4 +55,25 @@ for tag in ("loss", "lr", "tok_per_s", "mem_live_bytes", "time_s/step", "val/nat
         assert events[step] == v, f"{tag} at step {step}: {events[step]} vs {v}"
         checked += 1
 print(f"ok: {checked} scalars over {len(want)} logged steps match metrics.jsonl ({len(tags)} tags, 2 event files)")
+PY
+[ $? -eq 0 ] || exit 1
+
+"$loom" train "$here/tiny_dit.toml" --set "run.out_dir=\"$work\"" --set train.steps=6 \
+  --set sample.every=3 > "$work/dit.log" 2>&1 || { echo "FAIL: dit run: $(tail -3 "$work/dit.log")"; exit 1; }
+"$venv/bin/python" - "$work/tiny_dit" <<'PY'
+import os, struct, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+run = sys.argv[1]
+acc = EventAccumulator(os.path.join(run, "tensorboard"), size_guidance={"images": 0})
+acc.Reload()
+assert "samples" in acc.Tags()["images"], f"no image 'samples' (have {acc.Tags()['images']})"
+events = acc.Images("samples")
+assert [e.step for e in events] == [3, 6], f"image steps {[e.step for e in events]}, expected [3, 6]"
+for e in events:
+    png = open(os.path.join(run, "samples", f"step-{e.step:06d}.png"), "rb").read()
+    assert e.encoded_image_string == png, f"step {e.step}: the image differs from its PNG file"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (e.width, e.height) == (width, height), f"step {e.step}: {e.width}x{e.height} vs {width}x{height}"
+print(f"ok: {len(events)} sample grids in TensorBoard ({events[0].width}x{events[0].height}), "
+      "the same PNGs as samples/")
 PY

@@ -153,7 +153,8 @@ TEST_F(TokenFiles, PrepareInChunksEqualsTokenizingTheWholeText) {
     tok.bytes = false;
     tok.bpe = bpe;
     const std::string out = path("prep-" + std::to_string(bpe.vocab_size()));
-    const loom::PreparedTokens r = loom::prepare_tokens({path("doc.txt")}, tok, "test", 0.1, out, 97);
+    const loom::PreparedTokens r =
+        loom::prepare_tokens({path("doc.txt")}, tok, "test", 0.1, out, 97);
     const size_t n_val = size_t(std::llround(double(text.size()) * 0.1));
     const auto train = bpe.encode(text.substr(0, text.size() - n_val));
     const auto val = bpe.encode(text.substr(text.size() - n_val));

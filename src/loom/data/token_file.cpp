@@ -35,8 +35,8 @@ TokenFile::TokenFile(const std::string& path, int64_t vocab_size) : path_(path) 
   ::fstat(fd_, &st);
   const int64_t file_bytes = int64_t(st.st_size);
   LOOM_CHECK(file_bytes >= kHeaderBytes)
-      << "token file " << path << ": " << file_bytes << " bytes, shorter than its "
-      << kHeaderBytes << "-byte header (not a token file, or truncated)";
+      << "token file " << path << ": " << file_bytes << " bytes, shorter than its " << kHeaderBytes
+      << "-byte header (not a token file, or truncated)";
   int32_t header[kHeaderInts];
   pread_all(fd_, header, sizeof header, 0, path);
   if (header[0] == kMagic16 && header[1] == kVersion16) {

@@ -13,7 +13,9 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+bool is_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
 
 // Tokenizes bytes [begin, end) of `in` chunk by chunk into `out`.
 void tokenize_range(std::ifstream& in, const std::string& path, int64_t begin, int64_t end,
@@ -28,8 +30,8 @@ void tokenize_range(std::ifstream& in, const std::string& path, int64_t begin, i
     const size_t had = text.size();
     text.resize(had + want);
     in.read(text.data() + had, std::streamsize(want));
-    LOOM_CHECK(in.gcount() == std::streamsize(want)) << "data prepare: reading " << path
-                                                      << " failed at byte " << at;
+    LOOM_CHECK(in.gcount() == std::streamsize(want))
+        << "data prepare: reading " << path << " failed at byte " << at;
     at += int64_t(want);
     if (at < end) {
       // Cut before the last " x" that follows a non-space; without one, read on.
@@ -56,8 +58,8 @@ PreparedTokens prepare_tokens(const std::vector<std::string>& inputs, const Toke
   LOOM_CHECK(!inputs.empty()) << "data prepare: no input text";
   LOOM_CHECK(val_fraction > 0 && val_fraction < 1)
       << "data prepare: --val-fraction must be in (0, 1), got " << val_fraction;
-  LOOM_CHECK(!fs::exists(out_dir)) << "data prepare: " << out_dir
-                                   << " exists; remove it or name another directory";
+  LOOM_CHECK(!fs::exists(out_dir))
+      << "data prepare: " << out_dir << " exists; remove it or name another directory";
   for (const std::string& f : inputs)
     LOOM_CHECK(fs::is_regular_file(f)) << "data prepare: input " << f << " is not a file";
   const fs::path final_dir = fs::absolute(out_dir);
@@ -67,7 +69,8 @@ PreparedTokens prepare_tokens(const std::vector<std::string>& inputs, const Toke
   try {
     const int64_t vocab = tok.bpe.vocab_size();
     const int32_t eot = tok.bytes ? -1 : tok.bpe.special_id("<|endoftext|>");
-    TokenFileWriter train((work / "train.bin").string(), vocab), val((work / "val.bin").string(), vocab);
+    TokenFileWriter train((work / "train.bin").string(), vocab),
+        val((work / "val.bin").string(), vocab);
     PreparedTokens r;
     for (const std::string& path : inputs) {
       std::ifstream in(path, std::ios::binary);
@@ -90,16 +93,15 @@ PreparedTokens prepare_tokens(const std::vector<std::string>& inputs, const Toke
     save_tokenizer_copy(tok, work.string());
     Json sources = Json::array();
     for (const std::string& f : inputs) sources.push_back(Json(fs::absolute(f).string()));
-    write_json_file((work / "meta.json").string(),
-                    Json::object({{"format", "loom tokens 1"},
-                                   {"tokenizer", tokenizer_spec},
-                                   {"vocab_size", vocab},
-                                   {"val_fraction", val_fraction},
-                                   {"documents", r.documents},
-                                   {"bytes", r.bytes},
-                                   {"train_tokens", r.train_tokens},
-                                   {"val_tokens", r.val_tokens},
-                                   {"sources", sources}}));
+    write_json_file((work / "meta.json").string(), Json::object({{"format", "loom tokens 1"},
+                                                                 {"tokenizer", tokenizer_spec},
+                                                                 {"vocab_size", vocab},
+                                                                 {"val_fraction", val_fraction},
+                                                                 {"documents", r.documents},
+                                                                 {"bytes", r.bytes},
+                                                                 {"train_tokens", r.train_tokens},
+                                                                 {"val_tokens", r.val_tokens},
+                                                                 {"sources", sources}}));
     fs::rename(work, final_dir);
     return r;
   } catch (...) {

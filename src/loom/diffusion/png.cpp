@@ -31,14 +31,21 @@ void put_chunk(std::string& out, const char type[4], const std::string& data) {
 
 void write_png(const std::string& path, const std::vector<uint8_t>& pixels, int width, int height,
                int channels) {
+  try {
+    write_file_atomic(path, encode_png(pixels, width, height, channels));
+  } catch (const Error& e) {
+    LOOM_FAIL() << "write_png '" << path << "': " << e.what();
+  }
+}
+
+std::string encode_png(const std::vector<uint8_t>& pixels, int width, int height, int channels) {
   LOOM_CHECK(width > 0 && height > 0)
-      << "write_png '" << path << "': size " << width << "x" << height << " must be positive";
-  LOOM_CHECK(channels == 1 || channels == 3)
-      << "write_png '" << path << "': " << channels << " channels, expected 1 or 3";
+      << "png: size " << width << "x" << height << " must be positive";
+  LOOM_CHECK(channels == 1 || channels == 3) << "png: " << channels << " channels, expected 1 or 3";
   const size_t row_bytes = size_t(width) * size_t(channels);
   LOOM_CHECK(pixels.size() == row_bytes * size_t(height))
-      << "write_png '" << path << "': " << pixels.size() << " bytes of pixels, expected " << width
-      << " x " << height << " x " << channels << " = " << row_bytes * size_t(height);
+      << "png: " << pixels.size() << " bytes of pixels, expected " << width << " x " << height
+      << " x " << channels << " = " << row_bytes * size_t(height);
 
   // Every row is prefixed with filter type 0 (None): simple, and zlib does the compressing.
   std::string raw;
@@ -52,7 +59,7 @@ void write_png(const std::string& path, const std::vector<uint8_t>& pixels, int 
   const int rc = compress2(reinterpret_cast<Bytef*>(compressed.data()), &compressed_size,
                            reinterpret_cast<const Bytef*>(raw.data()), uLong(raw.size()),
                            Z_DEFAULT_COMPRESSION);
-  LOOM_CHECK(rc == Z_OK) << "write_png '" << path << "': zlib compress failed (code " << rc << ")";
+  LOOM_CHECK(rc == Z_OK) << "png: zlib compress failed (code " << rc << ")";
   compressed.resize(compressed_size);
 
   std::string ihdr;
@@ -66,7 +73,7 @@ void write_png(const std::string& path, const std::vector<uint8_t>& pixels, int 
   put_chunk(file, "IHDR", ihdr);
   put_chunk(file, "IDAT", compressed);
   put_chunk(file, "IEND", "");
-  write_file_atomic(path, file);
+  return file;
 }
 
 ImageGrid image_grid(const Tensor& images, int rows, int cols, int padding) {

@@ -13,6 +13,8 @@ namespace loom {
 // 1 (grayscale) or 3 (RGB). The file is written atomically (see core/atomic_file.h).
 void write_png(const std::string& path, const std::vector<uint8_t>& pixels, int width, int height,
                int channels);
+// The same PNG file's bytes, in memory (a TensorBoard image).
+std::string encode_png(const std::vector<uint8_t>& pixels, int width, int height, int channels);
 
 struct ImageGrid {
   std::vector<uint8_t> pixels;  // (height, width, channels), ready for write_png

@@ -264,8 +264,10 @@ void read_dit(ConfigFile& f, Config& c) {
   c.sample.cfg_scale = f.get_double("sample", "cfg_scale", c.sample.cfg_scale);
   c.sample.heun = f.get_bool("sample", "heun", c.sample.heun);
   c.sample.per_class = f.get_int("sample", "per_class", c.sample.per_class);
-  LOOM_CHECK(c.sample.steps > 0 && c.sample.per_class > 0)
-      << "config " << path << ": sample.steps and sample.per_class must be positive";
+  c.sample.every = f.get_int("sample", "every", c.sample.every);
+  LOOM_CHECK(c.sample.steps > 0 && c.sample.per_class > 0 && c.sample.every >= 0)
+      << "config " << path << ": sample.steps and sample.per_class must be positive, "
+      << "sample.every non-negative";
 
   c.eval.classifier = f.get_string("eval", "classifier", c.eval.classifier);
   c.eval.num_samples = f.get_int("eval", "num_samples", c.eval.num_samples);

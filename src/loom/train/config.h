@@ -92,6 +92,7 @@ struct SampleConfig {
   double cfg_scale = 2.0;
   bool heun = false;
   int64_t per_class = 10;  // rows of the sample grid are classes
+  int64_t every = 0;       // also a grid every N steps (samples/, TensorBoard; 0 = at the end only)
 };
 
 struct EvalConfig {

@@ -46,6 +46,12 @@ Progress::~Progress() {
   if (metrics_) std::fclose(metrics_);
 }
 
+void Progress::add_image(const std::string& tag, const ImageGrid& grid, int64_t step) {
+  if (tensorboard_)
+    tensorboard_->add_image(tag, encode_png(grid.pixels, grid.width, grid.height, grid.channels),
+                            grid.width, grid.height, grid.channels, step);
+}
+
 void Progress::write_tensorboard(const std::string& dir) {
   tensorboard_ = std::make_unique<TensorBoardWriter>(dir);
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "loom/core/json.h"
+#include "loom/diffusion/png.h"
 #include "loom/train/tensorboard.h"
 
 namespace loom::train {
@@ -34,6 +35,8 @@ class Progress {
   // `flops_per_step` is the whole job's (train_step_flops).
   // Each logged line also as TensorBoard scalars, in an event file under `dir`.
   void write_tensorboard(const std::string& dir);
+  // An image (a sample grid) at `step` (1-based) as a TensorBoard image, when it is written.
+  void add_image(const std::string& tag, const ImageGrid& grid, int64_t step);
   void count_flops(double flops_per_step, double ceiling_gflops, double hardware_gflops,
                    int ranks) {
     flops_per_step_ = flops_per_step;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/core/json.h"
+#include "loom/diffusion/png.h"
 #include "loom/nn/module.h"
 #include "loom/nn/parallel_plan.h"
 #include "loom/parallel/parallelize.h"
@@ -87,6 +88,13 @@ class Recipe {
   virtual void after_step(int64_t step, bool updated) {}  // an EMA follows the update
   // Every eval.every steps: metrics for the progress line (null: nothing evaluated). Collective.
   virtual Json evaluate(int64_t step) { return Json(); }
+  // Every sample.every steps: pictures of how training goes (a sample grid), each by its
+  // TensorBoard tag; the recipe keeps them in the run directory too. Collective.
+  struct Image {
+    std::string tag;
+    ImageGrid grid;
+  };
+  virtual std::vector<Image> images(int64_t step) { return {}; }
   // After the last step and checkpoint: the report, samples, eval.json. Collective.
   virtual void finish(const RunSummary& summary) = 0;
 };

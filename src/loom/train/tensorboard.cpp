@@ -113,6 +113,29 @@ void TensorBoardWriter::add_scalars(const Json& metrics, int64_t step) {
   write_record(event);
 }
 
+void TensorBoardWriter::add_image(const std::string& tag, const std::string& png, int width,
+                                  int height, int channels, int64_t step) {
+  std::string image;  // Summary.Image {height = 1, width = 2, colorspace = 3, encoded = 4}
+  put_key(image, 1, 0);
+  put_varint(image, uint64_t(height));
+  put_key(image, 2, 0);
+  put_varint(image, uint64_t(width));
+  put_key(image, 3, 0);
+  put_varint(image, uint64_t(channels));  // 1 grayscale, 3 RGB
+  put_bytes(image, 4, png);
+  std::string value;  // Summary.Value {tag = 1, image = 4}
+  put_bytes(value, 1, tag);
+  put_bytes(value, 4, image);
+  std::string summary;  // Summary {value = 1}
+  put_bytes(summary, 1, value);
+  std::string event;  // Event {wall_time = 1, step = 2, summary = 5}
+  put_fixed(event, 1, wall_time());
+  put_key(event, 2, 0);
+  put_varint(event, uint64_t(step));
+  put_bytes(event, 5, summary);
+  write_record(event);
+}
+
 void TensorBoardWriter::write_record(const std::string& data) {
   std::string length;
   put_le(length, data.size(), 8);

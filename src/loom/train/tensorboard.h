@@ -26,6 +26,9 @@ class TensorBoardWriter {
   // One event at `step` with every finite number of `metrics` as a scalar, tagged by its key
   // ("loss"; nested objects as "time_s/compute"); strings and non-finite values are left out.
   void add_scalars(const Json& metrics, int64_t step);
+  // One event at `step` with a PNG image (TensorBoard's Summary.Image) tagged `tag`.
+  void add_image(const std::string& tag, const std::string& png, int width, int height,
+                 int channels, int64_t step);
   const std::string& path() const { return path_; }
 
  private:

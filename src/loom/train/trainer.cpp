@@ -368,6 +368,9 @@ void train(const Config& cfg, const std::string& resume_from) {
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
     const Json val = eval_now ? recipe->evaluate(step) : Json();
     if (!val.is_null()) metrics.set("val", val);
+    if (cfg.sample.every > 0 && (step + 1) % cfg.sample.every == 0)
+      for (const Recipe::Image& image : recipe->images(step))
+        progress.add_image(image.tag, image.grid, step + 1);
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
       progress.log(step, r.loss, r.lr, metrics);
     const bool preempted = guard.preempted();  // collective over the world

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "loom/checkpoint/state_dict.h"
 #include "loom/core/json_file.h"
@@ -16,6 +17,8 @@
 #include "loom/train/recipes/dit_clusters.h"
 
 namespace loom::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -214,6 +217,31 @@ class DitRecipe : public Recipe {
     } else if (updated) {
       ema_->update(step - cfg_.train.ema_start);
     }
+  }
+
+  std::vector<Image> images(int64_t step) override {
+    // A grid from the EMA weights as they are now, one row per class, as at the end.
+    const parallel::NamedTensors ema_weights = run_->model.gather_full(piece_state()[0].second);
+    if (!run_->main) return {};
+    models::Dit ema_model(cfg_.dit);
+    load_state_dict(ema_model, as_map(ema_weights), "ema");
+    const DitSampleOptions so{cfg_.sample.per_class,
+                              cfg_.sample.steps,
+                              cfg_.sample.cfg_scale,
+                              cfg_.sample.heun,
+                              cfg_.run.seed,
+                              "",
+                              ""};
+    const Tensor labels = sample_grid_labels(cfg_.dit.num_classes, cfg_.sample.per_class);
+    ImageGrid grid = image_grid(sample_dit_images(ema_model, labels, so), int(cfg_.dit.num_classes),
+                                int(cfg_.sample.per_class));
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%06lld.png", (long long)(step + 1));
+    fs::create_directories(cfg_.run_dir() + "/samples");
+    const std::string path = cfg_.run_dir() + "/samples/" + name;
+    write_png(path, grid.pixels, grid.width, grid.height, grid.channels);
+    std::printf("samples %6lld | %s\n", (long long)(step + 1), path.c_str());
+    return {{"samples", std::move(grid)}};
   }
 
   void finish(const RunSummary& summary) override {
