@@ -36,6 +36,7 @@
 #include "loom/train/recipes/dit_clusters.h"
 #include "loom/train/recipes/dit_experts.h"
 #include "loom/train/recipes/gpt.h"
+#include "loom/train/report.h"
 #include "loom/train/run_directory.h"
 #include "loom/train/trainer.h"
 #include "rank_log.h"
@@ -554,6 +555,27 @@ int tokenizer_convert_command(const TokenizerConvertArgs& a) {
   return 0;
 }
 
+// ---- report
+
+struct ReportArgs {
+  std::string run, out;
+};
+
+void add_report(CLI::App& cmd, ReportArgs& a) {
+  cmd.description(
+      "write a run's report: one self-contained HTML page with its curves, memory, "
+      "step-time split, evaluation, sample grids and events");
+  cmd.add_option("run", a.run, "the run directory")->required()->type_name("RUN");
+  cmd.add_option("--out", a.out, "the HTML file (default RUN/report.html)")->type_name("FILE");
+}
+
+int report_command(const ReportArgs& a) {
+  const loom::train::ReportSummary r = loom::train::write_report(a.run, a.out);
+  std::printf("report: %s (%d plots, %d images, %d events)\n", r.path.c_str(), r.plots, r.images,
+              r.events);
+  return 0;
+}
+
 // ---- data prepare
 
 struct DataPrepareArgs {
@@ -765,6 +787,7 @@ int run(int argc, char** argv) {
   TokenizerCheckArgs tokenizer_check;
   TokenizerConvertArgs tokenizer_convert;
   DataPrepareArgs data_prepare;
+  ReportArgs report;
   CkptExportArgs ckpt_export;
   std::string ckpt_verify;
   loom::cli::LaunchOptions launch;
@@ -778,6 +801,7 @@ int run(int argc, char** argv) {
   add_tokenizer_train(*tokenizer->add_subcommand("train"), tokenizer_train);
   add_tokenizer_check(*tokenizer->add_subcommand("check"), tokenizer_check);
   add_tokenizer_convert(*tokenizer->add_subcommand("convert"), tokenizer_convert);
+  add_report(*loom.add_subcommand("report"), report);
   CLI::App* data = loom.add_subcommand("data")->require_subcommand(1);
   add_data_prepare(*data->add_subcommand("prepare"), data_prepare);
   CLI::App* ckpt = loom.add_subcommand("ckpt")->require_subcommand(1);
@@ -798,6 +822,7 @@ int run(int argc, char** argv) {
     if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
     if (tokenizer->got_subcommand("convert")) return tokenizer_convert_command(tokenizer_convert);
+    if (loom.got_subcommand("report")) return report_command(report);
     if (data->got_subcommand("prepare")) return data_prepare_command(data_prepare);
     if (ckpt->got_subcommand("export"))
       return ckpt_export_command(*ckpt->get_subcommand("export"), ckpt_export);

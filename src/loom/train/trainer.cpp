@@ -19,9 +19,11 @@
 #include "loom/plan/hardware_peak.h"
 #include "loom/precision/recipe.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/events.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
 #include "loom/train/recipe.h"
+#include "loom/train/report.h"
 #include "loom/train/step_guard.h"
 
 namespace loom::train {
@@ -265,6 +267,9 @@ void train(const Config& cfg, const std::string& resume_from) {
     if (low_precision && state.contains("amax_history"))
       low_precision->set_histories(amax_histories_from(state.at("amax_history")));
     std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
+    if (rank == 0)
+      append_event(run_dir, "resumed",
+                   Json::object({{"step", start_step}, {"checkpoint", resume_from}}));
   }
   // Only a run that starts (or validly resumes) records its config: a failed --resume must
   // not overwrite the config of the run it refused.
@@ -400,6 +405,10 @@ void train(const Config& cfg, const std::string& resume_from) {
                 spec.unit());
   }
   recipe->finish({step, steps_run, train_seconds});
+  if (rank == 0) {  // the page to read the run by (loom report makes it again at any time)
+    const ReportSummary report = write_report(run_dir);
+    std::printf("report: %s\n", report.path.c_str());
+  }
 }
 
 void check_fits_in_memory(const Config& c, int world_size) {
