@@ -14,6 +14,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # processes across cores and machines (mpirun, MPI)
   libxxhash-dev         # checkpoint checksums (xxhash64)
   libpcre2-dev          # tokenizers' pre-tokenisation regexes (GPT-2, tiktoken, tokenizer.json)
+  libspng-dev libarchive-dev  # image datasets: PNG files, webdataset tar shards
   dataset-fashion-mnist # the main job's data
   bible-kjv bible-kjv-text  # the text corpus (the `bible` program prints it)
   python3-torch python3-pil python3-xxhash # independent references in tests (PyTorch models,

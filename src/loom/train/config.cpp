@@ -235,9 +235,15 @@ void read_dit(ConfigFile& f, Config& c) {
 
   c.data.dataset = f.get_string("data", "dataset", "fashion_mnist");
   c.data.path = f.get_string("data", "path", c.data.path);
-  LOOM_CHECK(c.data.dataset == "fashion_mnist")
+  LOOM_CHECK(c.data.dataset == "fashion_mnist" || c.data.dataset == "images")
       << "config " << path << ": data.dataset '" << c.data.dataset
-      << "' is not known for model.kind dit (expected fashion_mnist)";
+      << "' is not known for model.kind dit (expected fashion_mnist or images)";
+  if (c.data.dataset == "images") {  // PNG files: a folder with labels.txt, or .tar shards
+    c.data.val_path = f.get_string("data", "val_path", "");
+    LOOM_CHECK(f.has("data", "path"))
+        << "config " << path << ": data.dataset \"images\" needs data.path (a folder with "
+        << "labels.txt, a .tar shard or a directory of shards)";
+  }
   c.data.clusters = f.get_string("data", "clusters", "");
   if (!c.data.clusters.empty()) {
     c.data.cluster = f.get_int("data", "cluster", -1);
@@ -276,6 +282,9 @@ void read_dit(ConfigFile& f, Config& c) {
   c.eval.val_images = f.get_int("eval", "val_images", c.eval.val_images);
   LOOM_CHECK(c.eval.every >= 0 && c.eval.val_images >= 0)
       << "config " << path << ": eval.every and eval.val_images must be non-negative";
+  LOOM_CHECK(c.data.dataset == "fashion_mnist" || c.eval.classifier.empty())
+      << "config " << path << ": eval.classifier judges samples against Fashion-MNIST; set "
+      << "eval.classifier = \"\" for data.dataset \"images\"";
 }
 
 void read_gpt(ConfigFile& f, Config& c) {

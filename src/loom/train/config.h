@@ -31,7 +31,8 @@ struct RunConfig {
 
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // dit: "fashion_mnist"; gpt: "kjv", "text" or "tokens"
+  std::string dataset =
+      "fashion_mnist";  // dit: "fashion_mnist" or "images"; gpt: "kjv", "text" or "tokens"
   std::string path = "/usr/share/datasets/fashion-mnist";  // gpt: the text file (dataset "text")
   // gpt, dataset "tokens": directories of `loom data prepare` (data.path, or several in
   // data.paths), mixed for training by data.weights (default: all 1)
@@ -46,6 +47,8 @@ struct DataConfig {
   // dit: train on one cluster of the training set only (a decentralized expert): the
   // assignments file of `loom cluster` and the cluster's index.
   std::string clusters;
+  // dit, dataset "images": held-out PNG images (a folder or shards, as data.path), optional
+  std::string val_path;
   int64_t cluster = -1;
 };
 

@@ -23,11 +23,16 @@ const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
 std::string escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -137,8 +142,8 @@ std::string plot(std::string title, const std::string& unit, std::vector<Series>
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
   auto py = [&](double y) { return top + (y1 - y) / (y1 - y0) * (H - top - bottom); };
   std::ostringstream o;
-  o << "<svg class=\"plot\" viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W
-    << "\" height=\"" << H << "\" role=\"img\"><title>" << escape(title) << "</title>\n";
+  o << "<svg class=\"plot\" viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\""
+    << H << "\" role=\"img\"><title>" << escape(title) << "</title>\n";
   o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << escape(title) << "</text>\n";
   for (int t = 0; t <= 4; ++t) {  // grid lines and tick labels
     const double yv = y0 + (y1 - y0) * t / 4, xv = x0 + (x1 - x0) * t / 4;
@@ -169,8 +174,8 @@ std::string plot(std::string title, const std::string& unit, std::vector<Series>
   }
   for (const Marker& m : markers) {
     if (m.x < x0 || m.x > x1) continue;
-    o << "<line x1=\"" << px(m.x) << "\" x2=\"" << px(m.x) << "\" y1=\"" << top + 1
-      << "\" y2=\"" << H - bottom - 1 << "\" class=\"marker\"><title>" << escape(m.label) << "</title></line>\n";
+    o << "<line x1=\"" << px(m.x) << "\" x2=\"" << px(m.x) << "\" y1=\"" << top + 1 << "\" y2=\""
+      << H - bottom - 1 << "\" class=\"marker\"><title>" << escape(m.label) << "</title></line>\n";
   }
   o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << W - left - right
     << "\" height=\"" << H - top - bottom << "\" class=\"frame\"/>\n";
@@ -231,8 +236,10 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
   for (const Json& e : events) {
     std::string details, step = "", what = e.find("event") ? scalar_text(e.at("event")) : "?";
     for (const auto& [key, value] : e.items())
-      if (key == "step") step = scalar_text(value);
-      else if (key != "time" && key != "event") details += key + " " + scalar_text(value) + "; ";
+      if (key == "step")
+        step = scalar_text(value);
+      else if (key != "time" && key != "event")
+        details += key + " " + scalar_text(value) + "; ";
     if (e.find("step") && e.at("step").is_int())
       marks.push_back({double(e.at("step").as_int()), what + " at step " + step});
     event_rows.push_back({step, e.find("time") ? scalar_text(e.at("time")) : "", what, details});
@@ -247,7 +254,8 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
   if (!lines.empty()) {
     const Json& last = lines.back();
     for (const char* key : {"step", "loss", "elapsed_s", unit.c_str(), "mfu", "mem_peak_bytes"})
-      if (const Json* v = last.find(key)) summary.push_back({std::string("last ") + key, scalar_text(*v)});
+      if (const Json* v = last.find(key))
+        summary.push_back({std::string("last ") + key, scalar_text(*v)});
   }
   const std::string config_path = (fs::path(run_dir) / "config.toml").string();
   std::string config = fs::is_regular_file(config_path)
@@ -260,12 +268,14 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
     if (svg.rfind("<svg", 0) == 0) ++r.plots;
     return svg;
   };
-  body += section("loss", "Loss",
-                  add_plot(plot("loss", gpt ? "nats/token" : "flow matching",
-                                {series(lines, "loss", "train"),
-                                 series(lines, gpt ? "val/nats_per_token" : "val/loss", "held-out")},
-                                marks)));
-  body += section("lr", "Learning rate", add_plot(plot("learning rate", "lr", {series(lines, "lr", "lr")})));
+  body +=
+      section("loss", "Loss",
+              add_plot(plot("loss", gpt ? "nats/token" : "flow matching",
+                            {series(lines, "loss", "train"),
+                             series(lines, gpt ? "val/nats_per_token" : "val/loss", "held-out")},
+                            marks)));
+  body += section("lr", "Learning rate",
+                  add_plot(plot("learning rate", "lr", {series(lines, "lr", "lr")})));
   body += section("throughput", "Throughput and MFU",
                   add_plot(plot("throughput", gpt ? "tokens/s" : "images/s",
                                 {series(lines, unit, gpt ? "tokens/s" : "images/s")})) +
@@ -273,7 +283,8 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
                                     {series(lines, "mfu", "of the GEMM ceiling", 100),
                                      series(lines, "mfu_hardware", "of the hardware peak", 100)})));
   std::vector<Series> mem;
-  for (const char* cat : {"parameters", "gradients", "optimizer", "activations", "communication", "other"})
+  for (const char* cat :
+       {"parameters", "gradients", "optimizer", "activations", "communication", "other"})
     mem.push_back(series(lines, std::string("mem/") + cat + "/live", cat, 1e-6));
   body += section("memory", "Memory by category (live MB at each logged step)",
                   add_plot(plot("live memory, stacked", "MB", mem, {}, true)) +
@@ -296,12 +307,15 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
       if (!value.is_object() && !value.is_array()) rows.push_back({key, scalar_text(value)});
     eval += table(rows);
   } else {
-    eval += "<p class=\"empty\">no eval.json (the run has not finished, or evaluates nothing at its end).</p>\n";
+    eval +=
+        "<p class=\"empty\">no eval.json (the run has not finished, or evaluates nothing at its "
+        "end).</p>\n";
   }
   std::vector<Series> val;
   for (const char* key : {"loss", "nats_per_token", "nats_per_byte", "bits_per_byte"})
     val.push_back(series(lines, std::string("val/") + key, std::string("held-out ") + key));
-  body += section("eval", "Evaluation", eval + add_plot(plot("held-out figures over training", "", val)));
+  body += section("eval", "Evaluation",
+                  eval + add_plot(plot("held-out figures over training", "", val)));
 
   std::string samples;
   std::vector<fs::path> grids;
@@ -317,7 +331,9 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
     samples += image((fs::path(run_dir) / "samples.png").string(), "end of training (EMA)");
     ++r.images;
   }
-  if (samples.empty()) samples = "<p class=\"empty\">no sample grids (a GPT, or sample.every = 0 before the end).</p>\n";
+  if (samples.empty())
+    samples =
+        "<p class=\"empty\">no sample grids (a GPT, or sample.every = 0 before the end).</p>\n";
   body += section("samples", "Samples over training", "<div class=\"grids\">" + samples + "</div>");
   body += section("events", "Events",
                   event_rows.size() > 1 ? table(event_rows)
@@ -328,7 +344,8 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
   std::vector<fs::path> rank_files;
   if (fs::is_directory(fs::path(run_dir) / "logs"))
     for (const auto& f : fs::directory_iterator(fs::path(run_dir) / "logs"))
-      if (f.path().filename().string().rfind("metrics-rank-", 0) == 0) rank_files.push_back(f.path());
+      if (f.path().filename().string().rfind("metrics-rank-", 0) == 0)
+        rank_files.push_back(f.path());
   std::sort(rank_files.begin(), rank_files.end(), [](const fs::path& a, const fs::path& b) {
     return std::stoi(a.stem().string().substr(13)) < std::stoi(b.stem().string().substr(13));
   });
@@ -346,7 +363,8 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
       "margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}svg.plot{display:"
       "block;margin:8px 0;background:#fff}.title{font-weight:600;font-size:13px}.tick,.legend{"
       "font-size:11px;fill:#444}.grid{stroke:#e4e4e4}.marker{stroke:#000;stroke-dasharray:4 3;"
-      "stroke-width:1.2}.frame{fill:none;stroke:#999;shape-rendering:crispEdges}.grids{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}img{"
+      "stroke-width:1.2}.frame{fill:none;stroke:#999;shape-rendering:crispEdges}.grids{display:"
+      "flex;flex-wrap:wrap;gap:12px}figure{margin:0}img{"
       "image-rendering:pixelated;height:320px}.empty{color:#777}pre{background:#f6f6f6;padding:8px;"
       "overflow:auto}</style></head>\n<body>\n<h1>Loom run " +
       escape(name) + "</h1>\n" + body + "</body></html>\n";

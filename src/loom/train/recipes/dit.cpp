@@ -7,6 +7,7 @@
 #include "loom/checkpoint/state_dict.h"
 #include "loom/core/json_file.h"
 #include "loom/data/idx.h"
+#include "loom/data/image_files.h"
 #include "loom/data/npy.h"
 #include "loom/data/sampler.h"
 #include "loom/diffusion/png.h"
@@ -102,9 +103,23 @@ ImageDataset training_data(const Config& cfg) {
   return cluster_subset(all, cfg.data.clusters, cfg.data.cluster);
 }
 
+// A dataset of PNG files (data.dataset "images"), read as needed.
+std::unique_ptr<ImageFiles> image_files(const std::string& path, const Config& cfg) {
+  return std::make_unique<ImageFiles>(path, cfg.dit.channels, cfg.dit.image_size,
+                                      cfg.dit.num_classes);
+}
+
 class DitRecipe : public Recipe {
  public:
-  explicit DitRecipe(const Config& cfg) : cfg_(cfg), data_(training_data(cfg)), model_(cfg.dit) {
+  explicit DitRecipe(const Config& cfg)
+      : cfg_(cfg),
+        files_(cfg.data.dataset == "images" ? image_files(cfg.data.path, cfg) : nullptr),
+        data_(files_ ? ImageDataset{} : training_data(cfg)),
+        model_(cfg.dit) {
+    if (files_) {  // checked as it opened
+      model_.init_parameters(cfg.run.seed);
+      return;
+    }
     LOOM_CHECK(data_.images.size(1) == cfg.dit.channels &&
                data_.images.size(2) == cfg.dit.image_size)
         << "dataset images " << data_.images.shape() << " do not match model.channels "
@@ -122,6 +137,8 @@ class DitRecipe : public Recipe {
            std::to_string(cfg_.dit.tokens()) + " tokens per image";
   }
   std::string describe_data() const override {
+    if (files_)
+      return "data: " + std::to_string(files_->size()) + " PNG images in " + files_->source();
     if (cfg_.data.clusters.empty()) return "";
     return "data: cluster " + std::to_string(cfg_.data.cluster) + " of " + cfg_.data.clusters +
            ": " + std::to_string(data_.images.size(0)) + " training images";
@@ -131,7 +148,7 @@ class DitRecipe : public Recipe {
     run_ = &run;
     // Of the master weights this rank holds; samples use the gathered whole.
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
-    sampler_ = shuffled_sampler(data_.images.size(0), cfg_, run);
+    sampler_ = shuffled_sampler(files_ ? files_->size() : data_.images.size(0), cfg_, run);
   }
   std::vector<PieceState> piece_state() override {
     std::vector<Tensor> values;
@@ -141,6 +158,13 @@ class DitRecipe : public Recipe {
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
   Batch make_batch(const Slot&) override {
+    if (files_) {  // decoded as the sampler draws them
+      const std::vector<int64_t> idx = sampler_->next_batch();
+      auto [images, labels] = files_->read(idx);  // (B, C, H, W), (B)
+      const Sampler::State next = sampler_->state();
+      return {images, labels,
+              Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
+    }
     return sampled_batch(*sampler_, data_.images, data_.labels);
   }
   Tensor loss(const Batch& b, const Slot& s) override {
@@ -188,7 +212,7 @@ class DitRecipe : public Recipe {
   // on the first eval.val_images test images, with draws of their own, in f32. Collective: the
   // chunks are shared over the dp ranks.
   double held_out_loss() {
-    if (!val_.images.defined()) val_ = fashion_mnist(cfg_.data.path, /*train=*/false);
+    if (!val_.images.defined()) val_ = held_out_images();
     const int64_t n = std::min(cfg_.eval.val_images, val_.images.size(0)), chunk = 250;
     NoGradGuard no_grad;
     AutocastGuard exact(DType::F32);
@@ -203,7 +227,7 @@ class DitRecipe : public Recipe {
     return sum_over(run_->dp, {sum})[0] / double(n);
   }
   Json evaluate(int64_t step) override {
-    if (cfg_.eval.val_images == 0 || cfg_.parallel.topology.dims.pp > 1) return Json();
+    if (!has_held_out()) return Json();
     const double loss = held_out_loss();
     std::printf("eval   %6lld | held-out loss %.5f (%lld test images)\n", (long long)(step + 1),
                 loss, (long long)std::min(cfg_.eval.val_images, val_.images.size(0)));
@@ -246,7 +270,7 @@ class DitRecipe : public Recipe {
 
   void finish(const RunSummary& summary) override {
     // The held-out loss (all ranks: collective), unless the pipeline splits the model.
-    const bool held_out = cfg_.eval.val_images > 0 && cfg_.parallel.topology.dims.pp == 1;
+    const bool held_out = has_held_out();
     const double val_loss = held_out ? held_out_loss() : 0;
     if (held_out && run_->main)
       std::printf("final held-out loss at step %lld: %.5f (%lld test images)\n",
@@ -286,7 +310,23 @@ class DitRecipe : public Recipe {
   }
 
  private:
+  // The held-out images: Fashion-MNIST's test split, or the first eval.val_images of
+  // data.val_path (a dataset "images" without one has no held-out loss).
+  bool has_held_out() const {
+    return cfg_.eval.val_images > 0 && cfg_.parallel.topology.dims.pp == 1 &&
+           (!files_ || !cfg_.data.val_path.empty());
+  }
+  ImageDataset held_out_images() const {
+    if (!files_) return fashion_mnist(cfg_.data.path, /*train=*/false);
+    const auto val = image_files(cfg_.data.val_path, cfg_);
+    std::vector<int64_t> first(size_t(std::min(cfg_.eval.val_images, val->size())));
+    for (size_t i = 0; i < first.size(); ++i) first[i] = int64_t(i);
+    auto [images, labels] = val->read(first);
+    return {images, labels, val->num_classes()};
+  }
+
   const Config& cfg_;
+  std::unique_ptr<ImageFiles> files_;  // data.dataset "images"; else data_ holds the images
   ImageDataset data_;
   ImageDataset val_;  // the test split, read at the first evaluation
   models::Dit model_;
