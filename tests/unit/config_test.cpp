@@ -301,7 +301,16 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
   expect_error([&] { load_config(gpt, {"optim.schedule=linear"}); }, {"linear"});
   expect_error([&] { load_config(gpt, {"sample.temperature=-1"}); }, {"sample.temperature"});
   expect_error([&] { load_config(dit_file(), {"data.dataset=kjv"}); },
-               {"data.dataset 'kjv'", "fashion_mnist"});
+               {"data.dataset 'kjv'", "fashion_mnist or images"});
+  expect_error([&] { load_config(dit_file(), {"data.dataset=images"}); }, {"needs data.path"});
+  expect_error(
+      [&] {
+        load_config(dit_file(),
+                    {"data.dataset=images", "data.path=/x", "eval.classifier=assets/c"});
+      },
+      {"eval.classifier judges samples against Fashion-MNIST"});
+  expect_error([&] { load_config(dit_file(), {"data.val_path=/v"}); }, {"unknown key data.val_path"});
+  expect_error([&] { load_config(dit_file(), {"sample.every=-1"}); }, {"sample.every"});
   // A BPE tokenizer path is accepted with any vocab size here; the trainer checks it against
   // the file.
   EXPECT_NO_THROW(load_config(gpt, {"data.tokenizer=tok.bpe", "model.vocab_size=300"}));
