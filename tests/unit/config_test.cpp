@@ -309,7 +309,8 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
                     {"data.dataset=images", "data.path=/x", "eval.classifier=assets/c"});
       },
       {"eval.classifier judges samples against Fashion-MNIST"});
-  expect_error([&] { load_config(dit_file(), {"data.val_path=/v"}); }, {"unknown key data.val_path"});
+  expect_error([&] { load_config(dit_file(), {"data.val_path=/v"}); },
+               {"unknown key data.val_path"});
   expect_error([&] { load_config(dit_file(), {"sample.every=-1"}); }, {"sample.every"});
   // A BPE tokenizer path is accepted with any vocab size here; the trainer checks it against
   // the file.

@@ -27,7 +27,8 @@ std::string read_at(const std::string& path, int64_t offset, int64_t bytes) {
   std::string out(size_t(bytes), '\0');
   size_t done = 0;
   while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, off_t(offset + int64_t(done)));
+    const ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, off_t(offset + int64_t(done)));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     done += size_t(n);
@@ -71,8 +72,9 @@ ImageFiles::ImageFiles(const std::string& path, int64_t channels, int64_t size, 
     for (const auto& f : fs::directory_iterator(path))
       if (f.path().extension() == ".tar") shards.push_back(f.path().string());
     std::sort(shards.begin(), shards.end());
-    LOOM_CHECK(!shards.empty()) << "image data: " << path
-                                << " has neither labels.txt (a folder of PNG files) nor .tar shards";
+    LOOM_CHECK(!shards.empty())
+        << "image data: " << path
+        << " has neither labels.txt (a folder of PNG files) nor .tar shards";
     for (const std::string& s : shards) open_shard(s);
   } else {
     LOOM_CHECK(fs::is_regular_file(path)) << "image data: " << path << " does not exist";
@@ -100,8 +102,8 @@ void ImageFiles::open_folder(const std::string& dir) {
         << "image data: " << where << ": '" << line << "' is not 'path.png LABEL'";
     const std::string file = (fs::path(dir) / line.substr(0, space)).string();
     const int64_t label = parse_label(line.substr(space + 1), classes_, where);
-    LOOM_CHECK(fs::is_regular_file(file)) << "image data: " << where << ": " << file
-                                          << " does not exist";
+    LOOM_CHECK(fs::is_regular_file(file))
+        << "image data: " << where << ": " << file << " does not exist";
     files_.push_back(file);
     samples_.push_back({int32_t(files_.size() - 1), 0, int64_t(fs::file_size(file)), label, file});
   }
@@ -120,7 +122,8 @@ void ImageFiles::open_shard(const std::string& path) {
   std::vector<std::string> order;
   try {
     LOOM_CHECK(archive_read_open_filename(a, path.c_str(), 1 << 16) == ARCHIVE_OK)
-        << "image data: " << path << " is not an uncompressed tar file: " << archive_error_string(a);
+        << "image data: " << path
+        << " is not an uncompressed tar file: " << archive_error_string(a);
     archive_entry* entry = nullptr;
     int rc;
     while ((rc = archive_read_next_header(a, &entry)) == ARCHIVE_OK) {
@@ -142,8 +145,8 @@ void ImageFiles::open_shard(const std::string& path) {
         p.label = parse_label(std::string(buf, size_t(n)), classes_, where);
       }
     }
-    LOOM_CHECK(rc == ARCHIVE_EOF) << "image data: " << path << ": a bad entry: "
-                                  << archive_error_string(a);
+    LOOM_CHECK(rc == ARCHIVE_EOF) << "image data: " << path
+                                  << ": a bad entry: " << archive_error_string(a);
   } catch (...) {
     archive_read_free(a);
     throw;
@@ -160,7 +163,8 @@ void ImageFiles::open_shard(const std::string& path) {
 
 void ImageFiles::check_header(const Sample& s) const {
   // The signature and IHDR (33 bytes) say the size and colour type.
-  const std::string head = read_at(files_[size_t(s.file)], s.offset, std::min<int64_t>(s.bytes, 33));
+  const std::string head =
+      read_at(files_[size_t(s.file)], s.offset, std::min<int64_t>(s.bytes, 33));
   LOOM_CHECK(head.size() == 33 && head.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0 &&
              head.compare(12, 4, "IHDR") == 0)
       << "image data: " << s.name << " is not a PNG file";

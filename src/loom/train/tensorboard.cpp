@@ -105,6 +105,10 @@ TensorBoardWriter::~TensorBoardWriter() {
 void TensorBoardWriter::add_scalars(const Json& metrics, int64_t step) {
   std::string summary;
   scalar_values(metrics, "", summary);
+  write_summary(summary, step);
+}
+
+void TensorBoardWriter::write_summary(const std::string& summary, int64_t step) {
   std::string event;  // Event {wall_time = 1, step = 2, summary = 5}
   put_fixed(event, 1, wall_time());
   put_key(event, 2, 0);
@@ -128,12 +132,7 @@ void TensorBoardWriter::add_image(const std::string& tag, const std::string& png
   put_bytes(value, 4, image);
   std::string summary;  // Summary {value = 1}
   put_bytes(summary, 1, value);
-  std::string event;  // Event {wall_time = 1, step = 2, summary = 5}
-  put_fixed(event, 1, wall_time());
-  put_key(event, 2, 0);
-  put_varint(event, uint64_t(step));
-  put_bytes(event, 5, summary);
-  write_record(event);
+  write_summary(summary, step);
 }
 
 void TensorBoardWriter::write_record(const std::string& data) {

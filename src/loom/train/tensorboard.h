@@ -32,6 +32,7 @@ class TensorBoardWriter {
   const std::string& path() const { return path_; }
 
  private:
+  void write_summary(const std::string& summary, int64_t step);  // as one Event
   void write_record(const std::string& data);
   std::string path_;
   std::FILE* file_ = nullptr;

@@ -245,20 +245,11 @@ class DitRecipe : public Recipe {
 
   std::vector<Image> images(int64_t step) override {
     // A grid from the EMA weights as they are now, one row per class, as at the end.
-    const parallel::NamedTensors ema_weights = run_->model.gather_full(piece_state()[0].second);
-    if (!run_->main) return {};
-    models::Dit ema_model(cfg_.dit);
-    load_state_dict(ema_model, as_map(ema_weights), "ema");
-    const DitSampleOptions so{cfg_.sample.per_class,
-                              cfg_.sample.steps,
-                              cfg_.sample.cfg_scale,
-                              cfg_.sample.heun,
-                              cfg_.run.seed,
-                              "",
-                              ""};
+    const std::unique_ptr<models::Dit> ema_model = gathered_ema();
+    if (!ema_model) return {};
     const Tensor labels = sample_grid_labels(cfg_.dit.num_classes, cfg_.sample.per_class);
-    ImageGrid grid = image_grid(sample_dit_images(ema_model, labels, so), int(cfg_.dit.num_classes),
-                                int(cfg_.sample.per_class));
+    ImageGrid grid = image_grid(sample_dit_images(*ema_model, labels, sample_options("")),
+                                int(cfg_.dit.num_classes), int(cfg_.sample.per_class));
     char name[32];
     std::snprintf(name, sizeof name, "step-%06lld.png", (long long)(step + 1));
     fs::create_directories(cfg_.run_dir() + "/samples");
@@ -276,18 +267,11 @@ class DitRecipe : public Recipe {
       std::printf("final held-out loss at step %lld: %.5f (%lld test images)\n",
                   (long long)summary.step, val_loss,
                   (long long)std::min<int64_t>(cfg_.eval.val_images, val_.images.size(0)));
-    const parallel::NamedTensors ema_weights = run_->model.gather_full(piece_state()[0].second);
-    if (!run_->main) return;  // samples and evaluation: the main rank alone
+    const std::unique_ptr<models::Dit> ema = gathered_ema();
+    if (!ema) return;  // samples and evaluation: the main rank alone
+    const models::Dit& ema_model = *ema;
     // Samples from the EMA weights: one row per class.
-    models::Dit ema_model(cfg_.dit);
-    load_state_dict(ema_model, as_map(ema_weights), "ema");
-    const DitSampleOptions so{cfg_.sample.per_class,
-                              cfg_.sample.steps,
-                              cfg_.sample.cfg_scale,
-                              cfg_.sample.heun,
-                              cfg_.run.seed,
-                              cfg_.run_dir() + "/samples.png",
-                              ""};
+    const DitSampleOptions so = sample_options(cfg_.run_dir() + "/samples.png");
     write_samples(velocity_of(ema_model), cfg_.dit, so);
     if (cfg_.eval.classifier.empty()) return;
     const DitQuality q = evaluate_dit(velocity_of(ema_model), cfg_.dit, cfg_.eval.classifier,
@@ -310,6 +294,23 @@ class DitRecipe : public Recipe {
   }
 
  private:
+  // The EMA weights, whole, as a model on the main rank (null elsewhere). Collective.
+  std::unique_ptr<models::Dit> gathered_ema() {
+    const parallel::NamedTensors weights = run_->model.gather_full(piece_state()[0].second);
+    if (!run_->main) return nullptr;
+    auto model = std::make_unique<models::Dit>(cfg_.dit);
+    load_state_dict(*model, as_map(weights), "ema");
+    return model;
+  }
+  DitSampleOptions sample_options(const std::string& png_path) const {
+    return {cfg_.sample.per_class,
+            cfg_.sample.steps,
+            cfg_.sample.cfg_scale,
+            cfg_.sample.heun,
+            cfg_.run.seed,
+            png_path,
+            ""};
+  }
   // The held-out images: Fashion-MNIST's test split, or the first eval.val_images of
   // data.val_path (a dataset "images" without one has no held-out loss).
   bool has_held_out() const {
