@@ -22,6 +22,7 @@ packages=(
   python3-venv              # tests that read Loom's files with PyPI tools (TensorBoard)
   iproute2                  # the shaped-link test: network namespaces, veth pairs, tc
   chromium                  # the run report's test: the page rendered headless, a screenshot
+  time                      # /usr/bin/time: peak resident memory in the token-file test
 )
 
 # `bootstrap.sh fuzz`: what `make fuzz` needs besides (clang with libFuzzer and the
