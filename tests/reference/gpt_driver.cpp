@@ -6,7 +6,7 @@
 //
 //   reference_gpt_driver OUT_DIR    ->  OUT_DIR/cases.json, OUT_DIR/<case>/...
 //
-// Four cases, both styles of models/gpt:
+// Six cases, both styles of models/gpt:
 //   gpt2              GPT-2 style (learned positions, LayerNorm, GELU MLP, biases, tied
 //                     embedding), weights exactly as init_parameters() leaves them, targets
 //                     the next tokens of each window (as the trainer gathers them).
@@ -16,6 +16,11 @@
 //   llama_perturbed   at 1, biases at 0) moved by N(0, 0.3^2), so a norm's scale or shift, or a
 //                     bias, that is dropped or misapplied changes the step-0 loss; and a few
 //                     targets set to the ignore index -100, which the mean must skip.
+//   llama_moe         a mixture of experts (nn/moe.h) in every block: softmax top-2 of 4
+//                     SwiGLU experts, renormalised, one shared expert, the Switch and z losses.
+//   gpt2_moe          one in every second block: sigmoid top-2 of 4 GELU experts, selection
+//                     biases that change which experts are chosen (never the gates).
+// The balancing losses add to the gradients, not to the loss value (nn::MoE attaches them).
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -80,8 +85,59 @@ void perturb_constant_parameters(const nn::Module& model) {
   }
 }
 
-Json config_json(const models::GptConfig& c) {
-  return Json::object({{"style", c.style},
+models::GptConfig llama_moe_config() {
+  models::GptConfig c = llama_config();
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.hidden = 32;
+  c.moe.shared_experts = 1;
+  c.moe.aux_loss = 0.01;
+  c.moe.z_loss = 0.001;
+  return c;
+}
+
+models::GptConfig gpt2_moe_config() {
+  models::GptConfig c = gpt2_config();
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.gating = nn::MoeGating::Sigmoid;
+  c.moe.hidden = 48;
+  c.moe.every = 2;
+  c.moe.aux_loss = 0.05;
+  c.moe.z_loss = 0.01;
+  return c;
+}
+
+// Selection biases of about the spread of the router's scores, so that they change choices.
+void set_selection_biases(nn::Module& model) {
+  const std::vector<float> bias = {0.02f, -0.03f, 0.05f, 0.0f};
+  for (auto& [path, moe] : nn::moe_layers(model)) moe->selection_bias = bias;
+}
+
+Json moe_json(const models::GptConfig& c, nn::Module& model) {
+  if (!c.moe.enabled()) return Json();
+  const nn::MoeConfig m = c.moe_config();
+  Json biases = Json::object();
+  for (auto& [path, moe] : nn::moe_layers(model)) {
+    Json b = Json::array();
+    for (float v : moe->selection_bias) b.push_back(double(v));
+    biases.set(path, b);
+  }
+  return Json::object({{"experts", m.experts},
+                       {"top_k", m.top_k},
+                       {"gating", m.gating == nn::MoeGating::Softmax ? "softmax" : "sigmoid"},
+                       {"renormalize", m.renormalize},
+                       {"hidden", m.hidden},
+                       {"shared_experts", m.shared_experts},
+                       {"aux_loss", m.aux_loss},
+                       {"z_loss", m.z_loss},
+                       {"every", m.every},
+                       {"selection_bias", biases}});
+}
+
+Json config_json(const models::GptConfig& c, nn::Module& model) {
+  return Json::object({{"moe", moe_json(c, model)},
+                       {"style", c.style},
                        {"vocab_size", c.vocab_size},
                        {"context", c.context},
                        {"width", c.width},
@@ -100,6 +156,7 @@ void write_case(const std::string& out, const std::string& name, const models::G
   models::Gpt model(c);
   model.init_parameters(kSeed);
   if (perturb) perturb_constant_parameters(model);
+  if (c.moe.enabled() && c.moe.gating == nn::MoeGating::Sigmoid) set_selection_biases(model);
 
   // The fixed batch: B windows of T + 1 uniform random tokens; ids are the first T, targets the
   // last T (train/recipes/gpt.cpp: gather_windows).
@@ -132,7 +189,7 @@ void write_case(const std::string& out, const std::string& name, const models::G
       Json::object({{"model", "gpt"},
                     {"case", name},
                     {"seed", kSeed},
-                    {"config", config_json(c)},
+                    {"config", config_json(c, model)},
                     {"batch", Json::object({{"ids", "ids.npy"}, {"targets", "targets.npy"}})}});
   reference::write_reference_case(dir, model, meta, loss, train_spec());
 }
@@ -152,10 +209,10 @@ int main(int argc, char** argv) {
       int64_t batch;
       bool perturb;
     };
-    const std::vector<Case> cases = {{"gpt2", gpt2_config(), 4, false},
-                                     {"llama", llama_config(), 3, false},
-                                     {"gpt2_perturbed", gpt2_config(), 4, true},
-                                     {"llama_perturbed", llama_config(), 3, true}};
+    const std::vector<Case> cases = {
+        {"gpt2", gpt2_config(), 4, false},           {"llama", llama_config(), 3, false},
+        {"gpt2_perturbed", gpt2_config(), 4, true},  {"llama_perturbed", llama_config(), 3, true},
+        {"llama_moe", llama_moe_config(), 3, false}, {"gpt2_moe", gpt2_moe_config(), 4, false}};
     Json names = Json::array();
     for (const Case& k : cases) {
       std::filesystem::create_directories(out + "/" + k.name);

@@ -20,6 +20,18 @@ kv_heads < heads, each kv head serves heads / kv_heads consecutive query heads.
     llama: RMSNorm (eps 1e-6, weight), RoPE on q and k (rotate-half: pairs (i, i + Dh/2),
            angle position * theta^(-2i/Dh)), SwiGLU MLP w2(silu(w1 x) * w3 x) of
            swiglu_hidden units (0: 8/3 width rounded up to a multiple of 64), no biases
+
+With config["moe"], every moe.every-th block's MLP is a mixture of experts (src/loom/nn/moe.h):
+router logits x R^T (R (E, C), no bias); scores softmax(logits) or sigmoid(logits); each token
+goes to the top_k experts by score + selection bias (the bias picks, it never weighs); its gates
+are those experts' scores, divided by their sum (renormalize, and always for sigmoid); the
+output is sum_j gate_j expert_j(x) (+ the shared experts' MLP), the experts the style's MLP
+without biases, expert e's matrices w1[e] (H, C), w3[e] (H, C) (SwiGLU) and w2[e] (C, H).
+Computed here densely: every expert on every token, then the chosen ones picked. Balancing:
+aux_loss * E * sum_e f_e P_e (f_e: the fraction of the N top_k choices that went to e, a
+constant; P_e: the mean of the router's distribution, the softmax or the sigmoids normalised
+per token) + z_loss * mean(logsumexp(logits)^2), added to the gradient only: the loss value
+stays the cross-entropy.
 """
 
 import math
@@ -81,13 +93,29 @@ def expected_parameters(c):
     out["tok_embed.weight"] = ([V, C], False)
     if not llama:
         out["pos_embed.weight"] = ([c["context"], C], False)
+    moe = c.get("moe")
     for i in range(c["depth"]):
         b = f"blocks.{i}."
         norm(b + "norm1")
         linear(b + "attn.qkv", C, (c["heads"] + 2 * kv_heads(c)) * Dh, bias)
         linear(b + "attn.proj", C, C, bias)
         norm(b + "norm2")
-        if llama:
+        if moe_block(c, i):
+            E, He = moe["experts"], moe["hidden"]
+            out[b + "mlp.w1"] = ([E, He, C], True)
+            if llama:
+                out[b + "mlp.w3"] = ([E, He, C], True)
+            out[b + "mlp.w2"] = ([E, C, He], True)
+            linear(b + "mlp.router", C, E, False)
+            if moe["shared_experts"]:
+                Hs = moe["shared_experts"] * He
+                if llama:
+                    for n, (i_, o_) in (("w1", (C, Hs)), ("w2", (Hs, C)), ("w3", (C, Hs))):
+                        linear(b + "mlp.shared." + n, i_, o_, False)
+                else:
+                    linear(b + "mlp.shared.fc1", C, Hs, True)
+                    linear(b + "mlp.shared.fc2", Hs, C, True)
+        elif llama:
             linear(b + "mlp.w1", C, hidden, False)
             linear(b + "mlp.w2", hidden, C, False)
             linear(b + "mlp.w3", C, hidden, False)
@@ -150,21 +178,67 @@ def mlp(x, P, name, c):
     return linear(F.gelu(linear(x, P, name + ".fc1"), approximate="tanh"), P, name + ".fc2")
 
 
+def moe_block(c, i):
+    moe = c.get("moe")
+    return bool(moe) and (i + 1) % moe["every"] == 0
+
+
+def mixture(x, P, name, c):
+    """x (B, T, C) -> (output (B, T, C), the weighted balancing losses)."""
+    m = c["moe"]
+    E, k = m["experts"], m["top_k"]
+    B, T, C = x.shape
+    x2 = x.reshape(-1, C)  # (N, C)
+    N = x2.shape[0]
+    logits = x2 @ P[name + ".router.weight"].T  # (N, E)
+    softmax = m["gating"] == "softmax"
+    scores = torch.softmax(logits, -1) if softmax else torch.sigmoid(logits)
+    bias = torch.tensor(m["selection_bias"][name], dtype=torch.float64)
+    chosen = torch.topk(scores.detach() + bias, k, dim=-1).indices  # (N, k)
+    gates = scores.gather(1, chosen)
+    if m["renormalize"] or not softmax:
+        gates = gates / gates.sum(-1, keepdim=True)
+    llama = is_llama(c)
+    outs = []
+    for e in range(E):  # every expert on every token: (N, C) each
+        w1, w2 = P[name + ".w1"][e], P[name + ".w2"][e]
+        if llama:
+            h = F.silu(x2 @ w1.T) * (x2 @ P[name + ".w3"][e].T)
+        else:
+            h = F.gelu(x2 @ w1.T, approximate="tanh")
+        outs.append(h @ w2.T)
+    outs = torch.stack(outs)  # (E, N, C)
+    rows = torch.arange(N)
+    y = sum(gates[:, j : j + 1] * outs[chosen[:, j], rows] for j in range(k))
+    if m["shared_experts"]:
+        y = y + mlp(x2, P, name + ".shared", c)
+    p = scores if softmax else scores / scores.sum(-1, keepdim=True)
+    f = torch.bincount(chosen.reshape(-1), minlength=E).to(torch.float64) / (N * k)
+    aux = E * (f * p.mean(0)).sum()
+    z = torch.logsumexp(logits, -1).pow(2).mean()
+    return y.reshape(B, T, C), m["aux_loss"] * aux + m["z_loss"] * z
+
+
 # --- the model ---------------------------------------------------------------------------------
 
 
 def gpt_forward(P, ids, c):
-    """ids (B, T) int64 -> logits (B, T, vocab_size)."""
+    """ids (B, T) int64 -> (logits (B, T, vocab_size), the mixtures' balancing losses)."""
     T = ids.shape[1]
+    balancing = torch.zeros((), dtype=torch.float64)
     h = F.embedding(ids, P["tok_embed.weight"])
     if not is_llama(c):
         h = h + P["pos_embed.weight"][:T][None]
     for i in range(c["depth"]):
         b = f"blocks.{i}."
         h = h + attention(norm(h, P, b + "norm1", c), P, b + "attn", c)
-        h = h + mlp(norm(h, P, b + "norm2", c), P, b + "mlp", c)
+        if moe_block(c, i):
+            y, bal = mixture(norm(h, P, b + "norm2", c), P, b + "mlp", c)
+            h, balancing = h + y, balancing + bal
+        else:
+            h = h + mlp(norm(h, P, b + "norm2", c), P, b + "mlp", c)
     out_weight = P["tok_embed.weight"] if c["tie_embeddings"] else P["lm_head.weight"]
-    return F.linear(norm(h, P, "norm_f", c), out_weight)
+    return F.linear(norm(h, P, "norm_f", c), out_weight), balancing
 
 
 def load_batch(case_dir, meta):
@@ -174,10 +248,12 @@ def load_batch(case_dir, meta):
 
 
 def loss(P, batch, c):
-    """Mean next-token cross-entropy over the targets that are not IGNORE_INDEX."""
-    logits = gpt_forward(P, batch["ids"], c)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].reshape(-1),
-                           ignore_index=IGNORE_INDEX)
+    """Mean next-token cross-entropy over the targets that are not IGNORE_INDEX; the balancing
+    losses join its gradient (bal - bal.detach() is 0 in value)."""
+    logits, balancing = gpt_forward(P, batch["ids"], c)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].reshape(-1),
+                         ignore_index=IGNORE_INDEX)
+    return ce + (balancing - balancing.detach())
 
 
 if __name__ == "__main__":

@@ -20,14 +20,30 @@ namespace {
 
 // The op set the foundation issue lists; each must have cases here.
 const char* kRequiredOps[] = {
-    "matmul",      "linear",     "add",         "sub",           "mul",          "div",
-    "neg",         "add_scalar", "mul_scalar",  "exp",           "log",          "sqrt",
-    "rsqrt",       "tanh",       "pow",         "relu",          "sum",          "mean",
-    "max",         "reshape",    "permute",     "transpose",     "narrow",       "expand",
-    "contiguous",  "cat",        "split",       "stack",         "index_select", "gather",
-    "scatter_add", "embedding",  "layer_norm",  "rms_norm",      "gelu",         "silu",
-    "swiglu",      "softmax",    "log_softmax", "cross_entropy", "mse",          "rope",
-    "modulate",    "attention",  "conv2d",
+    "matmul",       "linear",
+    "add",          "sub",
+    "mul",          "div",
+    "neg",          "add_scalar",
+    "mul_scalar",   "exp",
+    "log",          "sqrt",
+    "rsqrt",        "tanh",
+    "pow",          "relu",
+    "sum",          "mean",
+    "max",          "reshape",
+    "permute",      "transpose",
+    "narrow",       "expand",
+    "contiguous",   "cat",
+    "split",        "stack",
+    "index_select", "gather",
+    "scatter_add",  "embedding",
+    "layer_norm",   "rms_norm",
+    "gelu",         "silu",
+    "swiglu",       "softmax",
+    "log_softmax",  "cross_entropy",
+    "mse",          "rope",
+    "modulate",     "attention",
+    "conv2d",       "grouped_linear",
+    "index_add",    "sigmoid",
 };
 
 std::vector<int64_t> as_ints(const R& r) {
@@ -111,6 +127,8 @@ void register_elementwise() {
       "relu", loom::relu, [](double x) { return x > 0 ? x : 0.0; }, false);
   unary("gelu", loom::gelu, ref::gelu_tanh, false);
   unary("silu", loom::silu, ref::silu, false);
+  unary(
+      "sigmoid", loom::sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, false);
 
   harness::register_op("swiglu", {OpCase{"(3, 8)",
                                          {F({3, 8}), F({3, 8})},
@@ -182,6 +200,21 @@ void register_matmul() {
                         return ref::matmul(ref::transpose_last(x[0]), ref::transpose_last(x[1]));
                       }});
   harness::register_op("matmul", mm);
+  // The experts of a mixture: groups of any size, empty ones and all rows in one included.
+  std::vector<OpCase> grouped;
+  for (auto [label, sizes] :
+       std::vector<std::pair<const char*, std::vector<int64_t>>>{{"three groups", {3, 2, 4}},
+                                                                 {"empty groups", {0, 5, 0, 2}},
+                                                                 {"all rows to one", {0, 0, 7}}}) {
+    int64_t rows = 0;
+    for (int64_t n : sizes) rows += n;
+    grouped.push_back(
+        OpCase{label,
+               {F({rows, 5}), F({int64_t(sizes.size()), 3, 5})},
+               [sizes](const TV& x) { return loom::grouped_linear(x[0], x[1], sizes); },
+               [sizes](const RV& x) { return ref::grouped_linear(x[0], x[1], sizes); }});
+  }
+  harness::register_op("grouped_linear", grouped);
   harness::register_op("linear",
                        {OpCase{"bias",
                                {F({2, 3, 5}), F({4, 5}), F({4})},
@@ -323,6 +356,18 @@ void register_index_ops() {
                                {F({3, 4}), index_input({3, 6}, 4), F({3, 6})},
                                [](const TV& x) { return loom::scatter_add(x[0], 1, x[1], x[2]); },
                                [](const RV& x) { return ref::scatter_add(x[0], 1, x[1], x[2]); }}});
+  harness::register_op("index_add",
+                       {OpCase{"dim 0 with repeats",
+                               {F({4, 3}), I({6}, 4), F({6, 3})},
+                               [](const TV& x) { return loom::index_add(x[0], 0, x[1], x[2]); },
+                               [](const RV& x) {
+                                 R o = x[0];  // out[index[i], c] += src[i, c]
+                                 for (size_t i = 0; i < x[1].v.size(); ++i)
+                                   for (int64_t c = 0; c < 3; ++c)
+                                     o.v[size_t(int64_t(x[1].v[i]) * 3 + c)] +=
+                                         x[2].v[i * 3 + size_t(c)];
+                                 return o;
+                               }}});
   harness::register_op("embedding", {OpCase{"(2,5) ids into (11,4)",
                                             {I({2, 5}, 11), F({11, 4})},
                                             [](const TV& x) { return loom::embedding(x[0], x[1]); },

@@ -249,6 +249,22 @@ inline R scatter_add(const R& x, int64_t dim, const R& index, const R& src) {
   return o;
 }
 
+// x (M, K) in consecutive groups of rows, weight (E, N, K): group e's rows times W_e^T.
+inline R grouped_linear(const R& x, const R& w, const std::vector<int64_t>& sizes) {
+  const int64_t K = x.size(1), N = w.size(1);
+  R o = zeros({x.size(0), N});
+  int64_t row = 0;
+  for (size_t e = 0; e < sizes.size(); ++e)
+    for (int64_t r = 0; r < sizes[e]; ++r, ++row)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += x.v[size_t(row * K + k)] * w.v[size_t((int64_t(e) * N + n) * K + k)];
+        o.v[size_t(row * N + n)] = s;
+      }
+  return o;
+}
+
 // Per-row map over the last dim: f(row_in, row_out).
 inline R rows(const R& x, const std::function<void(const double*, double*, int64_t)>& f) {
   R o = zeros(x.shape);

@@ -14,6 +14,11 @@ Tensor silu(const Tensor& x) {
   return detail::unary_op("silu", UnaryOp::Silu, 0, x);
 }
 
+Tensor sigmoid(const Tensor& x) {
+  // The tanh form is one kernel and never overflows (exp(-x) does for large negative x).
+  return add_scalar(mul_scalar(tanh(mul_scalar(x, 0.5)), 0.5), 0.5);
+}
+
 namespace {
 struct SwigluBackward : Node {
   Tensor gate, up;

@@ -56,6 +56,18 @@ struct ScatterAddBackward : Node {
   void release() override { index = Tensor(); }
 };
 
+struct IndexAddBackward : Node {
+  int64_t dim;
+  Tensor index;
+  const char* name() const override { return "IndexAddBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor gsrc;
+    if (inputs[2].active()) gsrc = index_select(g[0], dim, index);
+    return {g[0], Tensor(), gsrc};
+  }
+  void release() override { index = Tensor(); }
+};
+
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -123,6 +135,31 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   backend_of(x).scatter_add(out, dim, ic, detail::raw_contiguous(src));
   if (any_requires_grad({x, src})) {
     auto node = std::make_shared<ScatterAddBackward>();
+    node->dim = dim;
+    node->index = ic;
+    record(node, {x, index, src}, {out});
+  }
+  return out;
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  detail::check_defined("index_add", x, "input");
+  detail::check_defined("index_add", src, "src");
+  check_index("index_add", index);
+  detail::check_same_dtype("index_add", x, src);
+  LOOM_CHECK(index.dim() == 1) << "index_add: index must be 1-D, got " << index.shape();
+  dim = x.wrap_dim(dim);
+  Shape expected = x.shape();
+  expected[size_t(dim)] = index.size(0);
+  LOOM_CHECK(src.shape() == expected)
+      << "index_add: src " << src.shape() << " should be " << expected << " (input " << x.shape()
+      << ", index " << index.shape() << " along dim " << dim << ")";
+  Tensor out = detail::empty_like(x);
+  backend_of(x).copy(x, out);
+  Tensor ic = detail::raw_contiguous(index);
+  backend_of(x).index_add(out, dim, ic, detail::raw_contiguous(src));
+  if (any_requires_grad({x, src})) {
+    auto node = std::make_shared<IndexAddBackward>();
     node->dim = dim;
     node->index = ic;
     record(node, {x, index, src}, {out});

@@ -7,6 +7,7 @@
 #include "loom/ops/attention.h"
 #include "loom/ops/creation.h"
 #include "loom/ops/elementwise.h"
+#include "loom/ops/grouped_linear.h"
 #include "loom/ops/index.h"
 #include "loom/ops/loss.h"
 #include "loom/ops/matmul.h"

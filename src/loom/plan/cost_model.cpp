@@ -38,10 +38,18 @@ double train_step_flops(const StepShape& s) {
     const models::GptConfig& c = s.gpt;
     const double C = double(c.width), T = double(s.seq);
     const double qkv_out = double(c.heads + 2 * c.num_kv_heads()) * double(c.head_dim());
-    const double mlp = double(c.mlp_hidden()) * (c.is_llama() ? 1.5 : 1.0);  // SwiGLU: 3 matrices
-    const double keys = (T + 1.0) / 2.0;  // causal: query t sees t + 1 keys
-    const double per_token = double(c.depth) * block_flops_per_token(C, mlp, qkv_out, keys) +
-                             2.0 * C * double(c.vocab_size);
+    const double swiglu = c.is_llama() ? 1.5 : 1.0;  // SwiGLU: 3 matrices
+    const double keys = (T + 1.0) / 2.0;             // causal: query t sees t + 1 keys
+    double per_token = 2.0 * C * double(c.vocab_size);
+    const nn::MoeConfig moe = c.moe_config();
+    for (int64_t i = 0; i < c.depth; ++i) {
+      // A mixture's active FLOPs: the router and the k chosen (plus the shared) experts.
+      const double mlp = c.is_moe_block(i)
+                             ? double((moe.top_k + moe.shared_experts) * moe.hidden) * swiglu
+                             : double(c.mlp_hidden()) * swiglu;
+      per_token += block_flops_per_token(C, mlp, qkv_out, keys) +
+                   (c.is_moe_block(i) ? 2.0 * C * double(moe.experts) : 0.0);
+    }
     forward = per_token * T * double(s.batch);
   } else if (s.kind == "vit") {
     const models::VitConfig& c = s.vit;
@@ -79,6 +87,12 @@ MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp) {
   if (s.kind == "gpt") {
     const double w = double(s.gpt.width), d = double(s.gpt.depth);
     m.parameters = 12 * d * w * w + double(s.gpt.vocab_size) * w;
+    const nn::MoeConfig moe = s.gpt.moe_config();
+    for (int64_t i = 0; i < s.gpt.depth; ++i)  // every expert in place of the dense 8 w^2
+      if (s.gpt.is_moe_block(i))
+        m.parameters +=
+            double((moe.experts + moe.shared_experts) * moe.expert_parameters(s.gpt.width)) -
+            8 * w * w;
     m.batch_bytes = m.local_batch * double(s.gpt.context) *
                     (8 + 4 * double(s.gpt.vocab_size) / double(std::max<int64_t>(tp, 1)));
   } else if (s.kind == "dit") {

@@ -84,6 +84,34 @@ void check_model_parallel(const Config& c, const std::string& path) {
 
 // [lowcomm]: only method is read unless it is "diloco", so a DiLoCo key in a run without it is
 // an unknown key.
+// [moe]: a mixture of experts in place of the MLP (model.kind gpt). Without moe.experts every
+// other key of the section is an unknown key.
+void read_moe(ConfigFile& f, nn::MoeConfig& m) {
+  const std::string& path = f.path();
+  m.experts = f.get_int("moe", "experts", 0);
+  if (m.experts == 0) return;
+  m.top_k = f.get_int("moe", "top_k", m.top_k);
+  const std::string gating = f.get_string("moe", "gating", "softmax");
+  LOOM_CHECK(gating == "softmax" || gating == "sigmoid")
+      << "config " << path << ": moe.gating '" << gating << "' (expected softmax or sigmoid)";
+  m.gating = gating == "softmax" ? nn::MoeGating::Softmax : nn::MoeGating::Sigmoid;
+  m.renormalize = f.get_bool("moe", "renormalize", m.renormalize);
+  m.hidden = f.get_int("moe", "hidden", 0);
+  m.shared_experts = f.get_int("moe", "shared_experts", m.shared_experts);
+  m.aux_loss = f.get_double("moe", "aux_loss", 0.01);
+  m.z_loss = f.get_double("moe", "z_loss", 0.001);
+  m.bias_rate = f.get_double("moe", "bias_rate", 0.0);
+  m.every = f.get_int("moe", "every", m.every);
+  LOOM_CHECK(m.hidden >= 0) << "config " << path << ": moe.hidden must be non-negative";
+  try {
+    nn::MoeConfig filled = m;
+    if (filled.hidden == 0) filled.hidden = 1;  // the model's default, known to be positive
+    filled.validate();
+  } catch (const Error& e) {
+    LOOM_FAIL() << "config " << path << ": " << e.what();
+  }
+}
+
 void read_lowcomm(ConfigFile& f, Config& c) {
   const std::string& path = f.path();
   const std::string method = f.get_string("lowcomm", "method", "none");
@@ -306,6 +334,7 @@ void read_gpt(ConfigFile& f, Config& c) {
   // The style's convention (GptConfig::llama unties the head) unless the config says otherwise.
   g.tie_embeddings = f.get_bool("model", "tie_embeddings", !g.is_llama());
   g.swiglu_hidden = f.get_int("model", "swiglu_hidden", g.swiglu_hidden);
+  read_moe(f, g.moe);
   g.validate();
 
   auto& d = c.data;
@@ -483,6 +512,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
   check_model_parallel(c, path);
+  if (c.model_kind == "gpt" && c.gpt.moe.enabled()) {
+    // Expert parallelism, and the mixture under tensor, context and pipeline parallelism or
+    // DiLoCo, are not built yet; data parallelism (DDP, ZeRO-1/2/3) and activation
+    // checkpointing are.
+    LOOM_CHECK(p.dims.tp == 1 && p.dims.cp == 1 && p.dims.pp == 1 && !c.diloco)
+        << "config " << path << ": a mixture of experts (moe.experts " << c.gpt.moe.experts
+        << ") trains with data parallelism (parallel.dp_shard / dp_replicate, any "
+        << "data_parallel) only; parallel.tp, cp and pp must be 1 and lowcomm.method none";
+  }
   // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
   LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)
       << "config " << path << ": train.precision \""

@@ -35,6 +35,10 @@ struct NameMap {
 };
 
 std::vector<NameMap> name_maps(const models::GptConfig& c) {
+  LOOM_CHECK(!c.moe.enabled())
+      << "Hugging Face interop: this GPT is a mixture of experts (moe.experts " << c.moe.experts
+      << "), which has no GPT2LMHeadModel or LlamaForCausalLM layout; only dense models "
+      << "convert";
   std::vector<NameMap> m;
   if (!c.is_llama()) {
     m.push_back({"tok_embed.weight", {"transformer.wte.weight"}});

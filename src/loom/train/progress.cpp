@@ -69,7 +69,7 @@ Json number(double v) {
 }
 }  // namespace
 
-void Progress::log(int64_t step, double loss, double lr, Json extra) {
+void Progress::log(int64_t step, double loss, double lr, Json extra, const std::string& note) {
   Json metrics = Json::object({{"step", step + 1}, {"loss", number(loss)}, {"lr", lr}});
   for (const auto& [k, v] : extra.items())
     metrics.set(k, v.is_double() ? number(v.as_double()) : v);
@@ -141,10 +141,11 @@ void Progress::log(int64_t step, double loss, double lr, Json extra) {
   const double eta = eta_seconds(step_time, total_steps_ - step - 1, budget_s_, elapsed);
   const bool budget_first = budget_s_ > 0 && eta < step_time * double(total_steps_ - step - 1);
   std::printf(
-      "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f %s/s%s | %s | %s elapsed | ETA %s%s | "
+      "step %6lld/%lld | loss %.4f | lr %.2e%s%s | %7.0f %s/s%s | %s | %s elapsed | ETA %s%s | "
       "mem %.0f MB (%s; peak %.0f)\n",
-      (long long)(step + 1), (long long)total_steps_, loss, lr, rate, unit_, mfu, split,
-      format_duration(elapsed).c_str(), steps_done > 0 ? format_duration(eta).c_str() : "-",
+      (long long)(step + 1), (long long)total_steps_, loss, lr, note.empty() ? "" : " | ",
+      note.c_str(), rate, unit_, mfu, split, format_duration(elapsed).c_str(),
+      steps_done > 0 ? format_duration(eta).c_str() : "-",
       steps_done > 0 && budget_first ? " (max_minutes)" : "", double(mem.live_total) / 1e6,
       breakdown.c_str(), double(mem.peak_total) / 1e6);
   std::fflush(stdout);

@@ -20,8 +20,10 @@ class Progress {
            int64_t items_per_step, bool append);
   ~Progress();
   // Logs step (0-based, completed) with its loss, lr and further metrics; prints one console
-  // line. Non-finite values are recorded as strings ("nan"), which JSON can hold.
-  void log(int64_t step, double loss, double lr, Json extra = Json::object());
+  // line (with `note` after the loss and lr, if any). Non-finite values are recorded as
+  // strings ("nan"), which JSON can hold.
+  void log(int64_t step, double loss, double lr, Json extra = Json::object(),
+           const std::string& note = "");
   double elapsed_seconds() const;
   // A time budget (train.max_minutes, as seconds; 0: none): the run stops at whichever comes
   // first, the last step or the budget, and so does the ETA.

@@ -20,6 +20,7 @@
 #include "loom/precision/recipe.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/events.h"
+#include "loom/train/moe_balance.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
 #include "loom/train/recipe.h"
@@ -139,6 +140,7 @@ struct Loop {
   std::function<void(std::vector<float>&)> max_over_replicas;  // of the ranks holding my layers
   Prefetcher<Batch>& prefetch;
   StepGuard& guard;
+  MoeBalance& moe;
   const Progress& progress;
   Json data_state;  // of the last batch taken: where the data resumes
 
@@ -183,6 +185,7 @@ struct Loop {
   StepResult train_step(int64_t step) {
     StepResult r;
     if (low_precision) low_precision->begin_step(step);
+    moe.begin_step();
     const double loss = forward_backward_step(step);
     if (low_precision) low_precision->end_step(max_over_replicas);
     // The loss over the global batch, and whether any rank ran out of time (all must agree).
@@ -201,6 +204,7 @@ struct Loop {
       optimizer.step(r.lr, optim::clip_scale(r.grad_norm, tc.grad_clip));  // clipped in the update
       model.after_optimizer_step();
     }
+    moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
     model.zero_grad();
     if (guard.needs_rollback()) guard.roll_back(step);
@@ -255,6 +259,7 @@ void train(const Config& cfg, const std::string& resume_from) {
       for (auto& s : diloco->worker_state()) state.push_back(s);
     return state;
   };
+  MoeBalance moe(recipe->model(), *dp, tc.grad_accum);
   Checkpointer checkpointer(mesh, *model, *optimizer, per_worker_state, cfg.model_kind, run_dir,
                             tc.async_checkpoint, tc.keep_checkpoints, workers);
 
@@ -263,6 +268,7 @@ void train(const Config& cfg, const std::string& resume_from) {
     const Json state = checkpointer.load(resume_from);
     start_step = state.at("step").as_int();
     recipe->resume(state);
+    moe.resume(state);
     if (diloco) diloco->resume(state);
     if (low_precision && state.contains("amax_history"))
       low_precision->set_histories(amax_histories_from(state.at("amax_history")));
@@ -329,6 +335,7 @@ void train(const Config& cfg, const std::string& resume_from) {
                  max_over_replicas,
                  prefetch,
                  guard,
+                 moe,
                  progress,
                  Json()};
 
@@ -341,8 +348,8 @@ void train(const Config& cfg, const std::string& resume_from) {
     if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
     if (low_precision && tc.low_precision->recipe == precision::Recipe::Fp8Delayed)
       state.set("amax_history", amax_histories_json(*low_precision));
-    for (const Json& part :
-         {step_loop.data_state, recipe->state(done), diloco ? diloco->state() : Json()})
+    for (const Json& part : {step_loop.data_state, recipe->state(done),
+                             diloco ? diloco->state() : Json(), moe.state()})
       if (part.is_object())
         for (const auto& [key, value] : part.items()) state.set(key, value);
     return checkpointer.save(done, state);
@@ -365,6 +372,7 @@ void train(const Config& cfg, const std::string& resume_from) {
                                  {"skipped_steps", guard.skipped()},
                                  {"sent_mb", double(dist::bytes_sent()) / 1e6}});
     if (low_precision) metrics.set("precision", precision_metrics(*low_precision));
+    if (moe.active()) metrics.set("moe", moe.metrics());
     if (r.outer)
       metrics.set("outer", Json::object({{"sent_mb", double(r.outer->bytes_sent) / 1e6},
                                          {"seconds", r.outer->seconds},
@@ -377,7 +385,7 @@ void train(const Config& cfg, const std::string& resume_from) {
       for (const Recipe::Image& image : recipe->images(step))
         progress.add_image(image.tag, image.grid, step + 1);
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
-      progress.log(step, r.loss, r.lr, metrics);
+      progress.log(step, r.loss, r.lr, metrics, moe.summary());
     const bool preempted = guard.preempted();  // collective over the world
     const bool stop =
         r.out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);

@@ -50,6 +50,7 @@ void GptConfig::validate() const {
         << "gpt: swiglu_hidden " << swiglu_hidden << " is only used by style \"llama\", not \""
         << style << "\" (which uses mlp_ratio)";
   }
+  if (moe.enabled()) moe_config().validate();
 }
 
 int64_t GptConfig::mlp_hidden() const {
@@ -59,7 +60,21 @@ int64_t GptConfig::mlp_hidden() const {
   return (h + 63) / 64 * 64;
 }
 
-GptBlock::GptBlock(const GptConfig& c) : llama_(c.is_llama()) {
+nn::MoeConfig GptConfig::moe_config() const {
+  nn::MoeConfig m = moe;
+  if (m.hidden == 0) m.hidden = mlp_hidden();
+  m.swiglu = is_llama();
+  return m;
+}
+
+int64_t GptConfig::active_parameters(int64_t total) const {
+  const nn::MoeConfig m = moe_config();
+  for (int64_t i = 0; i < depth; ++i)
+    if (is_moe_block(i)) total -= (m.experts - m.top_k) * m.expert_parameters(width);
+  return total;
+}
+
+GptBlock::GptBlock(const GptConfig& c, bool moe) : llama_(c.is_llama()), moe_(moe) {
   nn::AttentionConfig ac;
   ac.dim = c.width;
   ac.heads = c.heads;
@@ -71,7 +86,9 @@ GptBlock::GptBlock(const GptConfig& c) : llama_(c.is_llama()) {
   norm1 = register_module("norm1", make_norm(c));
   attn = register_module("attn", std::make_shared<nn::Attention>(ac));
   norm2 = register_module("norm2", make_norm(c));
-  if (llama_)
+  if (moe_)
+    mlp = register_module("mlp", std::make_shared<nn::MoE>(c.width, c.moe_config(), kInit));
+  else if (llama_)
     mlp = register_module("mlp", std::make_shared<nn::SwiGLU>(c.width, c.mlp_hidden(), kInit));
   else
     mlp = register_module("mlp", std::make_shared<nn::Mlp>(c.width, c.mlp_hidden(), kInit));
@@ -80,8 +97,9 @@ GptBlock::GptBlock(const GptConfig& c) : llama_(c.is_llama()) {
 Tensor GptBlock::forward(const Tensor& x, const Tensor& positions) const {
   Tensor h = add(x, attn->forward(apply_norm(*norm1, llama_, x), positions));  // (B, T, C)
   Tensor n = apply_norm(*norm2, llama_, h);                                    // (B, T, C)
-  Tensor m = llama_ ? static_cast<const nn::SwiGLU&>(*mlp).forward(n)
-                    : static_cast<const nn::Mlp&>(*mlp).forward(n);  // (B, T, C)
+  Tensor m = moe_     ? static_cast<const nn::MoE&>(*mlp).forward(n)
+             : llama_ ? static_cast<const nn::SwiGLU&>(*mlp).forward(n)
+                      : static_cast<const nn::Mlp&>(*mlp).forward(n);  // (B, T, C)
   return add(h, m);
 }
 
@@ -92,7 +110,8 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
   if (!c.is_llama())
     pos_embed = register_module("pos_embed", std::make_shared<nn::Embedding>(c.context, C, kInit));
   for (int64_t i = 0; i < c.depth; ++i)
-    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(c)));
+    blocks.push_back(register_module("blocks." + std::to_string(i),
+                                     std::make_shared<GptBlock>(c, c.is_moe_block(i))));
   norm_f = register_module("norm_f", make_norm(c));
   if (!c.tie_embeddings)
     lm_head = register_module("lm_head", std::make_shared<nn::Linear>(C, V, false, kInit));
@@ -103,9 +122,12 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
 
 nn::ParallelPlan Gpt::parallel_plan() const {
   nn::ParallelPlan plan;
-  for (const std::string& b : block_names()) {
+  for (int64_t i = 0; i < config.depth; ++i) {
+    const std::string b = "blocks." + std::to_string(i);
     plan.attention.push_back(b + ".attn");
-    if (config.is_llama()) {
+    if (config.is_moe_block(i)) {
+      // A mixture's experts are not split by tensor parallelism (config.cpp refuses tp > 1).
+    } else if (config.is_llama()) {
       plan.column.insert(plan.column.end(), {b + ".mlp.w1", b + ".mlp.w3"});
       plan.row.push_back(b + ".mlp.w2");
     } else {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/nn/layers.h"
+#include "loom/nn/moe.h"
 #include "loom/nn/parallel_plan.h"
 
 namespace loom::models {
@@ -26,6 +27,10 @@ struct GptConfig {
   // Style and tying are independent: GptConfig::llama() unties, the plain struct ties.
   bool tie_embeddings = true;
   int64_t swiglu_hidden = 0;  // llama: 0 means 8/3 * width rounded up to a multiple of 64
+  // A mixture of experts in place of the MLP of every moe.every-th block (moe.experts > 0).
+  // Its experts are the style's MLP (SwiGLU for llama, GELU for gpt2) of moe.hidden units
+  // (0: mlp_hidden()).
+  nn::MoeConfig moe{};
   void validate() const;
 
   // Presets: the plain struct is gpt2; llama() sets style "llama" and an untied head.
@@ -40,22 +45,26 @@ struct GptConfig {
   bool is_llama() const { return style == "llama"; }
   int64_t num_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t head_dim() const { return width / heads; }
-  int64_t mlp_hidden() const;  // the MLP's hidden size for the style (see the fields above)
+  int64_t mlp_hidden() const;        // the MLP's hidden size for the style (see the fields above)
+  nn::MoeConfig moe_config() const;  // moe with the style's experts and hidden size filled in
+  bool is_moe_block(int64_t i) const { return moe.enabled() && (i + 1) % moe.every == 0; }
+  // Parameters a token's forward uses: all but the experts it is not routed to.
+  int64_t active_parameters(int64_t total) const;
 };
 
 // One pre-norm transformer block.
 class GptBlock : public nn::Module {
  public:
-  explicit GptBlock(const GptConfig& c);
+  GptBlock(const GptConfig& c, bool moe);
   // x (B, T, C); positions (T) i64 global token positions (used by RoPE; may be undefined for
   // gpt2) -> (B, T, C).
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
   std::shared_ptr<nn::Module> norm1, norm2;  // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Attention> attn;       // causal; RoPE for llama
-  std::shared_ptr<nn::Module> mlp;           // nn::Mlp (gpt2) or nn::SwiGLU (llama)
+  std::shared_ptr<nn::Module> mlp;           // nn::Mlp (gpt2), nn::SwiGLU (llama) or nn::MoE
 
  private:
-  bool llama_;
+  bool llama_, moe_;
 };
 
 class Gpt : public nn::Module {

@@ -17,6 +17,7 @@
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/hf_interop.h"
+#include "loom/train/moe_balance.h"
 
 namespace loom::train {
 
@@ -207,6 +208,8 @@ LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
   load_state_dict(*g.model, as_map(CheckpointReader(ckpt_dir).read_all("model")),
                   ckpt_dir + " (model)");
+  if (g.cfg.gpt.moe.enabled())  // the experts a token is routed to depend on them
+    load_selection_biases(*g.model, read_json_file(ckpt_dir + "/trainer_state.json"));
   return g;
 }
 
@@ -223,8 +226,15 @@ class GptRecipe : public Recipe {
   nn::Module& model() override { return model_; }
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
   std::string describe() const override {
-    return "gpt (" + cfg_.gpt.style + "): " + std::to_string(model_.num_parameters()) +
-           " parameters, context " + std::to_string(cfg_.gpt.context);
+    const int64_t total = model_.num_parameters();
+    const nn::MoeConfig& moe = cfg_.gpt.moe;
+    const std::string mixture = moe.enabled()
+                                    ? " (" + std::to_string(cfg_.gpt.active_parameters(total)) +
+                                          " active per token: " + std::to_string(moe.experts) +
+                                          " experts, top " + std::to_string(moe.top_k) + ")"
+                                    : "";
+    return "gpt (" + cfg_.gpt.style + "): " + std::to_string(total) + " parameters" + mixture +
+           ", context " + std::to_string(cfg_.gpt.context);
   }
   std::string describe_data() const override {
     return "data: " + data_.source + ", " + (tok_.bytes ? "byte" : "BPE") + " tokens, " +

@@ -1,0 +1,112 @@
+#include "loom/train/moe_balance.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "loom/train/recipe.h"
+
+namespace loom::train {
+
+namespace {
+
+void load_selection_biases_into(const std::vector<std::pair<std::string, nn::MoE*>>& layers,
+                                const Json& trainer_state) {
+  LOOM_CHECK(trainer_state.contains("moe_selection_bias"))
+      << "checkpoint: its trainer_state.json has no moe_selection_bias (it was not written by a "
+         "run with "
+      << "this mixture of experts)";
+  const Json& biases = trainer_state.at("moe_selection_bias");
+  for (const auto& [path, moe] : layers) {
+    LOOM_CHECK(biases.contains(path)) << "checkpoint: no selection bias for " << path;
+    const Json::Array& values = biases.at(path).as_array();
+    LOOM_CHECK(int64_t(values.size()) == moe->config.experts)
+        << "checkpoint: " << values.size() << " selection biases for the " << moe->config.experts
+        << " experts of " << path;
+    for (size_t e = 0; e < values.size(); ++e)
+      moe->selection_bias[e] = float(values[e].as_double());
+  }
+}
+
+}  // namespace
+
+MoeBalance::MoeBalance(nn::Module& model, dist::ProcessGroup& dp, int64_t grad_accum)
+    : layers_(nn::moe_layers(model)), dp_(dp) {
+  for (auto& [path, moe] : layers_) moe->loss_scale = 1.0 / double(grad_accum);
+}
+
+void MoeBalance::begin_step() {
+  for (auto& [path, moe] : layers_) moe->reset_stats();
+}
+
+void MoeBalance::end_step(bool updated) {
+  if (!active()) return;
+  // One exchange for every layer: its loads, then its loss and entropy sums and forwards.
+  std::vector<double> local;
+  for (auto& [path, moe] : layers_) {
+    const nn::MoeStats& s = moe->stats();
+    for (int64_t n : s.load) local.push_back(double(n));
+    local.insert(local.end(), {s.aux_loss, s.z_loss, s.entropy, double(s.forwards)});
+  }
+  const std::vector<double> all = sum_over(dp_, local);
+  metrics_ = Json::object();
+  Json layers = Json::object();
+  size_t at = 0;
+  double ratio_sum = 0, aux_sum = 0;
+  for (auto& [path, moe] : layers_) {
+    const int64_t E = moe->config.experts;
+    const std::vector<double> load(all.begin() + long(at), all.begin() + long(at) + E);
+    at += size_t(E);
+    const double aux = all[at], z = all[at + 1], entropy = all[at + 2];
+    const double forwards = std::max(all[at + 3], 1.0);
+    at += 4;
+    double total = 0, top = 0;
+    Json::Array counts;
+    for (double n : load) {
+      total += n;
+      top = std::max(top, n);
+      counts.push_back(Json(int64_t(n)));
+    }
+    const double ratio = total > 0 ? top / (total / double(E)) : 0.0;
+    ratio_sum += ratio;
+    aux_sum += aux / forwards;
+    layers.set(path, Json::object({{"load", Json::array(std::move(counts))},
+                                   {"max_over_mean", ratio},
+                                   {"aux_loss", aux / forwards},
+                                   {"z_loss", z / forwards},
+                                   {"entropy", entropy / forwards}}));
+    if (updated && moe->config.bias_rate > 0) moe->update_selection_bias(load);
+  }
+  max_over_mean_ = ratio_sum / double(layers_.size());
+  aux_ = aux_sum / double(layers_.size());
+  metrics_.set("max_over_mean", max_over_mean_);
+  metrics_.set("layers", layers);
+}
+
+std::string MoeBalance::summary() const {
+  if (!active()) return "";
+  char line[96];
+  std::snprintf(line, sizeof line, "moe load max/mean %.2f, aux %.3f", max_over_mean_, aux_);
+  return line;
+}
+
+Json MoeBalance::state() const {
+  if (!active()) return Json();
+  Json biases = Json::object();
+  for (const auto& [path, moe] : layers_) {
+    Json::Array values;
+    for (float b : moe->selection_bias) values.push_back(Json(double(b)));
+    biases.set(path, Json::array(std::move(values)));
+  }
+  return Json::object({{"moe_selection_bias", biases}});
+}
+
+void MoeBalance::resume(const Json& trainer_state) {
+  if (active()) load_selection_biases_into(layers_, trainer_state);
+}
+
+void load_selection_biases(nn::Module& model, const Json& trainer_state) {
+  const auto layers = nn::moe_layers(model);
+  if (!layers.empty()) load_selection_biases_into(layers, trainer_state);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,45 @@
+// The mixture-of-experts layers of a model (nn/moe.h) as the training loop sees them: each
+// step's expert loads summed over the data-parallel ranks, the aux-loss-free bias update from
+// them, the step's metrics, and the selection biases in the checkpoint. A model without a
+// mixture makes every call a no-op.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "loom/core/json.h"
+#include "loom/dist/process_group.h"
+#include "loom/nn/moe.h"
+
+namespace loom::train {
+
+class MoeBalance {
+ public:
+  // grad_accum: the micro-steps a step's loss is split over (each forward's balancing losses
+  // are scaled like its loss).
+  MoeBalance(nn::Module& model, dist::ProcessGroup& dp, int64_t grad_accum);
+  bool active() const { return !layers_.empty(); }
+
+  void begin_step();
+  // After the optimizer step (updated: it was not skipped). Collective over dp.
+  void end_step(bool updated);
+  // The last step's figures: per layer the tokens per expert (all ranks), max / mean load,
+  // the unweighted auxiliary and z losses and the router entropy; "max_over_mean" over layers.
+  Json metrics() const { return metrics_; }
+  std::string summary() const;  // for the progress line: "moe load max/mean 1.21, aux 1.02"
+
+  // {"moe_selection_bias": {"blocks.1.mlp": [..]}} (exact: floats survive JSON's doubles).
+  Json state() const;
+  void resume(const Json& trainer_state);
+
+ private:
+  std::vector<std::pair<std::string, nn::MoE*>> layers_;
+  dist::ProcessGroup& dp_;
+  Json metrics_;
+  double max_over_mean_ = 0, aux_ = 0;
+};
+
+// The selection biases of a checkpoint's trainer_state.json into a model built from its
+// config (what evaluating or sampling a checkpoint needs besides the weights).
+void load_selection_biases(nn::Module& model, const Json& trainer_state);
+
+}  // namespace loom::train

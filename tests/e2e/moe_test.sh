@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# A GPT with mixture-of-experts blocks (nn/moe.h) through `loom train`: the tiny llama config,
+# depth 2, 4 SwiGLU experts top-2 plus one shared expert, aux-loss-free balancing on.
+# - metrics.jsonl: every step's tokens per expert (summing to tokens x top_k per layer), max /
+#   mean load, the balancing losses and entropy; the progress line's summary; the parameter
+#   counts (total and active per token); the selection biases moving and checkpointed.
+# - activation checkpointing is bitwise equal (the recompute is counted once);
+# - a run stopped at step 10 and resumed ends bitwise where the uninterrupted run ends;
+# - DDP on 2 processes, ZeRO-3 on 2 and on 4, and a ZeRO-3 x4 checkpoint resumed on 1 process,
+#   equal to 1 process within the tolerances of the other parallel tests (the Switch loss is
+#   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
+#   with the layout by design; the z-loss and the summed loads do not);
+# - `loom eval` of a checkpoint; bad input, one clear error each.
+# Usage: moe_test.sh LOOM_BINARY MPIRUN WORK_DIR
+set -uo pipefail
+loom=$1 mpirun=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+export OMP_NUM_THREADS=1
+source "$here/parallel_lib.sh"
+
+cfg=$here/tiny_gpt.toml
+common=(--set train.steps=20 --set train.log_every=1 --set model.depth=2 --set train.batch_size=8
+  --set run.id=cmp --set eval.every=0 --set sample.tokens=0 --set model.style=llama
+  --set moe.experts=4 --set moe.top_k=2 --set moe.hidden=32 --set moe.shared_experts=1
+  --set moe.bias_rate=0.01)
+run() {  # run NAME [ARGS...]: one process
+  local name=$1; shift
+  "$loom" train "$cfg" "${common[@]}" "$@" --set run.out_dir="$work/$name" > "$work/$name.log" 2>&1 ||
+    fail "$name: run failed ($(grep -m1 -i error "$work/$name.log"))"
+}
+run np1
+ref=$work/np1/tiny_gpt
+grep -q "parameters (.* active per token: 4 experts, top 2)" "$work/np1.log" ||
+  fail "no total / active parameter count: $(grep -m1 'gpt (' "$work/np1.log")"
+grep -q "| moe load max/mean [0-9.]*, aux [0-9.]* |" "$work/np1.log" || fail "no moe summary in the progress line"
+/usr/bin/python3 - "$ref" <<'EOF' || fail "moe metrics or selection biases wrong"
+import json, sys
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+assert len(lines) == 20, len(lines)
+tokens = 8 * 16  # batch x context
+for m in lines:
+    layers = m["moe"]["layers"]
+    assert sorted(layers) == ["blocks.0.mlp", "blocks.1.mlp"], layers
+    for name, l in layers.items():
+        assert sum(l["load"]) == tokens * 2, (m["step"], name, l["load"])
+        ratio = max(l["load"]) / (sum(l["load"]) / 4)
+        assert abs(l["max_over_mean"] - ratio) < 1e-9, (l["max_over_mean"], ratio)
+        assert 0 < l["entropy"] <= 1.3863 and l["aux_loss"] > 0 and l["z_loss"] > 0, l
+state = json.load(open(run + "/step-000020/trainer_state.json"))
+biases = state["moe_selection_bias"]
+assert sorted(biases) == ["blocks.0.mlp", "blocks.1.mlp"], biases
+# 20 updates of +-0.01 (or 0 for a load exactly at the mean): nonzero, multiples of 0.01.
+for name, b in biases.items():
+    assert len(b) == 4 and any(abs(v) > 0 for v in b), (name, b)
+    assert all(abs(v) <= 0.2 + 1e-6 for v in b), (name, b)
+print("moe metrics: loads sum to tokens x 2 per layer; biases", biases)
+EOF
+
+# Activation checkpointing: the recompute routes the same tokens and is counted once.
+run ac --set parallel.activation_checkpointing=full
+for f in rank-00000.safetensors trainer_state.json; do
+  [ -f "$ref/step-000020/$f" ] || fail "no $f"
+  cmp -s "$ref/step-000020/$f" "$work/ac/tiny_gpt/step-000020/$f" ||
+    [ $f = trainer_state.json ] || fail "activation checkpointing changed $f"
+done
+/usr/bin/python3 -c '
+import json, sys
+a, b = (json.load(open(p + "/step-000020/trainer_state.json"))["moe_selection_bias"] for p in sys.argv[1:])
+assert a == b, (a, b)' "$ref" "$work/ac/tiny_gpt" || fail "activation checkpointing changed the selection biases"
+
+# Stop at step 10, resume: bitwise the uninterrupted run (weights, moments, selection biases).
+run half --set train.stop_after=10
+"$loom" train "$cfg" "${common[@]}" --resume --set run.out_dir="$work/half" > "$work/half2.log" 2>&1 ||
+  fail "resume failed"
+grep -q "resumed from .*step-000010 at step 10" "$work/half2.log" || fail "did not resume at step 10"
+cmp -s "$ref/step-000020/rank-00000.safetensors" "$work/half/tiny_gpt/step-000020/rank-00000.safetensors" ||
+  fail "resumed run differs from the uninterrupted one"
+/usr/bin/python3 -c '
+import json, sys
+a, b = (json.load(open(p + "/step-000020/trainer_state.json"))["moe_selection_bias"] for p in sys.argv[1:])
+assert a == b, (a, b)' "$ref" "$work/half/tiny_gpt" || fail "resume changed the selection biases"
+
+# Data parallelism, without the Switch loss (see the header).
+noaux=(--set moe.aux_loss=0)
+run np1-noaux "${noaux[@]}"
+for layout in ddp-np2 zero3-np2 zero3-np4; do
+  np=${layout##*np}
+  dp=${layout%%-*}
+  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
+    --set parallel.data_parallel=$dp --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
+    fail "$layout failed ($(grep -m1 -i error "$work/$layout.log"))"
+  parity "moe $layout" "$work/np1-noaux/tiny_gpt" "$work/$layout/tiny_gpt"
+done
+# A ZeRO-3 x4 checkpoint of step 10 resumed on 1 process.
+"$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
+  --set parallel.data_parallel=zero3 --set train.stop_after=10 --set run.out_dir="$work/reshard" \
+  > "$work/reshard.log" 2>&1 || fail "reshard: first half failed"
+"$loom" train "$cfg" "${common[@]}" "${noaux[@]}" --resume --set run.out_dir="$work/reshard" \
+  > "$work/reshard2.log" 2>&1 || fail "reshard: second half failed"
+parity "moe zero3 x4 to step 10, then 1 process" "$work/np1-noaux/tiny_gpt" "$work/reshard/tiny_gpt"
+
+# The checkpoint evaluates like any GPT's (with its selection biases).
+"$loom" eval "$ref/step-000020" > "$work/eval.log" 2>&1 && grep -q "held-out loss" "$work/eval.log" ||
+  fail "loom eval of a moe checkpoint: $(tail -1 "$work/eval.log")"
+"$loom" ckpt export "$ref/step-000020" "$work/hf" --format hf > "$work/hf.log" 2>&1 &&
+  fail "hf export of a mixture accepted"
+grep -q "mixture of experts" "$work/hf.log" || fail "hf export: no clear error: $(tail -1 "$work/hf.log")"
+
+bad 1 "moe.top_k 5 must be between 1 and moe.experts (4)" "$cfg" "${common[@]}" --set moe.top_k=5
+bad 1 "moe.gating 'dense'" "$cfg" "${common[@]}" --set moe.gating=dense
+bad 1 "moe.every must be at least 1" "$cfg" "${common[@]}" --set moe.every=0
+bad 2 "parallel.tp, cp and pp must be 1" "$cfg" "${common[@]}" --set parallel.tp=2
+bad 1 "moe.top_k" "$cfg" --set moe.top_k=2  # without moe.experts: an unknown key
+finish
