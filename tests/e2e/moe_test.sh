@@ -11,6 +11,8 @@
 #   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
 #   with the layout by design; the z-loss and the summed loads do not);
 # - `loom eval` of a checkpoint; bad input, one clear error each.
+# - the tiny DiT with mixture blocks: trains, resumes bitwise, DDP on 2 equals 1 process, and
+#   `loom sample` draws from its checkpoint.
 # Usage: moe_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -107,6 +109,27 @@ parity "moe zero3 x4 to step 10, then 1 process" "$work/np1-noaux/tiny_gpt" "$wo
 "$loom" ckpt export "$ref/step-000020" "$work/hf" --format hf > "$work/hf.log" 2>&1 &&
   fail "hf export of a mixture accepted"
 grep -q "mixture of experts" "$work/hf.log" || fail "hf export: no clear error: $(tail -1 "$work/hf.log")"
+
+# The DiT with a mixture of GELU experts in every block.
+dit=(--set train.steps=12 --set train.log_every=1 --set model.depth=2 --set run.id=cmp
+  --set sample.per_class=1 --set moe.experts=4 --set moe.bias_rate=0.01 --set moe.aux_loss=0)
+"$loom" train "$here/tiny_dit.toml" "${dit[@]}" --set run.out_dir="$work/dit" > "$work/dit.log" 2>&1 ||
+  fail "dit moe: run failed ($(grep -m1 -i error "$work/dit.log"))"
+grep -q "dit: .* parameters (.* active per token: 4 experts, top 2)" "$work/dit.log" ||
+  fail "dit moe: no active parameter count"
+grep -q '"moe":{"max_over_mean"' "$work/dit/tiny_dit/metrics.jsonl" || fail "dit moe: no moe metrics"
+"$loom" train "$here/tiny_dit.toml" "${dit[@]}" --set train.stop_after=6 --set run.out_dir="$work/dit-half" \
+  > "$work/dit-half.log" 2>&1 || fail "dit moe: first half failed"
+"$loom" train "$here/tiny_dit.toml" "${dit[@]}" --resume --set run.out_dir="$work/dit-half" \
+  > "$work/dit-half2.log" 2>&1 || fail "dit moe: resume failed"
+cmp -s "$work/dit/tiny_dit/step-000012/rank-00000.safetensors" \
+  "$work/dit-half/tiny_dit/step-000012/rank-00000.safetensors" || fail "dit moe: resumed run differs"
+"$mpirun" --oversubscribe -np 2 "$loom" train "$here/tiny_dit.toml" "${dit[@]}" \
+  --set run.out_dir="$work/dit-np2" > "$work/dit-np2.log" 2>&1 || fail "dit moe: np2 failed"
+parity "dit moe ddp-np2" "$work/dit/tiny_dit" "$work/dit-np2/tiny_dit"
+(cd "$work" && "$loom" sample "$work/dit/tiny_dit/step-000012" --per-class 1 --steps 2 \
+  --png "$work/dit-samples.png" > "$work/dit-sample.log" 2>&1) && [ -s "$work/dit-samples.png" ] ||
+  fail "dit moe: loom sample failed: $(tail -1 "$work/dit-sample.log")"
 
 bad 1 "moe.top_k 5 must be between 1 and moe.experts (4)" "$cfg" "${common[@]}" --set moe.top_k=5
 bad 1 "moe.gating 'dense'" "$cfg" "${common[@]}" --set moe.gating=dense

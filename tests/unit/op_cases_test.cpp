@@ -202,10 +202,11 @@ void register_matmul() {
   harness::register_op("matmul", mm);
   // The experts of a mixture: groups of any size, empty ones and all rows in one included.
   std::vector<OpCase> grouped;
-  for (auto [label, sizes] :
-       std::vector<std::pair<const char*, std::vector<int64_t>>>{{"three groups", {3, 2, 4}},
-                                                                 {"empty groups", {0, 5, 0, 2}},
-                                                                 {"all rows to one", {0, 0, 7}}}) {
+  for (auto [label, sizes] : std::vector<std::pair<const char*, std::vector<int64_t>>>{
+           {"three groups", {3, 2, 4}},
+           {"empty groups", {0, 5, 0, 2}},
+           {"all rows to one", {0, 0, 7}},
+           {"groups cut in pieces (256 + 32 + 12, 16 + 5)", {300, 0, 21}}}) {
     int64_t rows = 0;
     for (int64_t n : sizes) rows += n;
     grouped.push_back(

@@ -220,4 +220,14 @@ std::vector<std::pair<std::string, MoE*>> moe_layers(Module& model) {
   return out;
 }
 
+void copy_selection_biases(Module& from, Module& to) {
+  auto targets = moe_layers(to);
+  for (const auto& [path, moe] : moe_layers(from)) {
+    auto it = std::find_if(targets.begin(), targets.end(),
+                           [&](const auto& t) { return t.first == path; });
+    LOOM_CHECK(it != targets.end()) << "copy_selection_biases: no mixture at " << path;
+    it->second->selection_bias = moe->selection_bias;
+  }
+}
+
 }  // namespace loom::nn

@@ -72,5 +72,8 @@ class MoE : public Module {
 
 // Every MoE layer of a model, by path ("blocks.1.mlp").
 std::vector<std::pair<std::string, MoE*>> moe_layers(Module& model);
+// The selection biases of `from`'s layers into `to`'s of the same paths (an EMA copy routes as
+// the trained model does).
+void copy_selection_biases(Module& from, Module& to);
 
 }  // namespace loom::nn

@@ -25,15 +25,31 @@ Tensor matrix_of(const Tensor& w, int64_t e, bool transposed) {
   return w.as_strided({1, N, K}, {0, K, 1}, offset);
 }
 
+// A group's rows as GEMM pieces of a few fixed sizes: runs of 256 rows, then the rest as a
+// multiple of 16 and a last piece of fewer than 16. The backend makes one GEMM kernel per shape
+// and keeps it (about a millisecond each); group sizes change every step, and cut this way
+// they need at most 31 row counts per weight shape, made once in the first steps.
+std::vector<std::pair<int64_t, int64_t>> pieces_of(int64_t first, int64_t count) {
+  std::vector<std::pair<int64_t, int64_t>> out;  // (first row, rows)
+  for (; count >= 256; first += 256, count -= 256) out.emplace_back(first, 256);
+  if (count >= 16) {
+    out.emplace_back(first, count / 16 * 16);
+    first += count / 16 * 16;
+    count %= 16;
+  }
+  if (count > 0) out.emplace_back(first, count);
+  return out;
+}
+
 // out (M, N) contiguous: each group's rows = a's rows (M, K) times matrix e of w.
 void grouped_gemm(const Tensor& a, const Tensor& w, bool transpose_w,
                   const std::vector<int64_t>& sizes, const Tensor& out) {
   Backend& be = backend_of(a);
   int64_t first = 0;
   for (size_t e = 0; e < sizes.size(); ++e) {
-    if (sizes[e] > 0)
-      be.matmul(rows_of(a, first, sizes[e]), matrix_of(w, int64_t(e), transpose_w), Tensor(),
-                rows_of(out, first, sizes[e]));
+    for (auto [row, rows] : pieces_of(first, sizes[e]))
+      be.matmul(rows_of(a, row, rows), matrix_of(w, int64_t(e), transpose_w), Tensor(),
+                rows_of(out, row, rows));
     first += sizes[e];
   }
 }
@@ -56,14 +72,21 @@ struct GroupedLinearBackward : Node {
       grouped_gemm(g, w, /*transpose_w=*/false, sizes, gx);
     }
     if (inputs[1].active()) {  // dW_e (N, K) = dy_e^T (N, rows) x_e (rows, K); 0 for no rows
+      // Summed over the group's pieces: the first written in place, the others added.
       gw = zeros({E, N, K}, DType::F32, g.device());
+      Tensor part;
       Backend& be = backend_of(g);
       int64_t first = 0;
       for (int64_t e = 0; e < E; ++e) {
-        if (sizes[size_t(e)] > 0)
-          be.matmul(rows_of(g, first, sizes[size_t(e)], /*transposed=*/true),
-                    rows_of(x, first, sizes[size_t(e)]), Tensor(),
-                    gw.as_strided({1, N, K}, {0, K, 1}, e * N * K));
+        const Tensor gw_e = gw.as_strided({1, N, K}, {0, K, 1}, e * N * K);
+        bool written = false;
+        for (auto [row, rows] : pieces_of(first, sizes[size_t(e)])) {
+          if (written && !part.defined()) part = Tensor::empty({1, N, K}, DType::F32, g.device());
+          be.matmul(rows_of(g, row, rows, /*transposed=*/true), rows_of(x, row, rows), Tensor(),
+                    written ? part : gw_e);
+          if (written) be.binary(BinaryOp::Add, gw_e, part, gw_e);
+          written = true;
+        }
         first += sizes[size_t(e)];
       }
     }

@@ -66,8 +66,14 @@ double train_step_flops(const StepShape& s) {
   } else {
     const models::DitConfig& c = s.dit;
     const double D = double(c.width), T = double(c.tokens());
-    const double per_token = double(c.depth) * block_flops_per_token(D, c.mlp_ratio * D, 3 * D, T) +
-                             2.0 * double(c.patch * c.patch * c.channels) * D * 2.0;  // embed + out
+    double per_token = 2.0 * double(c.patch * c.patch * c.channels) * D * 2.0;  // embed + out
+    const nn::MoeConfig moe = c.moe_config();
+    for (int64_t i = 0; i < c.depth; ++i)  // a mixture: the router and the chosen experts
+      per_token += c.is_moe_block(i)
+                       ? block_flops_per_token(
+                             D, double((moe.top_k + moe.shared_experts) * moe.hidden), 3 * D, T) +
+                             2.0 * D * double(moe.experts)
+                       : block_flops_per_token(D, c.mlp_ratio * D, 3 * D, T);
     // Conditioning per image: the timestep MLP (256 -> D -> D) and the adaLN projections.
     const double per_image =
         2.0 * (256.0 * D + D * D) + double(c.depth) * 2.0 * D * 6.0 * D + 2.0 * D * 2.0 * D;
@@ -98,6 +104,12 @@ MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp) {
   } else if (s.kind == "dit") {
     const double w = double(s.dit.width), d = double(s.dit.depth);
     m.parameters = 18 * d * w * w;
+    const nn::MoeConfig moe = s.dit.moe_config();
+    for (int64_t i = 0; i < s.dit.depth; ++i)  // every expert in place of the dense 8 w^2
+      if (s.dit.is_moe_block(i))
+        m.parameters +=
+            double((moe.experts + moe.shared_experts) * moe.expert_parameters(s.dit.width)) -
+            8 * w * w;
     m.batch_bytes = image_bytes(s.dit.channels, s.dit.image_size);
   } else {
     const double w = double(s.vit.width), d = double(s.vit.depth);

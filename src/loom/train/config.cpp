@@ -259,6 +259,7 @@ void read_dit(ConfigFile& f, Config& c) {
   d.heads = f.get_int("model", "heads", d.heads);
   d.mlp_ratio = f.get_double("model", "mlp_ratio", d.mlp_ratio);
   d.num_classes = f.get_int("model", "num_classes", d.num_classes);
+  read_moe(f, d.moe);
   d.validate();
 
   c.data.dataset = f.get_string("data", "dataset", "fashion_mnist");
@@ -512,12 +513,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
   check_model_parallel(c, path);
-  if (c.model_kind == "gpt" && c.gpt.moe.enabled()) {
+  if ((c.model_kind == "gpt" && c.gpt.moe.enabled()) ||
+      (c.model_kind == "dit" && c.dit.moe.enabled())) {
     // Expert parallelism, and the mixture under tensor, context and pipeline parallelism or
     // DiLoCo, are not built yet; data parallelism (DDP, ZeRO-1/2/3) and activation
     // checkpointing are.
     LOOM_CHECK(p.dims.tp == 1 && p.dims.cp == 1 && p.dims.pp == 1 && !c.diloco)
-        << "config " << path << ": a mixture of experts (moe.experts " << c.gpt.moe.experts
+        << "config " << path << ": a mixture of experts (moe.experts "
+        << (c.model_kind == "gpt" ? c.gpt.moe.experts : c.dit.moe.experts)
         << ") trains with data parallelism (parallel.dp_shard / dp_replicate, any "
         << "data_parallel) only; parallel.tp, cp and pp must be 1 and lowcomm.method none";
   }

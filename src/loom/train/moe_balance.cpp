@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "loom/core/json_file.h"
 #include "loom/train/recipe.h"
 
 namespace loom::train {
@@ -104,9 +105,10 @@ void MoeBalance::resume(const Json& trainer_state) {
   if (active()) load_selection_biases_into(layers_, trainer_state);
 }
 
-void load_selection_biases(nn::Module& model, const Json& trainer_state) {
+void load_selection_biases(nn::Module& model, const std::string& ckpt_dir) {
   const auto layers = nn::moe_layers(model);
-  if (!layers.empty()) load_selection_biases_into(layers, trainer_state);
+  if (!layers.empty())
+    load_selection_biases_into(layers, read_json_file(ckpt_dir + "/trainer_state.json"));
 }
 
 }  // namespace loom::train

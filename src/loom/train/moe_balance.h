@@ -39,7 +39,8 @@ class MoeBalance {
 };
 
 // The selection biases of a checkpoint's trainer_state.json into a model built from its
-// config (what evaluating or sampling a checkpoint needs besides the weights).
-void load_selection_biases(nn::Module& model, const Json& trainer_state);
+// config: what evaluating or sampling a checkpoint needs besides the weights (nothing to do
+// for a model without a mixture).
+void load_selection_biases(nn::Module& model, const std::string& ckpt_dir);
 
 }  // namespace loom::train

@@ -12,6 +12,7 @@
 #include "loom/core/json.h"
 #include "loom/diffusion/png.h"
 #include "loom/nn/module.h"
+#include "loom/nn/moe.h"
 #include "loom/nn/parallel_plan.h"
 #include "loom/parallel/parallelize.h"
 #include "loom/plan/cost_model.h"
@@ -118,6 +119,9 @@ std::unique_ptr<Sampler> shuffled_sampler(int64_t n, const Config& config, const
 Batch sampled_batch(Sampler& sampler, const Tensor& images, const Tensor& labels);
 void resume_sampler(Sampler& sampler, const Json& trainer_state);
 parallel::NamedTensors trained_weights(parallel::ParallelModel& model);
+
+// "1234 parameters", and for a mixture of experts " (567 active per token: 8 experts, top 2)".
+std::string parameter_count(int64_t total, int64_t active, const nn::MoeConfig& moe);
 
 // Element-wise sum over a group (losses, counts, flags; f32 on the wire).
 std::vector<double> sum_over(dist::ProcessGroup& group, const std::vector<double>& values);

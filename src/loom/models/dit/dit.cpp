@@ -20,6 +20,7 @@ void DitConfig::validate() const {
   LOOM_CHECK(width % 4 == 0) << "dit: width " << width << " must be a multiple of 4 (2-D sin-cos)";
   LOOM_CHECK(depth > 0 && channels > 0 && num_classes > 0 && mlp_ratio > 0)
       << "dit: depth, channels, num_classes and mlp_ratio must be positive";
+  if (moe.enabled()) moe_config().validate();
 }
 
 Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale, double max_period) {
@@ -55,12 +56,30 @@ Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
   return from_vector(out, {grid * grid, dim});
 }
 
-DitBlock::DitBlock(const DitConfig& c) {
+nn::MoeConfig DitConfig::moe_config() const {
+  nn::MoeConfig m = moe;
+  if (m.hidden == 0) m.hidden = mlp_hidden();
+  m.swiglu = false;
+  return m;
+}
+
+int64_t DitConfig::active_parameters(int64_t total) const {
+  const nn::MoeConfig m = moe_config();
+  for (int64_t i = 0; i < depth; ++i)
+    if (is_moe_block(i)) total -= (m.experts - m.top_k) * m.expert_parameters(width);
+  return total;
+}
+
+DitBlock::DitBlock(const DitConfig& c, bool moe) {
   const int64_t D = c.width;
   attn = register_module("attn",
                          std::make_shared<nn::Attention>(nn::AttentionConfig{
                              D, c.heads, c.heads, false, 0.0, true, nn::Init::xavier_uniform()}));
-  mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, int64_t(double(D) * c.mlp_ratio)));
+  if (moe)
+    mlp = register_module("mlp",
+                          std::make_shared<nn::MoE>(D, c.moe_config(), nn::Init::xavier_uniform()));
+  else
+    mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, c.mlp_hidden()));
   ada = register_module("ada", std::make_shared<nn::Linear>(D, 6 * D, true, nn::Init::zeros()));
 }
 
@@ -70,7 +89,9 @@ Tensor DitBlock::forward(const Tensor& x, const Tensor& c) const {
   Tensor h =
       attn->forward(layer_norm_modulate(x, contiguous(mod[0]), contiguous(mod[1]), kNormEps));
   Tensor x1 = gated_residual(x, contiguous(mod[2]), h);
-  h = mlp->forward(layer_norm_modulate(x1, contiguous(mod[3]), contiguous(mod[4]), kNormEps));
+  const Tensor n = layer_norm_modulate(x1, contiguous(mod[3]), contiguous(mod[4]), kNormEps);
+  h = dynamic_cast<const nn::MoE*>(mlp.get()) ? static_cast<const nn::MoE&>(*mlp).forward(n)
+                                              : static_cast<const nn::Mlp&>(*mlp).forward(n);
   return gated_residual(x1, contiguous(mod[5]), h);
 }
 
@@ -86,7 +107,8 @@ Dit::Dit(const DitConfig& c) : config(c) {
                           std::make_shared<nn::Linear>(D, D, true, nn::Init::normal(0.02f)));
   y_embed = register_module("y_embed", std::make_shared<nn::Embedding>(c.num_classes + 1, D));
   for (int64_t i = 0; i < c.depth; ++i)
-    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<DitBlock>(c)));
+    blocks.push_back(register_module("blocks." + std::to_string(i),
+                                     std::make_shared<DitBlock>(c, c.is_moe_block(i))));
   final_ada =
       register_module("final.ada", std::make_shared<nn::Linear>(D, 2 * D, true, nn::Init::zeros()));
   final_linear = register_module(
@@ -96,10 +118,13 @@ Dit::Dit(const DitConfig& c) : config(c) {
 
 nn::ParallelPlan Dit::parallel_plan() const {
   nn::ParallelPlan plan;
-  for (const std::string& b : block_names()) {
+  for (int64_t i = 0; i < config.depth; ++i) {
+    const std::string b = "blocks." + std::to_string(i);
     plan.attention.push_back(b + ".attn");
-    plan.column.push_back(b + ".mlp.fc1");
-    plan.row.push_back(b + ".mlp.fc2");
+    if (!config.is_moe_block(i)) {  // a mixture's experts stay whole (config.cpp: tp 1)
+      plan.column.push_back(b + ".mlp.fc1");
+      plan.row.push_back(b + ".mlp.fc2");
+    }
     plan.blocks.push_back(b);
   }
   plan.first_stage = {"patch_embed", "t_embed.fc1", "t_embed.fc2", "y_embed"};

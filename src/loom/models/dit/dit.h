@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/nn/layers.h"
+#include "loom/nn/moe.h"
 #include "loom/nn/parallel_plan.h"
 
 namespace loom::models {
@@ -18,8 +19,15 @@ struct DitConfig {
   int64_t heads = 4;
   double mlp_ratio = 4.0;
   int64_t num_classes = 10;  // label num_classes is the null class (classifier-free guidance)
+  // A mixture of GELU experts in place of the MLP of every moe.every-th block (moe.experts >
+  // 0), each of moe.hidden units (0: the MLP's mlp_ratio * width).
+  nn::MoeConfig moe{};
   void validate() const;
   int64_t tokens() const { return (image_size / patch) * (image_size / patch); }
+  int64_t mlp_hidden() const { return int64_t(double(width) * mlp_ratio); }
+  nn::MoeConfig moe_config() const;  // moe with GELU experts and the hidden size filled in
+  bool is_moe_block(int64_t i) const { return moe.enabled() && (i + 1) % moe.every == 0; }
+  int64_t active_parameters(int64_t total) const;  // all but the experts a token skips
 };
 
 // One transformer block whose norms are modulated by the conditioning (adaLN-Zero: the
@@ -27,10 +35,10 @@ struct DitConfig {
 // own; each is fused with its modulation (layer_norm_modulate).
 class DitBlock : public nn::Module {
  public:
-  explicit DitBlock(const DitConfig& c);
+  DitBlock(const DitConfig& c, bool moe);
   Tensor forward(const Tensor& x, const Tensor& c) const;  // x (B, T, D), c (B, D)
   std::shared_ptr<nn::Attention> attn;
-  std::shared_ptr<nn::Mlp> mlp;
+  std::shared_ptr<nn::Module> mlp;  // nn::Mlp or nn::MoE
   std::shared_ptr<nn::Linear> ada;  // silu(c) -> 6 D: shift, scale, gate for attn and mlp
 };
 

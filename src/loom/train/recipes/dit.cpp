@@ -14,6 +14,7 @@
 #include "loom/ops/ops.h"
 #include "loom/optim/ema.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/moe_balance.h"
 #include "loom/train/progress.h"
 #include "loom/train/recipes/dit_clusters.h"
 
@@ -133,8 +134,9 @@ class DitRecipe : public Recipe {
   nn::Module& model() override { return model_; }
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
   std::string describe() const override {
-    return "dit: " + std::to_string(model_.num_parameters()) + " parameters, " +
-           std::to_string(cfg_.dit.tokens()) + " tokens per image";
+    const int64_t total = model_.num_parameters();
+    return "dit: " + parameter_count(total, cfg_.dit.active_parameters(total), cfg_.dit.moe) +
+           ", " + std::to_string(cfg_.dit.tokens()) + " tokens per image";
   }
   std::string describe_data() const override {
     if (files_)
@@ -300,6 +302,7 @@ class DitRecipe : public Recipe {
     if (!run_->main) return nullptr;
     auto model = std::make_unique<models::Dit>(cfg_.dit);
     load_state_dict(*model, as_map(weights), "ema");
+    nn::copy_selection_biases(model_, *model);  // not averaged: the live model's choices
     return model;
   }
   DitSampleOptions sample_options(const std::string& png_path) const {
@@ -346,6 +349,7 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
   const Config cfg = run_config_of(ckpt_dir, "dit", "sample");
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
+  load_selection_biases(model, ckpt_dir);
   write_samples(velocity_of(model), cfg.dit, options);
 }
 

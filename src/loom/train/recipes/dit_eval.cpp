@@ -8,6 +8,7 @@
 #include "loom/diffusion/fid.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/moe_balance.h"
 #include "loom/train/recipes/dit.h"
 #include "loom/train/recipes/vit_classifier.h"
 
@@ -56,6 +57,7 @@ DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::strin
   const Config cfg = run_config_of(ckpt_dir, "dit", "eval");
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
+  load_selection_biases(model, ckpt_dir);
   DitQuality q = evaluate_dit([&model](const Tensor& x, const Tensor& t,
                                        const Tensor& y) { return model.forward(x, t, y); },
                               cfg.dit, classifier_dir, cfg.data.path, num_samples, options);

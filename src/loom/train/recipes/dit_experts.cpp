@@ -13,6 +13,7 @@
 #include "loom/data/sampler.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/moe_balance.h"
 #include "loom/train/recipes/vit_classifier.h"
 
 namespace loom::train {
@@ -169,6 +170,7 @@ Experts load_experts(const std::string& router_ckpt, const std::vector<std::stri
     e.experts[size_t(k)] = std::make_unique<models::Dit>(c.dit);
     load_state_dict(*e.experts[size_t(k)], as_map(CheckpointReader(ckpt).read_all("ema")),
                     ckpt + " (ema)");
+    load_selection_biases(*e.experts[size_t(k)], ckpt);
   }
   return e;
 }

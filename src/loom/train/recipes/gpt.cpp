@@ -208,8 +208,7 @@ LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
   load_state_dict(*g.model, as_map(CheckpointReader(ckpt_dir).read_all("model")),
                   ckpt_dir + " (model)");
-  if (g.cfg.gpt.moe.enabled())  // the experts a token is routed to depend on them
-    load_selection_biases(*g.model, read_json_file(ckpt_dir + "/trainer_state.json"));
+  load_selection_biases(*g.model, ckpt_dir);  // a mixture's choices depend on them
   return g;
 }
 
@@ -227,13 +226,8 @@ class GptRecipe : public Recipe {
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
   std::string describe() const override {
     const int64_t total = model_.num_parameters();
-    const nn::MoeConfig& moe = cfg_.gpt.moe;
-    const std::string mixture = moe.enabled()
-                                    ? " (" + std::to_string(cfg_.gpt.active_parameters(total)) +
-                                          " active per token: " + std::to_string(moe.experts) +
-                                          " experts, top " + std::to_string(moe.top_k) + ")"
-                                    : "";
-    return "gpt (" + cfg_.gpt.style + "): " + std::to_string(total) + " parameters" + mixture +
+    return "gpt (" + cfg_.gpt.style +
+           "): " + parameter_count(total, cfg_.gpt.active_parameters(total), cfg_.gpt.moe) +
            ", context " + std::to_string(cfg_.gpt.context);
   }
   std::string describe_data() const override {

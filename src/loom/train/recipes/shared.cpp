@@ -24,6 +24,14 @@ void resume_sampler(Sampler& sampler, const Json& state) {
   sampler.set_state({state.at("sampler_epoch").as_int(), state.at("sampler_position").as_int()});
 }
 
+std::string parameter_count(int64_t total, int64_t active, const nn::MoeConfig& moe) {
+  std::string out = std::to_string(total) + " parameters";
+  if (moe.enabled())
+    out += " (" + std::to_string(active) + " active per token: " + std::to_string(moe.experts) +
+           " experts, top " + std::to_string(moe.top_k) + ")";
+  return out;
+}
+
 parallel::NamedTensors trained_weights(parallel::ParallelModel& model) {
   std::vector<Tensor> values;
   for (const auto& p : model.pieces()) values.push_back(p.value);
