@@ -10,6 +10,9 @@
 #   equal to 1 process within the tolerances of the other parallel tests (the Switch loss is
 #   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
 #   with the layout by design; the z-loss and the summed loads do not);
+# - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4: each rank holds a share
+#   of the experts, tokens dispatched by all-to-all) equal to 1 process, and an ep 4 checkpoint
+#   resumed at ep 2 and on 1 process;
 # - `loom eval` of a checkpoint; bad input, one clear error each.
 # - the tiny DiT with mixture blocks: trains, resumes bitwise, DDP on 2 equals 1 process, and
 #   `loom sample` draws from its checkpoint.
@@ -95,6 +98,36 @@ for layout in ddp-np2 zero3-np2 zero3-np4; do
     fail "$layout failed ($(grep -m1 -i error "$work/$layout.log"))"
   parity "moe $layout" "$work/np1-noaux/tiny_gpt" "$work/$layout/tiny_gpt"
 done
+# Expert parallelism.
+for layout in ep2-np2 ep2-np4 ep4-np4; do
+  np=${layout##*np}
+  ep=${layout%%-*}
+  ep=${ep#ep}
+  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
+    --set parallel.ep=$ep --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
+    fail "$layout failed ($(grep -m1 -i error "$work/$layout.log"))"
+  grep -q "experts over ep $ep" "$work/$layout.log" || fail "$layout: no expert parallelism in the layout line"
+  parity "moe $layout" "$work/np1-noaux/tiny_gpt" "$work/$layout/tiny_gpt"
+done
+# An ep 4 checkpoint of step 10 resumed at ep 2 (on 2 processes) and on 1 process.
+"$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" --set parallel.ep=4 \
+  --set train.stop_after=10 --set run.out_dir="$work/ep4-half" > "$work/ep4-half.log" 2>&1 ||
+  fail "ep4: first half failed"
+for target in ep2 np1; do
+  out=$work/ep4-then-$target
+  rm -rf "$out" && cp -r "$work/ep4-half" "$out"
+  if [ $target = ep2 ]; then
+    launch=("$mpirun" --oversubscribe -np 2)
+    extra=(--set parallel.ep=2)
+  else
+    launch=()
+    extra=()
+  fi
+  "${launch[@]}" "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" --resume \
+    --set run.out_dir="$out" > "$out.log" 2>&1 || fail "ep4 then $target: second half failed"
+  grep -q "resumed from .*step-000010 at step 10" "$out.log" || fail "ep4 then $target: did not resume"
+  parity "moe ep4 to step 10, then $target" "$work/np1-noaux/tiny_gpt" "$out/tiny_gpt"
+done
 # A ZeRO-3 x4 checkpoint of step 10 resumed on 1 process.
 "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
   --set parallel.data_parallel=zero3 --set train.stop_after=10 --set run.out_dir="$work/reshard" \
@@ -136,4 +169,10 @@ bad 1 "moe.gating 'dense'" "$cfg" "${common[@]}" --set moe.gating=dense
 bad 1 "moe.every must be at least 1" "$cfg" "${common[@]}" --set moe.every=0
 bad 2 "parallel.tp, cp and pp must be 1" "$cfg" "${common[@]}" --set parallel.tp=2
 bad 1 "moe.top_k" "$cfg" --set moe.top_k=2  # without moe.experts: an unknown key
+bad 2 "parallel.ep 3 does not divide moe.experts 4" "$cfg" "${common[@]}" --set parallel.ep=3
+bad 3 "parallel.ep 2 does not divide the 3 data-parallel ranks" "$cfg" "${common[@]}" --set parallel.ep=2 \
+  --set train.batch_size=12
+bad 2 "but the model has none" "$cfg" --set parallel.ep=2
+bad 2 "runs with data_parallel \"ddp\" only" "$cfg" "${common[@]}" --set parallel.ep=2 \
+  --set parallel.data_parallel=zero3
 finish

@@ -131,6 +131,12 @@ void MoE::update_selection_bias(const std::vector<double>& load) {
   }
 }
 
+Tensor MoE::local_experts(const Tensor& xs, const std::vector<int64_t>& sizes) const {
+  const Tensor pre = grouped_linear(xs, w1, sizes);  // (rows, H)
+  const Tensor h = config.swiglu ? swiglu(pre, grouped_linear(xs, w3, sizes)) : gelu(pre);
+  return grouped_linear(h, w2, sizes);  // (rows, C)
+}
+
 Tensor MoE::forward(const Tensor& x) const {
   const int64_t C = x.size(-1), E = config.experts, k = config.top_k;
   const Tensor x2 = reshape(x, {-1, C});  // (N, C)
@@ -150,10 +156,8 @@ Tensor MoE::forward(const Tensor& x) const {
   const Tensor token = from_vector(r.token, {N * k});
   const Tensor xs = index_select(x2, 0, token);  // (N k, C): grouped by expert
   const Tensor gs = reshape(index_select(reshape(gates, {N * k}), 0, from_vector(r.order, {N * k})),
-                            {N * k, 1});               // (N k, 1): each sorted slot's gate
-  const Tensor pre = grouped_linear(xs, w1, r.sizes);  // (N k, H)
-  const Tensor h = config.swiglu ? swiglu(pre, grouped_linear(xs, w3, r.sizes)) : gelu(pre);
-  const Tensor ys = mul(grouped_linear(h, w2, r.sizes), gs);                  // (N k, C)
+                            {N * k, 1});  // (N k, 1): each sorted slot's gate
+  const Tensor ys = mul(experts ? experts(xs, r.sizes) : local_experts(xs, r.sizes), gs);
   Tensor y = index_add(zeros({N, C}, ys.dtype(), x.device()), 0, token, ys);  // (N, C)
   if (shared)
     y = add(y, config.swiglu ? static_cast<const SwiGLU&>(*shared).forward(x2)

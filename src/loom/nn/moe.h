@@ -4,6 +4,7 @@
 // its experts' outputs weighted by their gates. Balancing: the Switch auxiliary loss, the router
 // z-loss and DeepSeek-V3's auxiliary-loss-free selection bias, each weighted from the config.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,15 @@ class MoE : public Module {
   // init: of the router and the experts' matrices (xavier from each expert's (out, in)).
   MoE(int64_t dim, const MoeConfig& config, Init init = Init::normal(0.02f));
   Tensor forward(const Tensor& x) const;  // (..., dim) -> (..., dim)
+
+  // The experts on the routed tokens: xs (N k, dim) sorted by expert, sizes[e] rows for expert
+  // e of all E -> their outputs (N k, dim), unweighted. Unset: this module's own experts.
+  // Expert parallelism (parallel/expert_parallel.h) sets one that sends each expert's rows to
+  // the rank holding it and brings the results back.
+  using ExpertsFn = std::function<Tensor(const Tensor& xs, const std::vector<int64_t>& sizes)>;
+  ExpertsFn experts;
+  // The experts this module holds (its w1/w3/w2, maybe a share of all) on rows grouped by them.
+  Tensor local_experts(const Tensor& xs, const std::vector<int64_t>& sizes) const;
 
   const MoeConfig config;
   std::shared_ptr<Linear> router;  // (E, dim), no bias; computed in f32 under autocast

@@ -95,6 +95,29 @@ Tensor all_to_all_dims(const Tensor& x, int64_t s, int64_t gd, dist::ProcessGrou
   return reshape(y, out);
 }
 
+Tensor all_to_all_rows_raw(const Tensor& x, const std::vector<int64_t>& send_rows,
+                           const std::vector<int64_t>& recv_rows, dist::ProcessGroup& g) {
+  int64_t row = 1;  // elements per row (x may have none)
+  for (int64_t d = 1; d < x.dim(); ++d) row *= x.size(d);
+  int64_t sent = 0, received = 0;
+  std::vector<int64_t> send_counts, recv_counts;
+  for (int64_t n : send_rows) {
+    sent += n;
+    send_counts.push_back(n * row);
+  }
+  for (int64_t n : recv_rows) {
+    received += n;
+    recv_counts.push_back(n * row);
+  }
+  LOOM_CHECK(sent == x.size(0)) << "all_to_all_rows: send counts sum to " << sent << " rows, x "
+                                << x.shape() << " has " << x.size(0);
+  Shape out_shape = x.shape();
+  out_shape[0] = received;
+  Tensor in = contiguous(x), out = Tensor::empty(out_shape, x.dtype());
+  g.all_to_all_v(in, send_counts, out, recv_counts)->wait();
+  return out;
+}
+
 // Sends x to rank r + offset and receives from r - offset (mod P) into `out`.
 std::vector<dist::WorkPtr> start_shift(const Tensor& x, const Tensor& out, int64_t offset,
                                        dist::ProcessGroup& g) {
@@ -186,6 +209,16 @@ Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim
   return with_backward(
       "AllToAllBackward", x, forward([&] { return all_to_all_dims(x, s, gd, *group); }),
       [group, s, gd](const Tensor& g) { return all_to_all_dims(g, gd, s, *group); });
+}
+
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows, const GroupPtr& group) {
+  return with_backward("AllToAllRowsBackward", x, forward([&] {
+                         return all_to_all_rows_raw(x, send_rows, recv_rows, *group);
+                       }),
+                       [group, send_rows, recv_rows](const Tensor& g) {
+                         return all_to_all_rows_raw(g, recv_rows, send_rows, *group);
+                       });
 }
 
 RingShift::RingShift(const Tensor& x, int64_t offset, GroupPtr group)

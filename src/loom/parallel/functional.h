@@ -15,6 +15,8 @@
 //   all_to_all_along(x, s, g)        send chunk j along s to rank j,         all_to_all_along(dy,
 //   g, s)
 //                                    concatenate what arrives along g
+//   all_to_all_rows(x, s, r)         rows s[j] to rank j, r[j] arrive from j all_to_all_rows(dy,
+//                                    (row blocks back to back)               r, s)
 //   RingShift(x, k).finish()         x goes to rank r + k, what rank r - k   the gradient goes
 //   back:
 //                                    sent arrives (mod P)                    a shift by -k
@@ -40,6 +42,12 @@ Tensor scatter_along(const Tensor& x, int64_t dim, const GroupPtr& group);
 Tensor gather_along(const Tensor& x, int64_t dim, const GroupPtr& group);
 Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim,
                         const GroupPtr& group);
+
+// x (sum of send_rows, ...) contiguous rows: the next send_rows[j] rows go to rank j; returns
+// (sum of recv_rows, ...): recv_rows[j] rows from each rank j, in rank order. The counts must
+// agree across the group (what j sends to i is what i expects from j).
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows, const GroupPtr& group);
 
 // A ring shift in two halves, so that the transfer overlaps compute: the constructor starts
 // the send and the receive, finish() waits and returns what arrived (differentiable).

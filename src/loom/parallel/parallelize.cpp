@@ -57,16 +57,30 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     if (!m.tp_layout_.partial_gradients.empty())
       m.partial_sums_.push_back({m.tp_, m.tp_layout_.partial_gradients, false});
   }
-  // 3. Context parallelism.
+  // 3. Expert parallelism: groups of ep consecutive dp ranks split the experts.
+  if (topology.ep > 1) {
+    const int64_t dp_rank = m.dp_->rank(), E = topology.ep;
+    LOOM_CHECK(topology.zero_stage() == 0 && m.tp_->size() == 1 && m.cp_->size() == 1 &&
+               m.pp_->size() == 1 && !topology.outer_sync)
+        << "parallel.ep " << E << ": expert parallelism runs with DDP alone so far (no ZeRO, "
+        << "tensor, context or pipeline parallelism, DiLoCo)";
+    LOOM_CHECK(m.dp_->size() % E == 0)
+        << "parallel.ep " << E << " does not divide the " << m.dp_->size()
+        << " data-parallel ranks (the expert-parallel groups are carved from them)";
+    m.ep_ = m.dp_->split(int(dp_rank / E), int(dp_rank), "ep");
+    m.edp_ = m.dp_->split(int(dp_rank % E), int(dp_rank), "expert_dp");
+    m.ep_layout_ = apply_expert_parallel(model, m.ep_);
+  }
+  // 4. Context parallelism.
   m.sequence_shards_ = m.cp_->size() > 1 && plan.sequence_shards;
   if (m.cp_->size() > 1)
     m.partial_sums_.push_back(
         {m.cp_, apply_context_parallel(model, local_plan, m.cp_, topology.context_parallel),
          false});
   for (const auto& p : model.named_parameters()) m.local_numel_[p.name] = p.tensor.numel();
-  // 4. Activation checkpointing.
+  // 5. Activation checkpointing.
   apply_activation_checkpointing(model, blocks, topology.recompute);
-  // 5. Data parallelism; every replica starts from rank 0's weights.
+  // 6. Data parallelism; every replica starts from rank 0's weights.
   if (topology.zero_stage() > 0) {
     m.replicas_ = topology.outer_sync
                       ? std::make_shared<dist::SingleProcessGroup>("replica", mesh.world()->rank())
@@ -82,10 +96,17 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
       m.pieces_.push_back(
           {p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
     m.replicas_ = topology.outer_sync ? mesh.group("dp_shard") : m.dp_;
+    std::vector<nn::NamedParameter> shared, experts;
+    for (const auto& p : params)
+      (m.ep_layout_.sharded.count(p.name) ? experts : shared).push_back(p);
+    const auto bucket = int64_t(topology.bucket_mb * 1024 * 1024);
     if (m.replicas_->size() > 1) {  // one replica needs no wrapper: the step stays as it is
-      m.ddp_ = std::make_unique<DistributedDataParallel>(params, m.replicas_,
-                                                         int64_t(topology.bucket_mb * 1024 * 1024));
+      m.ddp_ = std::make_unique<DistributedDataParallel>(shared, m.replicas_, bucket);
       m.ddp_->broadcast_parameters(0);
+    }
+    if (m.edp_ && m.edp_->size() > 1 && !experts.empty()) {
+      m.ddp_experts_ = std::make_unique<DistributedDataParallel>(experts, m.edp_, bucket);
+      m.ddp_experts_->broadcast_parameters(0);
     }
   }
   return pm;
@@ -104,6 +125,7 @@ std::string ParallelModel::describe() const {
     s << "tp " << tp_->size() << (t.sequence_parallel ? " with sequence parallel" : "") << " x ";
   if (cp_->size() > 1) s << "cp " << cp_->size() << " " << name_of(t.context_parallel) << " x ";
   s << "dp " << dp_->size();
+  if (ep_) s << " (experts over ep " << ep_->size() << ")";
   if (mesh_.degree("dp_replicate") > 1)
     s << " = " << mesh_.degree("dp_replicate") << (t.outer_sync ? " DiLoCo workers" : " replicas")
       << " x " << mesh_.degree("dp_shard") << " shards";
@@ -133,8 +155,12 @@ std::vector<TensorPiece> ParallelModel::checkpoint_pieces(
       const int64_t t = split ? 0 : tp_->rank(), Tq = split ? 1 : T;
       // What both pipeline ends hold (maybe sharded differently): the first stage writes it.
       if (ends_shared_.count(p.name) && !pipeline_.first) continue;
-      const int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
-      const int64_t Q = replicas_->size() * cp_->size() * Tq;
+      int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
+      int64_t Q = replicas_->size() * cp_->size() * Tq;
+      if (ep_sharded(p)) {  // an expert's replicas: the ranks holding the same experts
+        q = edp_->rank();
+        Q = edp_->size();
+      }
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
       for (const auto& range : whole_ranges(p)) {
         const int64_t n = range.end - range.begin, a = n * q / Q, b = n * (q + 1) / Q;
@@ -254,23 +280,8 @@ NamedTensors ParallelModel::gather_full(const std::vector<Tensor>& values) {
   } else {
     for (size_t k = 0; k < pieces_.size(); ++k) out.emplace_back(pieces_[k].name, values.at(k));
   }
-  // Tensor-parallel parts: every rank's part, placed into the whole by its runs.
-  for (auto& [name, part] : out) {
-    auto it = tp_layout_.sharded.find(name);
-    if (it == tp_layout_.sharded.end()) continue;
-    const TensorShard& shard = it->second;
-    const int64_t P = tp_->size(), n = part.numel();
-    Tensor all = Tensor::empty({P * n}, part.dtype());
-    tp_->all_gather(contiguous(part), all)->wait();
-    Tensor whole = Tensor::empty(shard.whole_shape, part.dtype());
-    const size_t elem = dtype_size(part.dtype());
-    for (int64_t q = 0; q < P; ++q)
-      for (const auto& run : shard.runs(q))
-        std::memcpy(static_cast<char*>(whole.data_ptr()) + size_t(run.whole) * elem,
-                    static_cast<const char*>(all.data_ptr()) + size_t(q * n + run.local) * elem,
-                    size_t(run.length) * elem);
-    part = whole;
-  }
+  gather_shards(out, tp_layout_.sharded, *tp_);
+  if (ep_) gather_shards(out, ep_layout_.sharded, *ep_);
   if (!pipeline()) return out;
   // Every parameter from the pipeline rank that holds it.
   std::map<std::string, Tensor> mine(out.begin(), out.end());
@@ -285,11 +296,35 @@ NamedTensors ParallelModel::gather_full(const std::vector<Tensor>& values) {
   return all;
 }
 
+void ParallelModel::gather_shards(NamedTensors& tensors,
+                                  const std::map<std::string, TensorShard>& layout,
+                                  dist::ProcessGroup& group) const {
+  // Every rank's part, placed into the whole by its runs.
+  for (auto& [name, part] : tensors) {
+    auto it = layout.find(name);
+    if (it == layout.end()) continue;
+    const TensorShard& shard = it->second;
+    const int64_t P = group.size(), n = part.numel();
+    Tensor all = Tensor::empty({P * n}, part.dtype());
+    group.all_gather(contiguous(part), all)->wait();
+    Tensor whole = Tensor::empty(shard.whole_shape, part.dtype());
+    const size_t elem = dtype_size(part.dtype());
+    for (int64_t q = 0; q < P; ++q)
+      for (const auto& run : shard.runs(q))
+        std::memcpy(static_cast<char*>(whole.data_ptr()) + size_t(run.whole) * elem,
+                    static_cast<const char*>(all.data_ptr()) + size_t(q * n + run.local) * elem,
+                    size_t(run.length) * elem);
+    part = whole;
+  }
+}
+
 std::vector<ParallelModel::WholeRange> ParallelModel::whole_ranges(const ParamPiece& p) const {
-  auto it = tp_layout_.sharded.find(p.name);
-  if (it == tp_layout_.sharded.end()) return {{p.begin, p.end, 0}};
+  const bool expert = ep_sharded(p);
+  const auto& layout = expert ? ep_layout_.sharded : tp_layout_.sharded;
+  auto it = layout.find(p.name);
+  if (it == layout.end()) return {{p.begin, p.end, 0}};
   std::vector<WholeRange> out;
-  for (const auto& run : it->second.runs(tp_->rank())) {
+  for (const auto& run : it->second.runs(expert ? ep_->rank() : tp_->rank())) {
     const int64_t a = std::max(p.begin, run.local), b = std::min(p.end, run.local + run.length);
     if (a < b) out.push_back({run.whole + a - run.local, run.whole + b - run.local, a - p.begin});
   }
@@ -297,18 +332,27 @@ std::vector<ParallelModel::WholeRange> ParallelModel::whole_ranges(const ParamPi
 }
 
 const Shape& ParallelModel::whole_shape(const ParamPiece& p) const {
-  auto it = tp_layout_.sharded.find(p.name);
-  return it == tp_layout_.sharded.end() ? p.shape : it->second.whole_shape;
+  const auto& layout = ep_sharded(p) ? ep_layout_.sharded : tp_layout_.sharded;
+  auto it = layout.find(p.name);
+  return it == layout.end() ? p.shape : it->second.whole_shape;
 }
 
 void ParallelModel::begin_micro_step(int64_t micro, int64_t grad_accum) {
   if (zero_) zero_->begin_micro_step(micro, grad_accum);
   if (ddp_) ddp_->set_gradient_sync(micro + 1 == grad_accum);
+  if (ddp_experts_) ddp_experts_->set_gradient_sync(micro + 1 == grad_accum);
 }
 
 void ParallelModel::after_backward(int64_t micro, int64_t grad_accum) {
   if (zero_) zero_->after_backward(micro, grad_accum);
   if (ddp_ && micro + 1 == grad_accum) ddp_->finish_gradient_sync();
+  if (ddp_experts_ && micro + 1 == grad_accum) ddp_experts_->finish_gradient_sync();
+  // An expert's gradient holds the tokens of every rank of its ep group (the all-to-all's
+  // backward brought them); averaged over the edp ranks it is ep times the dp average.
+  if (ep_ && micro + 1 == grad_accum)
+    for (const auto& p : pieces_)
+      if (ep_sharded(p) && p.gradient().defined())
+        copy_(p.gradient(), mul_scalar(p.gradient(), 1.0 / double(ep_->size())));
   // Parameters used on sequence shards: each rank of the group has its tokens' share of the
   // gradient. Summing after the data-parallel reduction gives the same total (both are sums).
   if (micro + 1 == grad_accum)
@@ -351,14 +395,27 @@ double ParallelModel::grad_norm() {
   // Each element once: split parts add up over the tp ranks, whole parameters (the same on
   // every tp rank) count 1/tp per rank; pipeline stages add up, what both ends hold counts
   // half on each; ZeRO's shards add up over dp_shard.
-  std::vector<Tensor> grads;
+  // The experts' parts add up over the ep ranks (each holds other experts).
+  std::vector<Tensor> grads, expert_grads;
   std::vector<double> weights;
   for (const auto& p : pieces_) {
+    if (ep_sharded(p)) {
+      expert_grads.push_back(p.gradient());
+      continue;
+    }
     grads.push_back(p.gradient());
     weights.push_back((tp_sharded(p) ? 1.0 : 1.0 / double(tp_->size())) *
                       (ends_shared_.count(p.name) ? 0.5 : 1.0));
   }
-  Tensor sum = from_vector(std::vector<float>{float(optim::grad_sum_squares(grads, weights))}, {1});
+  double local = optim::grad_sum_squares(grads, weights);
+  if (ep_) {
+    Tensor experts = from_vector(std::vector<float>{float(optim::grad_sum_squares(
+                                     expert_grads, std::vector<double>(expert_grads.size(), 1.0)))},
+                                 {1});
+    ep_->all_reduce(experts, dist::ReduceOp::Sum)->wait();
+    local += double(experts.data<float>()[0]);
+  }
+  Tensor sum = from_vector(std::vector<float>{float(local)}, {1});
   for (const auto& group : {zero_ ? mesh_.group("dp_shard") : nullptr, tp_, pp_})
     if (group && group->size() > 1) group->all_reduce(sum, dist::ReduceOp::Sum)->wait();
   return std::sqrt(double(sum.data<float>()[0]));

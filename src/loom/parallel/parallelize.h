@@ -4,9 +4,12 @@
 //                        stage, the plan's modules there; the rest leaves the model)
 //   2. tensor parallel  (tp > 1: the plan's attention heads, column and row linears, the
 //                        vocabulary; with sequence parallelism the residual stream's shards)
-//   3. context parallel (cp > 1: ring or Ulysses attention over the cp ranks)
-//   4. activation checkpointing of the blocks
-//   5. data parallel    (DDP, or ZeRO-1/2/3 over dp_shard, replicated over dp_replicate)
+//   3. expert parallel  (ep > 1: each mixture's experts split over ep groups of dp ranks, the
+//                        tokens dispatched to them by all-to-all)
+//   4. context parallel (cp > 1: ring or Ulysses attention over the cp ranks)
+//   5. activation checkpointing of the blocks
+//   6. data parallel    (DDP, or ZeRO-1/2/3 over dp_shard, replicated over dp_replicate; the
+//                        experts' gradients over the ranks that hold the same experts)
 // Model parallelism comes first because it changes the parameters' shapes and its wrappers
 // run inside the others' (a recompute or a ZeRO-3 gather wraps a whole model-parallel block);
 // context parallelism's wrappers run outside tensor parallelism's (the sequence splits over cp
@@ -31,6 +34,7 @@
 #include "loom/nn/parallel_plan.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/ddp.h"
+#include "loom/parallel/expert_parallel.h"
 #include "loom/parallel/pipeline.h"
 #include "loom/parallel/tensor_parallel.h"
 #include "loom/parallel/topology.h"
@@ -71,8 +75,9 @@ class ParallelModel {
   // Context parallelism with a model that takes sequence shards (its plan says so): the rows
   // of a T-long sequence this rank feeds the model; empty when it takes whole sequences.
   std::vector<int64_t> sequence_rows(int64_t T) const;
-  // The ranks that hold the same pieces as this one (DDP: all dp ranks; HSDP: the replicas).
-  dist::ProcessGroup& replicas() const { return *replicas_; }
+  // The ranks that hold the same pieces as this one (DDP: all dp ranks; HSDP: the replicas;
+  // with expert parallelism: those of them holding the same experts).
+  dist::ProcessGroup& replicas() const { return edp_ ? *edp_ : *replicas_; }
   std::string describe() const;  // "4 processes (dp 4: zero2)"
 
   // The step. Around each micro-step's backward the gradients are exchanged as the strategy
@@ -116,6 +121,12 @@ class ParallelModel {
   bool tp_sharded(const ParamPiece& piece) const {
     return tp_layout_.sharded.count(piece.name) > 0;
   }
+  bool ep_sharded(const ParamPiece& piece) const {
+    return ep_layout_.sharded.count(piece.name) > 0;
+  }
+  // Whole tensors from every rank's part of the shards of `layout` over `group`.
+  void gather_shards(NamedTensors& tensors, const std::map<std::string, TensorShard>& layout,
+                     dist::ProcessGroup& group) const;
 
   const dist::DeviceMesh& mesh_;
   const Topology topology_;
@@ -127,6 +138,9 @@ class ParallelModel {
   // Every parameter of the whole model (name, shape) and the pipeline rank that has it.
   std::vector<std::tuple<std::string, Shape, int>> whole_model_;
   TensorParallelLayout tp_layout_;
+  // Expert parallelism: ep_ the ranks that split the experts, edp_ those holding the same ones.
+  std::shared_ptr<dist::ProcessGroup> ep_, edp_;
+  ExpertParallelLayout ep_layout_;
   // Parameters whose gradients each rank of a group holds only its share of (used on sequence
   // shards under SP or CP, or by both pipeline ends): summed over that group after the
   // data-parallel reduction.
@@ -138,7 +152,7 @@ class ParallelModel {
   std::vector<PartialSum> partial_sums_;
   std::map<std::string, int64_t> local_numel_;  // this rank's parameters (after tp), by name
   std::vector<ParamPiece> pieces_;
-  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<DistributedDataParallel> ddp_, ddp_experts_;  // the experts' over edp_
   std::unique_ptr<ZeroDataParallel> zero_;
 };
 

@@ -27,6 +27,10 @@ struct Topology {
   // The dp_replicate groups are DiLoCo workers (lowcomm/diloco.h): gradients are exchanged
   // within a worker (over dp_shard) only, and the workers average their weights every H steps.
   bool outer_sync = false;
+  // Expert parallelism: every mixture's experts split over groups of `ep` data-parallel ranks
+  // (consecutive dp ranks); the experts' gradients are exchanged between the ranks holding
+  // the same ones. 1: every rank holds every expert.
+  int64_t ep = 1;
 
   int zero_stage() const { return int(data_parallel); }  // 0: DDP
 };

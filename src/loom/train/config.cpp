@@ -513,8 +513,27 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
   check_model_parallel(c, path);
-  if ((c.model_kind == "gpt" && c.gpt.moe.enabled()) ||
-      (c.model_kind == "dit" && c.dit.moe.enabled())) {
+  p.ep = f.get_int("parallel", "ep", p.ep);
+  const nn::MoeConfig* moe = c.model_kind == "gpt"   ? &c.gpt.moe
+                             : c.model_kind == "dit" ? &c.dit.moe
+                                                     : nullptr;
+  if (p.ep != 1) {
+    LOOM_CHECK(p.ep > 1) << "config " << path << ": parallel.ep must be at least 1, got " << p.ep;
+    LOOM_CHECK(moe && moe->enabled())
+        << "config " << path << ": parallel.ep " << p.ep << " splits the experts of a mixture, "
+        << "but the model has none (set moe.experts)";
+    LOOM_CHECK(moe->experts % p.ep == 0)
+        << "config " << path << ": parallel.ep " << p.ep << " does not divide moe.experts "
+        << moe->experts << " (each expert-parallel rank holds experts / ep of them)";
+    LOOM_CHECK(p.data_parallel == parallel::DataParallel::DDP)
+        << "config " << path << ": parallel.ep " << p.ep << " runs with data_parallel \"ddp\" "
+        << "only so far (not " << parallel::name_of(p.data_parallel) << ")";
+    const int64_t fixed = p.dims.dp_replicate * std::max<int64_t>(p.dims.dp_shard, 1);
+    LOOM_CHECK(p.dims.dp_shard < 0 || fixed % p.ep == 0)
+        << "config " << path << ": parallel.ep " << p.ep << " does not divide the " << fixed
+        << " data-parallel ranks (dp_replicate x dp_shard) it is carved from";
+  }
+  if (moe && moe->enabled()) {
     // Expert parallelism, and the mixture under tensor, context and pipeline parallelism or
     // DiLoCo, are not built yet; data parallelism (DDP, ZeRO-1/2/3) and activation
     // checkpointing are.
@@ -522,7 +541,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
         << "config " << path << ": a mixture of experts (moe.experts "
         << (c.model_kind == "gpt" ? c.gpt.moe.experts : c.dit.moe.experts)
         << ") trains with data parallelism (parallel.dp_shard / dp_replicate, any "
-        << "data_parallel) only; parallel.tp, cp and pp must be 1 and lowcomm.method none";
+        << "data_parallel) and expert parallelism (parallel.ep) only; parallel.tp, cp and pp "
+        << "must be 1 and lowcomm.method none";
   }
   // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
   LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)
