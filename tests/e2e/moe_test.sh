@@ -6,12 +6,15 @@
 #   counts (total and active per token); the selection biases moving and checkpointed.
 # - activation checkpointing is bitwise equal (the recompute is counted once);
 # - a run stopped at step 10 and resumed ends bitwise where the uninterrupted run ends;
-# - DDP on 2 processes, ZeRO-3 on 2 and on 4, and a ZeRO-3 x4 checkpoint resumed on 1 process,
+# - DDP on 2 processes, ZeRO-3 on 2 and on 4, tensor parallelism 2 on the other layers (the
+#   experts whole on each tp rank; also with sequence parallelism: each tp rank routes its
+#   share of the tokens), and a ZeRO-3 x4 checkpoint resumed on 1 process,
 #   equal to 1 process within the tolerances of the other parallel tests (the Switch loss is
 #   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
 #   with the layout by design; the z-loss and the summed loads do not);
-# - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4: each rank holds a share
-#   of the experts, tokens dispatched by all-to-all) equal to 1 process, and an ep 4 checkpoint
+# - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4, ep 2 x tp 2: each rank
+#   holds a share of the experts, tokens dispatched by all-to-all) equal to 1 process, and an
+#   ep 4 checkpoint
 #   resumed at ep 2 and on 1 process;
 # - `loom eval` of a checkpoint; bad input, one clear error each.
 # - the tiny DiT with mixture blocks: trains, resumes bitwise, DDP on 2 equals 1 process, and
@@ -90,20 +93,27 @@ assert a == b, (a, b)' "$ref" "$work/half/tiny_gpt" || fail "resume changed the 
 # Data parallelism, without the Switch loss (see the header).
 noaux=(--set moe.aux_loss=0)
 run np1-noaux "${noaux[@]}"
-for layout in ddp-np2 zero3-np2 zero3-np4; do
+for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2; do
   np=${layout##*np}
   dp=${layout%%-*}
-  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
+  extra=()
+  case $dp in
+    tp2) dp=ddp; extra=(--set parallel.tp=2) ;;
+    tp2sp) dp=ddp; extra=(--set parallel.tp=2 --set parallel.sequence_parallel=true) ;;
+  esac
+  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \
     --set parallel.data_parallel=$dp --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
     fail "$layout failed ($(grep -m1 -i error "$work/$layout.log"))"
   parity "moe $layout" "$work/np1-noaux/tiny_gpt" "$work/$layout/tiny_gpt"
 done
 # Expert parallelism.
-for layout in ep2-np2 ep2-np4 ep4-np4; do
+for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4; do
   np=${layout##*np}
   ep=${layout%%-*}
+  extra=()
+  [ $ep = ep2tp2 ] && { ep=ep2; extra=(--set parallel.tp=2); }
   ep=${ep#ep}
-  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
+  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \
     --set parallel.ep=$ep --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
     fail "$layout failed ($(grep -m1 -i error "$work/$layout.log"))"
   grep -q "experts over ep $ep" "$work/$layout.log" || fail "$layout: no expert parallelism in the layout line"
@@ -167,7 +177,7 @@ parity "dit moe ddp-np2" "$work/dit/tiny_dit" "$work/dit-np2/tiny_dit"
 bad 1 "moe.top_k 5 must be between 1 and moe.experts (4)" "$cfg" "${common[@]}" --set moe.top_k=5
 bad 1 "moe.gating 'dense'" "$cfg" "${common[@]}" --set moe.gating=dense
 bad 1 "moe.every must be at least 1" "$cfg" "${common[@]}" --set moe.every=0
-bad 2 "parallel.tp, cp and pp must be 1" "$cfg" "${common[@]}" --set parallel.tp=2
+bad 2 "parallel.cp and pp must be 1" "$cfg" "${common[@]}" --set parallel.cp=2
 bad 1 "moe.top_k" "$cfg" --set moe.top_k=2  # without moe.experts: an unknown key
 bad 2 "parallel.ep 3 does not divide moe.experts 4" "$cfg" "${common[@]}" --set parallel.ep=3
 bad 3 "parallel.ep 2 does not divide the 3 data-parallel ranks" "$cfg" "${common[@]}" --set parallel.ep=2 \

@@ -60,10 +60,10 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   // 3. Expert parallelism: groups of ep consecutive dp ranks split the experts.
   if (topology.ep > 1) {
     const int64_t dp_rank = m.dp_->rank(), E = topology.ep;
-    LOOM_CHECK(topology.zero_stage() == 0 && m.tp_->size() == 1 && m.cp_->size() == 1 &&
-               m.pp_->size() == 1 && !topology.outer_sync)
-        << "parallel.ep " << E << ": expert parallelism runs with DDP alone so far (no ZeRO, "
-        << "tensor, context or pipeline parallelism, DiLoCo)";
+    LOOM_CHECK(topology.zero_stage() == 0 && m.cp_->size() == 1 && m.pp_->size() == 1 &&
+               !topology.outer_sync)
+        << "parallel.ep " << E << ": expert parallelism runs with DDP and tensor parallelism "
+        << "so far (no ZeRO, context or pipeline parallelism, DiLoCo)";
     LOOM_CHECK(m.dp_->size() % E == 0)
         << "parallel.ep " << E << " does not divide the " << m.dp_->size()
         << " data-parallel ranks (the expert-parallel groups are carved from them)";
@@ -158,8 +158,8 @@ std::vector<TensorPiece> ParallelModel::checkpoint_pieces(
       int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
       int64_t Q = replicas_->size() * cp_->size() * Tq;
       if (ep_sharded(p)) {  // an expert's replicas: the ranks holding the same experts
-        q = edp_->rank();
-        Q = edp_->size();
+        q = edp_->rank() * T + tp_->rank();
+        Q = edp_->size() * T;
       }
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
       for (const auto& range : whole_ranges(p)) {
@@ -409,9 +409,11 @@ double ParallelModel::grad_norm() {
   }
   double local = optim::grad_sum_squares(grads, weights);
   if (ep_) {
-    Tensor experts = from_vector(std::vector<float>{float(optim::grad_sum_squares(
-                                     expert_grads, std::vector<double>(expert_grads.size(), 1.0)))},
-                                 {1});
+    // (whole on every tp rank, so 1/tp each, as the other whole parameters)
+    Tensor experts = from_vector(
+        std::vector<float>{float(optim::grad_sum_squares(
+            expert_grads, std::vector<double>(expert_grads.size(), 1.0 / double(tp_->size()))))},
+        {1});
     ep_->all_reduce(experts, dist::ReduceOp::Sum)->wait();
     local += double(experts.data<float>()[0]);
   }

@@ -534,15 +534,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
         << " data-parallel ranks (dp_replicate x dp_shard) it is carved from";
   }
   if (moe && moe->enabled()) {
-    // Expert parallelism, and the mixture under tensor, context and pipeline parallelism or
-    // DiLoCo, are not built yet; data parallelism (DDP, ZeRO-1/2/3) and activation
+    // The mixture under context and pipeline parallelism or DiLoCo is not built yet; data,
+    // expert and tensor parallelism (the experts whole on every tp rank) and activation
     // checkpointing are.
-    LOOM_CHECK(p.dims.tp == 1 && p.dims.cp == 1 && p.dims.pp == 1 && !c.diloco)
+    LOOM_CHECK(p.dims.cp == 1 && p.dims.pp == 1 && !c.diloco)
         << "config " << path << ": a mixture of experts (moe.experts "
         << (c.model_kind == "gpt" ? c.gpt.moe.experts : c.dit.moe.experts)
-        << ") trains with data parallelism (parallel.dp_shard / dp_replicate, any "
-        << "data_parallel) and expert parallelism (parallel.ep) only; parallel.tp, cp and pp "
-        << "must be 1 and lowcomm.method none";
+        << ") trains with data, expert and tensor parallelism only; parallel.cp and pp must "
+        << "be 1 and lowcomm.method none";
   }
   // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
   LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)

@@ -30,9 +30,10 @@ void load_selection_biases_into(const std::vector<std::pair<std::string, nn::MoE
 
 }  // namespace
 
-MoeBalance::MoeBalance(nn::Module& model, dist::ProcessGroup& dp, int64_t grad_accum)
-    : layers_(nn::moe_layers(model)), dp_(dp) {
-  for (auto& [path, moe] : layers_) moe->loss_scale = 1.0 / double(grad_accum);
+MoeBalance::MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups,
+                       double loss_scale)
+    : layers_(nn::moe_layers(model)), token_groups_(std::move(token_groups)) {
+  for (auto& [path, moe] : layers_) moe->loss_scale = loss_scale;
 }
 
 void MoeBalance::begin_step() {
@@ -48,7 +49,8 @@ void MoeBalance::end_step(bool updated) {
     for (int64_t n : s.load) local.push_back(double(n));
     local.insert(local.end(), {s.aux_loss, s.z_loss, s.entropy, double(s.forwards)});
   }
-  const std::vector<double> all = sum_over(dp_, local);
+  std::vector<double> all = local;
+  for (dist::ProcessGroup* g : token_groups_) all = sum_over(*g, all);
   metrics_ = Json::object();
   Json layers = Json::object();
   size_t at = 0;

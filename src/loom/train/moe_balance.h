@@ -14,9 +14,11 @@ namespace loom::train {
 
 class MoeBalance {
  public:
-  // grad_accum: the micro-steps a step's loss is split over (each forward's balancing losses
-  // are scaled like its loss).
-  MoeBalance(nn::Module& model, dist::ProcessGroup& dp, int64_t grad_accum);
+  // token_groups: the groups whose ranks route different tokens (dp; tp too with sequence
+  // parallelism), whose loads add up. loss_scale: what each forward's balancing losses are
+  // multiplied by so that they weigh as the loss does (1 / micro-steps, and 1 / tp with
+  // sequence parallelism, whose ranks' gradients are summed, not averaged).
+  MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups, double loss_scale);
   bool active() const { return !layers_.empty(); }
 
   void begin_step();
@@ -33,7 +35,7 @@ class MoeBalance {
 
  private:
   std::vector<std::pair<std::string, nn::MoE*>> layers_;
-  dist::ProcessGroup& dp_;
+  std::vector<dist::ProcessGroup*> token_groups_;
   Json metrics_;
   double max_over_mean_ = 0, aux_ = 0;
 };

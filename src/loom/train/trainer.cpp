@@ -259,7 +259,15 @@ void train(const Config& cfg, const std::string& resume_from) {
       for (auto& s : diloco->worker_state()) state.push_back(s);
     return state;
   };
-  MoeBalance moe(recipe->model(), *dp, tc.grad_accum);
+  // A mixture's balancing: the ranks that route other tokens, and how its losses are scaled.
+  std::vector<dist::ProcessGroup*> token_groups = {dp.get()};
+  const auto tp = mesh.group("tp");
+  double balance_scale = 1.0 / double(tc.grad_accum);
+  if (cfg.parallel.topology.sequence_parallel && tp->size() > 1) {
+    token_groups.push_back(tp.get());
+    balance_scale /= double(tp->size());
+  }
+  MoeBalance moe(recipe->model(), token_groups, balance_scale);
   Checkpointer checkpointer(mesh, *model, *optimizer, per_worker_state, cfg.model_kind, run_dir,
                             tc.async_checkpoint, tc.keep_checkpoints, workers);
 
