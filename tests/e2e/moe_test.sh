@@ -12,10 +12,10 @@
 #   equal to 1 process within the tolerances of the other parallel tests (the Switch loss is
 #   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
 #   with the layout by design; the z-loss and the summed loads do not);
-# - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4, ep 2 x tp 2: each rank
-#   holds a share of the experts, tokens dispatched by all-to-all) equal to 1 process, and an
-#   ep 4 checkpoint
-#   resumed at ep 2 and on 1 process;
+# - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4, ep 2 x tp 2, ep 2 with
+#   ZeRO-1 and ZeRO-3, ep 2 x tp 2 with ZeRO-2, ep 2 with activation checkpointing: each rank holds a share of the experts, tokens
+#   dispatched by all-to-all) equal to 1 process, and an ep 4 ZeRO-3 checkpoint
+#   resumed at ep 2 (DDP) and on 1 process;
 # - `loom eval` of a checkpoint; bad input, one clear error each.
 # - the tiny DiT with mixture blocks: trains, resumes bitwise, DDP on 2 equals 1 process, and
 #   `loom sample` draws from its checkpoint.
@@ -107,11 +107,18 @@ for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2; do
   parity "moe $layout" "$work/np1-noaux/tiny_gpt" "$work/$layout/tiny_gpt"
 done
 # Expert parallelism.
-for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4; do
+for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4 ep2zero3-np4 ep2zero1-np4 ep2zero2tp2-np4 \
+  ep2ac-np2; do
   np=${layout##*np}
   ep=${layout%%-*}
   extra=()
-  [ $ep = ep2tp2 ] && { ep=ep2; extra=(--set parallel.tp=2); }
+  case $ep in
+    ep2tp2) ep=ep2; extra=(--set parallel.tp=2) ;;
+    ep2zero3) ep=ep2; extra=(--set parallel.data_parallel=zero3) ;;
+    ep2zero1) ep=ep2; extra=(--set parallel.data_parallel=zero1) ;;
+    ep2zero2tp2) ep=ep2; extra=(--set parallel.data_parallel=zero2 --set parallel.tp=2) ;;
+    ep2ac) ep=ep2; extra=(--set parallel.activation_checkpointing=full) ;;
+  esac
   ep=${ep#ep}
   "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \
     --set parallel.ep=$ep --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
@@ -119,8 +126,9 @@ for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4; do
   grep -q "experts over ep $ep" "$work/$layout.log" || fail "$layout: no expert parallelism in the layout line"
   parity "moe $layout" "$work/np1-noaux/tiny_gpt" "$work/$layout/tiny_gpt"
 done
-# An ep 4 checkpoint of step 10 resumed at ep 2 (on 2 processes) and on 1 process.
+# An ep 4 ZeRO-3 checkpoint of step 10 resumed at ep 2 with DDP (on 2 processes) and on 1.
 "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" --set parallel.ep=4 \
+  --set parallel.data_parallel=zero3 \
   --set train.stop_after=10 --set run.out_dir="$work/ep4-half" > "$work/ep4-half.log" 2>&1 ||
   fail "ep4: first half failed"
 for target in ep2 np1; do
@@ -183,6 +191,6 @@ bad 2 "parallel.ep 3 does not divide moe.experts 4" "$cfg" "${common[@]}" --set 
 bad 3 "parallel.ep 2 does not divide the 3 data-parallel ranks" "$cfg" "${common[@]}" --set parallel.ep=2 \
   --set train.batch_size=12
 bad 2 "but the model has none" "$cfg" --set parallel.ep=2
-bad 2 "runs with data_parallel \"ddp\" only" "$cfg" "${common[@]}" --set parallel.ep=2 \
-  --set parallel.data_parallel=zero3
+bad 4 "with ZeRO needs dp_replicate 1" "$cfg" "${common[@]}" --set parallel.ep=2 \
+  --set parallel.data_parallel=zero3 --set parallel.dp_replicate=2
 finish

@@ -60,10 +60,10 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   // 3. Expert parallelism: groups of ep consecutive dp ranks split the experts.
   if (topology.ep > 1) {
     const int64_t dp_rank = m.dp_->rank(), E = topology.ep;
-    LOOM_CHECK(topology.zero_stage() == 0 && m.cp_->size() == 1 && m.pp_->size() == 1 &&
-               !topology.outer_sync)
-        << "parallel.ep " << E << ": expert parallelism runs with DDP and tensor parallelism "
-        << "so far (no ZeRO, context or pipeline parallelism, DiLoCo)";
+    LOOM_CHECK(m.cp_->size() == 1 && m.pp_->size() == 1 && !topology.outer_sync &&
+               (topology.zero_stage() == 0 || mesh.degree("dp_replicate") == 1))
+        << "parallel.ep " << E << ": expert parallelism runs with data (not HSDP) and tensor "
+        << "parallelism so far (no context or pipeline parallelism, DiLoCo)";
     LOOM_CHECK(m.dp_->size() % E == 0)
         << "parallel.ep " << E << " does not divide the " << m.dp_->size()
         << " data-parallel ranks (the expert-parallel groups are carved from them)";
@@ -85,11 +85,32 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     m.replicas_ = topology.outer_sync
                       ? std::make_shared<dist::SingleProcessGroup>("replica", mesh.world()->rank())
                       : mesh.group("dp_replicate");
-    m.zero_ = std::make_unique<ZeroDataParallel>(
-        model, blocks, ZeroOptions{topology.zero_stage(), topology.gather_dtype},
-        mesh.group("dp_shard"), m.replicas_);
+    ZeroOptions options{topology.zero_stage(), topology.gather_dtype, {}};
+    for (const auto& [name, shard] : m.ep_layout_.sharded) options.skip.insert(name);
+    m.zero_ = std::make_unique<ZeroDataParallel>(model, blocks, options, mesh.group("dp_shard"),
+                                                 m.replicas_);
     m.zero_->broadcast_parameters();
     m.pieces_ = m.zero_->pieces();
+    m.shared_pieces_ = m.pieces_.size();
+    if (m.ep_) {
+      // The experts: sharded over the ranks that hold the same ones, in the blocks they are in.
+      ZeroOptions experts{topology.zero_stage(), topology.gather_dtype, {}};
+      std::vector<std::string> expert_blocks;
+      for (const auto& p : model.named_parameters()) {
+        if (!m.ep_layout_.sharded.count(p.name)) {
+          experts.skip.insert(p.name);
+          continue;
+        }
+        for (const auto& b : blocks)
+          if (p.name.rfind(b + ".", 0) == 0 &&
+              std::find(expert_blocks.begin(), expert_blocks.end(), b) == expert_blocks.end())
+            expert_blocks.push_back(b);
+      }
+      m.zero_experts_ = std::make_unique<ZeroDataParallel>(
+          model, expert_blocks, experts, m.edp_,
+          std::make_shared<dist::SingleProcessGroup>("expert_replica", mesh.world()->rank()));
+      for (const auto& p : m.zero_experts_->pieces()) m.pieces_.push_back(p);
+    }
   } else {
     const auto params = model.named_parameters();
     for (const auto& p : params)
@@ -136,6 +157,14 @@ std::string ParallelModel::describe() const {
 }
 
 optim::OptimizerParams ParallelModel::optimizer_params() const {
+  if (zero_experts_) {
+    optim::OptimizerParams out = zero_->optimizer_params();
+    const optim::OptimizerParams& e = zero_experts_->optimizer_params();
+    out.params.insert(out.params.end(), e.params.begin(), e.params.end());
+    out.exp_avg.insert(out.exp_avg.end(), e.exp_avg.begin(), e.exp_avg.end());
+    out.exp_avg_sq.insert(out.exp_avg_sq.end(), e.exp_avg_sq.begin(), e.exp_avg_sq.end());
+    return out;
+  }
   if (zero_) return zero_->optimizer_params();
   optim::OptimizerParams out;
   for (const auto& p : pieces_) out.params.push_back({p.name, p.value, p.weight_decay});
@@ -158,8 +187,8 @@ std::vector<TensorPiece> ParallelModel::checkpoint_pieces(
       int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
       int64_t Q = replicas_->size() * cp_->size() * Tq;
       if (ep_sharded(p)) {  // an expert's replicas: the ranks holding the same experts
-        q = edp_->rank() * T + tp_->rank();
-        Q = edp_->size() * T;
+        q = zero_experts_ ? tp_->rank() : edp_->rank() * T + tp_->rank();  // (ZeRO: a shard)
+        Q = zero_experts_ ? T : edp_->size() * T;
       }
       const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
       for (const auto& range : whole_ranges(p)) {
@@ -275,7 +304,12 @@ std::vector<nn::NamedParameter> ParallelModel::piece_parameters() const {
 
 NamedTensors ParallelModel::gather_full(const std::vector<Tensor>& values) {
   NamedTensors out;
-  if (zero_) {
+  if (zero_experts_) {
+    out = zero_->gather_full({values.begin(), values.begin() + long(shared_pieces_)});
+    for (auto& named :
+         zero_experts_->gather_full({values.begin() + long(shared_pieces_), values.end()}))
+      out.push_back(std::move(named));
+  } else if (zero_) {
     out = zero_->gather_full(values);
   } else {
     for (size_t k = 0; k < pieces_.size(); ++k) out.emplace_back(pieces_[k].name, values.at(k));
@@ -339,16 +373,19 @@ const Shape& ParallelModel::whole_shape(const ParamPiece& p) const {
 
 void ParallelModel::begin_micro_step(int64_t micro, int64_t grad_accum) {
   if (zero_) zero_->begin_micro_step(micro, grad_accum);
+  if (zero_experts_) zero_experts_->begin_micro_step(micro, grad_accum);
   if (ddp_) ddp_->set_gradient_sync(micro + 1 == grad_accum);
   if (ddp_experts_) ddp_experts_->set_gradient_sync(micro + 1 == grad_accum);
 }
 
 void ParallelModel::after_backward(int64_t micro, int64_t grad_accum) {
   if (zero_) zero_->after_backward(micro, grad_accum);
+  if (zero_experts_) zero_experts_->after_backward(micro, grad_accum);
   if (ddp_ && micro + 1 == grad_accum) ddp_->finish_gradient_sync();
   if (ddp_experts_ && micro + 1 == grad_accum) ddp_experts_->finish_gradient_sync();
   // An expert's gradient holds the tokens of every rank of its ep group (the all-to-all's
-  // backward brought them); averaged over the edp ranks it is ep times the dp average.
+  // backward brought them); averaged over the edp ranks (DDP or ZeRO) it is ep times the dp
+  // average.
   if (ep_ && micro + 1 == grad_accum)
     for (const auto& p : pieces_)
       if (ep_sharded(p) && p.gradient().defined())
@@ -407,27 +444,34 @@ double ParallelModel::grad_norm() {
     weights.push_back((tp_sharded(p) ? 1.0 : 1.0 / double(tp_->size())) *
                       (ends_shared_.count(p.name) ? 0.5 : 1.0));
   }
-  double local = optim::grad_sum_squares(grads, weights);
+  // ZeRO's shards add up over dp_shard (the experts': over edp x ep, the whole dp group).
+  Tensor shared =
+      from_vector(std::vector<float>{float(optim::grad_sum_squares(grads, weights))}, {1});
+  if (zero_ && mesh_.degree("dp_shard") > 1)
+    mesh_.group("dp_shard")->all_reduce(shared, dist::ReduceOp::Sum)->wait();
+  double local = double(shared.data<float>()[0]);
   if (ep_) {
     // (whole on every tp rank, so 1/tp each, as the other whole parameters)
     Tensor experts = from_vector(
         std::vector<float>{float(optim::grad_sum_squares(
             expert_grads, std::vector<double>(expert_grads.size(), 1.0 / double(tp_->size()))))},
         {1});
-    ep_->all_reduce(experts, dist::ReduceOp::Sum)->wait();
+    (zero_experts_ ? dp_ : ep_)->all_reduce(experts, dist::ReduceOp::Sum)->wait();
     local += double(experts.data<float>()[0]);
   }
   Tensor sum = from_vector(std::vector<float>{float(local)}, {1});
-  for (const auto& group : {zero_ ? mesh_.group("dp_shard") : nullptr, tp_, pp_})
+  for (const auto& group : {tp_, pp_})
     if (group && group->size() > 1) group->all_reduce(sum, dist::ReduceOp::Sum)->wait();
   return std::sqrt(double(sum.data<float>()[0]));
 }
 
 void ParallelModel::after_optimizer_step() {
   if (zero_) zero_->sync_parameters();
+  if (zero_experts_) zero_experts_->sync_parameters();
 }
 
 void ParallelModel::zero_grad() {
+  if (zero_experts_) zero_experts_->zero_grad();
   if (zero_) return zero_->zero_grad();  // its gradients are views of the shards: kept, zeroed
   for (const auto& p : pieces_) p.value.set_grad(Tensor());  // the next backward makes new ones
 }
@@ -445,6 +489,7 @@ void ParallelModel::load_checkpoint(const CheckpointReader& ckpt,
     }
   }
   if (zero_) zero_->sync_parameters();
+  if (zero_experts_) zero_experts_->sync_parameters();
 }
 
 }  // namespace loom::parallel

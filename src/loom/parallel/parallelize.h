@@ -76,8 +76,8 @@ class ParallelModel {
   // of a T-long sequence this rank feeds the model; empty when it takes whole sequences.
   std::vector<int64_t> sequence_rows(int64_t T) const;
   // The ranks that hold the same pieces as this one (DDP: all dp ranks; HSDP: the replicas;
-  // with expert parallelism: those of them holding the same experts).
-  dist::ProcessGroup& replicas() const { return edp_ ? *edp_ : *replicas_; }
+  // with expert parallelism and DDP: those of them holding the same experts).
+  dist::ProcessGroup& replicas() const { return edp_ && !zero_ ? *edp_ : *replicas_; }
   std::string describe() const;  // "4 processes (dp 4: zero2)"
 
   // The step. Around each micro-step's backward the gradients are exchanged as the strategy
@@ -153,7 +153,8 @@ class ParallelModel {
   std::map<std::string, int64_t> local_numel_;  // this rank's parameters (after tp), by name
   std::vector<ParamPiece> pieces_;
   std::unique_ptr<DistributedDataParallel> ddp_, ddp_experts_;  // the experts' over edp_
-  std::unique_ptr<ZeroDataParallel> zero_;
+  std::unique_ptr<ZeroDataParallel> zero_, zero_experts_;       // the experts' sharded over edp_
+  size_t shared_pieces_ = 0;  // pieces_: zero_'s first, then zero_experts_' (ZeRO with ep)
 };
 
 // Collective over mesh.world(). micro_batches: a pipeline step's (the trainer's grad_accum).

@@ -212,6 +212,7 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
   const auto params = model.named_parameters();
   std::vector<std::vector<nn::NamedParameter>> param_groups(block_names.size() + 1);
   for (const auto& p : params) {
+    if (options.skip.count(p.name)) continue;
     size_t gi = block_names.size();
     for (size_t i = 0; i < block_names.size(); ++i)
       if (p.name.rfind(block_names[i] + ".", 0) == 0) gi = i;

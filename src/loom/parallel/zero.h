@@ -28,6 +28,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct ParamPiece {
 struct ZeroOptions {
   int stage = 1;
   DType gather_dtype = DType::F32;  // stage 3: what parameters travel as (F32 or BF16)
+  // Parameters this instance leaves alone (another one shards them over another group: the
+  // experts under expert parallelism).
+  std::set<std::string> skip;
 };
 
 class ZeroDataParallel {

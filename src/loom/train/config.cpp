@@ -525,9 +525,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     LOOM_CHECK(moe->experts % p.ep == 0)
         << "config " << path << ": parallel.ep " << p.ep << " does not divide moe.experts "
         << moe->experts << " (each expert-parallel rank holds experts / ep of them)";
-    LOOM_CHECK(p.data_parallel == parallel::DataParallel::DDP)
-        << "config " << path << ": parallel.ep " << p.ep << " runs with data_parallel \"ddp\" "
-        << "only so far (not " << parallel::name_of(p.data_parallel) << ")";
+    LOOM_CHECK(p.data_parallel == parallel::DataParallel::DDP || p.dims.dp_replicate == 1)
+        << "config " << path << ": parallel.ep " << p.ep << " with ZeRO needs dp_replicate 1 "
+        << "(HSDP's replicas and the expert groups are not combined yet)";
     const int64_t fixed = p.dims.dp_replicate * std::max<int64_t>(p.dims.dp_shard, 1);
     LOOM_CHECK(p.dims.dp_shard < 0 || fixed % p.ep == 0)
         << "config " << path << ": parallel.ep " << p.ep << " does not divide the " << fixed
