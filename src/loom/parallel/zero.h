@@ -58,7 +58,7 @@ struct ZeroOptions {
   DType gather_dtype = DType::F32;  // stage 3: what parameters travel as (F32 or BF16)
   // Parameters this instance leaves alone (another one shards them over another group: the
   // experts under expert parallelism).
-  std::set<std::string> skip;
+  std::set<std::string> skip{};
 };
 
 class ZeroDataParallel {
