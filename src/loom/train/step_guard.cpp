@@ -200,7 +200,7 @@ bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
   return true;
 }
 
-void StepGuard::roll_back(int64_t step) {
+Json StepGuard::roll_back(int64_t step) {
   LOOM_CHECK(rollbacks_ < rc_.max_rollbacks)
       << "step " << step + 1 << ": " << in_row_ << " steps in a row were skipped, and the run "
       << "has rolled back " << rollbacks_ << " times already (resilience.max_rollbacks)";
@@ -225,6 +225,7 @@ void StepGuard::roll_back(int64_t step) {
                                {"checkpoint", ckpt},
                                {"skipped_data_steps", Json::array({from + 1, step + 1})}}));
   }
+  return state;
 }
 
 void StepGuard::end_step(int64_t step, double data_wait) {

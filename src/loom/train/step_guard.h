@@ -49,7 +49,7 @@ class StepGuard {
   // After a skipped step: whether too many came in a row, and the rollback itself (collective:
   // everything the checkpointer saves comes back).
   bool needs_rollback() const { return in_row_ >= rc_.max_skips_in_row; }
-  void roll_back(int64_t step);
+  Json roll_back(int64_t step);  // returns the loaded checkpoint's trainer_state.json
   // After the step; collective every straggler_every steps. data_wait: total seconds the run
   // has waited for data so far.
   void end_step(int64_t step, double data_wait);

@@ -207,7 +207,7 @@ struct Loop {
     moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
     model.zero_grad();
-    if (guard.needs_rollback()) guard.roll_back(step);
+    if (guard.needs_rollback()) moe.resume(guard.roll_back(step));  // biases as checkpointed
     recipe.after_step(step, update);
     return r;
   }
