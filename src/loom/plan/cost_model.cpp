@@ -82,6 +82,22 @@ double train_step_flops(const StepShape& s) {
   return 3.0 * forward;
 }
 
+namespace {
+
+// A model's mixtures of experts: each one's experts in place of the dense MLP's 8 w^2.
+template <typename ModelConfig>
+double mixture_extra_parameters(const ModelConfig& c) {
+  const nn::MoeConfig moe = c.moe_config();
+  const double w = double(c.width), per_block = double((moe.experts + moe.shared_experts) *
+                                                       moe.expert_parameters(c.width));
+  double extra = 0;
+  for (int64_t i = 0; i < c.depth; ++i)
+    if (c.is_moe_block(i)) extra += per_block - 8 * w * w;
+  return extra;
+}
+
+}  // namespace
+
 MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp) {
   // Per block: attention (4 w^2) and MLP (8 w^2 for gpt2 and DiT; llama's SwiGLU about as
   // much); the DiT's adaLN adds 6 w^2; the classifier has about the DiT's less adaLN.
@@ -93,23 +109,13 @@ MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp) {
   if (s.kind == "gpt") {
     const double w = double(s.gpt.width), d = double(s.gpt.depth);
     m.parameters = 12 * d * w * w + double(s.gpt.vocab_size) * w;
-    const nn::MoeConfig moe = s.gpt.moe_config();
-    for (int64_t i = 0; i < s.gpt.depth; ++i)  // every expert in place of the dense 8 w^2
-      if (s.gpt.is_moe_block(i))
-        m.parameters +=
-            double((moe.experts + moe.shared_experts) * moe.expert_parameters(s.gpt.width)) -
-            8 * w * w;
+    m.parameters += mixture_extra_parameters(s.gpt);
     m.batch_bytes = m.local_batch * double(s.gpt.context) *
                     (8 + 4 * double(s.gpt.vocab_size) / double(std::max<int64_t>(tp, 1)));
   } else if (s.kind == "dit") {
     const double w = double(s.dit.width), d = double(s.dit.depth);
     m.parameters = 18 * d * w * w;
-    const nn::MoeConfig moe = s.dit.moe_config();
-    for (int64_t i = 0; i < s.dit.depth; ++i)  // every expert in place of the dense 8 w^2
-      if (s.dit.is_moe_block(i))
-        m.parameters +=
-            double((moe.experts + moe.shared_experts) * moe.expert_parameters(s.dit.width)) -
-            8 * w * w;
+    m.parameters += mixture_extra_parameters(s.dit);
     m.batch_bytes = image_bytes(s.dit.channels, s.dit.image_size);
   } else {
     const double w = double(s.vit.width), d = double(s.vit.depth);
