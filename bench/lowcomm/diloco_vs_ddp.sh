@@ -5,7 +5,9 @@
 # Prints, per run, the held-out loss over the whole held-out text and the bytes rank 0 sent
 # (every rank sends as much), and the ratios against DDP.
 # Usage: bench/lowcomm/diloco_vs_ddp.sh [STEPS [H [OUTER_LR [OUTER_MOMENTUM]]]]
-#        (defaults 1000, 50 and the paper's outer SGD: lr 0.7, Nesterov momentum 0.9)
+#        (defaults 1000, 50 and the paper's outer SGD: lr 0.7, Nesterov momentum 0.9);
+#        BATCH (global batch, default 16) and LR (inner AdamW peak, default the config's 3e-3)
+#        from the environment.
 set -euo pipefail
 steps=${1:-1000} H=${2:-50} outer_lr=${3:-0.7} outer_momentum=${4:-0.9}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,7 +15,8 @@ loom=$root/build/loom
 work=${WORK:-/tmp/loom-diloco-bench}
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-common=(--set train.steps=$steps --set train.batch_size=16 --set model.context=128
+common=(--set train.steps=$steps --set train.batch_size=${BATCH:-16} --set model.context=128
+  --set optim.lr=${LR:-3e-3}
   --set train.log_every=50 --set train.ckpt_every=0 --set train.max_minutes=0 --set eval.every=0
   --set sample.tokens=0 --set optim.warmup_steps=50)
 run() {  # NAME ARGS...
@@ -29,7 +32,7 @@ for c in none int8 int4; do
     --set lowcomm.compression=$c --set lowcomm.outer_lr=$outer_lr \
     --set lowcomm.outer_momentum=$outer_momentum
 done
-echo "gpt_kjv (0.92M parameters), $steps steps of 16 x 128 tokens on 4 processes; DiLoCo: 4 workers," \
+echo "gpt_kjv (0.92M parameters), $steps steps of ${BATCH:-16} x 128 tokens on 4 processes; DiLoCo: 4 workers," \
   "H $H, outer lr $outer_lr, momentum $outer_momentum"
 /usr/bin/python3 - "$work" <<'PY'
 import json, os, sys

@@ -66,13 +66,14 @@ Tensor non_contiguous_view(const Tensor& t) {
   return loom::squeeze(loom::narrow(pairs, -1, 0, 1), -1);
 }
 
-Tensor make_leaf(const Input& in, const std::vector<double>& v, loom::DType dtype) {
+Tensor make_leaf(const Input& in, const std::vector<double>& v, loom::DType dtype,
+                 loom::Device device) {
   if (in.kind == Kind::Index) {
     std::vector<int64_t> iv(v.begin(), v.end());
-    return loom::from_vector(iv, in.shape);
+    return loom::from_vector(iv, in.shape, loom::DType::I64, device);
   }
   std::vector<float> fv(v.begin(), v.end());
-  return loom::from_vector(fv, in.shape, dtype);
+  return loom::from_vector(fv, in.shape, dtype, device);
 }
 
 ref::R to_ref(const Input& in, const std::vector<double>& v) {
@@ -107,10 +108,11 @@ struct RunResult {
 
 // Runs the Loom op once; with weights, also backpropagates sum(out * weights).
 RunResult run_loom(const OpCase& c, const std::vector<std::vector<double>>& values,
-                   loom::DType dtype, bool non_contiguous, const std::vector<double>* weights) {
+                   loom::DType dtype, bool non_contiguous, const std::vector<double>* weights,
+                   loom::Device device) {
   std::vector<Tensor> leaves, inputs;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    Tensor leaf = make_leaf(c.inputs[i], values[i], dtype);
+    Tensor leaf = make_leaf(c.inputs[i], values[i], dtype, device);
     const bool float_input = c.inputs[i].kind != Kind::Index;
     if (weights && float_input && c.inputs[i].grad) leaf.set_requires_grad(true);
     leaves.push_back(leaf);
@@ -127,7 +129,8 @@ RunResult run_loom(const OpCase& c, const std::vector<std::vector<double>>& valu
   r.out = loom::to_vector_f64(out);
   if (weights) {
     std::vector<float> w(weights->begin(), weights->end());
-    loom::backward(out, loom::from_vector(w, out.shape(), out.dtype()));
+    EXPECT_EQ(out.device(), device) << c.label << ": output on " << out.device().str();
+    loom::backward(out, loom::from_vector(w, out.shape(), out.dtype(), out.device()));
     for (size_t i = 0; i < c.inputs.size(); ++i) {
       if (c.inputs[i].kind == Kind::Index || !c.inputs[i].grad) {
         r.grads.emplace_back();
@@ -164,16 +167,34 @@ std::vector<double> finite_difference(const OpCase& c, std::vector<ref::R> xs, s
   return g;
 }
 
+// Poisons new allocations on the host and on `device` for the scope.
+class PoisonScope {
+ public:
+  explicit PoisonScope(loom::Device device)
+      : device_(dynamic_cast<loom::CachingAllocator*>(&loom::allocator_for(device.type))) {
+    loom::host_allocator().set_poison(true);
+    if (device_) device_->set_poison(true);
+  }
+  ~PoisonScope() {
+    loom::host_allocator().set_poison(false);
+    if (device_) device_->set_poison(false);
+  }
+
+ private:
+  loom::CachingAllocator* device_;
+};
+
 }  // namespace
 
-void check_op(const std::string& op) {
+void check_op(const std::string& op, loom::Device device) {
+  register_all_cases();
   auto it = registry().find(op);
   ASSERT_TRUE(it != registry().end()) << "op " << op << " has no registered cases";
   ASSERT_FALSE(it->second.empty()) << "op " << op << " is registered without cases";
-  loom::host_allocator().set_poison(true);
-  std::random_device device;
+  PoisonScope poison(device);
+  std::random_device random_device;
   for (const OpCase& c : it->second) {
-    const unsigned seed = device();
+    const unsigned seed = random_device();
     std::mt19937 rng(seed);
     const std::string what = describe(op, c, seed);
     std::vector<std::vector<double>> values;
@@ -192,7 +213,7 @@ void check_op(const std::string& op) {
 
     // (a) forward, contiguous and non-contiguous inputs
     for (bool nc : {false, true}) {
-      RunResult r = run_loom(c, values, loom::DType::F32, nc, nullptr);
+      RunResult r = run_loom(c, values, loom::DType::F32, nc, nullptr, device);
       ASSERT_EQ(r.out.size(), expected.v.size()) << what << ": output size";
       size_t at = 0;
       const double err = rel_error(r.out, expected.v, &at);
@@ -202,7 +223,8 @@ void check_op(const std::string& op) {
     }
 
     // (b) gradients against finite differences of the float64 reference
-    RunResult r = run_loom(c, values, loom::DType::F32, /*non_contiguous=*/true, &weights);
+    RunResult r =
+        run_loom(c, values, loom::DType::F32, /*non_contiguous=*/true, &weights, device);
     for (size_t i = 0; i < c.inputs.size(); ++i) {
       if (c.inputs[i].kind == Kind::Index || !c.inputs[i].grad) continue;
       std::vector<double> fd = finite_difference(c, refs, i, weights);
@@ -222,8 +244,8 @@ void check_op(const std::string& op) {
           for (double& x : v16[i]) x = round_to(x, loom::DType::BF16);
       std::vector<double> w16 = weights;
       for (double& w : w16) w = round_to(w, loom::DType::BF16);
-      RunResult r32 = run_loom(c, v16, loom::DType::F32, false, &w16);
-      RunResult r16 = run_loom(c, v16, loom::DType::BF16, false, &w16);
+      RunResult r32 = run_loom(c, v16, loom::DType::F32, false, &w16, device);
+      RunResult r16 = run_loom(c, v16, loom::DType::BF16, false, &w16, device);
       const double err = rel_error(r16.out, r32.out, nullptr, 1.0);
       EXPECT_LE(err, c.bf16_tol) << what << ": bf16 forward differs from f32 by " << err;
       for (size_t i = 0; i < c.inputs.size(); ++i) {
@@ -234,7 +256,6 @@ void check_op(const std::string& op) {
       }
     }
   }
-  loom::host_allocator().set_poison(false);
 }
 
 }  // namespace harness

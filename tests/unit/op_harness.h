@@ -50,7 +50,11 @@ struct OpCase {
 std::map<std::string, std::vector<OpCase>>& registry();
 void register_op(const std::string& op, std::vector<OpCase> cases);
 
-// Runs every check on every case of `op`; failures are reported through gtest.
-void check_op(const std::string& op);
+// Registers every op's cases (op_cases.cpp), once.
+void register_all_cases();
+
+// Runs every check on every case of `op`, with the op's inputs on `device`; failures are
+// reported through gtest.
+void check_op(const std::string& op, loom::Device device = loom::cpu_device());
 
 }  // namespace harness

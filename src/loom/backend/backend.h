@@ -175,6 +175,11 @@ class Backend {
 // The backend for a device; throws loom::Error naming the device if Loom was built without it.
 Backend& backend_for(Device device);
 
+// Puts `backend` in place of the built-in backend of a device type (nullptr restores it): how
+// the CUDA kernels compiled for the host (backend/cuda/emulate.h) run through every op in a
+// test on a machine without a GPU.
+void register_backend(DeviceType type, Backend* backend);
+
 Backend& cpu_backend();   // backend/cpu/cpu_backend.cpp
 Backend& cuda_backend();  // backend/cuda/ (or the no_cuda.cpp twin that throws)
 

@@ -26,7 +26,7 @@ const char* mem_category_name(MemCategory c) {
   return "?";
 }
 
-size_t CachingHostAllocator::size_class(size_t nbytes) {
+size_t CachingAllocator::size_class(size_t nbytes) {
   // 64-byte granularity up to 4 KiB, then 8 classes per power of two (<= 12.5% slack).
   if (nbytes == 0) nbytes = 1;
   if (nbytes <= 4096) return (nbytes + 63) & ~size_t(63);
@@ -35,11 +35,22 @@ size_t CachingHostAllocator::size_class(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
-CachingHostAllocator::~CachingHostAllocator() {
+void* CachingHostAllocator::system_allocate(size_t nbytes) {
+  return std::aligned_alloc(64, nbytes);
+}
+void CachingHostAllocator::system_free(void* ptr) {
+  std::free(ptr);
+}
+void CachingHostAllocator::fill_bytes(void* ptr, int value, size_t nbytes) {
+  std::memset(ptr, value, nbytes);
+}
+
+void CachingAllocator::release_all_cached() {
+  std::lock_guard<std::mutex> lock(mutex_);
   release_cached();
 }
 
-void CachingHostAllocator::count_live(MemCategory category, int64_t delta) {
+void CachingAllocator::count_live(MemCategory category, int64_t delta) {
   const int c = int(category);
   stats_.live[c] += delta;
   stats_.live_total += delta;
@@ -57,7 +68,7 @@ void CachingHostAllocator::count_live(MemCategory category, int64_t delta) {
   }
 }
 
-void* CachingHostAllocator::allocate(size_t nbytes, MemCategory category) {
+void* CachingAllocator::allocate(size_t nbytes, MemCategory category) {
   const size_t block = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t limit = limit_;
@@ -72,22 +83,22 @@ void* CachingHostAllocator::allocate(size_t nbytes, MemCategory category) {
     it->second.pop_back();
     stats_.cached -= int64_t(block);
   } else {
-    ptr = std::aligned_alloc(64, block);
+    ptr = system_allocate(block);
     if (!ptr) {
       release_cached();
-      ptr = std::aligned_alloc(64, block);
+      ptr = system_allocate(block);
     }
-    LOOM_CHECK(ptr) << "out of host memory allocating " << nbytes << " bytes for "
+    LOOM_CHECK(ptr) << "out of " << memory_name() << " allocating " << nbytes << " bytes for "
                     << mem_category_name(category) << " (reserved " << stats_.reserved << " bytes)";
     stats_.reserved += int64_t(block);
     stats_.system_allocs++;
   }
   count_live(category, int64_t(nbytes));
-  if (poison_) std::memset(ptr, 0xff, nbytes);
+  if (poison_) fill_bytes(ptr, 0xff, nbytes);
   return ptr;
 }
 
-void CachingHostAllocator::deallocate(void* ptr, size_t nbytes, MemCategory category) {
+void CachingAllocator::deallocate(void* ptr, size_t nbytes, MemCategory category) {
   if (!ptr) return;
   const size_t block = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -96,32 +107,32 @@ void CachingHostAllocator::deallocate(void* ptr, size_t nbytes, MemCategory cate
   count_live(category, -int64_t(nbytes));
 }
 
-void CachingHostAllocator::retag(size_t nbytes, MemCategory from, MemCategory to) {
+void CachingAllocator::retag(size_t nbytes, MemCategory from, MemCategory to) {
   if (from == to) return;
   std::lock_guard<std::mutex> lock(mutex_);
   count_live(from, -int64_t(nbytes));
   count_live(to, int64_t(nbytes));
 }
 
-MemStats CachingHostAllocator::stats() const {
+MemStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
 }
 
-void CachingHostAllocator::reset_peak() {
+void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak = stats_.live;
   stats_.peak_total = stats_.live_total;
 }
 
-void CachingHostAllocator::empty_cache() {
+void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   release_cached();
 }
 
-void CachingHostAllocator::release_cached() {
+void CachingAllocator::release_cached() {
   for (auto& [block, ptrs] : free_lists_) {
-    for (void* p : ptrs) std::free(p);
+    for (void* p : ptrs) system_free(p);
     stats_.reserved -= int64_t(block) * int64_t(ptrs.size());
     stats_.cached -= int64_t(block) * int64_t(ptrs.size());
     ptrs.clear();

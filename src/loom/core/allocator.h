@@ -50,10 +50,11 @@ class Allocator {
   virtual void empty_cache() = 0;  // returns cached blocks to the system
 };
 
-// Host memory: 64-byte aligned blocks, cached by size class.
-class CachingHostAllocator final : public Allocator {
+// Blocks cached by size class on top of a system allocator (the host's, or a device's): the
+// accounting, caching, poisoning and limit every device shares.
+class CachingAllocator : public Allocator {
  public:
-  ~CachingHostAllocator() override;
+  ~CachingAllocator() override = default;
   void* allocate(size_t nbytes, MemCategory category) override;
   void deallocate(void* ptr, size_t nbytes, MemCategory category) override;
   void retag(size_t nbytes, MemCategory from, MemCategory to) override;
@@ -69,6 +70,14 @@ class CachingHostAllocator final : public Allocator {
   // allocation beyond it is an error naming what it was for and what is live.
   void set_limit(int64_t bytes) { limit_ = bytes; }
 
+ protected:
+  // The system allocator underneath: nullptr when out of memory.
+  virtual void* system_allocate(size_t nbytes) = 0;
+  virtual void system_free(void* ptr) = 0;
+  virtual void fill_bytes(void* ptr, int value, size_t nbytes) = 0;
+  virtual const char* memory_name() const = 0;  // "host memory", "CUDA device memory"
+  void release_all_cached();                     // derived destructors call this
+
  private:
   void count_live(MemCategory category, int64_t delta);  // caller holds mutex_
   void release_cached();                                 // caller holds mutex_
@@ -77,6 +86,18 @@ class CachingHostAllocator final : public Allocator {
   MemStats stats_;
   std::atomic<bool> poison_{false};
   std::atomic<int64_t> limit_{0};
+};
+
+// Host memory: 64-byte aligned blocks.
+class CachingHostAllocator final : public CachingAllocator {
+ public:
+  ~CachingHostAllocator() override { release_all_cached(); }
+
+ protected:
+  void* system_allocate(size_t nbytes) override;
+  void system_free(void* ptr) override;
+  void fill_bytes(void* ptr, int value, size_t nbytes) override;
+  const char* memory_name() const override { return "host memory"; }
 };
 
 // The process-wide host allocator (one of the two allowed pieces of global state).

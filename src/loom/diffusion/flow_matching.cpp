@@ -11,7 +11,7 @@ FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
                                       int64_t first_index) {
   const int64_t B = x0.size(0), per_sample = x0.numel() / B;
   const std::string s = std::to_string(step);
-  Tensor eps = Tensor::empty(x0.shape());  // (B, C, H, W) noise
+  Tensor eps = Tensor::empty(x0.shape(), DType::F32, x0.device());  // (B, C, H, W) noise
   fill_normal(eps, RngKey{seed, "flow.noise", s}, first_index * per_sample);
   // Logit-normal t and label dropout: one draw per sample, at its global index.
   Tensor z = Tensor::empty({B});
@@ -25,12 +25,12 @@ FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
   const std::vector<float> drop = to_vector(u);
   for (int64_t i = 0; i < B; ++i)
     if (drop[size_t(i)] < config.label_dropout) y[size_t(i)] = config.null_class;
-  Tensor tt = from_vector(t, {B});
+  Tensor tt = from_vector(t, {B}, DType::F32, x0.device());
   Tensor t4 = reshape(tt, {B, 1, 1, 1});  // broadcasts over C, H, W
   // x_t = x0 + t (eps - x0); target = eps - x0.
   Tensor target = sub(eps, x0);
   Tensor xt = add(x0, mul(t4, target));
-  return {xt, tt, from_vector(y, {B}), target};
+  return {xt, tt, from_vector(y, {B}, DType::I64, labels.device()), target};
 }
 
 Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Tensor& labels,
@@ -45,13 +45,15 @@ Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labe
   LOOM_CHECK(config.steps > 0) << "sample: steps must be positive, got " << config.steps;
   NoGradGuard no_grad;
   const int64_t B = shape[0];
-  Tensor x = randn(shape, RngKey{seed, "sample.noise", ""});  // (B, C, H, W), t = 1
+  const Device device = labels.device();  // the model's: sampling runs where it trained
+  Tensor x = randn(shape, RngKey{seed, "sample.noise", ""}, DType::F32, device);  // (B, C, H, W)
   const bool guided = config.cfg_scale != 1.0;
-  Tensor null_labels = full({B}, double(config.null_class), DType::I64);
+  Tensor null_labels = full({B}, double(config.null_class), DType::I64, device);
   auto v_at = [&](const Tensor& xt, double t) {
-    if (!guided) return velocity(xt, full({B}, t), labels);
+    if (!guided) return velocity(xt, full({B}, t, DType::F32, device), labels);
     // Conditional and unconditional predictions in one batch of 2B.
-    Tensor v2 = velocity(cat({xt, xt}, 0), full({2 * B}, t), cat({labels, null_labels}, 0));
+    Tensor v2 = velocity(cat({xt, xt}, 0), full({2 * B}, t, DType::F32, device),
+                         cat({labels, null_labels}, 0));
     Tensor vc = narrow(v2, 0, 0, B), vu = narrow(v2, 0, B, B);  // (B, C, H, W) each
     return add(vu, mul_scalar(sub(vc, vu), config.cfg_scale));
   };

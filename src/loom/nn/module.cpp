@@ -6,6 +6,7 @@
 #include "loom/autograd/node.h"
 #include "loom/core/trace.h"
 #include "loom/ops/creation.h"
+#include "loom/ops/detail.h"
 
 namespace loom::nn {
 
@@ -17,6 +18,18 @@ Tensor Module::register_parameter(const std::string& name, const Shape& shape, I
   t.set_requires_grad(true);
   params_.push_back(Param{name, t, init, weight_decay});
   return t;
+}
+
+void Module::to(Device device) {
+  MemCategoryScope scope(MemCategory::Parameters);
+  for (const NamedParameter& p : named_parameters())
+    p.tensor.rebind_storage(detail::raw_to_device(p.tensor.detach(), device));
+  for_each_submodule([&](const std::string&, Module& m) {
+    for (Tensor* b : m.buffers_)
+      if (b->defined()) *b = detail::raw_to_device(*b, device);
+  });
+  for (Tensor* b : buffers_)
+    if (b->defined()) *b = detail::raw_to_device(*b, device);
 }
 
 void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out,

@@ -45,6 +45,10 @@ class Module {
   // Fills every parameter from its initialiser, keyed by (seed, "init", full name).
   void init_parameters(uint64_t seed);
 
+  // Moves every parameter (in place: same tensors, new storage) and every buffer of the tree
+  // to `device`: the model is built and initialised on the host, then trained where it is put.
+  void to(Device device);
+
   void set_training(bool training);  // recursively
   // Names every module of the tree for the profiler by its path ("blocks.3.attn"; this one
   // gets `root`): their forward calls become trace events of that name.
@@ -76,6 +80,8 @@ class Module {
   Tensor call(const std::vector<Tensor>& inputs, const ForwardFn& fn) const;
 
  protected:
+  // A tensor member that is state but not a parameter (a fixed embedding table): to() moves it.
+  void register_buffer(Tensor* member) { buffers_.push_back(member); }
   Tensor register_parameter(const std::string& name, const Shape& shape, Init init,
                             bool weight_decay = true);
   template <typename M>
@@ -94,6 +100,7 @@ class Module {
   void collect(const std::string& prefix, std::vector<NamedParameter>& out,
                std::vector<const Param*>* params) const;
   std::vector<Param> params_;
+  std::vector<Tensor*> buffers_;  // members of the derived module
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::vector<ForwardWrapper> wrappers_;
   bool training_ = true;

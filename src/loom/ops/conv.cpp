@@ -8,7 +8,7 @@ namespace {
 
 // For each output pixel (y, x) and kernel offset (dy, dx): the flat index of the input pixel
 // it reads, or H * W (the zero pixel) where that falls outside the image.
-Tensor im2col_index(int64_t H, int64_t W, int64_t k) {
+Tensor im2col_index(int64_t H, int64_t W, int64_t k, Device device) {
   const int64_t r = k / 2;
   std::vector<int64_t> idx;
   idx.reserve(size_t(H * W * k * k));
@@ -19,7 +19,7 @@ Tensor im2col_index(int64_t H, int64_t W, int64_t k) {
           const int64_t yy = y + dy, xx = x + dx;
           idx.push_back(yy >= 0 && yy < H && xx >= 0 && xx < W ? yy * W + xx : H * W);
         }
-  return from_vector(idx, {int64_t(idx.size())});  // (H W k k)
+  return from_vector(idx, {int64_t(idx.size())}, DType::I64, device);  // (H W k k)
 }
 
 }  // namespace
@@ -32,8 +32,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       << "conv2d: weight must be (Cout, " << k * k * C << ") for kernel " << k << " over " << C
       << " channels, got " << weight.shape();
   Tensor pixels = reshape(x, {B, H * W, C});
-  Tensor padded = cat({pixels, zeros({B, 1, C}, x.dtype())}, 1);     // (B, H W + 1, C)
-  Tensor cols = index_select(padded, 1, im2col_index(H, W, k));      // (B, H W k k, C)
+  Tensor padded = cat({pixels, zeros({B, 1, C}, x.dtype(), x.device())}, 1);     // (B, H W + 1, C)
+  Tensor cols = index_select(padded, 1, im2col_index(H, W, k, x.device()));      // (B, H W k k, C)
   return linear(reshape(cols, {B, H, W, k * k * C}), weight, bias);  // (B, H, W, Cout)
 }
 

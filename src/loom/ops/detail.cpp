@@ -2,6 +2,14 @@
 
 namespace loom::detail {
 
+Tensor raw_to_device(const Tensor& t, Device device) {
+  if (t.device() == device) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
+  // The device side's backend knows both kinds of memory.
+  backend_for(device.type == DeviceType::CPU ? t.device() : device).copy(t, out);
+  return out;
+}
+
 void check_defined(const char* op, const Tensor& t, const char* what) {
   LOOM_CHECK(t.defined()) << op << ": " << what << " is an undefined tensor";
 }

@@ -31,6 +31,10 @@ inline Tensor raw_zeros(const Shape& shape, DType dtype, Device device) {
   return out;
 }
 
+// `t` on `device` (itself when it is there already): index metadata such as token positions is
+// made on the host and moved to the device of the data it indexes. No autograd edge.
+Tensor raw_to_device(const Tensor& t, Device device);
+
 void check_defined(const char* op, const Tensor& t, const char* what);
 void check_floating(const char* op, const Tensor& t, const char* what);
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);

@@ -16,6 +16,12 @@ void check_index(const char* op, const Tensor& index) {
       << op << ": index must be i64, got " << dtype_name(index.dtype()) << " " << index.shape();
 }
 
+// Indices are metadata, often made on the host (positions, routing): they follow the data
+// they index to its device.
+Tensor on_device_of(const Tensor& data, const Tensor& index) {
+  return detail::raw_contiguous(detail::raw_to_device(index, data.device()));
+}
+
 struct IndexSelectBackward : Node {
   Shape x_shape;
   DType dtype;
@@ -75,7 +81,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index("index_select", index);
   LOOM_CHECK(index.dim() == 1) << "index_select: index must be 1-D, got " << index.shape();
   dim = x.wrap_dim(dim);
-  Tensor xc = detail::raw_contiguous(x), ic = detail::raw_contiguous(index);
+  Tensor xc = detail::raw_contiguous(x), ic = on_device_of(x, index);
   Shape shape = x.shape();
   shape[size_t(dim)] = index.size(0);
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
@@ -101,7 +107,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     LOOM_CHECK(d == dim || index.size(d) <= x.size(d))
         << "gather: index " << index.shape() << " larger than input " << x.shape() << " in dim "
         << d;
-  Tensor xc = detail::raw_contiguous(x), ic = detail::raw_contiguous(index);
+  Tensor xc = detail::raw_contiguous(x), ic = on_device_of(x, index);
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
   backend_of(x).gather(xc, dim, ic, out);
   if (any_requires_grad({x})) {
@@ -131,7 +137,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
         << " in dim " << d;
   Tensor out = detail::empty_like(x);
   backend_of(x).copy(x, out);
-  Tensor ic = detail::raw_contiguous(index);
+  Tensor ic = on_device_of(x, index);
   backend_of(x).scatter_add(out, dim, ic, detail::raw_contiguous(src));
   if (any_requires_grad({x, src})) {
     auto node = std::make_shared<ScatterAddBackward>();
@@ -156,7 +162,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
       << ", index " << index.shape() << " along dim " << dim << ")";
   Tensor out = detail::empty_like(x);
   backend_of(x).copy(x, out);
-  Tensor ic = detail::raw_contiguous(index);
+  Tensor ic = on_device_of(x, index);
   backend_of(x).index_add(out, dim, ic, detail::raw_contiguous(src));
   if (any_requires_grad({x, src})) {
     auto node = std::make_shared<IndexAddBackward>();

@@ -25,7 +25,7 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : confi
   MemCategoryScope scope(MemCategory::OptimizerState);
   for (auto& p : params) {
     check_param(p);
-    slots_.push_back(Slot{p, zeros(p.tensor.shape()), zeros(p.tensor.shape())});
+    slots_.push_back(Slot{p, zeros_like(p.tensor), zeros_like(p.tensor)});
   }
 }
 

@@ -1,49 +1,17 @@
-// Walking N operands of one shape with their own strides, one innermost row at a time.
+// Walking N operands of one shape with their own strides, one innermost row at a time, in
+// parallel.
 #pragma once
 #include <array>
 #include <cstdint>
 #include <vector>
 
 #include "loom/backend/cpu/parallel.h"
-#include "loom/core/tensor.h"
+#include "loom/backend/strided_layout.h"
 
 namespace loom::cpu {
 
-template <size_t N>
-struct StridedLayout {
-  Shape shape;                   // coalesced; at least one dim
-  std::array<Shape, N> strides;  // per operand, in elements
-  int64_t rows() const {         // product of all but the last dim
-    int64_t r = 1;
-    for (size_t d = 0; d + 1 < shape.size(); ++d) r *= shape[d];
-    return r;
-  }
-};
-
-// Merges dims that are contiguous with their neighbour in every operand, and drops size-1
-// dims, so most elementwise calls become a single long row.
-template <size_t N>
-StridedLayout<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
-  StridedLayout<N> out;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = !out.shape.empty();
-    for (size_t k = 0; k < N && merge; ++k)
-      merge = out.strides[k].back() == (*strides[k])[d] * shape[d];
-    if (merge) {
-      out.shape.back() *= shape[d];
-      for (size_t k = 0; k < N; ++k) out.strides[k].back() = (*strides[k])[d];
-    } else {
-      out.shape.push_back(shape[d]);
-      for (size_t k = 0; k < N; ++k) out.strides[k].push_back((*strides[k])[d]);
-    }
-  }
-  if (out.shape.empty()) {
-    out.shape.push_back(1);
-    for (size_t k = 0; k < N; ++k) out.strides[k].push_back(1);
-  }
-  return out;
-}
+using loom::StridedLayout;
+using loom::coalesce;
 
 // Calls fn(offsets, len, inner_strides) for every innermost row (or piece of one), in parallel.
 // offsets[k] is operand k's element offset of the row (piece) start. fn must treat elements

@@ -4,8 +4,8 @@
 namespace loom {
 
 Backend& cuda_backend() {
-  LOOM_FAIL() << "this Loom has no CUDA backend yet (only the CPU backend is built); use "
-                 "device cpu";
+  LOOM_FAIL() << "this Loom was built without its CUDA backend (no nvcc at build time, or "
+                 "-DLOOM_CUDA=OFF); use device cpu";
 }
 
 }  // namespace loom

@@ -34,7 +34,7 @@ Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale, double max
       out[size_t(b * dim + i)] = float(std::cos(arg));
       out[size_t(b * dim + half + i)] = float(std::sin(arg));
     }
-  return from_vector(out, {B, dim});
+  return from_vector(out, {B, dim}, DType::F32, t.device());
 }
 
 Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid) {
@@ -114,6 +114,7 @@ Dit::Dit(const DitConfig& c) : config(c) {
   final_linear = register_module(
       "final.linear", std::make_shared<nn::Linear>(D, p * p * c.channels, true, nn::Init::zeros()));
   pos_embed = sincos_pos_embed_2d(D, c.image_size / p);  // (T, D), T = (image_size / p)^2
+  register_buffer(&pos_embed);
 }
 
 nn::ParallelPlan Dit::parallel_plan() const {

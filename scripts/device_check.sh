@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The device check of the CUDA backend (docs/cuda.md): one prepared script for the lent GPU
+# machine, which has nvcc 13, CMake and PyTorch but none of the Debian libraries Loom builds
+# against, and nothing to fetch them from. So the binaries are built here and carried:
+#
+#   here:   bash scripts/device_check.sh pack
+#           builds build-device/ (portable x86-64 code, sm_90, the CUDA backend) and packs the
+#           CUDA test binary with the libraries the device lacks (oneDNN, OpenCL's loader)
+#           into .device/ (git-ignored, about 15 MB)
+#   there:  the device tool's run, command "bash scripts/device_check.sh run",
+#           carry [".device"], timeout_s 480
+#           runs every CUDA test (the op harness on the GPU against the float64 reference,
+#           50-step training parity of the GPT and DiT with the CPU, transfers, allocator)
+#           and writes $OUT/report.md, $OUT/cuda_tests.log and $OUT/cuda_tests.xml.
+#
+# It finishes in a few minutes, so that it can be rerun within one session's device time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+  pack)
+    cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DLOOM_PORTABLE=ON -DLOOM_CUDA=ON \
+      -DLOOM_BENCH=OFF
+    cmake --build build-device -j"$(nproc)" --target loom_cuda_tests
+    rm -rf .device && mkdir -p .device/pack/lib
+    cp build-device/loom_cuda_tests .device/pack/
+    # Every library the binary needs except the C runtime and CUDA's own, which the device has.
+    ldd build-device/loom_cuda_tests | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda*|libcublas*) ;;
+        *) cp -L "$lib" .device/pack/lib/ ;;
+      esac
+    done
+    tar -C .device -cJf .device/pack.tar.xz pack && rm -rf .device/pack
+    grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+    du -h .device/pack.tar.xz
+    ;;
+  run)
+    out=${OUT:-$PWD/device-out}
+    mkdir -p "$out" /tmp/loom-device
+    python3 -m tarfile -e .device/pack.tar.xz /tmp/loom-device
+    pack=/tmp/loom-device/pack
+    # CUDA's runtime and cuBLASLt: the toolkit's, else the ones PyTorch's wheels carry.
+    cuda_libs=$(dirname "$(find /usr/local/cuda*/ /opt /usr/lib -name 'libcublasLt.so.13*' \
+      2>/dev/null | head -1)")
+    cudart=$(dirname "$(find /usr/local/cuda*/ /opt /usr/lib -name 'libcudart.so.13*' \
+      2>/dev/null | head -1)")
+    export LD_LIBRARY_PATH=$pack/lib:$cuda_libs:$cudart:${LD_LIBRARY_PATH:-}
+    {
+      echo "# Loom device check, $(date -u +%Y-%m-%dT%H:%MZ)"
+      echo
+      echo '```'
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+      lscpu | grep -m1 'Model name' || true
+      echo '```'
+    } > "$out/report.md"
+    status=0
+    (cd /tmp/loom-device && timeout 420 "$pack/loom_cuda_tests" \
+      --gtest_output="xml:$out/cuda_tests.xml") > "$out/cuda_tests.log" 2>&1 || status=$?
+    {
+      echo
+      echo "## CUDA tests: exit status $status"
+      echo
+      echo '```'
+      grep -E '^\[  (PASSED|FAILED) |^\[==========\]|tests? (ran|FAILED)|\[cuda parity\]' \
+        "$out/cuda_tests.log" || true
+      echo '```'
+    } >> "$out/report.md"
+    cat "$out/report.md"
+    exit "$status"
+    ;;
+  *)
+    echo "usage: scripts/device_check.sh pack | run" >&2
+    exit 2
+    ;;
+esac

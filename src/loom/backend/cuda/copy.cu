@@ -1,0 +1,220 @@
+// copy (any dtypes, any strides, host <-> device), fill and the layout-invariant random fill.
+#include <type_traits>
+
+#include "loom/backend/cuda/cuda_backend.h"
+#include "loom/core/rng.h"
+
+namespace loom::LOOM_CUDA_NS {
+
+namespace {
+
+// Element conversion as the CPU does it: floats through f32 (RNE, saturating E4M3), integers
+// through double.
+template <typename T>
+struct Elem {
+  using Via = float;
+  LOOM_HD static float get(const T& v) { return to_f32(v); }
+  LOOM_HD static T put(float v) { return from_f32<T>(v); }
+};
+template <>
+struct Elem<f8e4m3> {
+  using Via = float;
+  LOOM_HD static float get(const f8e4m3& v) { return to_f32(v); }
+  LOOM_HD static f8e4m3 put(float v) { return to_f8e4m3(v); }
+};
+template <>
+struct Elem<f8e5m2> {
+  using Via = float;
+  LOOM_HD static float get(const f8e5m2& v) { return to_f32(v); }
+  LOOM_HD static f8e5m2 put(float v) { return to_f8e5m2(v); }
+};
+template <typename I>
+struct IntElem {
+  using Via = double;
+  LOOM_HD static double get(const I& v) { return double(v); }
+  LOOM_HD static I put(double v) { return I(v); }
+};
+template <>
+struct Elem<int32_t> : IntElem<int32_t> {};
+template <>
+struct Elem<int64_t> : IntElem<int64_t> {};
+template <>
+struct Elem<uint8_t> : IntElem<uint8_t> {};
+
+template <typename S, typename D>
+__global__ void copy_kernel(const S* src, D* dst, StridedIndex<2> L, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x) {
+    const S v = src[L.offset(0, i)];
+    if constexpr (std::is_same_v<S, D>) {
+      dst[L.offset(1, i)] = v;
+    } else {
+      dst[L.offset(1, i)] = Elem<D>::put(typename Elem<D>::Via(Elem<S>::get(v)));
+    }
+  }
+}
+
+template <typename Fn>
+void dispatch_any(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32:
+      fn(float{});
+      return;
+    case DType::BF16:
+      fn(bf16{});
+      return;
+    case DType::F16:
+      fn(f16{});
+      return;
+    case DType::F8E4M3:
+      fn(f8e4m3{});
+      return;
+    case DType::F8E5M2:
+      fn(f8e5m2{});
+      return;
+    case DType::I32:
+      fn(int32_t{});
+      return;
+    case DType::I64:
+      fn(int64_t{});
+      return;
+    case DType::U8:
+      fn(uint8_t{});
+      return;
+  }
+}
+
+void device_copy(const Tensor& src, const Tensor& dst) {
+  const StridedIndex<2> L = strided_index<2>(dst.shape(), {&src.strides(), &dst.strides()});
+  const int64_t n = dst.numel();
+  dispatch_any(src.dtype(), [&](auto s) {
+    dispatch_any(dst.dtype(), [&](auto d) {
+      using S = decltype(s);
+      using D = decltype(d);
+      auto* kernel = copy_kernel<S, D>;
+      LOOM_LAUNCH(kernel, blocks_for(n), kBlock, ptr<const S>(src), ptr<D>(dst), L, n);
+    });
+  });
+}
+
+bool dense(const Tensor& t) {
+  return t.is_contiguous();
+}
+
+// src and dst of one dtype, both contiguous, on different sides.
+void transfer(const Tensor& src, const Tensor& dst, cudaMemcpyKind kind) {
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), kind, stream()));
+  // The host side may be freed or read as soon as this returns.
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+}  // namespace
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  LOOM_CHECK(src.shape() == dst.shape())
+      << "copy: source " << src.shape() << " and destination " << dst.shape() << " differ";
+  if (src.numel() == 0) return;
+  const bool src_host = src.device().type == DeviceType::CPU;
+  const bool dst_host = dst.device().type == DeviceType::CPU;
+  if (!src_host && !dst_host) return device_copy(src, dst);
+  LOOM_CHECK(!(src_host && dst_host)) << "copy: the CUDA backend was given two host tensors";
+  if (src_host) {
+    // Host -> device: one transfer of a contiguous copy in the source dtype, then the device
+    // converts and scatters.
+    Tensor host = src;
+    if (!dense(src)) {
+      host = Tensor::empty(src.shape(), src.dtype(), cpu_device());
+      cpu_backend().copy(src, host);
+    }
+    if (dense(dst) && dst.dtype() == src.dtype()) return transfer(host, dst, cudaMemcpyHostToDevice);
+    Tensor staged = Tensor::empty(src.shape(), src.dtype(), dst.device());
+    transfer(host, staged, cudaMemcpyHostToDevice);
+    return device_copy(staged, dst);
+  }
+  // Device -> host: the device gathers into a contiguous tensor of the source dtype, one
+  // transfer, then the host converts and scatters.
+  Tensor dev = src;
+  if (!dense(src)) {
+    dev = Tensor::empty(src.shape(), src.dtype(), src.device());
+    device_copy(src, dev);
+  }
+  if (dense(dst) && dst.dtype() == src.dtype()) return transfer(dev, dst, cudaMemcpyDeviceToHost);
+  Tensor host = Tensor::empty(src.shape(), src.dtype(), cpu_device());
+  transfer(dev, host, cudaMemcpyDeviceToHost);
+  cpu_backend().copy(host, dst);
+}
+
+namespace {
+template <typename T>
+__global__ void fill_kernel(T* p, T v, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x)
+    p[i] = v;
+}
+}  // namespace
+
+void CudaBackend::fill(const Tensor& dst, double value) {
+  LOOM_CHECK(dst.is_contiguous()) << "fill: destination " << dst.shape() << " not contiguous";
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  dispatch_any(dst.dtype(), [&](auto z) {
+    using T = decltype(z);
+    T v;
+    if constexpr (std::is_integral_v<T>) {
+      v = T(value);
+    } else {
+      v = Elem<T>::put(float(value));
+    }
+    LOOM_LAUNCH(fill_kernel<T>, blocks_for(n), kBlock, ptr<T>(dst), v, n);
+  });
+}
+
+namespace {
+struct RandomLayout {
+  int dims = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t start[kMaxDims] = {};
+  int64_t global_strides[kMaxDims] = {};
+};
+
+template <typename T>
+__global__ void random_kernel(T* out, int64_t n, RandomLayout L, bool normal, uint64_t key,
+                              float a, float b) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x) {
+    // Local row-major index -> global row-major index.
+    int64_t rest = i, global = 0;
+    for (int d = L.dims - 1; d >= 0; --d) {
+      const int64_t c = rest % L.shape[d];
+      rest /= L.shape[d];
+      global += (c + L.start[d]) * L.global_strides[d];
+    }
+    const float v = normal ? a + b * normal_at(key, uint64_t(global))
+                           : a + (b - a) * uniform_at(key, uint64_t(global));
+    out[i] = from_f32<T>(v);
+  }
+}
+}  // namespace
+
+void CudaBackend::random(RandomDist dist, uint64_t key, const Shape& global_shape,
+                         const Shape& start, float a, float b, const Tensor& out) {
+  LOOM_CHECK(out.is_contiguous()) << "random: output must be contiguous";
+  LOOM_CHECK(out.dim() <= kMaxDims) << "random: at most " << kMaxDims << " dims";
+  RandomLayout L;
+  L.dims = int(out.dim());
+  const Shape global_strides = contiguous_strides(global_shape);
+  for (int d = 0; d < L.dims; ++d) {
+    L.shape[d] = out.shape()[size_t(d)];
+    L.start[d] = start[size_t(d)];
+    L.global_strides[d] = global_strides[size_t(d)];
+  }
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_float(out.dtype(), "random", [&](auto z) {
+    using T = decltype(z);
+    LOOM_LAUNCH(random_kernel<T>, blocks_for(n), kBlock, ptr<T>(out), n, L,
+                dist == RandomDist::Normal, key, a, b);
+  });
+}
+
+}  // namespace loom::LOOM_CUDA_NS

@@ -1,0 +1,218 @@
+// Elementwise kernels: unary math, its derivative, broadcasting binary arithmetic, and the
+// GELU backward fused with the bias gradient. Loads widen to f32 and stores round back.
+#include "loom/backend/cuda/column_sums.h"
+#include "loom/backend/cuda/cuda_backend.h"
+
+namespace loom::LOOM_CUDA_NS {
+
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+LOOM_HD inline float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+// GELU, tanh approximation: 0.5 (1 + tanh(u)) = sigmoid(2u), u = k (x + c x^3).
+LOOM_HD inline float gelu_sigmoid(float x) {
+  return sigmoid(2.0f * kSqrt2OverPi * x * (1.0f + kGeluCoeff * x * x));
+}
+LOOM_HD inline float gelu_grad(float x) {
+  const float s = gelu_sigmoid(x);
+  return s + x * s * (1.0f - s) * (2.0f * kSqrt2OverPi) * (1.0f + 3.0f * kGeluCoeff * x * x);
+}
+
+LOOM_HD inline float unary_value(UnaryOp op, float alpha, float v) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return -v;
+    case UnaryOp::Exp:
+      return expf(v);
+    case UnaryOp::Log:
+      return logf(v);
+    case UnaryOp::Sqrt:
+      return sqrtf(v);
+    case UnaryOp::Rsqrt:
+      return 1.0f / sqrtf(v);
+    case UnaryOp::Tanh:
+      return tanhf(v);
+    case UnaryOp::Gelu:
+      return v * gelu_sigmoid(v);
+    case UnaryOp::Silu:
+      return v * sigmoid(v);
+    case UnaryOp::Pow:
+      return powf(v, alpha);
+    case UnaryOp::AddScalar:
+      return v + alpha;
+    case UnaryOp::MulScalar:
+      return v * alpha;
+    case UnaryOp::Relu:
+      return v > 0.0f ? v : 0.0f;
+  }
+  return 0.0f;
+}
+
+// d op(v) / dv
+LOOM_HD inline float unary_derivative(UnaryOp op, float alpha, float v) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return -1.0f;
+    case UnaryOp::Exp:
+      return expf(v);
+    case UnaryOp::Log:
+      return 1.0f / v;
+    case UnaryOp::Sqrt:
+      return 0.5f / sqrtf(v);
+    case UnaryOp::Rsqrt:
+      return -0.5f / (v * sqrtf(v));
+    case UnaryOp::Tanh: {
+      const float t = tanhf(v);
+      return 1.0f - t * t;
+    }
+    case UnaryOp::Gelu:
+      return gelu_grad(v);
+    case UnaryOp::Silu: {
+      const float s = sigmoid(v);
+      return s * (1.0f + v * (1.0f - s));
+    }
+    case UnaryOp::Pow:
+      return alpha * powf(v, alpha - 1.0f);
+    case UnaryOp::AddScalar:
+      return 1.0f;
+    case UnaryOp::MulScalar:
+      return alpha;
+    case UnaryOp::Relu:
+      return v > 0.0f ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+LOOM_HD inline float binary_value(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
+  }
+  return 0.0f;
+}
+
+template <typename T>
+__global__ void unary_kernel(UnaryOp op, float alpha, const T* x, T* out, StridedIndex<2> L,
+                             int64_t n) {
+  LOOM_GRID_STRIDE(i, n) {
+    out[L.offset(1, i)] = from_f32<T>(unary_value(op, alpha, to_f32(x[L.offset(0, i)])));
+  }
+}
+
+template <typename T>
+__global__ void unary_backward_kernel(UnaryOp op, float alpha, const T* x, const T* g, T* gx,
+                                      StridedIndex<3> L, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) {
+    const float v = to_f32(x[L.offset(0, i)]);
+    gx[L.offset(2, i)] = from_f32<T>(to_f32(g[L.offset(1, i)]) * unary_derivative(op, alpha, v));
+  }
+}
+
+template <typename T>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, StridedIndex<3> L,
+                              int64_t n) {
+  LOOM_GRID_STRIDE(i, n) {
+    const float x = to_f32(a[L.offset(0, i)]), y = to_f32(b[L.offset(1, i)]);
+    out[L.offset(2, i)] = from_f32<T>(binary_value(op, x, y));
+  }
+}
+
+void check_same(const char* k, const Tensor& a, const Tensor& out) {
+  LOOM_CHECK(a.shape() == out.shape() && a.dtype() == out.dtype())
+      << k << ": operand " << dtype_name(a.dtype()) << " " << a.shape() << " vs output "
+      << dtype_name(out.dtype()) << " " << out.shape();
+}
+
+}  // namespace
+
+void CudaBackend::unary(UnaryOp op, double alpha, const Tensor& x, const Tensor& out) {
+  check_same("unary", x, out);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const StridedIndex<2> L = strided_index<2>(out.shape(), {&x.strides(), &out.strides()});
+  dispatch_float(x.dtype(), "unary", [&](auto z) {
+    using T = decltype(z);
+    LOOM_LAUNCH(unary_kernel<T>, blocks_for(n), kBlock, op, float(alpha), ptr<const T>(x),
+                ptr<T>(out), L, n);
+  });
+}
+
+void CudaBackend::unary_backward(UnaryOp op, double alpha, const Tensor& x, const Tensor& gout,
+                                 const Tensor& gx) {
+  check_same("unary_backward", x, gx);
+  check_same("unary_backward", gout, gx);
+  const int64_t n = gx.numel();
+  if (n == 0) return;
+  const StridedIndex<3> L =
+      strided_index<3>(gx.shape(), {&x.strides(), &gout.strides(), &gx.strides()});
+  dispatch_float(x.dtype(), "unary_backward", [&](auto z) {
+    using T = decltype(z);
+    LOOM_LAUNCH(unary_backward_kernel<T>, blocks_for(n), kBlock, op, float(alpha),
+                ptr<const T>(x), ptr<const T>(gout), ptr<T>(gx), L, n);
+  });
+}
+
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_same("binary", a, out);
+  check_same("binary", b, out);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const StridedIndex<3> L =
+      strided_index<3>(out.shape(), {&a.strides(), &b.strides(), &out.strides()});
+  dispatch_float(a.dtype(), "binary", [&](auto z) {
+    using T = decltype(z);
+    LOOM_LAUNCH(binary_kernel<T>, blocks_for(n), kBlock, op, ptr<const T>(a), ptr<const T>(b),
+                ptr<T>(out), L, n);
+  });
+}
+
+namespace {
+
+// gpre = gout * gelu'(pre) over (rows, n) with row strides.
+template <typename T>
+__global__ void gelu_backward_kernel(const T* pre, int64_t sx, const T* gout, int64_t sg, T* gpre,
+                                     int64_t so, int64_t rows, int64_t n) {
+  LOOM_GRID_STRIDE(i, rows * n) {
+    const int64_t r = i / n, c = i % n;
+    gpre[r * so + c] = from_f32<T>(to_f32(gout[r * sg + c]) * gelu_grad(to_f32(pre[r * sx + c])));
+  }
+}
+
+}  // namespace
+
+void CudaBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
+                                     const Tensor& gbias) {
+  check_same("gelu_bias_backward", pre, gout);
+  check_same("gelu_bias_backward", pre, gpre);
+  auto rows_ok = [](const Tensor& t) {
+    return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
+  };
+  LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
+      << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
+  const int64_t rows = pre.size(0), n = pre.size(1);
+  LOOM_CHECK(!gbias.defined() ||
+             (gbias.numel() == n && gbias.dtype() == pre.dtype() && gbias.is_contiguous()))
+      << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
+  if (rows * n == 0) return;
+  dispatch_float(pre.dtype(), "gelu_bias_backward", [&](auto z) {
+    using T = decltype(z);
+    LOOM_LAUNCH(gelu_backward_kernel<T>, blocks_for(rows * n), kBlock, ptr<const T>(pre),
+                pre.stride(0), ptr<const T>(gout), gout.stride(0), ptr<T>(gpre), gpre.stride(0),
+                rows, n);
+    if (gbias.defined())
+      column_sums<T>(ptr<const T>(gpre), 1, rows, n, gpre.stride(0), 0, ptr<T>(gbias),
+                     gpre.device());
+  });
+}
+
+}  // namespace loom::LOOM_CUDA_NS

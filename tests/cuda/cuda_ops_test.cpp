@@ -1,0 +1,114 @@
+// The CUDA backend through the same op harness as the CPU (op_cases.cpp: float64 references,
+// finite differences, bf16 against f32), plus what only a device backend has: transfers in
+// both directions with conversion and strides, the device allocator's accounting, and host
+// tensors refused by the kernels. Linked against the real backend (gpu_main.cpp) or its host
+// emulation (emulated_main.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "loom/ops/ops.h"
+#include "op_harness.h"
+
+namespace {
+
+using loom::DType;
+using loom::Tensor;
+
+const loom::Device kCuda{loom::DeviceType::CUDA, 0};
+
+class CudaOpTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOpTest, ForwardGradientAndBf16) {
+  harness::check_op(GetParam(), kCuda);
+}
+
+std::vector<std::string> registered_ops() {
+  harness::register_all_cases();
+  std::vector<std::string> names;
+  for (auto& [name, cases] : harness::registry()) names.push_back(name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest, ::testing::ValuesIn(registered_ops()),
+                         [](const auto& info) { return info.param; });
+
+// Every float format's conversion on the device equals the CPU's, bit for bit, over a spread
+// of f32 values (normals of every exponent, subnormals, specials, halfway cases).
+TEST(CudaCopy, ConversionsMatchTheCpuBitForBit) {
+  std::vector<float> values;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 20000; ++i) values.push_back(loom::f32_from_bits(bits(rng)));
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 448.0f, 464.0f, 57344.0f, 65504.0f,
+                  65520.0f, 1e-8f, 3.0e-5f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256})
+    values.push_back(v);
+  const Tensor host = loom::from_vector(values, {int64_t(values.size())});
+  for (DType to : {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2}) {
+    Tensor cpu = Tensor::empty(host.shape(), to);
+    loom::cpu_backend().copy(host, cpu);
+    Tensor dev_in = Tensor::empty(host.shape(), DType::F32, kCuda);
+    loom::backend_for(kCuda).copy(host, dev_in);
+    Tensor dev = Tensor::empty(host.shape(), to, kCuda);
+    loom::backend_for(kCuda).copy(dev_in, dev);  // converted on the device
+    Tensor back = Tensor::empty(host.shape(), to);
+    loom::backend_for(kCuda).copy(dev, back);
+    const size_t n = values.size() * loom::dtype_size(to);
+    EXPECT_EQ(0, std::memcmp(cpu.data_ptr(), back.data_ptr(), n)) << loom::dtype_name(to);
+    // ... and back to f32 on the device.
+    Tensor widened = Tensor::empty(host.shape(), DType::F32, kCuda);
+    loom::backend_for(kCuda).copy(dev, widened);
+    std::vector<float> w = loom::to_vector(widened);
+    Tensor cpu_w = Tensor::empty(host.shape(), DType::F32);
+    loom::cpu_backend().copy(cpu, cpu_w);
+    EXPECT_EQ(0, std::memcmp(cpu_w.data_ptr(), w.data(), values.size() * 4)) << loom::dtype_name(to);
+  }
+}
+
+// Strided views in both directions and on the device, with dtype changes.
+TEST(CudaCopy, StridedTransfers) {
+  std::vector<float> v(24);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) - 7.5f;
+  const Tensor host = loom::from_vector(v, {2, 3, 4});
+  const Tensor dev = loom::from_vector(v, {2, 3, 4}, DType::F32, kCuda);
+  const Tensor t_host = loom::contiguous(loom::transpose(host, 0, 2));  // (4, 3, 2)
+  // device (strided view) -> host, to bf16
+  Tensor out = Tensor::empty({4, 3, 2}, DType::BF16);
+  loom::backend_for(kCuda).copy(loom::transpose(dev, 0, 2), out);
+  const std::vector<float> got = loom::to_vector(out), want = loom::to_vector(t_host);
+  EXPECT_EQ(got, want);
+  // host (strided view) -> device i64 -> host
+  Tensor di = Tensor::empty({4, 3, 2}, DType::I64, kCuda);
+  loom::backend_for(kCuda).copy(loom::transpose(host, 0, 2), di);
+  const std::vector<int64_t> gi = loom::to_vector_i64(di);
+  for (size_t i = 0; i < gi.size(); ++i) EXPECT_EQ(gi[i], int64_t(want[i])) << i;
+}
+
+TEST(CudaAllocator, CountsDeviceBytesByCategory) {
+  auto& a = loom::allocator_for(loom::DeviceType::CUDA);
+  const loom::MemStats before = a.stats();
+  {
+    Tensor t = Tensor::empty({1000}, DType::F32, kCuda, loom::MemCategory::OptimizerState);
+    const loom::MemStats during = a.stats();
+    EXPECT_EQ(during.live[int(loom::MemCategory::OptimizerState)] -
+                  before.live[int(loom::MemCategory::OptimizerState)],
+              4000);
+  }
+  EXPECT_EQ(a.stats().live_total, before.live_total);
+  // The freed block is cached: the same request again asks the system for nothing.
+  const int64_t system_allocs = a.stats().system_allocs;
+  Tensor again = Tensor::empty({1000}, DType::F32, kCuda, loom::MemCategory::OptimizerState);
+  EXPECT_EQ(a.stats().system_allocs, system_allocs);
+  EXPECT_GE(a.stats().reserved, 4000);
+}
+
+TEST(CudaKernels, RefuseHostTensors) {
+  const Tensor host = loom::from_vector(std::vector<float>{1, 2, 3}, {3});
+  const Tensor dev = loom::from_vector(std::vector<float>{1, 2, 3}, {3}, DType::F32, kCuda);
+  Tensor out = Tensor::empty({3}, DType::F32, kCuda);
+  EXPECT_THROW(loom::backend_for(kCuda).binary(loom::BinaryOp::Add, host, dev, out), loom::Error);
+}
+
+}  // namespace
