@@ -29,6 +29,7 @@
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
+#include "loom/backend/kernel_checks.h"
 #include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/vec_math.h"
 
@@ -347,16 +348,6 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
   }
 }
 
-void check_same(const Tensor& t, const char* name, const Shape& shape, DType dtype) {
-  LOOM_CHECK(t.defined()) << "attention: " << name << " is undefined";
-  LOOM_CHECK(t.shape() == shape) << "attention: " << name << " has shape " << shape_str(t.shape())
-                                 << ", expected " << shape_str(shape);
-  LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype " << dtype_name(t.dtype())
-                                 << ", expected " << dtype_name(dtype);
-  LOOM_CHECK((t.size(3) == 1 || t.stride(3) == 1) && (t.size(2) == 1 || t.stride(2) >= t.size(3)))
-      << "attention: " << name << " " << shape_str(t.shape())
-      << " must have contiguous, non-overlapping rows (last stride 1, row stride >= D)";
-}
 
 // Validates q/k/v/mask/out/lse and returns the problem dims.
 Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -383,10 +374,10 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       << "); q " << shape_str(q.shape()) << ", k " << shape_str(k.shape());
   d.group = d.heads_q / d.heads_kv;
   d.causal_offset = d.seq_kv - d.seq_q;
-  check_same(q, "q", q.shape(), dtype);
-  check_same(k, "k", k.shape(), dtype);
-  check_same(v, "v", k.shape(), dtype);
-  check_same(out, "out", q.shape(), dtype);
+  check_attention_rows(q, "q", q.shape(), dtype);
+  check_attention_rows(k, "k", k.shape(), dtype);
+  check_attention_rows(v, "v", k.shape(), dtype);
+  check_attention_rows(out, "out", q.shape(), dtype);
   LOOM_CHECK(lse.defined() && lse.shape() == Shape({d.batch, d.heads_q, d.seq_q}) &&
              lse.dtype() == DType::F32 && lse.is_contiguous())
       << "attention: lse must be contiguous f32 (" << d.batch << ", " << d.heads_q << ", "
@@ -478,10 +469,10 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
   MaskView mask_view;
   Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
   choose_tiles(d, causal);
-  check_same(gout, "gout", q.shape(), q.dtype());
-  check_same(gq, "gq", q.shape(), q.dtype());
-  check_same(gk, "gk", k.shape(), q.dtype());
-  check_same(gv, "gv", k.shape(), q.dtype());
+  check_attention_rows(gout, "gout", q.shape(), q.dtype());
+  check_attention_rows(gq, "gq", q.shape(), q.dtype());
+  check_attention_rows(gk, "gk", k.shape(), q.dtype());
+  check_attention_rows(gv, "gv", k.shape(), q.dtype());
   const int64_t tasks = d.batch * d.heads_kv;
   cpu::dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);

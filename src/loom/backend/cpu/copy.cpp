@@ -3,38 +3,11 @@
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/strided.h"
+#include "loom/backend/dtype_dispatch.h"
 
 namespace loom {
 
 namespace {
-
-// Element conversion through f32 for floats, through i64 for integers.
-template <typename T>
-struct Elem {
-  static float get(const T& v) { return to_f32(v); }
-  static T put(float v) { return from_f32<T>(v); }
-};
-template <>
-struct Elem<f8e4m3> {
-  static float get(const f8e4m3& v) { return to_f32(v); }
-  static f8e4m3 put(float v) { return to_f8e4m3(v); }
-};
-template <>
-struct Elem<f8e5m2> {
-  static float get(const f8e5m2& v) { return to_f32(v); }
-  static f8e5m2 put(float v) { return to_f8e5m2(v); }
-};
-template <typename I>
-struct IntElem {
-  static double get(const I& v) { return double(v); }
-  static I put(double v) { return I(v); }
-};
-template <>
-struct Elem<int32_t> : IntElem<int32_t> {};
-template <>
-struct Elem<int64_t> : IntElem<int64_t> {};
-template <>
-struct Elem<uint8_t> : IntElem<uint8_t> {};
 
 template <typename S, typename D>
 void copy_typed(const Tensor& src, const Tensor& dst) {
@@ -54,36 +27,6 @@ void copy_typed(const Tensor& src, const Tensor& dst) {
       for (int64_t i = 0; i < n; ++i) dp[i * st[1]] = Elem<D>::put(Elem<S>::get(sp[i * st[0]]));
     }
   });
-}
-
-template <typename Fn>
-void dispatch_any(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      fn(float{});
-      return;
-    case DType::BF16:
-      fn(bf16{});
-      return;
-    case DType::F16:
-      fn(f16{});
-      return;
-    case DType::F8E4M3:
-      fn(f8e4m3{});
-      return;
-    case DType::F8E5M2:
-      fn(f8e5m2{});
-      return;
-    case DType::I32:
-      fn(int32_t{});
-      return;
-    case DType::I64:
-      fn(int64_t{});
-      return;
-    case DType::U8:
-      fn(uint8_t{});
-      return;
-  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/strided.h"
 #include "loom/backend/cpu/vec_math.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom {
 
@@ -79,16 +80,11 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
   return s * (1.0f + x * (1.0f - s));
 }
 
-void check_same(const char* k, const Tensor& a, const Tensor& out) {
-  LOOM_CHECK(a.shape() == out.shape() && a.dtype() == out.dtype())
-      << k << ": operand " << dtype_name(a.dtype()) << " " << a.shape() << " vs output "
-      << dtype_name(out.dtype()) << " " << out.shape();
-}
 
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, double alpha_d, const Tensor& x, const Tensor& out) {
-  check_same("unary", x, out);
+  check_same_layout("unary", x, out);
   const float alpha = float(alpha_d);
   cpu::dispatch_float(x.dtype(), "unary", [&](auto z) {
     using T = decltype(z);
@@ -135,8 +131,8 @@ void CpuBackend::unary(UnaryOp op, double alpha_d, const Tensor& x, const Tensor
 
 void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, const Tensor& gout,
                                 const Tensor& gx) {
-  check_same("unary_backward", x, gx);
-  check_same("unary_backward", gout, gx);
+  check_same_layout("unary_backward", x, gx);
+  check_same_layout("unary_backward", gout, gx);
   const float alpha = float(alpha_d);
   cpu::dispatch_float(x.dtype(), "unary_backward", [&](auto z) {
     using T = decltype(z);
@@ -189,8 +185,8 @@ void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, con
 
 void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                     const Tensor& gbias) {
-  check_same("gelu_bias_backward", pre, gout);
-  check_same("gelu_bias_backward", pre, gpre);
+  check_same_layout("gelu_bias_backward", pre, gout);
+  check_same_layout("gelu_bias_backward", pre, gpre);
   auto rows_ok = [](const Tensor& t) {
     return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
   };
@@ -253,8 +249,8 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_same("binary", a, out);
-  check_same("binary", b, out);
+  check_same_layout("binary", a, out);
+  check_same_layout("binary", b, out);
   cpu::dispatch_float(a.dtype(), "binary", [&](auto z) {
     using T = decltype(z);
     switch (op) {

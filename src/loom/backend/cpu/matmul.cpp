@@ -29,6 +29,7 @@
 #include <unordered_map>
 
 #include "loom/backend/cpu/cpu_backend.h"
+#include "loom/backend/kernel_checks.h"
 #include "loom/backend/cpu/parallel.h"
 
 namespace loom {
@@ -603,20 +604,8 @@ int64_t CpuBackend::gemm_operand_row_stride(int64_t rows, int64_t cols, DType dt
 }
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
-  LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
-      << "matmul: expected 3-D (batch, rows, cols) tensors, got a " << a.shape() << ", b "
-      << b.shape() << ", out " << out.shape();
-  const Shape &as = a.shape(), &bs = b.shape(), &os = out.shape();
-  const int64_t batch = os[0], m = as[1], k = as[2], n = bs[2];
-  LOOM_CHECK(bs[1] == k) << "matmul: inner dims differ: a " << as << " @ b " << bs;
-  LOOM_CHECK(os[1] == m && os[2] == n)
-      << "matmul: out " << os << " does not match a " << as << " @ b " << bs
-      << " (expected (batch, " << m << ", " << n << "))";
-  LOOM_CHECK((as[0] == batch || as[0] == 1) && (bs[0] == batch || bs[0] == 1))
-      << "matmul: batch dims of a " << as << " and b " << bs << " do not broadcast to out " << os;
-  LOOM_CHECK(a.dtype() == b.dtype())
-      << "matmul: a is " << dtype_name(a.dtype()) << " but b is " << dtype_name(b.dtype()) << " (a "
-      << a.shape() << ", b " << b.shape() << ")";
+  const MatmulDims d = check_matmul(a, b, out);
+  const int64_t batch = d.batch, m = d.m, k = d.k, n = d.n;
   LOOM_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::BF16)
       << "matmul: " << dtype_name(a.dtype()) << " operands are not supported on the CPU (f32 or "
       << "bf16; a " << a.shape() << ", b " << b.shape() << ")";

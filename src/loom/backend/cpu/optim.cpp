@@ -5,17 +5,9 @@
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/parallel.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom {
-
-namespace {
-void check_f32_like(const char* k, const Tensor& a, const Tensor& b) {
-  LOOM_CHECK(a.dtype() == DType::F32 && b.dtype() == DType::F32 && a.is_contiguous() &&
-             b.is_contiguous() && a.numel() == b.numel())
-      << k << ": expected contiguous f32 tensors of one size, got " << dtype_name(a.dtype()) << " "
-      << a.shape() << " and " << dtype_name(b.dtype()) << " " << b.shape();
-}
-}  // namespace
 
 void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                             const Tensor& exp_avg_sq, double lr, double beta1, double beta2,

@@ -3,6 +3,7 @@
 // sums dk and dv over its query heads and rows in order (deterministic, no atomics). Simple
 // CUDA-core kernels, written to be right first; cuDNN's fused attention is the fast path to come.
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom::LOOM_CUDA_NS {
 
@@ -141,13 +142,6 @@ __global__ void attention_dkv_kernel(Problem p, Heads<const T> q, Heads<const T>
   }
 }
 
-void check_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype) {
-  LOOM_CHECK(t.defined() && t.shape() == shape && t.dtype() == dtype)
-      << "attention: " << name << " must be " << dtype_name(dtype) << " " << shape_str(shape);
-  LOOM_CHECK((t.size(3) == 1 || t.stride(3) == 1) && (t.size(2) == 1 || t.stride(2) >= t.size(3)))
-      << "attention: " << name << " " << shape_str(t.shape())
-      << " must have contiguous, non-overlapping rows (last stride 1, row stride >= D)";
-}
 
 Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale,
                 bool causal, const Tensor& out, const Tensor& lse) {
@@ -168,10 +162,10 @@ Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   p.group = p.heads_q / p.heads_kv;
   p.scale = scale;
   p.causal = causal;
-  check_rows(q, "q", q.shape(), q.dtype());
-  check_rows(k, "k", k.shape(), q.dtype());
-  check_rows(v, "v", k.shape(), q.dtype());
-  check_rows(out, "out", q.shape(), q.dtype());
+  check_attention_rows(q, "q", q.shape(), q.dtype());
+  check_attention_rows(k, "k", k.shape(), q.dtype());
+  check_attention_rows(v, "v", k.shape(), q.dtype());
+  check_attention_rows(out, "out", q.shape(), q.dtype());
   LOOM_CHECK(lse.shape() == Shape({p.batch, p.heads_q, p.seq_q}) && lse.dtype() == DType::F32 &&
              lse.is_contiguous())
       << "attention: lse must be contiguous f32 (B, Hq, Sq)";
@@ -216,10 +210,10 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& out, const Tensor& lse, const Tensor& gout,
                                      const Tensor& gq, const Tensor& gk, const Tensor& gv) {
   const Problem p = problem(q, k, v, mask, scale, causal, out, lse);
-  check_rows(gout, "gout", q.shape(), q.dtype());
-  check_rows(gq, "gq", q.shape(), q.dtype());
-  check_rows(gk, "gk", k.shape(), q.dtype());
-  check_rows(gv, "gv", k.shape(), q.dtype());
+  check_attention_rows(gout, "gout", q.shape(), q.dtype());
+  check_attention_rows(gq, "gq", q.shape(), q.dtype());
+  check_attention_rows(gk, "gk", k.shape(), q.dtype());
+  check_attention_rows(gv, "gv", k.shape(), q.dtype());
   const int64_t q_rows = p.batch * p.heads_q * p.seq_q, kv_rows = p.batch * p.heads_kv * p.seq_kv;
   if (q_rows == 0 || kv_rows == 0) return;
   // delta as f32 in an f64-sized scratch (twice the elements it needs).

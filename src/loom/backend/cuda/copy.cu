@@ -8,39 +8,6 @@ namespace loom::LOOM_CUDA_NS {
 
 namespace {
 
-// Element conversion as the CPU does it: floats through f32 (RNE, saturating E4M3), integers
-// through double.
-template <typename T>
-struct Elem {
-  using Via = float;
-  LOOM_HD static float get(const T& v) { return to_f32(v); }
-  LOOM_HD static T put(float v) { return from_f32<T>(v); }
-};
-template <>
-struct Elem<f8e4m3> {
-  using Via = float;
-  LOOM_HD static float get(const f8e4m3& v) { return to_f32(v); }
-  LOOM_HD static f8e4m3 put(float v) { return to_f8e4m3(v); }
-};
-template <>
-struct Elem<f8e5m2> {
-  using Via = float;
-  LOOM_HD static float get(const f8e5m2& v) { return to_f32(v); }
-  LOOM_HD static f8e5m2 put(float v) { return to_f8e5m2(v); }
-};
-template <typename I>
-struct IntElem {
-  using Via = double;
-  LOOM_HD static double get(const I& v) { return double(v); }
-  LOOM_HD static I put(double v) { return I(v); }
-};
-template <>
-struct Elem<int32_t> : IntElem<int32_t> {};
-template <>
-struct Elem<int64_t> : IntElem<int64_t> {};
-template <>
-struct Elem<uint8_t> : IntElem<uint8_t> {};
-
 template <typename S, typename D>
 __global__ void copy_kernel(const S* src, D* dst, StridedIndex<2> L, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -49,38 +16,8 @@ __global__ void copy_kernel(const S* src, D* dst, StridedIndex<2> L, int64_t n) 
     if constexpr (std::is_same_v<S, D>) {
       dst[L.offset(1, i)] = v;
     } else {
-      dst[L.offset(1, i)] = Elem<D>::put(typename Elem<D>::Via(Elem<S>::get(v)));
+      dst[L.offset(1, i)] = Elem<D>::put(Elem<S>::get(v));
     }
-  }
-}
-
-template <typename Fn>
-void dispatch_any(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      fn(float{});
-      return;
-    case DType::BF16:
-      fn(bf16{});
-      return;
-    case DType::F16:
-      fn(f16{});
-      return;
-    case DType::F8E4M3:
-      fn(f8e4m3{});
-      return;
-    case DType::F8E5M2:
-      fn(f8e5m2{});
-      return;
-    case DType::I32:
-      fn(int32_t{});
-      return;
-    case DType::I64:
-      fn(int64_t{});
-      return;
-    case DType::U8:
-      fn(uint8_t{});
-      return;
   }
 }
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 
+#include "loom/backend/dtype_dispatch.h"
 #include "loom/backend/strided_layout.h"
 #include "loom/core/dtype.h"
 #include "loom/core/error.h"
@@ -148,25 +149,6 @@ StridedIndex<N> strided_index(const Shape& shape, const std::array<const Shape*,
     for (int k = 0; k < N; ++k) s.strides[k][d] = L.strides[size_t(k)][size_t(d)];
   }
   return s;
-}
-
-// Runs fn(value of the element type) for a floating dtype: f32, bf16 or f16.
-template <typename Fn>
-void dispatch_float(DType dtype, const char* kernel, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      fn(float{});
-      return;
-    case DType::BF16:
-      fn(bf16{});
-      return;
-    case DType::F16:
-      fn(f16{});
-      return;
-    default:
-      LOOM_FAIL() << kernel << ": unsupported dtype " << dtype_name(dtype)
-                  << " (expected f32, bf16 or f16)";
-  }
 }
 
 // A device scratch tensor of n doubles (f64 partial sums), freed with the returned tensor.

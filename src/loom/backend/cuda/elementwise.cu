@@ -2,6 +2,7 @@
 // GELU backward fused with the bias gradient. Loads widen to f32 and stores round back.
 #include "loom/backend/cuda/column_sums.h"
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom::LOOM_CUDA_NS {
 
@@ -127,16 +128,11 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, Strid
   }
 }
 
-void check_same(const char* k, const Tensor& a, const Tensor& out) {
-  LOOM_CHECK(a.shape() == out.shape() && a.dtype() == out.dtype())
-      << k << ": operand " << dtype_name(a.dtype()) << " " << a.shape() << " vs output "
-      << dtype_name(out.dtype()) << " " << out.shape();
-}
 
 }  // namespace
 
 void CudaBackend::unary(UnaryOp op, double alpha, const Tensor& x, const Tensor& out) {
-  check_same("unary", x, out);
+  check_same_layout("unary", x, out);
   const int64_t n = out.numel();
   if (n == 0) return;
   const StridedIndex<2> L = strided_index<2>(out.shape(), {&x.strides(), &out.strides()});
@@ -149,8 +145,8 @@ void CudaBackend::unary(UnaryOp op, double alpha, const Tensor& x, const Tensor&
 
 void CudaBackend::unary_backward(UnaryOp op, double alpha, const Tensor& x, const Tensor& gout,
                                  const Tensor& gx) {
-  check_same("unary_backward", x, gx);
-  check_same("unary_backward", gout, gx);
+  check_same_layout("unary_backward", x, gx);
+  check_same_layout("unary_backward", gout, gx);
   const int64_t n = gx.numel();
   if (n == 0) return;
   const StridedIndex<3> L =
@@ -163,8 +159,8 @@ void CudaBackend::unary_backward(UnaryOp op, double alpha, const Tensor& x, cons
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_same("binary", a, out);
-  check_same("binary", b, out);
+  check_same_layout("binary", a, out);
+  check_same_layout("binary", b, out);
   const int64_t n = out.numel();
   if (n == 0) return;
   const StridedIndex<3> L =
@@ -192,8 +188,8 @@ __global__ void gelu_backward_kernel(const T* pre, int64_t sx, const T* gout, in
 
 void CudaBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                      const Tensor& gbias) {
-  check_same("gelu_bias_backward", pre, gout);
-  check_same("gelu_bias_backward", pre, gpre);
+  check_same_layout("gelu_bias_backward", pre, gout);
+  check_same_layout("gelu_bias_backward", pre, gpre);
   auto rows_ok = [](const Tensor& t) {
     return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
   };

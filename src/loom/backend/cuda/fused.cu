@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom::LOOM_CUDA_NS {
 
@@ -86,13 +87,6 @@ void CudaBackend::swiglu_backward(const Tensor& gate, const Tensor& up, const Te
 }
 
 namespace {
-
-void check_f32_like(const char* k, const Tensor& a, const Tensor& b) {
-  LOOM_CHECK(a.dtype() == DType::F32 && b.dtype() == DType::F32 && a.is_contiguous() &&
-             b.is_contiguous() && a.numel() == b.numel())
-      << k << ": expected contiguous f32 tensors of one size, got " << dtype_name(a.dtype()) << " "
-      << a.shape() << " and " << dtype_name(b.dtype()) << " " << b.shape();
-}
 
 struct AdamW {
   float b1, b2, c1, c2_sqrt, step_size, decay, eps, scale;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/kernel_checks.h"
 
 #ifndef LOOM_CUDA_EMULATE
 #include <cublasLt.h>
@@ -196,19 +197,9 @@ __global__ void bias_rows_kernel(const T* bias, int64_t bias_stride, int64_t row
 }  // namespace
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
-  LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
-      << "matmul: expected 3-D (batch, rows, cols) tensors, got a " << a.shape() << ", b "
-      << b.shape() << ", out " << out.shape();
-  const Shape &as = a.shape(), &bs = b.shape(), &os = out.shape();
-  const int64_t batch = os[0], m = as[1], k = as[2], n = bs[2];
-  LOOM_CHECK(bs[1] == k) << "matmul: inner dims differ: a " << as << " @ b " << bs;
-  LOOM_CHECK(os[1] == m && os[2] == n)
-      << "matmul: out " << os << " does not match a " << as << " @ b " << bs
-      << " (expected (batch, " << m << ", " << n << "))";
-  LOOM_CHECK((as[0] == batch || as[0] == 1) && (bs[0] == batch || bs[0] == 1))
-      << "matmul: batch dims of a " << as << " and b " << bs << " do not broadcast to out " << os;
-  LOOM_CHECK(a.dtype() == b.dtype())
-      << "matmul: a is " << dtype_name(a.dtype()) << " but b is " << dtype_name(b.dtype());
+  const MatmulDims d = check_matmul(a, b, out);
+  const int64_t batch = d.batch, m = d.m, k = d.k, n = d.n;
+  const Shape& os = out.shape();
   LOOM_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::BF16)
       << "matmul: " << dtype_name(a.dtype()) << " operands are not supported (f32 or bf16)";
   LOOM_CHECK(out.dtype() == DType::F32 || out.dtype() == a.dtype())

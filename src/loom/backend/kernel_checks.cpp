@@ -1,0 +1,47 @@
+#include "loom/backend/kernel_checks.h"
+
+namespace loom {
+
+void check_same_layout(const char* kernel, const Tensor& a, const Tensor& out) {
+  LOOM_CHECK(a.shape() == out.shape() && a.dtype() == out.dtype())
+      << kernel << ": operand " << dtype_name(a.dtype()) << " " << a.shape() << " vs output "
+      << dtype_name(out.dtype()) << " " << out.shape();
+}
+
+void check_f32_like(const char* kernel, const Tensor& a, const Tensor& b) {
+  LOOM_CHECK(a.dtype() == DType::F32 && b.dtype() == DType::F32 && a.is_contiguous() &&
+             b.is_contiguous() && a.numel() == b.numel())
+      << kernel << ": expected contiguous f32 tensors of one size, got " << dtype_name(a.dtype())
+      << " " << a.shape() << " and " << dtype_name(b.dtype()) << " " << b.shape();
+}
+
+MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
+      << "matmul: expected 3-D (batch, rows, cols) tensors, got a " << a.shape() << ", b "
+      << b.shape() << ", out " << out.shape();
+  const Shape &as = a.shape(), &bs = b.shape(), &os = out.shape();
+  const MatmulDims d{os[0], as[1], as[2], bs[2]};
+  LOOM_CHECK(bs[1] == d.k) << "matmul: inner dims differ: a " << as << " @ b " << bs;
+  LOOM_CHECK(os[1] == d.m && os[2] == d.n)
+      << "matmul: out " << os << " does not match a " << as << " @ b " << bs
+      << " (expected (batch, " << d.m << ", " << d.n << "))";
+  LOOM_CHECK((as[0] == d.batch || as[0] == 1) && (bs[0] == d.batch || bs[0] == 1))
+      << "matmul: batch dims of a " << as << " and b " << bs << " do not broadcast to out " << os;
+  LOOM_CHECK(a.dtype() == b.dtype())
+      << "matmul: a is " << dtype_name(a.dtype()) << " but b is " << dtype_name(b.dtype()) << " (a "
+      << a.shape() << ", b " << b.shape() << ")";
+  return d;
+}
+
+void check_attention_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype) {
+  LOOM_CHECK(t.defined()) << "attention: " << name << " is undefined";
+  LOOM_CHECK(t.shape() == shape) << "attention: " << name << " has shape " << shape_str(t.shape())
+                                 << ", expected " << shape_str(shape);
+  LOOM_CHECK(t.dtype() == dtype) << "attention: " << name << " has dtype " << dtype_name(t.dtype())
+                                 << ", expected " << dtype_name(dtype);
+  LOOM_CHECK((t.size(3) == 1 || t.stride(3) == 1) && (t.size(2) == 1 || t.stride(2) >= t.size(3)))
+      << "attention: " << name << " " << shape_str(t.shape())
+      << " must have contiguous, non-overlapping rows (last stride 1, row stride >= D)";
+}
+
+}  // namespace loom
