@@ -63,6 +63,7 @@ case "${1:-}" in
       echo '```'
       grep -E '^\[  (PASSED|FAILED) |^\[==========\]|tests? (ran|FAILED)|\[cuda parity\]' \
         "$out/cuda_tests.log" || true
+      [ "$status" = 0 ] || tail -n 20 "$out/cuda_tests.log"
       echo '```'
     } >> "$out/report.md"
     cat "$out/report.md"

@@ -106,6 +106,15 @@ cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld, i
   return l;
 }
 
+// The largest power of two up to 16 dividing a pointer: cuBLASLt's algorithms differ in the
+// operand alignment they need, and a view (a narrowed tensor) may start anywhere.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 16;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
 Plan make_plan(const GemmCall& g) {
   Plan p;
   LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -126,6 +135,15 @@ Plan make_plan(const GemmCall& g) {
   const uint64_t ws = kWorkspace;
   LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t align_a = alignment(g.A), align_b = alignment(g.B), align_d = alignment(g.D);
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt().handle, p.op, p.a, p.b, p.d, p.d, pref, 1,
@@ -139,11 +157,14 @@ Plan make_plan(const GemmCall& g) {
 
 void run_gemm(const GemmCall& g) {
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int>;
+                         int64_t, int64_t, int64_t, int, int, uint32_t>;
   static std::map<Key, Plan> plans;
   static std::mutex mutex;
+  // The plan's algorithm fits the operands' alignment, so the alignment is part of the key.
+  const uint32_t align = alignment(g.A) | alignment(g.B) << 5 | alignment(g.D) << 10;
   const Key key{g.trans_a, g.trans_b, g.m,        g.n,        g.k,     g.lda,          g.stride_a,
-                g.ldb,     g.stride_b, g.ldd,     g.stride_d, g.batch, int(g.in_type), int(g.out_type)};
+                g.ldb,     g.stride_b, g.ldd,     g.stride_d, g.batch, int(g.in_type), int(g.out_type),
+                align};
   const Plan* plan;
   {
     std::lock_guard<std::mutex> lock(mutex);
