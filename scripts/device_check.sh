@@ -5,13 +5,16 @@
 #
 #   here:   bash scripts/device_check.sh pack
 #           builds build-device/ (portable x86-64 code, sm_90, the CUDA backend) and packs the
-#           CUDA test binary with the libraries the device lacks (oneDNN, OpenCL's loader)
-#           into .device/ (git-ignored, about 15 MB)
+#           CUDA test and bench binaries with the libraries the device lacks (oneDNN, OpenCL's
+#           loader) into .device/ (git-ignored, about 9 MB)
 #   there:  the device tool's run, command "bash scripts/device_check.sh run",
 #           carry [".device"], timeout_s 480
 #           runs every CUDA test (the op harness on the GPU against the float64 reference,
 #           50-step training parity of the GPT and DiT with the CPU, transfers, allocator)
-#           and writes $OUT/report.md, $OUT/cuda_tests.log and $OUT/cuda_tests.xml.
+#           then times GPT-2 124M (16 x 1024 tokens) and DiT-small (256 images) training steps
+#           in bf16 and f32 (build/loom_cuda_bench) and PyTorch's eager and torch.compile steps of
+#           the same models (bench/compare/torch_bench.py), one after the other, and writes
+#           $OUT/report.md, $OUT/cuda_tests.log, $OUT/cuda_tests.xml and $OUT/bench.log.
 #
 # It finishes in a few minutes, so that it can be rerun within one session's device time.
 set -euo pipefail
@@ -20,9 +23,9 @@ case "${1:-}" in
   pack)
     cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DLOOM_PORTABLE=ON -DLOOM_CUDA=ON \
       -DLOOM_BENCH=OFF
-    cmake --build build-device -j"$(nproc)" --target loom_cuda_tests
+    cmake --build build-device -j"$(nproc)" --target loom_cuda_tests loom_cuda_bench
     rm -rf .device && mkdir -p .device/pack/lib
-    cp build-device/loom_cuda_tests .device/pack/
+    cp build-device/loom_cuda_tests build-device/loom_cuda_bench .device/pack/
     # Every library the binary needs except the C runtime and CUDA's own, which the device has.
     ldd build-device/loom_cuda_tests | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
       case "$(basename "$lib")" in
@@ -66,6 +69,20 @@ case "${1:-}" in
       [ "$status" = 0 ] || tail -n 20 "$out/cuda_tests.log"
       echo '```'
     } >> "$out/report.md"
+    # The benchmark: Loom and PyTorch on the same models and batches, in turn.
+    {
+      for job in "gpt2_124m 16 1024" "dit_small 256 0"; do
+        set -- $job
+        shape=$1:$2; [ "$3" = 0 ] || shape=$shape:$3
+        timeout 120 "$pack/loom_cuda_bench" "$shape" || echo "loom_cuda_bench $shape: exit $?"
+        for mode in eager compile; do
+          timeout 150 python3 bench/compare/torch_bench.py "$1" bf16 "$mode" 5 10 cuda "$2" "$3" ||
+            echo "torch_bench $1 $mode: exit $?"
+        done
+      done
+    } > "$out/bench.log" 2>&1
+    { echo; echo "## Benchmark"; echo; echo '```'; cat "$out/bench.log"; echo '```'; } \
+      >> "$out/report.md"
     cat "$out/report.md"
     exit "$status"
     ;;

@@ -1,8 +1,9 @@
 """Times training steps of Loom's standard benchmark models in PyTorch 2.x (torch_models.py).
 
-    python torch_bench.py MODEL DTYPE MODE WARMUP STEPS
+    python torch_bench.py MODEL DTYPE MODE WARMUP STEPS [DEVICE [BATCH [SEQ]]]
         MODEL: gpt2_124m | gpt_small | dit_small    DTYPE: f32 | bf16 (autocast)
         MODE:  eager | compile (torch.compile of the model's forward + loss)
+        DEVICE: cpu (the default) | cuda; BATCH, SEQ: other than the standard shape
 
 One step is what `loom bench` times: forward, loss, backward, global gradient-norm clipping to
 1.0 and a fused AdamW update (weight decay 0.1 on Linear weights). The shapes are those of
@@ -45,6 +46,9 @@ def main():
     if dtype not in ("f32", "bf16") or mode not in ("eager", "compile"):
         raise SystemExit(f"torch_bench: unknown dtype {dtype!r} or mode {mode!r}")
     kind, c, batch, seq = MODELS[model_name]
+    device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
+    batch = int(sys.argv[7]) if len(sys.argv) > 7 else batch
+    seq = int(sys.argv[8]) if len(sys.argv) > 8 and seq is not None else seq
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     if kind == "gpt":
@@ -57,24 +61,29 @@ def main():
         inputs = (torch.randn(batch, c["channels"], s, s, generator=g), torch.randn(batch, c["channels"], s, s, generator=g),
                   torch.rand(batch, generator=g), torch.randint(0, c["num_classes"] + 1, (batch,), generator=g))
     tm.init_like_loom(model)
+    model.to(device)
+    inputs = tuple(t.to(device) for t in inputs)
     opt = tm.adamw(model)
     loss_fn = torch.compile(model) if mode == "compile" else model
     params = list(model.parameters())
     times = []
     for i in range(warmup + steps):
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
             loss = loss_fn(*inputs)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()  # the step's kernels are asynchronous
         elapsed = time.perf_counter() - start
         if i >= warmup:
             times.append(elapsed * 1e3)
         if not math.isfinite(loss.item()):
             raise SystemExit(f"non-finite loss at step {i}")
-    print(json.dumps({"model": model_name, "dtype": dtype, "mode": mode, "torch": torch.__version__,
+    print(json.dumps({"model": model_name, "dtype": dtype, "mode": mode, "device": device,
+                      "batch": batch, "seq": seq, "torch": torch.__version__,
                       "threads": torch.get_num_threads(), **config_versions(), "ms": times, "loss": float(loss)}))
 
 

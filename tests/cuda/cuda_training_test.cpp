@@ -12,6 +12,8 @@
 #include "loom/ops/ops.h"
 #include "loom/optim/adamw.h"
 #include "loom/autograd/node.h"
+#include "loom/bench/step_bench.h"
+#include "loom/plan/cost_model.h"
 
 namespace {
 
@@ -131,6 +133,28 @@ TEST(CudaTraining, DitMatchesTheCpu) {
   expect_same_curve(train_dit(loom::cpu_device(), false), train_dit(kCuda, false), 2e-3,
                     "dit f32");
   expect_same_curve(train_dit(loom::cpu_device(), true), train_dit(kCuda, true), 3e-2, "dit bf16");
+}
+
+// `loom bench`'s step on the device: the same final loss as on the CPU after the same steps.
+TEST(CudaTraining, BenchStepsOnTheDevice) {
+  const loom::plan::StepShape gpt_spec =
+      loom::plan::gpt_step("tiny_gpt", gpt("llama"), 2, 16);
+  loom::models::DitConfig dit;
+  dit.image_size = 8;
+  dit.patch = 2;
+  dit.width = 32;
+  dit.depth = 1;
+  dit.heads = 2;
+  const loom::plan::StepShape dit_spec = loom::plan::dit_step("tiny_dit", dit, 4);
+  for (const auto& spec : {gpt_spec, dit_spec}) {
+    loom::bench::BenchOptions options;
+    options.warmup = 1;
+    options.steps = 2;
+    const double cpu = loom::bench::run_bench(spec, options, 0).final_loss;
+    options.device = kCuda;
+    const double cuda = loom::bench::run_bench(spec, options, 0).final_loss;
+    EXPECT_NEAR(cuda, cpu, 1e-4 * std::fabs(cpu)) << spec.name;
+  }
 }
 
 }  // namespace

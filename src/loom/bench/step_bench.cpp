@@ -15,6 +15,7 @@
 #include "loom/core/trace.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/ops/creation.h"
+#include "loom/ops/detail.h"
 #include "loom/ops/matmul.h"
 #include "loom/ops/shape.h"
 #include "loom/optim/adamw.h"
@@ -73,22 +74,25 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
   LOOM_CHECK(options.precision == "f32" || options.precision == "bf16" || recipe)
       << "bench: precision '" << options.precision << "' is not supported (f32, bf16, "
       << "fp8_tensorwise, fp8_delayed, fp8_blockwise, mxfp8 or nvfp4)";
+  LOOM_CHECK(!recipe || options.device.type == DeviceType::CPU)
+      << "bench: the low-precision recipes are emulated on the CPU only";
   const DType compute = options.precision == "f32" ? DType::F32 : DType::BF16;
   std::shared_ptr<nn::Module> model;
   std::function<Tensor()> loss_fn;
   if (spec.kind == "gpt") {
     auto gpt = std::make_shared<models::Gpt>(spec.gpt);
     Tensor ids = random_ids({spec.batch, spec.seq + 1}, spec.gpt.vocab_size, spec.name);
-    Tensor inputs = contiguous(narrow(ids, 1, 0, spec.seq));
-    Tensor targets = contiguous(narrow(ids, 1, 1, spec.seq));
+    Tensor inputs = detail::raw_to_device(contiguous(narrow(ids, 1, 0, spec.seq)), options.device);
+    Tensor targets = detail::raw_to_device(contiguous(narrow(ids, 1, 1, spec.seq)), options.device);
     loss_fn = [gpt, inputs, targets] { return gpt->loss(inputs, targets); };
     model = gpt;
   } else {
     auto dit = std::make_shared<models::Dit>(spec.dit);
     const models::DitConfig& c = spec.dit;
-    Tensor x0 =
-        randn({spec.batch, c.channels, c.image_size, c.image_size}, RngKey{1, "bench.data", "x0"});
-    Tensor labels = random_ids({spec.batch}, c.num_classes, spec.name);
+    Tensor x0 = randn({spec.batch, c.channels, c.image_size, c.image_size},
+                      RngKey{1, "bench.data", "x0"}, DType::F32, options.device);
+    Tensor labels = detail::raw_to_device(random_ids({spec.batch}, c.num_classes, spec.name),
+                                          options.device);
     diffusion::FlowMatchingConfig flow;
     flow.null_class = c.num_classes;
     loss_fn = [dit, x0, labels, flow] {
@@ -99,6 +103,7 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
     model = dit;
   }
   model->init_parameters(0);
+  model->to(options.device);
   // A low-precision recipe with its defaults: its GEMMs emulated (the cost of emulation).
   std::unique_ptr<precision::LowPrecision> low;
   if (recipe)

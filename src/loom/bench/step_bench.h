@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/device.h"
+
 #include "loom/plan/cost_model.h"
 
 namespace loom::bench {
@@ -19,6 +21,7 @@ struct BenchOptions {
   int64_t steps = 5;
   std::string precision = "f32";  // "f32" or "bf16" (autocast: bf16 GEMMs, f32 master weights)
   std::string trace_path;         // non-empty: one more (untimed) step is traced into this file
+  Device device = cpu_device();   // where the model trains (data is made on the host, moved)
 };
 
 struct BenchResult {
