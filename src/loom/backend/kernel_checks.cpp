@@ -15,6 +15,27 @@ void check_f32_like(const char* kernel, const Tensor& a, const Tensor& b) {
       << " " << a.shape() << " and " << dtype_name(b.dtype()) << " " << b.shape();
 }
 
+void check_reduce_rows(const Tensor& x, const Tensor& out) {
+  LOOM_CHECK(x.dim() == 2 && x.is_contiguous())
+      << "reduce_rows: expected contiguous (rows, n), got " << x.shape();
+  LOOM_CHECK(out.numel() == x.size(0) && out.dtype() == x.dtype())
+      << "reduce_rows: output " << out.shape() << " for input " << x.shape();
+}
+
+void check_gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
+                              const Tensor& gbias) {
+  check_same_layout("gelu_bias_backward", pre, gout);
+  check_same_layout("gelu_bias_backward", pre, gpre);
+  auto rows_ok = [](const Tensor& t) {
+    return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
+  };
+  LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
+      << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
+  LOOM_CHECK(!gbias.defined() || (gbias.numel() == pre.size(1) && gbias.dtype() == pre.dtype() &&
+                                  gbias.is_contiguous()))
+      << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
+}
+
 MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3)
       << "matmul: expected 3-D (batch, rows, cols) tensors, got a " << a.shape() << ", b "

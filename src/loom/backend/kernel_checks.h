@@ -9,6 +9,13 @@ void check_same_layout(const char* kernel, const Tensor& a, const Tensor& out);
 // Contiguous f32 tensors of one size (optimizer buffers).
 void check_f32_like(const char* kernel, const Tensor& a, const Tensor& b);
 
+// reduce_rows: contiguous x (rows, n) and an output of `rows` elements in its dtype.
+void check_reduce_rows(const Tensor& x, const Tensor& out);
+// gelu_bias_backward: (rows, n) pre/gout/gpre of one dtype with contiguous rows, and a bias
+// gradient (n) when defined.
+void check_gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
+                              const Tensor& gbias);
+
 // out(b) = a(b) @ b(b): 3-D operands whose dims fit, batch 1 broadcasting, one operand dtype.
 struct MatmulDims {
   int64_t batch, m, k, n;

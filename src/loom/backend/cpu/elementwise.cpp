@@ -185,17 +185,8 @@ void CpuBackend::unary_backward(UnaryOp op, double alpha_d, const Tensor& x, con
 
 void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                     const Tensor& gbias) {
-  check_same_layout("gelu_bias_backward", pre, gout);
-  check_same_layout("gelu_bias_backward", pre, gpre);
-  auto rows_ok = [](const Tensor& t) {
-    return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
-  };
-  LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
-      << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
+  check_gelu_bias_backward(pre, gout, gpre, gbias);
   const int64_t rows = pre.size(0), n = pre.size(1);
-  LOOM_CHECK(!gbias.defined() ||
-             (gbias.numel() == n && gbias.dtype() == pre.dtype() && gbias.is_contiguous()))
-      << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
   const int64_t sx = pre.stride(0), sg = gout.stride(0), so = gpre.stride(0);
   // Chunks of a fixed number of rows, each summing its rows' gpre (as stored) into f64 column
   // partials, added in chunk order afterwards: the same bits whatever the thread count.

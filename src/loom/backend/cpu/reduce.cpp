@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "loom/backend/cpu/cpu_backend.h"
+#include "loom/backend/kernel_checks.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
 #include "loom/backend/cpu/parallel.h"
 #include "loom/backend/cpu/scratch.h"
@@ -13,11 +14,8 @@ namespace loom {
 
 void CpuBackend::reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out,
                              const Tensor& argmax) {
-  LOOM_CHECK(x.dim() == 2 && x.is_contiguous())
-      << "reduce_rows: expected contiguous (rows, n), got " << x.shape();
+  check_reduce_rows(x, out);
   const int64_t rows = x.size(0), n = x.size(1);
-  LOOM_CHECK(out.numel() == rows && out.dtype() == x.dtype())
-      << "reduce_rows: output " << out.shape() << " for input " << x.shape();
   cpu::dispatch_float(x.dtype(), "reduce_rows", [&](auto z) {
     using T = decltype(z);
     const T* xp = static_cast<const T*>(x.data_ptr());

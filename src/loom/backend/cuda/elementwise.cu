@@ -188,17 +188,8 @@ __global__ void gelu_backward_kernel(const T* pre, int64_t sx, const T* gout, in
 
 void CudaBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                      const Tensor& gbias) {
-  check_same_layout("gelu_bias_backward", pre, gout);
-  check_same_layout("gelu_bias_backward", pre, gpre);
-  auto rows_ok = [](const Tensor& t) {
-    return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
-  };
-  LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
-      << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
+  check_gelu_bias_backward(pre, gout, gpre, gbias);
   const int64_t rows = pre.size(0), n = pre.size(1);
-  LOOM_CHECK(!gbias.defined() ||
-             (gbias.numel() == n && gbias.dtype() == pre.dtype() && gbias.is_contiguous()))
-      << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
   if (rows * n == 0) return;
   dispatch_float(pre.dtype(), "gelu_bias_backward", [&](auto z) {
     using T = decltype(z);

@@ -2,6 +2,7 @@
 // three dims, and the sum of squares behind gradient norms.
 #include "loom/backend/cuda/column_sums.h"
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom::LOOM_CUDA_NS {
 
@@ -65,11 +66,8 @@ __global__ void row_max_kernel(const T* x, int64_t rows, int64_t n, T* out, int6
 
 void CudaBackend::reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out,
                               const Tensor& argmax) {
-  LOOM_CHECK(x.dim() == 2 && x.is_contiguous())
-      << "reduce_rows: expected contiguous (rows, n), got " << x.shape();
+  check_reduce_rows(x, out);
   const int64_t rows = x.size(0), n = x.size(1);
-  LOOM_CHECK(out.numel() == rows && out.dtype() == x.dtype())
-      << "reduce_rows: output " << out.shape() << " for input " << x.shape();
   if (rows == 0) return;
   dispatch_float(x.dtype(), "reduce_rows", [&](auto z) {
     using T = decltype(z);
