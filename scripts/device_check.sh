@@ -10,7 +10,9 @@
 #   there:  the device tool's run, command "bash scripts/device_check.sh run",
 #           carry [".device"], timeout_s 480
 #           runs every CUDA test (the op harness on the GPU against the float64 reference,
-#           50-step training parity of the GPT and DiT with the CPU, transfers, allocator)
+#           50-step training parity of the GPT and DiT with the CPU, `loom train`'s loop with
+#           train.device "cuda" against the CPU's and a bit-identical resume, the NCCL group on
+#           one GPU, transfers, allocator)
 #           then times GPT-2 124M (16 x 1024 tokens) and DiT-small (256 images) training steps
 #           in bf16 and f32 (build/loom_cuda_bench) and PyTorch's eager and torch.compile steps of
 #           the same models (bench/compare/torch_bench.py), one after the other, and writes
@@ -29,7 +31,7 @@ case "${1:-}" in
     # Every library the binary needs except the C runtime and CUDA's own, which the device has.
     ldd build-device/loom_cuda_tests | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
       case "$(basename "$lib")" in
-        libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda*|libcublas*) ;;
+        libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda*|libcublas*|libnccl*) ;;
         *) cp -L "$lib" .device/pack/lib/ ;;
       esac
     done
@@ -47,7 +49,12 @@ case "${1:-}" in
       2>/dev/null | head -1)")
     cudart=$(dirname "$(find /usr/local/cuda*/ /opt /usr/lib -name 'libcudart.so.13*' \
       2>/dev/null | head -1)")
-    export LD_LIBRARY_PATH=$pack/lib:$cuda_libs:$cudart:${LD_LIBRARY_PATH:-}
+    # NCCL (loaded by the NCCL group when first used; 200 MB, so not carried): the toolkit's,
+    # else the one PyTorch's wheels carry.
+    nccl=$(dirname "$( (find /usr/local/cuda*/ /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null;
+      python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' \
+      2>/dev/null) | head -1)")
+    export LD_LIBRARY_PATH=$pack/lib:$cuda_libs:$cudart:$nccl:${LD_LIBRARY_PATH:-}
     {
       echo "# Loom device check, $(date -u +%Y-%m-%dT%H:%MZ)"
       echo

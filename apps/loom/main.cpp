@@ -767,6 +767,15 @@ void add_bench(CLI::App& cmd, BenchArgs& a) {
                              "mxfp8", "nvfp4"})
                   .description(""))
       ->type_name("f32|bf16|RECIPE");
+  cmd.add_option_function<std::string>(
+         "--device",
+         [&a](const std::string& d) {
+           a.options.device =
+               d == "cuda" ? loom::Device{loom::DeviceType::CUDA, 0} : loom::cpu_device();
+         },
+         "where the steps run (the data is made on the host and moved)")
+      ->check(CLI::IsMember({"cpu", "cuda"}).description(""))
+      ->type_name("cpu|cuda");
   add_int(cmd, "--warmup", a.options.warmup, "untimed steps first");
   add_int(cmd, "--steps", a.options.steps, "timed steps");
   cmd.add_option("--json", a.json_path, "also write one JSON line per config")->type_name("FILE");

@@ -84,13 +84,13 @@ Tensor bf16_copy_of(const Tensor& t) {
   std::unique_lock<std::mutex> lock(c.mutex);
   if (c.open_regions == 0) return make();
   auto found = c.by_param.find(t.impl_ptr().get());
-  if (found != c.by_param.end() && found->second.data == t.data_ptr() &&
+  if (found != c.by_param.end() && found->second.data == t.raw_ptr() &&
       found->second.storage.lock() == t.storage() && found->second.copy.shape() == t.shape())
     return found->second.copy;
   lock.unlock();  // the copy itself runs unlocked
   Tensor copy = make();
   lock.lock();
-  c.by_param[t.impl_ptr().get()] = ParameterCopy{t.storage(), t.data_ptr(), copy};
+  c.by_param[t.impl_ptr().get()] = ParameterCopy{t.storage(), t.raw_ptr(), copy};
   return copy;
 }
 

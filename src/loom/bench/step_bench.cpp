@@ -91,8 +91,8 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
     const models::DitConfig& c = spec.dit;
     Tensor x0 = randn({spec.batch, c.channels, c.image_size, c.image_size},
                       RngKey{1, "bench.data", "x0"}, DType::F32, options.device);
-    Tensor labels = detail::raw_to_device(random_ids({spec.batch}, c.num_classes, spec.name),
-                                          options.device);
+    Tensor labels =
+        detail::raw_to_device(random_ids({spec.batch}, c.num_classes, spec.name), options.device);
     diffusion::FlowMatchingConfig flow;
     flow.null_class = c.num_classes;
     loss_fn = [dit, x0, labels, flow] {
@@ -183,7 +183,12 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
   const DType dtype = options.precision == "f32" ? DType::F32 : DType::BF16;
   // The ceiling is measured before and after the runs and the higher kept: on a shared
   // machine a moment of contention would otherwise lower it (and inflate MFU).
-  const double ceiling_before = plan::measure_gemm_ceiling(dtype);
+  const Device device = options.device;
+  const bool host = device == cpu_device();
+  LOOM_CHECK(host || options.precision == "f32" || options.precision == "bf16")
+      << "bench: --precision " << options.precision << " is not built for " << device.str()
+      << " yet (f32 and bf16 are)";
+  const double ceiling_before = plan::measure_gemm_ceiling(dtype, 2048, device);
   std::vector<BenchResult> results;
   for (const auto& spec : specs) {
     results.push_back(run_bench(spec, options, 0));
@@ -191,12 +196,17 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
     std::fprintf(stderr, "%s %s: %.1f ms/step (median of %zu)\n", r.name.c_str(),
                  r.precision.c_str(), r.median_ms, r.step_ms.size());
   }
-  const double ceiling = std::max(ceiling_before, plan::measure_gemm_ceiling(dtype));
-  const plan::HardwarePeak peak = plan::measure_hardware_peak(dtype);
+  const double ceiling = std::max(ceiling_before, plan::measure_gemm_ceiling(dtype, 2048, device));
+  plan::HardwarePeak peak;
+  if (host) {
+    peak = plan::measure_hardware_peak(dtype);
+  } else {
+    peak.instruction = "not measured on " + device.str();
+  }
   std::printf(
-      "GEMM ceiling (%s, 2048^3 through Loom's matmul, best of 5 before and after): %.1f "
+      "GEMM ceiling (%s, %s through Loom's matmul, best of 5 before and after): %.1f "
       "GFLOP/s\n",
-      options.precision.c_str(), ceiling);
+      options.precision.c_str(), host ? "2048^3" : "square, grown to fill the GPU", ceiling);
   if (peak.gflops > 0)
     std::printf(
         "hardware peak (%s loop in registers, %d threads at %.2f GHz measured, %.0f FLOP/cycle "

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "loom/backend/backend.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/json_file.h"
@@ -240,6 +241,12 @@ std::vector<std::string> CheckpointReader::names(const std::string& prefix) cons
 
 void CheckpointReader::read(const std::string& name, const Shape& shape, int64_t begin, int64_t end,
                             const Tensor& dest) const {
+  if (dest.device() != cpu_device()) {  // read on the host, then moved whole
+    const Tensor host = Tensor::empty(dest.shape(), dest.dtype(), cpu_device(), MemCategory::Other);
+    read(name, shape, begin, end, host);
+    backend_for(dest.device()).copy(host, dest);
+    return;
+  }
   auto it = tensors_.find(name);
   LOOM_CHECK(it != tensors_.end()) << "checkpoint " << dir_ << " has no tensor " << name;
   const Entry& e = it->second;

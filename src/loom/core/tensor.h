@@ -133,7 +133,17 @@ class Tensor {
   int64_t wrap_dim(int64_t d) const;
 
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  // The address of the first element, for host code: a device tensor is refused (named), so a
+  // host read of device memory is an error here rather than a crash (or, under the emulated
+  // CUDA backend, a silent success).
   void* data_ptr() const {
+    LOOM_CHECK(device().type == DeviceType::CPU)
+        << "host code read a tensor on " << device().str() << " " << shape()
+        << " (copy it to the host first: to_device(t, cpu_device()))";
+    return raw_ptr();
+  }
+  // The same address on any device: for the device's own backend.
+  void* raw_ptr() const {
     return static_cast<char*>(impl().storage->data()) +
            impl().offset * int64_t(dtype_size(dtype()));
   }

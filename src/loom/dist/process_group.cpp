@@ -58,8 +58,9 @@ std::string ProcessGroup::describe() const {
 
 void ProcessGroup::check_tensor(const Tensor& t, const char* what) const {
   LOOM_CHECK(t.defined()) << what << " on group " << name_ << ": undefined tensor";
-  LOOM_CHECK(t.device().type == DeviceType::CPU)
-      << what << " on group " << name_ << ": the MPI backend takes CPU tensors";
+  LOOM_CHECK(t.device().type == memory_) << what << " on group " << name_ << ": this backend takes "
+                                         << (memory_ == DeviceType::CPU ? "CPU" : "CUDA")
+                                         << " tensors, got one on " << t.device().str();
   LOOM_CHECK(t.is_contiguous()) << what << " on group " << name_ << ": tensor of shape "
                                 << t.shape() << " is not contiguous";
   const DType d = t.dtype();

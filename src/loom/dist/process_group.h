@@ -73,6 +73,8 @@ class ProcessGroup {
   void check_reducible(const Tensor& t, ReduceOp op, const char* what) const;
   // Adds a call's wire bytes to bytes_sent(): `fraction` of `bytes` (a share of the payload).
   void count_sent(int64_t bytes, double fraction = 1.0) const;
+  // Where the tensors check_tensor accepts live (the NCCL group's device calls: CUDA).
+  DeviceType memory_ = DeviceType::CPU;
 
  private:
   std::string name_;

@@ -32,6 +32,11 @@ void Module::to(Device device) {
     if (b->defined()) *b = detail::raw_to_device(*b, device);
 }
 
+Device Module::device() const {
+  const std::vector<NamedParameter> params = named_parameters();
+  return params.empty() ? cpu_device() : params[0].tensor.device();
+}
+
 void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out,
                      std::vector<const Param*>* params) const {
   for (const Param& p : params_) {

@@ -48,6 +48,8 @@ class Module {
   // Moves every parameter (in place: same tensors, new storage) and every buffer of the tree
   // to `device`: the model is built and initialised on the host, then trained where it is put.
   void to(Device device);
+  // Where the parameters live (the first one's device; the host for a module without any).
+  Device device() const;
 
   void set_training(bool training);  // recursively
   // Names every module of the tree for the profiler by its path ("blocks.3.attn"; this one

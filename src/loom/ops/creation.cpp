@@ -101,12 +101,18 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
   return out;
 }
 
+Tensor to_device(const Tensor& t, Device device) {
+  detail::check_defined("to_device", t, "input");
+  return detail::raw_to_device(t, device);
+}
+
 void copy_(const Tensor& dst, const Tensor& src) {
   LOOM_CHECK(dst.shape() == src.shape())
       << "copy_: destination " << dst.shape() << " and source " << src.shape() << " differ";
   LOOM_CHECK(!(grad_mode_enabled() && dst.requires_grad()))
       << "copy_: in-place write into a tensor that requires grad (wrap it in a NoGradGuard)";
-  backend_of(dst).copy(src, dst);
+  // Between the host and a device, the device side's backend knows both kinds of memory.
+  backend_of(dst.device().type == DeviceType::CPU ? src : dst).copy(src, dst);
 }
 
 void fill_(const Tensor& dst, double value) {

@@ -24,6 +24,8 @@ std::vector<float> to_vector(const Tensor& t);
 std::vector<double> to_vector_f64(const Tensor& t);
 std::vector<int64_t> to_vector_i64(const Tensor& t);
 float item(const Tensor& t);  // the value of a one-element tensor
+// t's values on `device` (t itself when it is there already); not recorded by autograd.
+Tensor to_device(const Tensor& t, Device device);
 
 // Differentiable dtype conversion (gradients are converted back).
 Tensor to_dtype(const Tensor& t, DType dtype);

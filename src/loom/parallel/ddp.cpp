@@ -2,9 +2,28 @@
 
 #include <cstring>
 
+#include "loom/backend/backend.h"
 #include "loom/core/error.h"
 
 namespace loom::parallel {
+
+namespace {
+
+// Elements [at, at + n) of a bucket's flat buffer.
+Tensor flat_range(const Tensor& flat, int64_t at, int64_t n) {
+  return flat.as_strided({n}, {1}, flat.offset() + at);
+}
+
+// dst = src, both contiguous of one dtype and size: a memcpy on the host, a device copy on GPUs.
+void copy_elements(const Tensor& src, const Tensor& dst) {
+  if (dst.device() == cpu_device()) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+  } else {
+    backend_for(dst.device()).copy(src.as_strided({src.numel()}, {1}, src.offset()), dst);
+  }
+}
+
+}  // namespace
 
 struct DistributedDataParallel::State {
   struct Bucket {
@@ -26,15 +45,14 @@ struct DistributedDataParallel::State {
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params[b.params[k]];
       Tensor g = p.grad();
-      char* dst =
-          static_cast<char*>(b.flat.data_ptr()) + b.offsets[k] * int64_t(dtype_size(p.dtype()));
+      const Tensor dst = flat_range(b.flat, b.offsets[k], p.numel());
       if (g.defined()) {
         LOOM_CHECK(g.is_contiguous() && g.dtype() == p.dtype())
             << "ddp: gradient of a parameter of shape " << p.shape() << " is not contiguous "
             << dtype_name(p.dtype());
-        std::memcpy(dst, g.data_ptr(), g.nbytes());
+        copy_elements(g, dst);
       } else {
-        std::memset(dst, 0, p.nbytes());  // unused this step: contributes zero
+        backend_for(dst.device()).fill(dst, 0.0);  // unused this step: contributes zero
       }
     }
     b.work = group->all_reduce(b.flat, dist::ReduceOp::Avg);
@@ -133,9 +151,8 @@ void DistributedDataParallel::finish_gradient_sync() {
         g = Tensor::empty(p.shape(), p.dtype(), p.device(), MemCategory::Gradients);
         p.set_grad(g);
       }
-      const char* src = static_cast<const char*>(b.flat.data_ptr()) +
-                        b.offsets[k] * int64_t(dtype_size(p.dtype()));
-      std::memcpy(g.data_ptr(), src, g.nbytes());
+      copy_elements(flat_range(b.flat, b.offsets[k], p.numel()),
+                    g.as_strided({g.numel()}, {1}, g.offset()));
     }
     b.ready = 0;
     b.launched = b.stale = false;

@@ -126,27 +126,57 @@ MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp) {
   return m;
 }
 
-double measure_gemm_ceiling(DType dtype, int64_t n) {
+namespace {
+
+// GFLOP/s of the best of five timed n^3 products (after one warm-up), and the slowest one's
+// seconds.
+struct Ceiling {
+  double gflops = 0, slowest_s = 0;
+};
+
+Ceiling time_square_gemm(DType dtype, int64_t n, Device device) {
   // Square products large enough to reach the kernel's steady state; the best of a few runs,
   // so a moment of contention on a shared machine does not lower the ceiling. The operands
   // count as MemCategory::Other, so a training run's activation peak does not include them.
-  Backend& backend = backend_for(cpu_device());
+  Backend& backend = backend_for(device);
   auto operand = [&](const char* name) {
-    Tensor t = Tensor::empty({1, n, n}, dtype, cpu_device(), MemCategory::Other);
+    Tensor t = Tensor::empty({1, n, n}, dtype, device, MemCategory::Other);
     fill_uniform(t, RngKey{0, "bench.ceiling", name}, 0, -1.0f, 1.0f);
     return t;
   };
   const Tensor a = operand("a"), b = operand("b");
-  const Tensor c = Tensor::empty({1, n, n}, dtype, cpu_device(), MemCategory::Other);
-  double best = 0;
+  const Tensor c = Tensor::empty({1, n, n}, dtype, device, MemCategory::Other);
+  // A device queues the product: reading one element back waits for it.
+  const Tensor one = Tensor::empty({1}, dtype, cpu_device(), MemCategory::Other);
+  auto finish = [&] {
+    if (device != cpu_device()) backend.copy(c.as_strided({1}, {1}, 0), one);
+  };
+  Ceiling r;
   for (int rep = 0; rep < 6; ++rep) {
     const auto start = std::chrono::steady_clock::now();
     backend.matmul(a, b, Tensor(), c);
+    finish();
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rep > 0) best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
+    if (rep == 0) continue;
+    r.gflops = std::max(r.gflops, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
+    r.slowest_s = std::max(r.slowest_s, s);
   }
-  return best;
+  return r;
+}
+
+}  // namespace
+
+double measure_gemm_ceiling(DType dtype, int64_t n, Device device) {
+  if (device == cpu_device()) return time_square_gemm(dtype, n, device).gflops;
+  // A GPU reaches its rate only on products large enough to fill it: n doubles from the one
+  // asked (up to 8192) while a product takes under 10 ms, and the best rate seen is kept.
+  double best = 0;
+  for (;; n *= 2) {
+    const Ceiling c = time_square_gemm(dtype, n, device);
+    best = std::max(best, c.gflops);
+    if (c.slowest_s > 0.01 || n >= 8192) return best;
+  }
 }
 
 }  // namespace loom::plan

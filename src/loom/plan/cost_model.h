@@ -48,8 +48,8 @@ struct MemoryBound {
 MemoryBound memory_lower_bound(const StepShape& shape, int processes, int64_t tp);
 
 // GFLOP/s of the best of a few square n x n x n GEMMs through Loom's matmul in `dtype`, at
-// the calling thread's OpenMP thread count. `loom bench` uses n = 2048; the trainers' progress
-// line a quicker 1024.
-double measure_gemm_ceiling(DType dtype, int64_t n = 2048);
+// the calling thread's OpenMP thread count (or on `device`). `loom bench` uses n = 2048; the
+// trainers' progress line a quicker 1024.
+double measure_gemm_ceiling(DType dtype, int64_t n = 2048, Device device = cpu_device());
 
 }  // namespace loom::plan

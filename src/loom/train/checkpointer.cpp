@@ -1,8 +1,8 @@
 #include "loom/train/checkpointer.h"
 
-#include <cstring>
 #include <utility>
 
+#include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 
 namespace loom::train {
@@ -53,14 +53,16 @@ std::string Checkpointer::save(int64_t step, const Json& state) {
   if (layout_.settle) layout_.settle(false);
   std::vector<TensorPiece> pieces = model_.checkpoint_pieces(contents(/*saving=*/true));
   wait();
-  if (!async_) return save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);
-  // A snapshot the step may overwrite meanwhile without changing what is written.
+  // The files are written from host memory: an async save's snapshot (which the step may
+  // overwrite meanwhile without changing what is written), and any piece on a device.
   for (auto& piece : pieces) {
+    if (!async_ && piece.data.device() == cpu_device()) continue;
     Tensor copy = Tensor::empty({piece.end - piece.begin}, piece.data.dtype(), cpu_device(),
                                 MemCategory::Other);
-    std::memcpy(copy.data_ptr(), piece.data.data_ptr(), copy.nbytes());
+    copy_(copy, piece.data);
     piece.data = copy;
   }
+  if (!async_) return save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);
   saver_ = std::thread([this, step, pieces = std::move(pieces), state] {
     try {
       save_checkpoint(run_dir_, step, *group_, pieces, state, keep_);

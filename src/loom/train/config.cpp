@@ -159,6 +159,34 @@ void read_lowcomm(ConfigFile& f, Config& c) {
   c.diloco = d;
 }
 
+// train.device: the host, or the GPU, for what the CUDA backend covers so far (data parallelism
+// by DDP over NCCL; no model parallelism or ZeRO yet).
+void read_device(ConfigFile& f, Config& c, const std::string& path) {
+  const std::string name = f.get_string("train", "device", "cpu");
+  LOOM_CHECK(name == "cpu" || name == "cuda")
+      << "config " << path << ": train.device \"" << name << "\" is not known (cpu or cuda)";
+  if (name == "cpu") return;
+  c.train.device = Device{DeviceType::CUDA, 0};
+  const auto& d = c.parallel.topology.dims;
+  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
+      << "config " << path << ": train.device \"cuda\" trains model.kind dit or gpt; "
+      << c.model_kind << " trains on the cpu only so far";
+  LOOM_CHECK(!c.train.low_precision)
+      << "config " << path << ": train.precision \""
+      << precision::recipe_name(c.train.low_precision->recipe)
+      << "\" is not built for train.device \"cuda\" yet (f32 and bf16 are)";
+  LOOM_CHECK(!(c.model_kind == "gpt" ? c.gpt.moe : c.dit.moe).enabled())
+      << "config " << path << ": a mixture of experts (moe.experts) is not built for "
+      << "train.device \"cuda\" yet";
+  LOOM_CHECK(!c.diloco) << "config " << path
+                        << ": lowcomm.method is not built for train.device \"cuda\" yet";
+  LOOM_CHECK(d.tp == 1 && d.pp == 1 && d.cp == 1 && d.dp_replicate == 1 &&
+             c.parallel.topology.ep == 1 &&
+             c.parallel.topology.data_parallel == parallel::DataParallel::DDP)
+      << "config " << path << ": train.device \"cuda\" spreads a run over GPUs by DDP only so "
+      << "far: parallel.tp, pp, cp, ep and dp_replicate must be 1 and data_parallel \"ddp\"";
+}
+
 // train.precision: f32, bf16, or a low-precision recipe (bf16 around the recipe's GEMMs), whose
 // [precision] keys are read only then.
 void read_precision(ConfigFile& f, Config& c) {
@@ -550,6 +578,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       << "\" quantises the f32 weights; parallel.gather_dtype must stay f32";
   LOOM_CHECK(p.bucket_mb > 0 && c.parallel.timeout_s > 0)
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
+
+  read_device(f, c, path);
 
   auto& r = c.resilience;
   r.max_skips_in_row = f.get_int("resilience", "max_skips_in_row", r.max_skips_in_row);

@@ -75,6 +75,10 @@ struct TrainLoopConfig {
   // gpt only: a Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM, as `loom
   // ckpt export --format hf` writes) whose weights the run starts from instead of random ones.
   std::string init_from;
+  // Where the model trains (train.device "cpu" or "cuda"): the parameters, optimizer state and
+  // batches live there; data, checkpoints and reports stay on the host. A process takes the
+  // GPU of its local rank (backend/cuda/runtime.cu).
+  Device device = cpu_device();
 };
 
 // [resilience]: how a run reacts to bad steps and slow ranks (see train/step_guard.h).

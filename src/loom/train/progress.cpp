@@ -112,7 +112,7 @@ void Progress::log(int64_t step, double loss, double lr, Json extra, const std::
   last_waited_ = comm.waited_s;
   last_in_flight_ = comm.in_flight_s;
   last_data_wait_ = data_wait;
-  const MemStats mem = host_allocator().stats();
+  const MemStats mem = allocator_for(memory_device_).stats();
   metrics.set(std::string(unit_) + "_per_s", Json(rate));
   metrics.set("elapsed_s", Json(elapsed_seconds()));
   metrics.set("mem_live_bytes", Json(mem.live_total));

@@ -28,6 +28,8 @@ class Progress {
   // A time budget (train.max_minutes, as seconds; 0: none): the run stops at whichever comes
   // first, the last step or the budget, and so does the ETA.
   void set_time_budget(double seconds) { budget_s_ = seconds; }
+  // Whose memory the lines report: the host's (default) or the training device's.
+  void count_memory_of(DeviceType device) { memory_device_ = device; }
   // The step's time is split into compute, exposed communication (waits on collectives) and
   // idle (waits for data): `data_wait` gives the total seconds spent waiting for data so far.
   void count_data_wait(std::function<double()> data_wait) { data_wait_ = std::move(data_wait); }
@@ -56,6 +58,7 @@ class Progress {
   int64_t last_step_ = -1;
   std::function<double()> data_wait_;
   double flops_per_step_ = 0, ceiling_flops_ = 0, hardware_flops_ = 0, budget_s_ = 0;
+  DeviceType memory_device_ = DeviceType::CPU;
   double last_waited_ = 0, last_in_flight_ = 0, last_data_wait_ = 0;  // totals at the last log
 };
 

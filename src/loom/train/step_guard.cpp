@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "loom/backend/backend.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/dist/work.h"
 #include "loom/ops/ops.h"
@@ -77,8 +78,11 @@ void StepGuard::begin_step(int64_t step) {
   }
   faults_.at_step_begin(step + 1, rank);
   if (faults_.flips_bit(step + 1, rank) && !model_.pieces().empty()) {
-    auto* word = static_cast<uint32_t*>(model_.pieces()[0].value.data_ptr());
-    *word ^= 1u;  // the lowest mantissa bit of the first weight
+    const Tensor& weight = model_.pieces()[0].value;
+    const Tensor first = weight.as_strided({1}, {1}, weight.offset());
+    const Tensor host = to_device(first, cpu_device());  // the weight itself on the host
+    *static_cast<uint32_t*>(host.data_ptr()) ^= 1u;  // the lowest mantissa bit of the first weight
+    if (!host.is_same(first)) backend_for(weight.device()).copy(host, first);
     std::fprintf(stderr, "LOOM_FAULT: rank %d flipped a bit of %s at step %lld\n", rank,
                  model_.pieces()[0].name.c_str(), (long long)(step + 1));
   }
@@ -90,8 +94,12 @@ void StepGuard::check_replicas(int64_t step) {
   if (replicas.size() < 2) return;
   // A hash of this rank's master weights and AdamW moments (i64 travels exactly).
   uint64_t h = 0;
-  for (const auto& p : model_.pieces()) h = xxh64(p.value.data_ptr(), p.value.nbytes(), h);
-  for (const auto& [name, t] : optimizer_.named_state()) h = xxh64(t.data_ptr(), t.nbytes(), h);
+  auto hash = [&h](const Tensor& t) {
+    const Tensor host = to_device(t, cpu_device());
+    h = xxh64(host.data_ptr(), host.nbytes(), h);
+  };
+  for (const auto& p : model_.pieces()) hash(p.value);
+  for (const auto& [name, t] : optimizer_.named_state()) hash(t);
   Tensor all = Tensor::empty({replicas.size()}, DType::I64);
   replicas.all_gather(from_vector(std::vector<int64_t>{int64_t(h)}, {1}), all)->wait();
   const std::vector<int64_t> hashes = to_vector_i64(all);

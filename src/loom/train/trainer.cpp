@@ -13,6 +13,7 @@
 #include "loom/core/atomic_file.h"
 #include "loom/core/trace.h"
 #include "loom/data/prefetch.h"
+#include "loom/dist/nccl_group.h"
 #include "loom/dist/world.h"
 #include "loom/lowcomm/diloco.h"
 #include "loom/ops/ops.h"
@@ -45,6 +46,17 @@ namespace {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The job's processes, and how they exchange tensors on `device`: on GPUs through NCCL (host
+// tensors still through MPI), on the host through MPI.
+std::shared_ptr<dist::ProcessGroup> world_for(Device device, double timeout_s) {
+  std::shared_ptr<dist::ProcessGroup> world = dist::init_world({timeout_s});
+  if (device.type != DeviceType::CUDA || world->size() == 1) return world;
+  LOOM_CHECK(dist::nccl_available())
+      << "train.device \"cuda\" with " << world->size() << " processes needs NCCL, and this "
+      << "Loom was built without it";
+  return dist::nccl_group(world, timeout_s);
 }
 
 // Every rank must train the same run: processes started with other configs (on other machines,
@@ -144,9 +156,14 @@ struct Loop {
   const Progress& progress;
   Json data_state;  // of the last batch taken: where the data resumes
 
+  // The next micro-batch, on the model's device (made on the host by the prefetch thread).
   Batch next_batch() {
     Batch b = prefetch.next();
     data_state = b.data_state;
+    if (tc.device != cpu_device()) {
+      b.x = to_device(b.x, tc.device);
+      b.y = to_device(b.y, tc.device);
+    }
     return b;
   }
 
@@ -218,7 +235,7 @@ struct Loop {
 void train(const Config& cfg, const std::string& resume_from) {
   const TrainLoopConfig& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
-  const dist::DeviceMesh mesh(dist::init_world({cfg.parallel.timeout_s}),
+  const dist::DeviceMesh mesh(world_for(tc.device, cfg.parallel.timeout_s),
                               cfg.parallel.topology.dims);
   check_same_config(*mesh.world(), cfg.resolved_toml);
   const auto dp = mesh.group("dp");
@@ -232,6 +249,8 @@ void train(const Config& cfg, const std::string& resume_from) {
 
   // Everything that can fail on bad input is read before the run directory is touched.
   std::unique_ptr<Recipe> recipe = make_recipe(cfg);
+  // Built and initialised on the host (the same weights for every device), then moved whole.
+  recipe->model().to(tc.device);
   // A low-precision recipe wraps the linear layers of the whole model, before it is split.
   std::unique_ptr<precision::LowPrecision> low_precision;
   if (tc.low_precision)
@@ -243,6 +262,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   // before sharding it.
   host_allocator().reset_peak();
   host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
+  allocator_for(tc.device.type).reset_peak();
   RunContext context{*model, *dp, rank == 0};
   recipe->start(context);
   std::unique_ptr<lowcomm::DiLoCo> diloco;
@@ -316,10 +336,15 @@ void train(const Config& cfg, const std::string& resume_from) {
                     /*append=*/start_step > 0);
   if (rank == 0 && cfg.run.tensorboard) progress.write_tensorboard(run_dir + "/tensorboard");
   progress.set_time_budget(tc.max_minutes * 60);
+  progress.count_memory_of(tc.device.type);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
-  progress.count_flops(  // one step's work against the GEMM ceiling and the hardware peak
-      plan::train_step_flops(spec), plan::measure_gemm_ceiling(tc.precision, 1024),
-      plan::measure_hardware_peak(tc.precision).gflops, mesh.world()->size());
+  // One step's work against the GEMM ceiling and the hardware peak (the CPU's, from its ISA
+  // and clock; on a GPU the measured ceiling alone).
+  const bool on_host = tc.device == cpu_device();
+  progress.count_flops(plan::train_step_flops(spec),
+                       plan::measure_gemm_ceiling(tc.precision, on_host ? 1024 : 256, tc.device),
+                       on_host ? plan::measure_hardware_peak(tc.precision).gflops : 0,
+                       mesh.world()->size());
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
   recipe->model().name_for_trace();

@@ -20,7 +20,7 @@ struct Heads {
 };
 template <typename T>
 Heads<T> heads(const Tensor& t) {
-  return Heads<T>{static_cast<T*>(t.data_ptr()), t.stride(0), t.stride(1), t.stride(2)};
+  return Heads<T>{static_cast<T*>(t.raw_ptr()), t.stride(0), t.stride(1), t.stride(2)};
 }
 
 struct Problem {
@@ -47,7 +47,8 @@ template <typename T>
 __global__ void attention_forward_kernel(Problem p, Heads<const T> q, Heads<const T> k,
                                          Heads<const T> v, Heads<T> out, float* lse) {
   LOOM_GRID_STRIDE(row, p.batch * p.heads_q * p.seq_q) {
-    const int64_t i = row % p.seq_q, h = (row / p.seq_q) % p.heads_q, b = row / (p.seq_q * p.heads_q);
+    const int64_t i = row % p.seq_q, h = (row / p.seq_q) % p.heads_q,
+                  b = row / (p.seq_q * p.heads_q);
     const int64_t kvh = h / p.group;
     const T* qr = q.row(b, h, i);
     float acc[kMaxHeadDim];
@@ -78,11 +79,12 @@ __global__ void attention_forward_kernel(Problem p, Heads<const T> q, Heads<cons
 
 // delta = rowsum(gout * out), then dq = scale sum_j p_ij (gout_i . v_j - delta_i) k_j.
 template <typename T>
-__global__ void attention_dq_kernel(Problem p, Heads<const T> q, Heads<const T> k,
-                                    Heads<const T> v, Heads<const T> out, const float* lse,
-                                    Heads<const T> gout, Heads<T> gq, float* delta) {
+__global__ void attention_dq_kernel(Problem p, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                                    Heads<const T> out, const float* lse, Heads<const T> gout,
+                                    Heads<T> gq, float* delta) {
   LOOM_GRID_STRIDE(row, p.batch * p.heads_q * p.seq_q) {
-    const int64_t i = row % p.seq_q, h = (row / p.seq_q) % p.heads_q, b = row / (p.seq_q * p.heads_q);
+    const int64_t i = row % p.seq_q, h = (row / p.seq_q) % p.heads_q,
+                  b = row / (p.seq_q * p.heads_q);
     const int64_t kvh = h / p.group;
     const T* qr = q.row(b, h, i);
     const T* go = gout.row(b, h, i);
@@ -142,7 +144,6 @@ __global__ void attention_dkv_kernel(Problem p, Heads<const T> q, Heads<const T>
   }
 }
 
-
 Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale,
                 bool causal, const Tensor& out, const Tensor& lse) {
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
@@ -157,8 +158,8 @@ Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   LOOM_CHECK(k.size(0) == p.batch && k.size(3) == p.dim && p.heads_kv > 0 &&
              p.heads_q % p.heads_kv == 0)
       << "attention: k " << shape_str(k.shape()) << " does not fit q " << shape_str(q.shape());
-  LOOM_CHECK(p.dim <= kMaxHeadDim) << "attention: the CUDA kernels take head dims up to "
-                                   << kMaxHeadDim << ", got " << p.dim;
+  LOOM_CHECK(p.dim <= kMaxHeadDim)
+      << "attention: the CUDA kernels take head dims up to " << kMaxHeadDim << ", got " << p.dim;
   p.group = p.heads_q / p.heads_kv;
   p.scale = scale;
   p.causal = causal;
@@ -180,7 +181,7 @@ Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
           << shape_str(full);
       s[d] = mask.size(d) == 1 ? 0 : mask.stride(d);
     }
-    p.mask = static_cast<const float*>(mask.data_ptr());
+    p.mask = static_cast<const float*>(mask.raw_ptr());
     p.mb = s[0], p.mh = s[1], p.mi = s[2], p.mj = s[3];
   }
   return p;
@@ -193,8 +194,8 @@ unsigned row_blocks(int64_t rows) {
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask, float scale, bool causal,
-                                    const Tensor& out, const Tensor& lse) {
+                                    const Tensor& mask, float scale, bool causal, const Tensor& out,
+                                    const Tensor& lse) {
   const Problem p = problem(q, k, v, mask, scale, causal, out, lse);
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   if (rows == 0) return;
@@ -218,7 +219,7 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   if (q_rows == 0 || kv_rows == 0) return;
   // delta as f32 in an f64-sized scratch (twice the elements it needs).
   Tensor delta_storage = scratch_f64((q_rows + 1) / 2, q.device());
-  float* delta = static_cast<float*>(delta_storage.data_ptr());
+  float* delta = static_cast<float*>(delta_storage.raw_ptr());
   dispatch_float(q.dtype(), "attention_backward", [&](auto z) {
     using T = decltype(z);
     LOOM_LAUNCH(attention_dq_kernel<T>, row_blocks(q_rows), 128, p, heads<const T>(q),

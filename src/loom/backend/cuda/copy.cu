@@ -40,7 +40,7 @@ bool dense(const Tensor& t) {
 
 // src and dst of one dtype, both contiguous, on different sides.
 void transfer(const Tensor& src, const Tensor& dst, cudaMemcpyKind kind) {
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), kind, stream()));
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.raw_ptr(), src.raw_ptr(), src.nbytes(), kind, stream()));
   // The host side may be freed or read as soon as this returns.
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
@@ -63,7 +63,8 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
       host = Tensor::empty(src.shape(), src.dtype(), cpu_device());
       cpu_backend().copy(src, host);
     }
-    if (dense(dst) && dst.dtype() == src.dtype()) return transfer(host, dst, cudaMemcpyHostToDevice);
+    if (dense(dst) && dst.dtype() == src.dtype())
+      return transfer(host, dst, cudaMemcpyHostToDevice);
     Tensor staged = Tensor::empty(src.shape(), src.dtype(), dst.device());
     transfer(host, staged, cudaMemcpyHostToDevice);
     return device_copy(staged, dst);
@@ -115,8 +116,8 @@ struct RandomLayout {
 };
 
 template <typename T>
-__global__ void random_kernel(T* out, int64_t n, RandomLayout L, bool normal, uint64_t key,
-                              float a, float b) {
+__global__ void random_kernel(T* out, int64_t n, RandomLayout L, bool normal, uint64_t key, float a,
+                              float b) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(blockDim.x) * gridDim.x) {
     // Local row-major index -> global row-major index.

@@ -24,11 +24,11 @@
 namespace loom::LOOM_CUDA_NS {
 
 // Throws loom::Error naming the call and CUDA's message.
-#define LOOM_CUDA_CHECK(expr)                                                         \
-  do {                                                                                \
-    const cudaError_t loom_cuda_status_ = (expr);                                     \
-    LOOM_CHECK(loom_cuda_status_ == cudaSuccess)                                      \
-        << #expr << " failed: " << cudaGetErrorString(loom_cuda_status_);             \
+#define LOOM_CUDA_CHECK(expr)                                             \
+  do {                                                                    \
+    const cudaError_t loom_cuda_status_ = (expr);                         \
+    LOOM_CHECK(loom_cuda_status_ == cudaSuccess)                          \
+        << #expr << " failed: " << cudaGetErrorString(loom_cuda_status_); \
   } while (0)
 
 cudaStream_t stream();  // the stream every kernel and copy of this process runs on
@@ -38,17 +38,17 @@ cudaStream_t stream();  // the stream every kernel and copy of this process runs
 #define LOOM_LAUNCH(kernel, grid, block, ...) \
   ::loom::cuda_emulated::emulate_launch((grid), [&]() { kernel(__VA_ARGS__); })
 #else
-#define LOOM_LAUNCH(kernel, grid, block, ...)                                         \
-  do {                                                                                \
-    kernel<<<(grid), (block), 0, ::loom::cuda::stream()>>>(__VA_ARGS__);              \
-    LOOM_CUDA_CHECK(cudaGetLastError());                                              \
+#define LOOM_LAUNCH(kernel, grid, block, ...)                            \
+  do {                                                                   \
+    kernel<<<(grid), (block), 0, ::loom::cuda::stream()>>>(__VA_ARGS__); \
+    LOOM_CUDA_CHECK(cudaGetLastError());                                 \
   } while (0)
 #endif
 
 constexpr int kBlock = 256;  // threads per block of most kernels
 
 // for (i = this thread's first item; i < n; i += all threads): any grid, any block size.
-#define LOOM_GRID_STRIDE(i, n)                                                  \
+#define LOOM_GRID_STRIDE(i, n)                                              \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(blockDim.x) * gridDim.x)
 // The same over the threads of one block.
@@ -154,7 +154,7 @@ StridedIndex<N> strided_index(const Shape& shape, const std::array<const Shape*,
 // A device scratch tensor of n doubles (f64 partial sums), freed with the returned tensor.
 Tensor scratch_f64(int64_t n, Device device);
 inline double* f64_ptr(const Tensor& t) {
-  return static_cast<double*>(t.data_ptr());
+  return static_cast<double*>(t.raw_ptr());
 }
 
 // The device pointer of a tensor's first element, typed. A host tensor here is a bug in the
@@ -163,7 +163,7 @@ template <typename T>
 T* ptr(const Tensor& t) {
   LOOM_CHECK(t.device().type == DeviceType::CUDA)
       << "CUDA kernel given a tensor on " << t.device().str() << " " << t.shape();
-  return static_cast<T*>(t.data_ptr());
+  return static_cast<T*>(t.raw_ptr());
 }
 
 }  // namespace loom::LOOM_CUDA_NS

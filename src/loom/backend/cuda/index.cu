@@ -17,7 +17,7 @@ std::vector<int64_t> host_indices(const Tensor& index) {
       << "index: expected contiguous i64 indices, got " << dtype_name(index.dtype());
   std::vector<int64_t> v(size_t(index.numel()));
   if (!v.empty()) {
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(v.data(), index.data_ptr(), v.size() * sizeof(int64_t),
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(v.data(), index.raw_ptr(), v.size() * sizeof(int64_t),
                                     cudaMemcpyDeviceToHost, stream()));
     LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
@@ -38,7 +38,7 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
 Tensor upload(const std::vector<int64_t>& v, Device device) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::I64, device);
   if (!v.empty()) {
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(t.data_ptr(), v.data(), v.size() * sizeof(int64_t),
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(t.raw_ptr(), v.data(), v.size() * sizeof(int64_t),
                                     cudaMemcpyHostToDevice, stream()));
     LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));  // v may go away
   }
@@ -53,8 +53,8 @@ void split_at(const Shape& s, int64_t dim, int64_t& outer, int64_t& inner) {
 }
 
 template <typename T>
-__global__ void index_select_kernel(const T* x, const int64_t* index, int64_t outer,
-                                    int64_t n_src, int64_t n_idx, int64_t inner, T* out) {
+__global__ void index_select_kernel(const T* x, const int64_t* index, int64_t outer, int64_t n_src,
+                                    int64_t n_idx, int64_t inner, T* out) {
   LOOM_GRID_STRIDE(i, outer * n_idx * inner) {
     const int64_t c = i % inner, k = i / inner;
     const int64_t o = k / n_idx, j = k % n_idx;
@@ -108,8 +108,8 @@ void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index
 
 void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index,
                             const Tensor& src) {
-  const std::vector<int64_t> ip = checked_indices("index_add", index, out.size(dim), dim,
-                                                  out.shape());
+  const std::vector<int64_t> ip =
+      checked_indices("index_add", index, out.size(dim), dim, out.shape());
   int64_t outer, inner;
   split_at(out.shape(), dim, outer, inner);
   const int64_t n_dst = out.size(dim), n_idx = index.numel();
@@ -186,7 +186,9 @@ IndexedLayout indexed_layout(const Tensor& index, const Shape& target, int64_t d
 template <typename T>
 __global__ void gather_kernel(const T* x, const int64_t* index, IndexedLayout L, int64_t n,
                               T* out) {
-  LOOM_GRID_STRIDE(i, n) { out[i] = x[L.target(i, index[i])]; }
+  LOOM_GRID_STRIDE(i, n) {
+    out[i] = x[L.target(i, index[i])];
+  }
 }
 
 // One thread per line along `dim`, walking it in order: repeated targets on a line are added
@@ -212,8 +214,8 @@ void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, cons
   const IndexedLayout L = indexed_layout(index, x.shape(), dim);
   dispatch_float(x.dtype(), "gather", [&](auto z) {
     using T = decltype(z);
-    LOOM_LAUNCH(gather_kernel<T>, blocks_for(n), kBlock, ptr<const T>(x),
-                ptr<const int64_t>(index), L, n, ptr<T>(out));
+    LOOM_LAUNCH(gather_kernel<T>, blocks_for(n), kBlock, ptr<const T>(x), ptr<const int64_t>(index),
+                L, n, ptr<T>(out));
   });
 }
 

@@ -64,11 +64,11 @@ cudaDataType_t cuda_type(DType t) {
   return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-#define LOOM_CUBLAS_CHECK(expr)                                                     \
-  do {                                                                              \
-    const cublasStatus_t loom_cublas_status_ = (expr);                              \
-    LOOM_CHECK(loom_cublas_status_ == CUBLAS_STATUS_SUCCESS)                        \
-        << #expr << " failed: cuBLAS status " << int(loom_cublas_status_);          \
+#define LOOM_CUBLAS_CHECK(expr)                                            \
+  do {                                                                     \
+    const cublasStatus_t loom_cublas_status_ = (expr);                     \
+    LOOM_CHECK(loom_cublas_status_ == CUBLAS_STATUS_SUCCESS)               \
+        << #expr << " failed: cuBLAS status " << int(loom_cublas_status_); \
   } while (0)
 
 constexpr size_t kWorkspace = size_t(32) << 20;
@@ -97,12 +97,13 @@ struct Plan {
 cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                               int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
+  LOOM_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
   const int32_t count = int32_t(batch);
   LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                      sizeof(count)));
-  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-      l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &stride, sizeof(stride)));
   return l;
 }
 
@@ -162,9 +163,9 @@ void run_gemm(const GemmCall& g) {
   static std::mutex mutex;
   // The plan's algorithm fits the operands' alignment, so the alignment is part of the key.
   const uint32_t align = alignment(g.A) | alignment(g.B) << 5 | alignment(g.D) << 10;
-  const Key key{g.trans_a, g.trans_b, g.m,        g.n,        g.k,     g.lda,          g.stride_a,
-                g.ldb,     g.stride_b, g.ldd,     g.stride_d, g.batch, int(g.in_type), int(g.out_type),
-                align};
+  const Key key{g.trans_a,      g.trans_b,       g.m,        g.n,   g.k,        g.lda,
+                g.stride_a,     g.ldb,           g.stride_b, g.ldd, g.stride_d, g.batch,
+                int(g.in_type), int(g.out_type), align};
   const Plan* plan;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -235,7 +236,8 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, c
         << ") does not match out " << os << " (" << dtype_name(out.dtype()) << ")";
   }
   if (batch == 0 || m == 0 || n == 0) return;
-  const int64_t out_rs = m == 1 ? n : out.stride(1), out_bs = batch == 1 ? m * out_rs : out.stride(0);
+  const int64_t out_rs = m == 1 ? n : out.stride(1),
+                out_bs = batch == 1 ? m * out_rs : out.stride(0);
 
   // Bias rows first (or zeros when k == 0); the GEMM then accumulates onto them. An f32 bias
   // of a bf16 product is rounded to bf16 for it.
@@ -250,7 +252,8 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, c
       using T = decltype(z);
       LOOM_LAUNCH(bias_rows_kernel<T>, blocks_for(batch * m * n), kBlock,
                   bias.defined() ? ptr<const T>(bias_out) : nullptr,
-                  bias.defined() ? bias_out.stride(0) : 0, m, n, out_rs, batch, out_bs, ptr<T>(out));
+                  bias.defined() ? bias_out.stride(0) : 0, m, n, out_rs, batch, out_bs,
+                  ptr<T>(out));
     });
   if (k == 0) return;
 
@@ -267,15 +270,15 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, c
   g.m = n;
   g.n = rows;
   g.k = k;
-  g.A = B.t.data_ptr();
+  g.A = B.t.raw_ptr();
   g.trans_a = !B.row_major;  // row-major b (k, n) is column-major (n, k): no transpose
   g.lda = B.ld;
   g.stride_a = batches == 1 ? 0 : B.batch_stride;
-  g.B = A.t.data_ptr();
+  g.B = A.t.raw_ptr();
   g.trans_b = !A.row_major;
   g.ldb = A.ld;
   g.stride_b = batches == 1 ? 0 : A.batch_stride;
-  g.D = out.data_ptr();
+  g.D = out.raw_ptr();
   g.ldd = out_rs;
   g.stride_d = out_bs;
   g.batch = batches;

@@ -82,7 +82,7 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* ta
 void check_targets(const Tensor& targets, int64_t V, int64_t ignore_index) {
   std::vector<int64_t> t(size_t(targets.numel()));
   if (!t.empty()) {
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(t.data(), targets.data_ptr(), t.size() * sizeof(int64_t),
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(t.data(), targets.raw_ptr(), t.size() * sizeof(int64_t),
                                     cudaMemcpyDeviceToHost, stream()));
     LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
@@ -123,8 +123,7 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
   dispatch_float(logits.dtype(), "cross_entropy", [&](auto z) {
     using T = decltype(z);
     LOOM_LAUNCH(cross_entropy_kernel<T>, blocks_for(N, 1), kBlock, ptr<const T>(logits),
-                ptr<const int64_t>(targets), N, V, ignore_index, ptr<float>(loss),
-                ptr<float>(lse));
+                ptr<const int64_t>(targets), N, V, ignore_index, ptr<float>(loss), ptr<float>(lse));
   });
 }
 

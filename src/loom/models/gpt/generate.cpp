@@ -19,9 +19,9 @@ std::vector<int32_t> generate(const Gpt& model, std::vector<int32_t> ids, int64_
   for (int64_t i = 0; i < tokens; ++i) {
     const int64_t W = std::min<int64_t>(int64_t(ids.size()), C);
     const std::vector<int64_t> window(ids.end() - W, ids.end());
-    const std::vector<float> logits =
-        to_vector(model.forward(from_vector(window, {1, W})));  // (1, W, V)
-    const float* last = logits.data() + (W - 1) * V;            // (V)
+    const std::vector<float> logits = to_vector(
+        model.forward(from_vector(window, {1, W}, DType::I64, model.device())));  // (1, W, V)
+    const float* last = logits.data() + (W - 1) * V;                              // (V)
     int32_t next = int32_t(std::max_element(last, last + V) - last);
     if (temperature > 0) {
       // Softmax of logits / temperature, then the inverse CDF at a Philox uniform.

@@ -54,8 +54,9 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
   auto last_line = start;
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
-    Tensor x = diffusion::sample(velocity, {n, c.channels, c.image_size, c.image_size},
-                                 narrow(labels, 0, at, n), sc, o.seed + uint64_t(at));
+    Tensor x =
+        diffusion::sample(velocity, {n, c.channels, c.image_size, c.image_size},
+                          to_device(narrow(labels, 0, at, n), o.device), sc, o.seed + uint64_t(at));
     parts.push_back(x);
     const auto now = std::chrono::steady_clock::now();
     if (N > chunk && (now - last_line >= std::chrono::seconds(10) || at + n == N)) {
@@ -222,8 +223,9 @@ class DitRecipe : public Recipe {
     for (int64_t at = run_->dp.rank() * chunk; at < n; at += chunk * run_->dp.size()) {
       const int64_t k = std::min(chunk, n - at);
       const Tensor loss = diffusion::flow_matching_loss(
-          velocity_of(model_), narrow(val_.images, 0, at, k), narrow(val_.labels, 0, at, k),
-          cfg_.flow, cfg_.run.seed, /*step=*/-1, at);  // step -1: draws no training step uses
+          velocity_of(model_), to_device(narrow(val_.images, 0, at, k), model_.device()),
+          to_device(narrow(val_.labels, 0, at, k), model_.device()), cfg_.flow, cfg_.run.seed,
+          /*step=*/-1, at);  // step -1: draws no training step uses
       sum += double(item(loss)) * double(k);
     }
     return sum_over(run_->dp, {sum})[0] / double(n);
@@ -303,6 +305,7 @@ class DitRecipe : public Recipe {
     auto model = std::make_unique<models::Dit>(cfg_.dit);
     load_state_dict(*model, as_map(weights), "ema");
     nn::copy_selection_biases(model_, *model);  // not averaged: the live model's choices
+    model->to(model_.device());                 // samples on the training device
     return model;
   }
   DitSampleOptions sample_options(const std::string& png_path) const {
@@ -312,7 +315,8 @@ class DitRecipe : public Recipe {
             cfg_.sample.heun,
             cfg_.run.seed,
             png_path,
-            ""};
+            "",
+            model_.device()};
   }
   // The held-out images: Fashion-MNIST's test split, or the first eval.val_images of
   // data.val_path (a dataset "images" without one has no held-out loss).

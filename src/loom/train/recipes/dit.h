@@ -18,8 +18,9 @@ struct DitSampleOptions {
   double cfg_scale = 2.0;
   bool heun = false;
   uint64_t seed = 0;
-  std::string png_path;    // grid, one row per class ("" = none)
-  std::string npy_prefix;  // writes <prefix>_images.npy (N, C, H, W) f32 and _labels.npy i64
+  std::string png_path;          // grid, one row per class ("" = none)
+  std::string npy_prefix;        // writes <prefix>_images.npy (N, C, H, W) f32 and _labels.npy i64
+  Device device = cpu_device();  // where the sampling runs: the velocity model's device
 };
 
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.

@@ -79,8 +79,10 @@ using MeanLoss = std::function<double(const Batch&)>;
 
 MeanLoss whole_model_loss(const models::Gpt& model, const std::vector<int64_t>& rows = {}) {
   return [&model, rows](const Batch& b) {
-    const Shard s = local_rows(b, rows);
-    return double(item(model.loss(s.ids, s.targets, s.positions)));
+    const Shard s = local_rows(b, rows);  // (made on the host: evaluation windows)
+    const Device d = model.device();
+    return double(item(model.loss(to_device(s.ids, d), to_device(s.targets, d),
+                                  s.positions.defined() ? to_device(s.positions, d) : Tensor())));
   };
 }
 
@@ -293,6 +295,7 @@ class GptRecipe : public Recipe {
       if (run_->main) {
         full_model = std::make_unique<models::Gpt>(cfg_.gpt);
         load_state_dict(*full_model, as_map(weights), "the trained weights");
+        full_model->to(model_.device());  // the sample runs on the training device
       }
     }
     if (!run_->main) return;  // the report, the file and the text sample: the main rank alone

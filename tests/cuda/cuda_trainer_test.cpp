@@ -1,0 +1,287 @@
+// `loom train` with train.device = "cuda": the one training loop, the recipes, the checkpoints
+// and the evaluation on the device. The same runs on the CPU are the reference: the loss curves
+// agree step for step, a resumed device run continues bit for bit where its checkpoint left
+// off, and the held-out figures, samples and end-of-run files come out as on the host.
+//
+// Under the emulated backend (loom_cuda_emulated_tests) device memory is host memory, so these
+// tests also rely on Tensor::data_ptr() refusing a device tensor: host code that reads device
+// memory fails here as it would crash on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+#include <sstream>
+
+#include "loom/checkpoint/run_checkpoints.h"
+#include "loom/checkpoint/sharded.h"
+#include "loom/core/json.h"
+#include "loom/core/json_file.h"
+#include "loom/diffusion/png.h"
+#include "loom/ops/ops.h"
+#include "loom/train/config.h"
+#include "loom/train/trainer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using loom::Json;
+
+struct RunFiles {
+  std::string dir;
+  std::vector<double> losses;  // by step, from metrics.jsonl
+  std::vector<double> val;     // the held-out losses logged, in order
+  Json last;                   // the last line
+};
+
+std::string temp_dir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("loom_cuda_trainer_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// A text the byte-level GPT can learn something of in a few steps.
+std::string text_file(const std::string& dir) {
+  const std::string path = dir + "/text.txt";
+  std::ofstream out(path);
+  for (int i = 0; i < 400; ++i)
+    out << "In the beginning was the word " << i % 17 << ", and the word was with loom.\n";
+  return path;
+}
+
+std::string write_config(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/config.toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+RunFiles run(const std::string& config, std::vector<std::string> overrides,
+             const std::string& resume_from = "") {
+  overrides.push_back("run.id=\"test\"");
+  const loom::train::Config c = loom::train::load_config(config, overrides);
+  loom::train::train(c, resume_from);
+  RunFiles r{c.run_dir(), {}, {}, Json()};
+  std::ifstream in(c.run_dir() + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    const size_t step = size_t(j.at("step").as_int());
+    if (r.losses.size() < step) r.losses.resize(step, NAN);
+    r.losses[step - 1] = j.at("loss").as_double();
+    if (j.contains("val")) {
+      const Json& v = j.at("val");
+      r.val.push_back((v.contains("loss") ? v.at("loss") : v.at("nats_per_token")).as_double());
+    }
+    r.last = j;
+  }
+  return r;
+}
+
+void expect_close(const std::vector<double>& cpu, const std::vector<double>& cuda, double tol,
+                  const char* what) {
+  ASSERT_EQ(cpu.size(), cuda.size()) << what;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(cuda[i], cpu[i], tol * std::fabs(cpu[i])) << what << ", step " << i + 1;
+}
+
+// The model's weights in a run's last checkpoint, by name.
+std::map<std::string, std::vector<float>> checkpoint_weights(const std::string& run_dir) {
+  const loom::CheckpointReader reader(loom::latest_checkpoint(run_dir));
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, t] : reader.read_all("model")) out[name] = loom::to_vector(t);
+  return out;
+}
+
+const char* kGpt = R"(
+[run]
+name = "gpt"
+[model]
+kind = "gpt"
+style = "gpt2"
+vocab_size = 256
+context = 32
+width = 64
+depth = 2
+heads = 4
+[data]
+dataset = "text"
+tokenizer = "bytes"
+[train]
+steps = 8
+batch_size = 4
+log_every = 1
+ckpt_every = 4
+[eval]
+every = 4
+windows = 8
+[optim]
+lr = 3e-3
+[sample]
+prompt = "In the"
+tokens = 8
+)";
+
+TEST(CudaTrainer, GptTrainsOnTheDeviceAsOnTheHost) {
+  const std::string dir = temp_dir("gpt");
+  const std::string config = write_config(dir, kGpt);
+  const std::vector<std::string> common = {"data.path=\"" + text_file(dir) + "\"",
+                                           "run.out_dir=\"" + dir + "\""};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  const RunFiles cpu = run(config, with({"run.name=\"cpu\""}));
+  const RunFiles cuda = run(config, with({"run.name=\"cuda\"", "train.device=\"cuda\""}));
+  // f32: the two backends differ in summation order only (as tests/cuda/cuda_training_test).
+  expect_close(cpu.losses, cuda.losses, 2e-3, "gpt2 f32 training loss");
+  EXPECT_LT(cuda.losses.back(), cuda.losses.front());
+  // The held-out evaluations (steps 4 and 8, and the final one) ran on the device too.
+  ASSERT_EQ(cuda.val.size(), 2u);
+  expect_close(cpu.val, cuda.val, 2e-3, "gpt2 held-out loss");
+  const Json cpu_eval = loom::read_json_file(cpu.dir + "/eval.json");
+  const Json cuda_eval = loom::read_json_file(cuda.dir + "/eval.json");
+  EXPECT_NEAR(cuda_eval.at("nats_per_token").as_double(), cpu_eval.at("nats_per_token").as_double(),
+              2e-3 * cpu_eval.at("nats_per_token").as_double());
+  // The memory figures are the device's: its parameters and optimizer state.
+  EXPECT_GT(cuda.last.at("mem").at("parameters").at("live").as_double(), 0);
+
+  // bf16 autocast on the device, against bf16 on the host (bf16's tolerance).
+  const RunFiles cpu16 = run(config, with({"run.name=\"cpu16\"", "train.precision=\"bf16\""}));
+  const RunFiles cuda16 = run(
+      config, with({"run.name=\"cuda16\"", "train.device=\"cuda\"", "train.precision=\"bf16\""}));
+  expect_close(cpu16.losses, cuda16.losses, 3e-2, "gpt2 bf16 training loss");
+  fs::remove_all(dir);
+}
+
+TEST(CudaTrainer, ResumedDeviceRunContinuesBitForBit) {
+  const std::string dir = temp_dir("resume");
+  const std::string config = write_config(dir, kGpt);
+  const std::vector<std::string> base = {"data.path=\"" + text_file(dir) + "\"",
+                                         "run.out_dir=\"" + dir + "\"", "train.device=\"cuda\"",
+                                         "sample.tokens=0", "eval.every=0"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return more;
+  };
+  const RunFiles whole = run(config, with({"run.name=\"whole\""}));
+  // The same run stopped after step 4 (its checkpoint: weights and AdamW moments read back from
+  // the device), then resumed from that checkpoint into the device.
+  const RunFiles first = run(config, with({"run.name=\"split\"", "train.stop_after=4"}));
+  ASSERT_EQ(first.losses.size(), 4u);
+  const RunFiles resumed =
+      run(config, with({"run.name=\"split\""}), loom::latest_checkpoint(first.dir));
+  ASSERT_EQ(resumed.losses.size(), whole.losses.size());
+  for (size_t i = 0; i < whole.losses.size(); ++i)
+    EXPECT_EQ(resumed.losses[i], whole.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(checkpoint_weights(resumed.dir), checkpoint_weights(whole.dir));
+  // An asynchronous checkpoint snapshots the device's values the same.
+  const RunFiles async = run(config, with({"run.name=\"async\"", "train.async_checkpoint=true"}));
+  EXPECT_EQ(checkpoint_weights(async.dir), checkpoint_weights(whole.dir));
+  fs::remove_all(dir);
+}
+
+// A folder of n 28 x 28 grayscale PNGs with labels.txt (data.dataset "images"): each class a
+// bright square at its own place on a noisy background. (Made here, so the test needs no
+// dataset on the machine: the device machine has none.)
+std::string png_folder(const std::string& dir, int n, uint64_t seed) {
+  fs::create_directories(dir);
+  std::ofstream labels(dir + "/labels.txt");
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    const int label = i % 10;
+    std::vector<uint8_t> pixels(28 * 28);
+    for (int y = 0; y < 28; ++y)
+      for (int x = 0; x < 28; ++x) {
+        const bool square = y / 7 == label / 4 && x / 7 == label % 4;
+        pixels[size_t(y * 28 + x)] = uint8_t(square ? 200 + rng() % 56 : rng() % 40);
+      }
+    const std::string name = "img" + std::to_string(i) + ".png";
+    loom::write_png(dir + "/" + name, pixels, 28, 28, 1);
+    labels << name << " " << label << "\n";
+  }
+  return dir;
+}
+
+TEST(CudaTrainer, DitTrainsEvaluatesAndSamplesOnTheDevice) {
+  const std::string dir = temp_dir("dit");
+  const std::string train_images = png_folder(dir + "/train", 64, 1);
+  const std::string val_images = png_folder(dir + "/val", 16, 2);
+  const std::string config = write_config(dir, R"(
+[run]
+name = "dit"
+[model]
+kind = "dit"
+image_size = 28
+channels = 1
+patch = 7
+width = 32
+depth = 2
+heads = 2
+num_classes = 10
+[data]
+dataset = "images"
+[train]
+steps = 6
+batch_size = 8
+log_every = 1
+[optim]
+lr = 1e-3
+[sample]
+steps = 2
+per_class = 1
+every = 3
+[eval]
+every = 3
+val_images = 16
+)");
+  const std::vector<std::string> common = {"run.out_dir=\"" + dir + "\"",
+                                           "data.path=\"" + train_images + "\"",
+                                           "data.val_path=\"" + val_images + "\""};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  const RunFiles cpu = run(config, with({"run.name=\"cpu\""}));
+  const RunFiles cuda = run(config, with({"run.name=\"cuda\"", "train.device=\"cuda\""}));
+  expect_close(cpu.losses, cuda.losses, 2e-3, "dit f32 training loss");
+  // The held-out loss (device) at steps 3 and 6, the EMA's sample grids (device) and the final
+  // samples.
+  ASSERT_EQ(cuda.val.size(), 2u);
+  expect_close(cpu.val, cuda.val, 2e-3, "dit held-out loss");
+  EXPECT_TRUE(fs::exists(cuda.dir + "/samples/step-000003.png"));
+  EXPECT_TRUE(fs::exists(cuda.dir + "/samples.png"));
+  fs::remove_all(dir);
+}
+
+TEST(CudaTrainer, UnbuiltCombinationsAreRefusedByName) {
+  const std::string dir = temp_dir("refused");
+  const std::string config = write_config(dir, kGpt);
+  auto error_of = [&](std::vector<std::string> overrides) {
+    overrides.insert(overrides.begin(), "data.path=\"" + text_file(dir) + "\"");
+    overrides.insert(overrides.begin(), "train.device=\"cuda\"");
+    try {
+      loom::train::load_config(config, overrides);
+    } catch (const loom::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto expect_error = [&](const std::vector<std::string>& overrides, const std::string& says) {
+    const std::string error = error_of(overrides);
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  };
+  expect_error({"train.precision=\"fp8_tensorwise\""}, "is not built for train.device");
+  expect_error({"parallel.tp=2"}, "by DDP only so far");
+  expect_error({"parallel.data_parallel=\"zero2\""}, "by DDP only so far");
+  expect_error({"moe.experts=4"}, "mixture of experts");
+  expect_error({"model.kind=\"vit_classifier\""}, "trains on the cpu only so far");
+  expect_error({"train.device=\"tpu\""}, "is not known (cpu or cuda)");
+  fs::remove_all(dir);
+}
+
+}  // namespace
