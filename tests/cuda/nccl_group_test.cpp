@@ -16,10 +16,12 @@ using loom::dist::ReduceOp;
 
 const loom::Device kCuda{loom::DeviceType::CUDA, 0};
 
+// Made once and never destroyed: a communicator torn down after the CUDA runtime at exit
+// could fail the process after every test passed.
 std::shared_ptr<loom::dist::ProcessGroup> group() {
-  static auto g = loom::dist::nccl_group(
-      std::make_shared<loom::dist::SingleProcessGroup>("nccl_test"), /*timeout_s=*/60);
-  return g;
+  static auto* g = new std::shared_ptr<loom::dist::ProcessGroup>(loom::dist::nccl_group(
+      std::make_shared<loom::dist::SingleProcessGroup>("nccl_test"), /*timeout_s=*/60));
+  return *g;
 }
 
 Tensor device_values(const std::vector<float>& v, loom::DType dtype) {
