@@ -82,6 +82,13 @@ RunFiles run(const std::string& config, std::vector<std::string> overrides,
   return r;
 }
 
+// A run's overrides: those every run of a test shares, then its own.
+std::vector<std::string> joined(std::vector<std::string> shared,
+                                const std::vector<std::string>& own) {
+  shared.insert(shared.end(), own.begin(), own.end());
+  return shared;
+}
+
 void expect_close(const std::vector<double>& cpu, const std::vector<double>& cuda, double tol,
                   const char* what) {
   ASSERT_EQ(cpu.size(), cuda.size()) << what;
@@ -131,10 +138,7 @@ TEST(CudaTrainer, GptTrainsOnTheDeviceAsOnTheHost) {
   const std::string config = write_config(dir, kGpt);
   const std::vector<std::string> common = {"data.path=\"" + text_file(dir) + "\"",
                                            "run.out_dir=\"" + dir + "\""};
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.begin(), common.begin(), common.end());
-    return more;
-  };
+  auto with = [&](const std::vector<std::string>& more) { return joined(common, more); };
   const RunFiles cpu = run(config, with({"run.name=\"cpu\""}));
   const RunFiles cuda = run(config, with({"run.name=\"cuda\"", "train.device=\"cuda\""}));
   // f32: the two backends differ in summation order only (as tests/cuda/cuda_training_test).
@@ -164,10 +168,7 @@ TEST(CudaTrainer, ResumedDeviceRunContinuesBitForBit) {
   const std::vector<std::string> base = {"data.path=\"" + text_file(dir) + "\"",
                                          "run.out_dir=\"" + dir + "\"", "train.device=\"cuda\"",
                                          "sample.tokens=0", "eval.every=0"};
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.begin(), base.begin(), base.end());
-    return more;
-  };
+  auto with = [&](const std::vector<std::string>& more) { return joined(base, more); };
   const RunFiles whole = run(config, with({"run.name=\"whole\""}));
   // The same run stopped after step 4 (its checkpoint: weights and AdamW moments read back from
   // the device), then resumed from that checkpoint into the device.
@@ -242,10 +243,7 @@ val_images = 16
   const std::vector<std::string> common = {"run.out_dir=\"" + dir + "\"",
                                            "data.path=\"" + train_images + "\"",
                                            "data.val_path=\"" + val_images + "\""};
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.begin(), common.begin(), common.end());
-    return more;
-  };
+  auto with = [&](const std::vector<std::string>& more) { return joined(common, more); };
   const RunFiles cpu = run(config, with({"run.name=\"cpu\""}));
   const RunFiles cuda = run(config, with({"run.name=\"cuda\"", "train.device=\"cuda\""}));
   expect_close(cpu.losses, cuda.losses, 2e-3, "dit f32 training loss");
