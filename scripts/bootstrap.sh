@@ -62,3 +62,33 @@ if [ "${1:-}" = compare ]; then
   fi
   "$venv/bin/python" -c "import transformers" 2>/dev/null || "$venv/bin/pip" install -q transformers
 fi
+
+# cuDNN's frontend (NVIDIA's open-source, header-only C++ API; not packaged by Debian) for the CUDA backend's fused
+# attention, when there is a CUDA toolkit to build that backend with. PyPI's wheel carries the
+# headers; the pinned file is checked against its SHA-256 and only include/ is kept. CMake finds
+# it in this cache (or at -DLOOM_CUDNN_FRONTEND_DIR=...).
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cfe=${XDG_CACHE_HOME:-$HOME/.cache}/loom/cudnn-frontend-1.32.0
+  if [ ! -f "$cfe/include/cudnn_frontend.h" ]; then
+    echo "bootstrap: fetching cuDNN frontend 1.32.0 headers into $cfe"
+    python3 - "$cfe" <<'PY'
+import hashlib, io, os, shutil, sys, urllib.request, zipfile
+url = ("https://files.pythonhosted.org/packages/11/02/"
+       "660e2dd9f9d9f940e1641443771730612c3aadaafbc5ef7a93cc313d519d/"
+       "nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
+sha256 = "c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0"
+data = urllib.request.urlopen(url, timeout=300).read()
+if hashlib.sha256(data).hexdigest() != sha256:
+    sys.exit("bootstrap: the cuDNN frontend wheel does not match its SHA-256")
+dest = sys.argv[1]
+tmp = dest + ".partial"
+shutil.rmtree(tmp, ignore_errors=True)
+with zipfile.ZipFile(io.BytesIO(data)) as wheel:
+    for name in wheel.namelist():
+        if name.startswith("include/") and not name.endswith("/"):
+            wheel.extract(name, tmp)
+shutil.rmtree(dest, ignore_errors=True)
+os.rename(tmp, dest)
+PY
+  fi
+fi

@@ -10,6 +10,7 @@
 #   there:  the device tool's run, command "bash scripts/device_check.sh run",
 #           carry [".device"], timeout_s 480
 #           runs every CUDA test (the op harness on the GPU against the float64 reference,
+#           cuDNN's fused attention against the CPU at the models' shapes,
 #           50-step training parity of the GPT and DiT with the CPU, `loom train`'s loop with
 #           train.device "cuda" against the CPU's and a bit-identical resume, the NCCL group on
 #           one GPU, transfers, allocator)
@@ -54,7 +55,13 @@ case "${1:-}" in
     nccl=$(dirname "$( (find /usr/local/cuda*/ /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null;
       python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' \
       2>/dev/null) | head -1)")
-    export LD_LIBRARY_PATH=$pack/lib:$cuda_libs:$cudart:$nccl:${LD_LIBRARY_PATH:-}
+    # cuDNN 9 (opened by the fused attention when first used; its kernels are about 500 MB, so not
+    # carried): the toolkit's, else the one PyTorch's wheels carry. Without it, attention runs
+    # on the backend's own kernels and the cuDNN test fails, saying so.
+    cudnn=$(dirname "$( (find /usr/local/cuda*/ /opt /usr/lib -name 'libcudnn.so.9' 2>/dev/null;
+      python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib", "libcudnn.so.9"))' \
+      2>/dev/null) | head -1)")
+    export LD_LIBRARY_PATH=$pack/lib:$cuda_libs:$cudart:$nccl:$cudnn:${LD_LIBRARY_PATH:-}
     {
       echo "# Loom device check, $(date -u +%Y-%m-%dT%H:%MZ)"
       echo
@@ -71,7 +78,7 @@ case "${1:-}" in
       echo "## CUDA tests: exit status $status"
       echo
       echo '```'
-      grep -E '^\[  (PASSED|FAILED) |^\[==========\]|tests? (ran|FAILED)|\[cuda parity\]' \
+      grep -E '^\[  (PASSED|FAILED) |^\[==========\]|tests? (ran|FAILED)|\[cuda parity\]|\[cudnn\]' \
         "$out/cuda_tests.log" || true
       [ "$status" = 0 ] || tail -n 20 "$out/cuda_tests.log"
       echo '```'

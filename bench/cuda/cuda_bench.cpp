@@ -1,7 +1,8 @@
 // Training steps of the standard models on the GPU (the CUDA backend): the device check's
-// benchmark (scripts/device_check.sh). Per config and precision: the median step, tokens (or
-// images) per second, and MFU against the measured bf16 GEMM ceiling of this GPU and against
-// the H200's dense bf16 peak (989.4 TFLOP/s, NVIDIA's datasheet figure without sparsity).
+// benchmark (scripts/device_check.sh). Per config and precision (bf16, fp8_tensorwise: the
+// blocks' linear layers on fp8 tensor cores, f32): the median step, tokens (or images) per
+// second, and MFU against the measured bf16 GEMM ceiling of this GPU and against the H200's
+// dense bf16 peak (989.4 TFLOP/s, NVIDIA's datasheet figure without sparsity).
 //   loom_cuda_bench NAME:BATCH[:SEQ]...   e.g. gpt2_124m:16:1024 dit_small:256
 #include <chrono>
 #include <cstdio>
@@ -38,7 +39,8 @@ double gemm_ceiling_gflops() {
     const auto start = std::chrono::steady_clock::now();
     Tensor c = matmul(a, b);
     sync(c);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (i >= 3) best = std::min(best, s);
   }
   return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
@@ -66,7 +68,7 @@ int main(int argc, char** argv) {
       const int64_t seq = c2 == std::string::npos ? spec.seq : std::stoll(arg.substr(c2 + 1));
       spec = spec.kind == "gpt" ? plan::gpt_step(spec.name, spec.gpt, batch, seq)
                                 : plan::dit_step(spec.name, spec.dit, batch);
-      for (const char* precision : {"bf16", "f32"}) {
+      for (const char* precision : {"bf16", "fp8_tensorwise", "f32"}) {
         bench::BenchOptions options;
         options.precision = precision;
         options.device = kCuda;

@@ -5,10 +5,12 @@
 // emulation (emulated_main.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "loom/backend/backend.h"
 #include "loom/ops/ops.h"
 #include "op_harness.h"
 
@@ -84,6 +86,61 @@ TEST(CudaCopy, StridedTransfers) {
   loom::backend_for(kCuda).copy(loom::transpose(host, 0, 2), di);
   const std::vector<int64_t> gi = loom::to_vector_i64(di);
   for (size_t i = 0; i < gi.size(); ++i) EXPECT_EQ(gi[i], int64_t(want[i])) << i;
+}
+
+// Transfers go through two pinned 8 MiB buffers in turns (copy.cu): a 21 MB tensor crosses
+// both several times, and a run of host-to-device copies, each returning before its transfer
+// finished, reuses them while the host's sources are overwritten and freed.
+TEST(CudaCopy, TransfersThroughThePinnedBuffers) {
+  const int64_t n = 5'300'001;  // not a multiple of a chunk
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(i % 100003) * 0.25f - float(i % 7);
+  const Tensor dev = loom::to_device(loom::from_vector(v, {n}), kCuda);
+  EXPECT_EQ(loom::to_vector(dev), v);
+  std::vector<Tensor> devs;
+  std::vector<float> chunk(3'000'000);
+  for (int r = 0; r < 6; ++r) {
+    for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = float(r * 1000 + int(i % 997));
+    devs.push_back(loom::to_device(loom::from_vector(chunk, {int64_t(chunk.size())}), kCuda));
+  }
+  for (int r = 0; r < 6; ++r) {
+    const std::vector<float> got = loom::to_vector(devs[size_t(r)]);
+    ASSERT_EQ(got.size(), chunk.size());
+    for (size_t i = 0; i < got.size(); i += 4999)
+      ASSERT_EQ(got[i], float(r * 1000 + int(i % 997))) << r << " " << i;
+  }
+}
+
+// allow_tf32 (train.tf32): f32 GEMMs round their operands to TF32's 10 mantissa bits. Operands
+// 1 + j 2^-16 lose their fraction there, so the product moves away from the float64 one by far
+// more than f32's rounding, and by no more than TF32's; with it off, the GEMM is f32 again.
+TEST(CudaMatmul, Tf32WhenAllowedOnly) {
+  const int64_t m = 16, k = 64, n = 8;
+  std::vector<float> a(size_t(m * k)), b(size_t(k * n));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 1.0f + float(i % 13) * 0x1p-16f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 1.0f + float(i % 11) * 0x1p-16f;
+  std::vector<double> want(size_t(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        want[size_t(i * n + j)] += double(a[size_t(i * k + p)]) * double(b[size_t(p * n + j)]);
+  const Tensor da = loom::from_vector(a, {m, k}, DType::F32, kCuda);
+  const Tensor db = loom::from_vector(b, {k, n}, DType::F32, kCuda);
+  auto worst = [&] {
+    const std::vector<float> got = loom::to_vector(loom::matmul(da, db));
+    double e = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      e = std::max(e, std::fabs(double(got[i]) - want[i]) / want[i]);
+    return e;
+  };
+  const double f32 = worst();
+  loom::set_allow_tf32(true);
+  const double tf32 = worst();
+  loom::set_allow_tf32(false);
+  EXPECT_LT(f32, 1e-6);
+  EXPECT_GT(tf32, 1e-5);
+  EXPECT_LT(tf32, 2e-3);
+  EXPECT_LT(worst(), 1e-6);
 }
 
 TEST(CudaAllocator, CountsDeviceBytesByCategory) {

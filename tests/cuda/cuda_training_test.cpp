@@ -146,15 +146,17 @@ TEST(CudaTraining, BenchStepsOnTheDevice) {
   dit.depth = 1;
   dit.heads = 2;
   const loom::plan::StepShape dit_spec = loom::plan::dit_step("tiny_dit", dit, 4);
-  for (const auto& spec : {gpt_spec, dit_spec}) {
-    loom::bench::BenchOptions options;
-    options.warmup = 1;
-    options.steps = 2;
-    const double cpu = loom::bench::run_bench(spec, options, 0).final_loss;
-    options.device = kCuda;
-    const double cuda = loom::bench::run_bench(spec, options, 0).final_loss;
-    EXPECT_NEAR(cuda, cpu, 1e-4 * std::fabs(cpu)) << spec.name;
-  }
+  for (const auto& spec : {gpt_spec, dit_spec})
+    for (const char* precision : {"f32", "fp8_tensorwise"}) {  // the device check's, but bf16
+      loom::bench::BenchOptions options;
+      options.precision = precision;
+      options.warmup = 1;
+      options.steps = 2;
+      const double cpu = loom::bench::run_bench(spec, options, 0).final_loss;
+      options.device = kCuda;
+      const double cuda = loom::bench::run_bench(spec, options, 0).final_loss;
+      EXPECT_NEAR(cuda, cpu, 1e-4 * std::fabs(cpu)) << spec.name << " " << precision;
+    }
 }
 
 }  // namespace

@@ -154,6 +154,12 @@ TEST_F(ConfigTest, TokenDataReadsBackTheSame) {
             std::vector<double>{1.0});
 }
 
+TEST_F(ConfigTest, Tf32IsForTheGpuOnly) {
+  expect_error([&] { load_config(gpt_file(), {"train.tf32=true"}); },
+               {"train.tf32 is for train.device \"cuda\""});
+  EXPECT_FALSE(load_config(gpt_file(), {}).train.tf32);
+}
+
 TEST_F(ConfigTest, UnknownKeyIsNamed) {
   expect_error([&] { load_config(gpt_file(), {"train.stepz=5"}); },
                {"unknown key train.stepz", "gpt.toml"});

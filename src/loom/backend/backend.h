@@ -70,6 +70,22 @@ class Backend {
   // GEMM operand: cols, or more where the GEMM would otherwise copy it to a padded layout.
   virtual int64_t gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) { return cols; }
 
+  // --- fp8 with one scale per tensor (train.precision fp8_tensorwise and fp8_delayed) ---
+  // x (rows, cols) f32 contiguous -> out (at least rows, at least cols) F8E4M3 or F8E5M2,
+  // contiguous, zeros beyond x: the codes of x * s (fp8_scaling.h: clamped to the largest value,
+  // rounded to nearest even), s mapping amax to the largest value. amax >= 0 is given (delayed
+  // scaling's history); < 0 takes x's own largest finite magnitude. A non-finite x makes every
+  // code NaN. inv_scale (1) f32 gets 1 / s: what the GEMM multiplies back. stats (3) i64
+  // accumulates, over calls, the largest measured amax (as the bits of the f32, f32_bits), the
+  // values that saturated and the non-zero values that became zero.
+  virtual void fp8_quantize(const Tensor& x, float amax, const Tensor& out, const Tensor& inv_scale,
+                            const Tensor& stats) = 0;
+  // out (M, N) f32 = (a a_inv_scale) (b b_inv_scale)^T (+ bias (N) f32 when defined), with f32
+  // accumulation: a (M, K) and b (N, K) contiguous fp8 (not both E5M2), K and N multiples of
+  // 16 (the shapes of fp8 tensor cores; fp8_quantize pads with zeros), the scales (1) f32.
+  virtual void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
+                          const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) = 0;
+
   // --- normalisation over the last dim of contiguous (rows, C) ---
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   float eps, const Tensor& y, const Tensor& mean,
@@ -179,6 +195,12 @@ Backend& backend_for(Device device);
 // the CUDA kernels compiled for the host (backend/cuda/emulate.h) run through every op in a
 // test on a machine without a GPU.
 void register_backend(DeviceType type, Backend* backend);
+
+// Whether f32 GEMMs may round their operands to TF32 (10 mantissa bits) and run on tensor
+// cores, where a backend has them (CUDA; train.tf32). Off by default: f32 means f32, as in
+// PyTorch. Read when a GEMM runs, so set it before the first one.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
 
 Backend& cpu_backend();   // backend/cpu/cpu_backend.cpp
 Backend& cuda_backend();  // backend/cuda/ (or the no_cuda.cpp twin that throws)

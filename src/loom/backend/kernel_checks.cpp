@@ -54,6 +54,61 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   return d;
 }
 
+namespace {
+bool is_fp8(DType t) {
+  return t == DType::F8E4M3 || t == DType::F8E5M2;
+}
+// A scale or statistics tensor: n contiguous elements of dtype on the operand's device.
+void check_small(const char* kernel, const char* name, const Tensor& t, int64_t n, DType dtype,
+                 const Tensor& operand) {
+  LOOM_CHECK(t.defined() && t.numel() == n && t.dtype() == dtype && t.is_contiguous() &&
+             t.device() == operand.device())
+      << kernel << ": " << name << " must be " << n << " contiguous " << dtype_name(dtype) << " on "
+      << operand.device().str() << ", got "
+      << (t.defined() ? dtype_name(t.dtype()) + std::string(" ") + shape_str(t.shape()) + " on " +
+                            t.device().str()
+                      : std::string("an undefined tensor"));
+}
+}  // namespace
+
+bool check_fp8_quantize(const Tensor& x, const Tensor& out, const Tensor& inv_scale,
+                        const Tensor& stats) {
+  LOOM_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous())
+      << "fp8_quantize: x must be contiguous f32 (rows, cols), got " << dtype_name(x.dtype()) << " "
+      << x.shape();
+  LOOM_CHECK(out.dim() == 2 && is_fp8(out.dtype()) && out.is_contiguous() &&
+             out.size(0) >= x.size(0) && out.size(1) >= x.size(1) && out.device() == x.device())
+      << "fp8_quantize: out must be contiguous f8e4m3 or f8e5m2 of at least x's " << x.shape()
+      << " on " << x.device().str() << ", got " << dtype_name(out.dtype()) << " " << out.shape()
+      << " on " << out.device().str();
+  check_small("fp8_quantize", "inv_scale", inv_scale, 1, DType::F32, x);
+  check_small("fp8_quantize", "stats", stats, 3, DType::I64, x);
+  return out.dtype() == DType::F8E4M3;
+}
+
+void check_fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
+                      const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) {
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(1) &&
+             out.size(0) == a.size(0) && out.size(1) == b.size(0))
+      << "fp8_matmul: a (M, K) b (N, K) out (M, N) expected, got a " << a.shape() << ", b "
+      << b.shape() << ", out " << out.shape();
+  LOOM_CHECK(is_fp8(a.dtype()) && is_fp8(b.dtype()) &&
+             !(a.dtype() == DType::F8E5M2 && b.dtype() == DType::F8E5M2))
+      << "fp8_matmul: operands must be fp8, not both f8e5m2; got " << dtype_name(a.dtype())
+      << " and " << dtype_name(b.dtype());
+  LOOM_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous() &&
+             out.dtype() == DType::F32)
+      << "fp8_matmul: contiguous operands and an f32 out expected";
+  LOOM_CHECK(a.size(1) % 16 == 0 && b.size(0) % 16 == 0)
+      << "fp8_matmul: K (" << a.size(1) << ") and N (" << b.size(0)
+      << ") must be multiples of 16 (pad the operands with zeros)";
+  LOOM_CHECK(b.device() == a.device() && out.device() == a.device())
+      << "fp8_matmul: operands on different devices";
+  check_small("fp8_matmul", "a_inv_scale", a_inv_scale, 1, DType::F32, a);
+  check_small("fp8_matmul", "b_inv_scale", b_inv_scale, 1, DType::F32, a);
+  if (bias.defined()) check_small("fp8_matmul", "bias", bias, b.size(0), DType::F32, a);
+}
+
 void check_attention_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype) {
   LOOM_CHECK(t.defined()) << "attention: " << name << " is undefined";
   LOOM_CHECK(t.shape() == shape) << "attention: " << name << " has shape " << shape_str(t.shape())

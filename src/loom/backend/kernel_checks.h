@@ -22,6 +22,12 @@ struct MatmulDims {
 };
 MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 
+// fp8_quantize's and fp8_matmul's operands (backend.h). The first returns whether out is E4M3.
+bool check_fp8_quantize(const Tensor& x, const Tensor& out, const Tensor& inv_scale,
+                        const Tensor& stats);
+void check_fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
+                      const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out);
+
 // An attention operand (B, H, S, D) of this shape and dtype with contiguous rows of D.
 void check_attention_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype);
 

@@ -70,6 +70,16 @@ class TracedBackend final : public Backend {
     if (s.active()) s.set_args(gemm_args(a, b));
     inner_.matmul(a, b, bias, out);
   }
+  void fp8_quantize(const Tensor& x, float amax, const Tensor& out, const Tensor& inv_scale,
+                    const Tensor& stats) override {
+    trace::Scope s("fp8_quantize", "op");
+    inner_.fp8_quantize(x, amax, out, inv_scale, stats);
+  }
+  void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
+                  const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) override {
+    trace::Scope s("fp8_matmul", "op");
+    inner_.fp8_matmul(a, a_inv_scale, b, b_inv_scale, bias, out);
+  }
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
     trace::Scope s("layer_norm_forward", "op");

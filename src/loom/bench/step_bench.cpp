@@ -74,8 +74,11 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
   LOOM_CHECK(options.precision == "f32" || options.precision == "bf16" || recipe)
       << "bench: precision '" << options.precision << "' is not supported (f32, bf16, "
       << "fp8_tensorwise, fp8_delayed, fp8_blockwise, mxfp8 or nvfp4)";
-  LOOM_CHECK(!recipe || options.device.type == DeviceType::CPU)
-      << "bench: the low-precision recipes are emulated on the CPU only";
+  const bool tensorwise =
+      options.precision == "fp8_tensorwise" || options.precision == "fp8_delayed";
+  LOOM_CHECK(!recipe || tensorwise || options.device.type == DeviceType::CPU)
+      << "bench: " << options.precision << " is emulated on the CPU only (fp8_tensorwise and "
+      << "fp8_delayed run on the GPU)";
   const DType compute = options.precision == "f32" ? DType::F32 : DType::BF16;
   std::shared_ptr<nn::Module> model;
   std::function<Tensor()> loss_fn;
@@ -104,7 +107,8 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
   }
   model->init_parameters(0);
   model->to(options.device);
-  // A low-precision recipe with its defaults: its GEMMs emulated (the cost of emulation).
+  // A low-precision recipe with its defaults: its GEMMs emulated on the CPU (the cost of
+  // emulation), on fp8 tensor cores on the GPU.
   std::unique_ptr<precision::LowPrecision> low;
   if (recipe)
     low = std::make_unique<precision::LowPrecision>(
@@ -185,9 +189,10 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
   // machine a moment of contention would otherwise lower it (and inflate MFU).
   const Device device = options.device;
   const bool host = device == cpu_device();
-  LOOM_CHECK(host || options.precision == "f32" || options.precision == "bf16")
+  LOOM_CHECK(host || options.precision == "f32" || options.precision == "bf16" ||
+             options.precision == "fp8_tensorwise" || options.precision == "fp8_delayed")
       << "bench: --precision " << options.precision << " is not built for " << device.str()
-      << " yet (f32 and bf16 are)";
+      << " yet (f32, bf16, fp8_tensorwise and fp8_delayed are)";
   const double ceiling_before = plan::measure_gemm_ceiling(dtype, 2048, device);
   std::vector<BenchResult> results;
   for (const auto& spec : specs) {

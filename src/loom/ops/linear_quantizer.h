@@ -23,6 +23,11 @@ class LinearQuantizer {
   // changed together (both rotated along K, both padded with zeros) as long as a b^T is kept.
   virtual void quantize(GemmPass pass, Tensor& a, GemmOperand a_role, Tensor& b,
                         GemmOperand b_role) = 0;
+  // The whole product a b^T (+ bias (rows of b) f32), (rows of a, rows of b) f32, run in the
+  // low-precision format itself where the operands' device has it (fp8 tensor cores).
+  // Undefined where it does not: then quantize() and an f32 GEMM emulate the product.
+  virtual Tensor gemm(GemmPass pass, const Tensor& a, GemmOperand a_role, const Tensor& b,
+                      GemmOperand b_role, const Tensor& bias) = 0;
 };
 
 // The quantizer of the linear layer running now (null: none).

@@ -104,6 +104,16 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const char* op
   return out;
 }
 
+// a (rows, K) b (rows', K)^T (+ bias) with a recipe's operands: on the device's own
+// low-precision GEMM where it has one, else quantised and multiplied in f32 (emulated).
+Tensor quantized_product(LinearQuantizer& quantizer, GemmPass pass, Tensor a, GemmOperand a_role,
+                         Tensor b, GemmOperand b_role, const Tensor& bias) {
+  const Tensor direct = quantizer.gemm(pass, a, a_role, b, b_role, bias);
+  if (direct.defined()) return direct;
+  quantizer.quantize(pass, a, a_role, b, b_role);
+  return gemm(a, mT(b), bias, "linear", DType::F32);
+}
+
 struct LinearBackward : Node {
   // x2: x flattened to (M, K), a bf16 copy when mixed. weight: the f32 parameter itself (not a
   // bf16 copy), so ZeRO-3 can free and re-gather it; backward lowers it again (which for a
@@ -134,15 +144,14 @@ struct LinearBackward : Node {
     if (quantizer) {
       if (inputs[0].active()) {  // dx (M, K) = dy (M, N) W (N, K): reduction along N
         Tensor a = detail::raw_contiguous(g2), b = detail::raw_contiguous(mT(weight.detach()));
-        quantizer->quantize(GemmPass::InputGrad, a, GemmOperand::OutputGrad, b,
-                            GemmOperand::Weight);
-        gx = reshape(gemm(a, mT(b), Tensor(), "linear", DType::F32), x_shape);
+        gx = quantized_product(*quantizer, GemmPass::InputGrad, a, GemmOperand::OutputGrad, b,
+                               GemmOperand::Weight, Tensor());
+        gx = reshape(gx, x_shape);
       }
       if (inputs[1].active()) {  // dW (N, K) = dy^T (N, M) x (M, K): reduction along M
         Tensor a = detail::raw_contiguous(mT(g2)), b = detail::raw_contiguous(mT(x2));
-        quantizer->quantize(GemmPass::WeightGrad, a, GemmOperand::OutputGrad, b,
-                            GemmOperand::Input);
-        gw = gemm(a, mT(b), Tensor(), "linear", DType::F32);
+        gw = quantized_product(*quantizer, GemmPass::WeightGrad, a, GemmOperand::OutputGrad, b,
+                               GemmOperand::Input, Tensor());
       }
       return {gx, gw, gbias};
     }
@@ -205,15 +214,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   if (mixed) x2 = lowered(x2);
   const Tensor w = mixed ? lowered(weight).detach() : weight.detach();  // (N, K)
   Tensor out2 = computed_or_kept([&] {                                  // (M, N)
-    Tensor a = x2, b = w;
-    if (quantizer) {
-      a = detail::raw_contiguous(x2);
-      b = detail::raw_contiguous(w);
-      quantizer->quantize(GemmPass::Forward, a, GemmOperand::Input, b, GemmOperand::Weight);
-    }
-    return std::vector<Tensor>{
-        gemm(a, mT(b), bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor(), op,
-             x.dtype())};
+    const Tensor b_raw = bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor();
+    if (quantizer)
+      return std::vector<Tensor>{quantized_product(
+          *quantizer, GemmPass::Forward, detail::raw_contiguous(x2), GemmOperand::Input,
+          detail::raw_contiguous(w), GemmOperand::Weight, b_raw)};
+    return std::vector<Tensor>{gemm(x2, mT(w), b_raw, op, x.dtype())};
   })[0];
   Tensor pre;
   if (gelu) {

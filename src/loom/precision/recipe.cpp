@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "loom/backend/backend.h"
 #include "loom/core/error.h"
 #include "loom/core/rng.h"
 #include "loom/nn/layers.h"
@@ -106,7 +107,77 @@ struct LowPrecision::Layer : LinearQuantizer {
   std::array<float, 3> step_amax{};
   std::array<RoleStats, 3> stats;
   float signs[16];
+  // On a device: the casts' counts per role (Backend::fp8_quantize's stats), read into stats
+  // and step_amax when the host asks (collect), so the step never waits for them.
+  std::array<Tensor, 3> device_stats;
   std::mutex mutex;
+
+  bool tensorwise() const {
+    return config.recipe == Recipe::Fp8Tensorwise || config.recipe == Recipe::Fp8Delayed;
+  }
+
+  // On the GPU the recipes with one scale per tensor run on fp8 tensor cores: both operands
+  // cast on the device (K, and N, padded with zeros to the multiples of 16 the GEMM takes).
+  Tensor gemm(GemmPass, const Tensor& a, GemmOperand a_role, const Tensor& b, GemmOperand b_role,
+              const Tensor& bias) override {
+    if (a.device().type == DeviceType::CPU || !tensorwise()) return Tensor();
+    const Device device = a.device();
+    Backend& backend = backend_for(device);
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+    const int64_t k16 = (k + 15) / 16 * 16, n16 = (n + 15) / 16 * 16;
+    auto cast = [&](const Tensor& t, GemmOperand role, int64_t rows) {
+      const size_t r = size_t(role);
+      const OperandFormat f = operand_format(config, role);
+      const Tensor q = Tensor::empty(
+          {rows, k16}, f.element == Element::E4M3 ? DType::F8E4M3 : DType::F8E5M2, device);
+      const Tensor inv_scale = Tensor::empty({1}, DType::F32, device);
+      float amax = -1;  // measured
+      Tensor counts;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (config.recipe == Recipe::Fp8Delayed && !history[r].empty())
+          amax = *std::max_element(history[r].begin(), history[r].end());
+        if (!device_stats[r].defined()) {
+          device_stats[r] = Tensor::empty({3}, DType::I64, device);
+          backend.fill(device_stats[r], 0.0);
+        }
+        counts = device_stats[r];
+        stats[r].values += t.numel();
+      }
+      backend.fp8_quantize(t, amax, q, inv_scale, counts);
+      return std::make_pair(q, inv_scale);
+    };
+    const auto [qa, a_inv] = cast(a, a_role, m);
+    const auto [qb, b_inv] = cast(b, b_role, n16);
+    if (n16 == n) {
+      const Tensor out = Tensor::empty({m, n}, DType::F32, device);  // (M, N)
+      backend.fp8_matmul(qa, a_inv, qb, b_inv, bias, out);
+      return out;
+    }
+    const Tensor wide = Tensor::empty({m, n16}, DType::F32, device);  // (M, N16)
+    backend.fp8_matmul(qa, a_inv, qb, b_inv, Tensor(), wide);
+    const Tensor out = Tensor::empty({m, n}, DType::F32, device);
+    backend.copy(wide.as_strided({m, n}, {n16, 1}, 0), out);
+    if (bias.defined()) backend.binary(BinaryOp::Add, out, bias.as_strided({m, n}, {0, 1}, 0), out);
+    return out;
+  }
+
+  // The device's counts since the last collect, added to the host's (caller holds the lock).
+  void collect() {
+    for (size_t r = 0; r < 3; ++r) {
+      Tensor& d = device_stats[r];
+      if (!d.defined()) continue;
+      const Tensor host = Tensor::empty({3}, DType::I64);
+      backend_for(d.device()).copy(d, host);
+      backend_for(d.device()).fill(d, 0.0);
+      const int64_t* c = host.data<int64_t>();
+      const float amax = f32_from_bits(uint32_t(c[0]));
+      stats[r].saturated += c[1];
+      stats[r].flushed += c[2];
+      stats[r].amax = std::max(stats[r].amax, amax);
+      step_amax[r] = std::max(step_amax[r], amax);
+    }
+  }
 
   void quantize(GemmPass pass, Tensor& a, GemmOperand a_role, Tensor& b,
                 GemmOperand b_role) override {
@@ -132,6 +203,9 @@ struct LowPrecision::Layer : LinearQuantizer {
   }
 
   Tensor quantized(const Tensor& t, GemmOperand role) {
+    LOOM_CHECK(t.device().type == DeviceType::CPU)
+        << "train.precision \"" << recipe_name(config.recipe) << "\" quantises on the cpu only "
+        << "(fp8_tensorwise and fp8_delayed run on " << t.device().str() << ")";
     const OperandFormat f = operand_format(config, role);
     const size_t k = size_t(role);
     QuantizeOptions options;
@@ -236,13 +310,18 @@ void LowPrecision::begin_step(int64_t step) {
     l->calls = 0;
     l->stats = {};
     l->step_amax = {};
+    l->device_stats = {};  // made again, zeroed, by the step's first cast
   }
 }
 
 void LowPrecision::end_step(const std::function<void(std::vector<float>&)>& reduce_max) {
   if (config_.recipe != Recipe::Fp8Delayed) return;
   std::vector<float> amax;
-  for (auto& l : layers_) amax.insert(amax.end(), l->step_amax.begin(), l->step_amax.end());
+  for (auto& l : layers_) {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->collect();
+    amax.insert(amax.end(), l->step_amax.begin(), l->step_amax.end());
+  }
   reduce_max(amax);
   for (size_t i = 0; i < layers_.size(); ++i)
     for (size_t k = 0; k < 3; ++k) {
@@ -256,6 +335,7 @@ RoleStats LowPrecision::stats(GemmOperand role) const {
   RoleStats out;
   for (const auto& l : layers_) {
     std::lock_guard<std::mutex> lock(l->mutex);
+    l->collect();
     const RoleStats& s = l->stats[size_t(role)];
     out.values += s.values;
     out.saturated += s.saturated;
@@ -269,6 +349,7 @@ std::vector<std::pair<std::string, std::array<float, 3>>> LowPrecision::layer_am
   std::vector<std::pair<std::string, std::array<float, 3>>> out;
   for (const auto& l : layers_) {
     std::lock_guard<std::mutex> lock(l->mutex);
+    l->collect();
     out.emplace_back(l->name, l->step_amax);
   }
   return out;

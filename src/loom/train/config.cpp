@@ -165,16 +165,25 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
   const std::string name = f.get_string("train", "device", "cpu");
   LOOM_CHECK(name == "cpu" || name == "cuda")
       << "config " << path << ": train.device \"" << name << "\" is not known (cpu or cuda)";
+  c.train.tf32 = f.get_bool("train", "tf32", false);
+  LOOM_CHECK(!c.train.tf32 || name == "cuda")
+      << "config " << path << ": train.tf32 is for train.device \"cuda\" (the CPU's f32 GEMMs "
+      << "are f32)";
   if (name == "cpu") return;
   c.train.device = Device{DeviceType::CUDA, 0};
   const auto& d = c.parallel.topology.dims;
   LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
       << "config " << path << ": train.device \"cuda\" trains model.kind dit or gpt; "
       << c.model_kind << " trains on the cpu only so far";
-  LOOM_CHECK(!c.train.low_precision)
+  // The recipes with one scale per tensor run on fp8 tensor cores; the block-scaled ones have
+  // no device kernels yet.
+  const auto* low = c.train.low_precision ? &*c.train.low_precision : nullptr;
+  LOOM_CHECK(!low || low->recipe == precision::Recipe::Fp8Tensorwise ||
+             low->recipe == precision::Recipe::Fp8Delayed)
       << "config " << path << ": train.precision \""
-      << precision::recipe_name(c.train.low_precision->recipe)
-      << "\" is not built for train.device \"cuda\" yet (f32 and bf16 are)";
+      << (low ? precision::recipe_name(low->recipe) : "")
+      << "\" is not built for train.device \"cuda\" yet (f32, bf16, fp8_tensorwise and "
+      << "fp8_delayed are)";
   LOOM_CHECK(!(c.model_kind == "gpt" ? c.gpt.moe : c.dit.moe).enabled())
       << "config " << path << ": a mixture of experts (moe.experts) is not built for "
       << "train.device \"cuda\" yet";

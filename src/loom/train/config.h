@@ -79,6 +79,9 @@ struct TrainLoopConfig {
   // batches live there; data, checkpoints and reports stay on the host. A process takes the
   // GPU of its local rank (backend/cuda/runtime.cu).
   Device device = cpu_device();
+  // train.tf32: f32 GEMMs on the GPU on TF32 tensor cores (operands rounded to 10 mantissa
+  // bits), as PyTorch's allow_tf32. Off: f32 is f32.
+  bool tf32 = false;
 };
 
 // [resilience]: how a run reacts to bad steps and slow ranks (see train/step_guard.h).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "loom/backend/backend.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/allocator.h"
 #include "loom/core/atomic_file.h"
@@ -235,6 +236,7 @@ struct Loop {
 void train(const Config& cfg, const std::string& resume_from) {
   const TrainLoopConfig& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
+  set_allow_tf32(tc.tf32);
   const dist::DeviceMesh mesh(world_for(tc.device, cfg.parallel.timeout_s),
                               cfg.parallel.topology.dims);
   check_same_config(*mesh.world(), cfg.resolved_toml);

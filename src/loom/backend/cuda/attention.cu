@@ -1,9 +1,13 @@
-// Scaled-dot-product attention, forward and backward, without an S x S matrix: one thread per
-// query row keeps an online softmax (forward, and dq in the backward), one thread per key row
-// sums dk and dv over its query heads and rows in order (deterministic, no atomics). Simple
-// CUDA-core kernels, written to be right first; cuDNN's fused attention is the fast path to come.
+// Scaled-dot-product attention, forward and backward, without an S x S matrix. What cuDNN's
+// fused attention takes (bf16/f16 without a mask: cudnn_attention.h) runs there, on tensor
+// cores. Everything else runs on simple CUDA-core kernels, written to be right first: one
+// thread per query row keeps an online softmax (forward, and dq in the backward), one thread
+// per key row sums dk and dv over its query heads and rows in order (deterministic, no atomics).
 #include "loom/backend/cuda/cuda_backend.h"
 #include "loom/backend/kernel_checks.h"
+#ifndef LOOM_CUDA_EMULATE
+#include "loom/backend/cuda/cudnn_attention.h"
+#endif
 
 namespace loom::LOOM_CUDA_NS {
 
@@ -199,6 +203,9 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
   const Problem p = problem(q, k, v, mask, scale, causal, out, lse);
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   if (rows == 0) return;
+#ifndef LOOM_CUDA_EMULATE
+  if (!p.mask && p.seq_kv > 0 && cudnn_attention_forward(q, k, v, scale, causal, out, lse)) return;
+#endif
   dispatch_float(q.dtype(), "attention", [&](auto z) {
     using T = decltype(z);
     LOOM_LAUNCH(attention_forward_kernel<T>, row_blocks(rows), 128, p, heads<const T>(q),
@@ -217,6 +224,10 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   check_attention_rows(gv, "gv", k.shape(), q.dtype());
   const int64_t q_rows = p.batch * p.heads_q * p.seq_q, kv_rows = p.batch * p.heads_kv * p.seq_kv;
   if (q_rows == 0 || kv_rows == 0) return;
+#ifndef LOOM_CUDA_EMULATE
+  if (!p.mask && cudnn_attention_backward(q, k, v, scale, causal, out, lse, gout, gq, gk, gv))
+    return;
+#endif
   // delta as f32 in an f64-sized scratch (twice the elements it needs).
   Tensor delta_storage = scratch_f64((q_rows + 1) / 2, q.device());
   float* delta = static_cast<float*>(delta_storage.raw_ptr());

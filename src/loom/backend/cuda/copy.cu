@@ -1,4 +1,7 @@
 // copy (any dtypes, any strides, host <-> device), fill and the layout-invariant random fill.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "loom/backend/cuda/cuda_backend.h"
@@ -38,11 +41,82 @@ bool dense(const Tensor& t) {
   return t.is_contiguous();
 }
 
+// Host <-> device transfers go through two pinned (page-locked) host buffers that take turns.
+// The copy engine reads and writes pinned memory directly at the link's full speed (pageable
+// memory the driver stages itself, synchronously), so a host-to-device transfer returns as soon
+// as its bytes are in a pinned buffer and the host goes on queueing kernels while the copy
+// runs: a batch moved to the GPU costs the training loop no wait. In a large transfer the
+// host's memcpy of one chunk overlaps the copy engine's transfer of the other (checkpoints).
+class PinnedStaging {
+ public:
+  static constexpr size_t kChunk = size_t(8) << 20;
+
+  // Returns with `src` already read: the caller may free or change it.
+  void to_device(void* dst, const void* src, size_t n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t off = 0; off < n; off += kChunk) {
+      const size_t len = std::min(kChunk, n - off);
+      Buffer& b = take();
+      std::memcpy(b.host, static_cast<const char*>(src) + off, len);
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + off, b.host, len,
+                                      cudaMemcpyHostToDevice, stream()));
+      LOOM_CUDA_CHECK(cudaEventRecord(b.copied, stream()));
+    }
+  }
+  // Returns with `dst` written (after every kernel queued before).
+  void to_host(void* dst, const void* src, size_t n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Buffer* pending = nullptr;  // the chunk in flight before this one
+    size_t pending_off = 0, pending_len = 0;
+    for (size_t off = 0; off < n; off += kChunk) {
+      const size_t len = std::min(kChunk, n - off);
+      Buffer& b = take();
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(b.host, static_cast<const char*>(src) + off, len,
+                                      cudaMemcpyDeviceToHost, stream()));
+      LOOM_CUDA_CHECK(cudaEventRecord(b.copied, stream()));
+      if (pending) drain(*pending, static_cast<char*>(dst) + pending_off, pending_len);
+      pending = &b, pending_off = off, pending_len = len;
+    }
+    if (pending) drain(*pending, static_cast<char*>(dst) + pending_off, pending_len);
+  }
+
+ private:
+  struct Buffer {
+    void* host = nullptr;
+    cudaEvent_t copied = nullptr;  // recorded after the last copy from or into `host`
+  };
+  // The next buffer in turn, once its last copy has finished (allocated when first taken).
+  Buffer& take() {
+    Buffer& b = buffers_[turn_++ % 2];
+    if (!b.host) {
+      LOOM_CUDA_CHECK(cudaHostAlloc(&b.host, kChunk, cudaHostAllocDefault));
+      LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&b.copied, cudaEventDisableTiming));
+    } else {
+      LOOM_CUDA_CHECK(cudaEventSynchronize(b.copied));
+    }
+    return b;
+  }
+  static void drain(Buffer& b, void* dst, size_t len) {
+    LOOM_CUDA_CHECK(cudaEventSynchronize(b.copied));
+    std::memcpy(dst, b.host, len);
+  }
+
+  std::mutex mutex_;  // the data loader's and the checkpoint saver's threads transfer too
+  Buffer buffers_[2];
+  unsigned turn_ = 0;
+};
+
+PinnedStaging& staging() {
+  static PinnedStaging* s = new PinnedStaging();  // pinned until exit, never freed after CUDA
+  return *s;
+}
+
 // src and dst of one dtype, both contiguous, on different sides.
 void transfer(const Tensor& src, const Tensor& dst, cudaMemcpyKind kind) {
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.raw_ptr(), src.raw_ptr(), src.nbytes(), kind, stream()));
-  // The host side may be freed or read as soon as this returns.
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  if (kind == cudaMemcpyHostToDevice)
+    staging().to_device(dst.raw_ptr(), src.raw_ptr(), src.nbytes());
+  else
+    staging().to_host(dst.raw_ptr(), src.raw_ptr(), src.nbytes());
 }
 
 }  // namespace

@@ -21,6 +21,10 @@ class CudaBackend final : public Backend {
   void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out, const Tensor& argmax) override;
   void sum_middle(const Tensor& x, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override;
+  void fp8_quantize(const Tensor& x, float amax, const Tensor& out, const Tensor& inv_scale,
+                    const Tensor& stats) override;
+  void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
+                  const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,

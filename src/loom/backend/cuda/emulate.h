@@ -56,6 +56,28 @@ inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) {
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
   return cudaSuccess;
 }
+// Pinned host memory is host memory; events complete at once (every "kernel" already ran).
+constexpr unsigned cudaHostAllocDefault = 0, cudaEventDisableTiming = 2;
+inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) {
+  *p = std::malloc(n);
+  return *p ? cudaSuccess : 2;
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+using cudaEvent_t = int*;
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  static int event;
+  *e = &event;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  return cudaSuccess;
+}
 
 namespace loom::cuda_emulated {
 // kernel<<<grid, block>>>(args): every block in order, each as one thread.

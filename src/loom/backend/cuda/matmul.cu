@@ -1,13 +1,16 @@
-// GEMM: out(b) = a(b) @ b(b) (+ bias), through cuBLASLt (f32, or bf16 with f32 accumulation).
+// GEMM: out(b) = a(b) @ b(b) (+ bias), through cuBLASLt (f32, on TF32 tensor cores if
+// allow_tf32(), or bf16 with f32 accumulation), and the fp8 GEMM with per-tensor scales.
 // cuBLAS is column-major: the row-major out (m, n) is the column-major (n, m) = b^T a^T, so the
 // call takes b as its first operand. Each operand must have a unit stride in one of its last two
 // dims (else it is copied contiguous first). The emulated build runs a plain loop over the same
 // column-major call, so the layout logic below goes through the op harness on the CPU too.
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/fp8_scaling.h"
 #include "loom/backend/kernel_checks.h"
 
 #ifndef LOOM_CUDA_EMULATE
@@ -32,9 +35,20 @@ struct GemmCall {
   int64_t batch = 1;
   DType in_type = DType::F32, out_type = DType::F32;
   bool accumulate = false;  // D holds the bias rows already
+  bool tf32 = false;        // f32 operands rounded to TF32 (allow_tf32())
 };
 
 #ifdef LOOM_CUDA_EMULATE
+// TF32: f32 with its mantissa rounded to 10 bits (to nearest, ties away, as cvt.rna.tf32).
+inline float to_tf32(float x) {
+  if (!std::isfinite(x)) return x;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 template <typename I, typename O>
 void reference_gemm(const GemmCall& g) {
   const I* A = static_cast<const I*>(g.A);
@@ -48,7 +62,7 @@ void reference_gemm(const GemmCall& g) {
           // Column-major: element (r, c) of a stored matrix with leading dim ld is at r + c ld.
           const float x = to_f32(A[b * g.stride_a + (g.trans_a ? p + i * g.lda : i + p * g.lda)]);
           const float y = to_f32(B[b * g.stride_b + (g.trans_b ? j + p * g.ldb : p + j * g.ldb)]);
-          acc += x * y;
+          acc += g.tf32 ? to_tf32(x) * to_tf32(y) : x * y;
         }
         O& d = D[b * g.stride_d + i + j * g.ldd];
         d = from_f32<O>(g.accumulate ? acc + to_f32(d) : acc);
@@ -61,7 +75,16 @@ void run_gemm(const GemmCall& g) {
 }
 #else
 cudaDataType_t cuda_type(DType t) {
-  return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  switch (t) {
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::F8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::F8E5M2:
+      return CUDA_R_8F_E5M2;
+    default:
+      return CUDA_R_16BF;
+  }
 }
 
 #define LOOM_CUBLAS_CHECK(expr)                                            \
@@ -118,7 +141,8 @@ uint32_t alignment(const void* p) {
 
 Plan make_plan(const GemmCall& g) {
   Plan p;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+      &p.op, g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   LOOM_CUBLAS_CHECK(
@@ -158,14 +182,14 @@ Plan make_plan(const GemmCall& g) {
 
 void run_gemm(const GemmCall& g) {
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, uint32_t>;
+                         int64_t, int64_t, int64_t, int, int, uint32_t, bool>;
   static std::map<Key, Plan> plans;
   static std::mutex mutex;
   // The plan's algorithm fits the operands' alignment, so the alignment is part of the key.
   const uint32_t align = alignment(g.A) | alignment(g.B) << 5 | alignment(g.D) << 10;
   const Key key{g.trans_a,      g.trans_b,       g.m,        g.n,   g.k,        g.lda,
                 g.stride_a,     g.ldb,           g.stride_b, g.ldd, g.stride_d, g.batch,
-                int(g.in_type), int(g.out_type), align};
+                int(g.in_type), int(g.out_type), align,      g.tf32};
   const Plan* plan;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -285,7 +309,93 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, c
   g.in_type = a.dtype();
   g.out_type = out.dtype();
   g.accumulate = prefill;
+  g.tf32 = g.in_type == DType::F32 && allow_tf32();
   run_gemm(g);
+}
+
+// fp8: out (M, N) = (a a_inv_scale) (b b_inv_scale)^T, a (M, K) and b (N, K) row-major. In
+// cuBLAS's column-major terms out is D (N, M) = b (N, K) a^T (K, M): the "TN" layout that
+// cuBLASLt's fp8 kernels take (A = b transposed, B = a not), the scales read on the device.
+// cuBLASLt's default accumulation (not CUBLASLT_MATMUL_DESC_FAST_ACCUM): the f32 the CPU's
+// emulation assumes.
+void CudaBackend::fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
+                             const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) {
+  check_fp8_matmul(a, a_inv_scale, b, b_inv_scale, bias, out);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (m == 0) return;
+  if (bias.defined())  // bias rows first; the GEMM accumulates onto them (beta 1)
+    LOOM_LAUNCH(bias_rows_kernel<float>, blocks_for(m * n), kBlock, ptr<const float>(bias),
+                int64_t(1), m, n, n, int64_t(1), m * n, ptr<float>(out));
+  const bool accumulate = bias.defined();
+#ifdef LOOM_CUDA_EMULATE
+  const uint8_t* A = ptr<const uint8_t>(a);
+  const uint8_t* B = ptr<const uint8_t>(b);
+  const bool a_e4m3 = a.dtype() == DType::F8E4M3, b_e4m3 = b.dtype() == DType::F8E4M3;
+  const float sa = ptr<const float>(a_inv_scale)[0], sb = ptr<const float>(b_inv_scale)[0];
+  float* D = ptr<float>(out);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p)
+        acc += fp8_decode(A[i * k + p], a_e4m3) * fp8_decode(B[j * k + p], b_e4m3);
+      // Both scales after the sum, as the tensor cores apply them.
+      acc *= sa * sb;
+      D[i * n + j] = accumulate ? D[i * n + j] + acc : acc;
+    }
+#else
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, uint32_t, bool>;
+  static std::map<Key, Plan> plans;
+  static std::mutex mutex;
+  const uint32_t align =
+      alignment(a.raw_ptr()) | alignment(b.raw_ptr()) << 5 | alignment(out.raw_ptr()) << 10;
+  const Key key{m, n, k, int(a.dtype()), int(b.dtype()), align, accumulate};
+  // Held through the call: the plan's descriptor takes this call's scale pointers.
+  std::lock_guard<std::mutex> lock(mutex);
+  // The scale pointers are per call (each operand's own scale tensor); the heuristic sees them.
+  const void* scale_a = b_inv_scale.raw_ptr();
+  const void* scale_b = a_inv_scale.raw_ptr();
+  auto set_scales = [&](cublasLtMatmulDesc_t op) {
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                     &scale_a, sizeof(scale_a)));
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                     &scale_b, sizeof(scale_b)));
+  };
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    Plan p;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    set_scales(p.op);
+    p.a = layout(b.dtype(), k, n, k, 1, 0);  // b (N, K) row-major: column-major (K, N)
+    p.b = layout(a.dtype(), k, m, k, 1, 0);
+    p.d = layout(DType::F32, n, m, n, 1, 0);
+    cublasLtMatmulPreference_t pref = nullptr;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = kWorkspace;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt().handle, p.op, p.a, p.b, p.d, p.d, pref, 1,
+                                                     &result, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    LOOM_CHECK(found > 0) << "cuBLASLt has no fp8 algorithm for a " << m << "x" << k << " ("
+                          << dtype_name(a.dtype()) << ") by " << n << "x" << k << " ("
+                          << dtype_name(b.dtype()) << ")^T GEMM";
+    p.algo = result.algo;
+    it = plans.emplace(key, p).first;
+  }
+  const Plan* plan = &it->second;
+  set_scales(plan->op);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  LOOM_CUBLAS_CHECK(cublasLtMatmul(lt().handle, plan->op, &alpha, b.raw_ptr(), plan->a, a.raw_ptr(),
+                                   plan->b, &beta, out.raw_ptr(), plan->d, out.raw_ptr(), plan->d,
+                                   &plan->algo, lt().workspace, kWorkspace, stream()));
+#endif
 }
 
 }  // namespace loom::LOOM_CUDA_NS
