@@ -5,8 +5,8 @@
 #
 #   here:   bash scripts/device_check.sh pack
 #           builds build-device/ (portable x86-64 code, sm_90, the CUDA backend) and packs the
-#           CUDA test and bench binaries with the libraries the device lacks (oneDNN, OpenCL's
-#           loader) into .device/ (git-ignored, about 9 MB)
+#           CUDA test and bench binaries with the libraries the device lacks (every one ldd
+#           lists but the C runtime's and CUDA's) into .device/ (git-ignored, about 23 MB)
 #   there:  the device tool's run, command "bash scripts/device_check.sh run",
 #           carry [".device"], timeout_s 480
 #           runs every CUDA test (the op harness on the GPU against the float64 reference,
@@ -15,7 +15,7 @@
 #           train.device "cuda" against the CPU's and a bit-identical resume, the NCCL group on
 #           one GPU, transfers, allocator)
 #           then times GPT-2 124M (16 x 1024 tokens) and DiT-small (256 images) training steps
-#           in bf16 and f32 (build/loom_cuda_bench) and PyTorch's eager and torch.compile steps of
+#           in bf16, fp8_tensorwise and f32 (build/loom_cuda_bench) and PyTorch's eager and torch.compile steps of
 #           the same models (bench/compare/torch_bench.py), one after the other, and writes
 #           $OUT/report.md, $OUT/cuda_tests.log, $OUT/cuda_tests.xml and $OUT/bench.log.
 #

@@ -165,7 +165,8 @@ TEST(CudaTrainer, GptTrainsOnTheDeviceAsOnTheHost) {
 // fp8 with one scale per tensor: on the device the block's linear layers run on the fp8 GEMM
 // (cast on the device), on the host through the recipe's emulation. The casts give the same
 // codes; what differs is f32 summation order, which fp8 rounding may turn into a code of
-// difference here and there (seen: 1e-4 relative over 8 steps; bound 5e-3).
+// difference here and there, and the rest of the step runs in bf16 (on a GPU, cuDNN's
+// attention): bf16's bound, 3e-2 (seen under emulation: 1e-4 relative over 8 steps).
 TEST(CudaTrainer, Fp8RecipesTrainOnTheDeviceAsOnTheHost) {
   const std::string dir = temp_dir("fp8");
   const std::string config = write_config(dir, kGpt);
@@ -180,7 +181,7 @@ TEST(CudaTrainer, Fp8RecipesTrainOnTheDeviceAsOnTheHost) {
     const RunFiles cpu = run(config, with({"run.name=\"cpu_" + recipe + "\""}));
     const RunFiles cuda =
         run(config, with({"run.name=\"cuda_" + recipe + "\"", "train.device=\"cuda\""}));
-    expect_close(cpu.losses, cuda.losses, 5e-3, "gpt2 fp8 training loss");
+    expect_close(cpu.losses, cuda.losses, 3e-2, "gpt2 fp8 training loss");
     EXPECT_LT(cuda.losses.back(), cuda.losses.front());
     // The last step's cast statistics, counted on the device, as on the host.
     for (const char* role : {"input", "weight", "grad"}) {
