@@ -193,6 +193,20 @@ TEST(CudaTrainer, Fp8RecipesTrainOnTheDeviceAsOnTheHost) {
       EXPECT_NEAR(g.at("flushed").as_double(), c.at("flushed").as_double(), 1e-3) << role;
       EXPECT_NEAR(g.at("saturated").as_double(), c.at("saturated").as_double(), 1e-3) << role;
     }
+    // fp8_delayed: each layer's amaxes, the entries its histories took, layer by layer. A
+    // layer's gradient max moves with one E5M2 code flipped upstream (neighbouring codes are
+    // up to 25% apart): seen 4%, bound 15% (a layer given another's counts is off by far more).
+    if (recipe == "fp8_delayed") {
+      const Json& c = cpu.last.at("precision").at("amax");
+      const Json& g = cuda.last.at("precision").at("amax");
+      ASSERT_EQ(g.items().size(), c.items().size());
+      for (const auto& [layer, roles] : c.items())
+        for (const char* role : {"input", "weight", "grad"}) {
+          const double expected = roles.at(role).as_double();
+          EXPECT_NEAR(g.at(layer).at(role).as_double(), expected, 0.15 * expected)
+              << layer << " " << role;
+        }
+    }
   }
   fs::remove_all(dir);
 }

@@ -97,6 +97,38 @@ OperandFormat operand_format(const RecipeConfig& c, GemmOperand role) {
   return {Element::E4M3, Scaling::Tensor};
 }
 
+// On a device: every layer's cast counts (Backend::fp8_quantize's stats), one (layers, 3 roles,
+// 3) i64 buffer made by the first cast and read back in one copy when the host asks for the
+// statistics (LowPrecision::collect), so the step never waits for them.
+struct LowPrecision::DeviceCounts {
+  std::mutex mutex;
+  int64_t layers = 0;
+  Tensor counts;
+
+  // The 3 counts of (layer, role), the buffer made on `device` and zeroed first.
+  Tensor slot(int64_t layer, size_t role, Device device) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!counts.defined()) {
+      counts = Tensor::empty({layers * 9}, DType::I64, device);
+      backend_for(device).fill(counts, 0.0);
+    }
+    return counts.as_strided({3}, {1}, (layer * 3 + int64_t(role)) * 3);
+  }
+  // The counts since the last take on the host (undefined before any cast); `keep` false
+  // drops them. The device's start again from zero.
+  Tensor take(bool keep) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!counts.defined()) return Tensor();
+    Tensor host;
+    if (keep) {
+      host = Tensor::empty(counts.shape(), DType::I64);
+      backend_for(counts.device()).copy(counts, host);
+    }
+    backend_for(counts.device()).fill(counts, 0.0);
+    return host;
+  }
+};
+
 // One quantised linear layer: its three roles' amax histories (fp8_delayed) and the step's
 // statistics. The backward may run on another thread than the forward: counts take the lock.
 struct LowPrecision::Layer : LinearQuantizer {
@@ -107,9 +139,8 @@ struct LowPrecision::Layer : LinearQuantizer {
   std::array<float, 3> step_amax{};
   std::array<RoleStats, 3> stats;
   float signs[16];
-  // On a device: the casts' counts per role (Backend::fp8_quantize's stats), read into stats
-  // and step_amax when the host asks (collect), so the step never waits for them.
-  std::array<Tensor, 3> device_stats;
+  std::shared_ptr<DeviceCounts> device_counts;  // shared by the recipe's layers
+  int64_t index = 0;                            // this layer's slots in it
   std::mutex mutex;
 
   bool tensorwise() const {
@@ -132,19 +163,13 @@ struct LowPrecision::Layer : LinearQuantizer {
           {rows, k16}, f.element == Element::E4M3 ? DType::F8E4M3 : DType::F8E5M2, device);
       const Tensor inv_scale = Tensor::empty({1}, DType::F32, device);
       float amax = -1;  // measured
-      Tensor counts;
       {
         std::lock_guard<std::mutex> lock(mutex);
         if (config.recipe == Recipe::Fp8Delayed && !history[r].empty())
           amax = *std::max_element(history[r].begin(), history[r].end());
-        if (!device_stats[r].defined()) {
-          device_stats[r] = Tensor::empty({3}, DType::I64, device);
-          backend.fill(device_stats[r], 0.0);
-        }
-        counts = device_stats[r];
         stats[r].values += t.numel();
       }
-      backend.fp8_quantize(t, amax, q, inv_scale, counts);
+      backend.fp8_quantize(t, amax, q, inv_scale, device_counts->slot(index, r, device));
       return std::make_pair(q, inv_scale);
     };
     const auto [qa, a_inv] = cast(a, a_role, m);
@@ -162,15 +187,9 @@ struct LowPrecision::Layer : LinearQuantizer {
     return out;
   }
 
-  // The device's counts since the last collect, added to the host's (caller holds the lock).
-  void collect() {
-    for (size_t r = 0; r < 3; ++r) {
-      Tensor& d = device_stats[r];
-      if (!d.defined()) continue;
-      const Tensor host = Tensor::empty({3}, DType::I64);
-      backend_for(d.device()).copy(d, host);
-      backend_for(d.device()).fill(d, 0.0);
-      const int64_t* c = host.data<int64_t>();
+  // This layer's device counts (3 roles x 3) added to the host's (caller holds the lock).
+  void add_device_counts(const int64_t* c) {
+    for (size_t r = 0; r < 3; ++r, c += 3) {
       const float amax = f32_from_bits(uint32_t(c[0]));
       stats[r].saturated += c[1];
       stats[r].flushed += c[2];
@@ -236,7 +255,8 @@ struct LowPrecision::Layer : LinearQuantizer {
   }
 };
 
-LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config) : config_(config) {
+LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config)
+    : config_(config), device_counts_(std::make_shared<DeviceCounts>()) {
   LOOM_CHECK(config.amax_history >= 1)
       << "precision.amax_history must be at least 1, got " << config.amax_history;
   // The block size is checked where it is used, and once here with the format's words.
@@ -266,6 +286,8 @@ LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config) : conf
     auto layer = std::make_shared<Layer>();
     layer->name = path;
     layer->config = config_;
+    layer->device_counts = device_counts_;
+    layer->index = int64_t(layers_.size());
     std::memcpy(layer->signs, signs, sizeof(signs));
     // Innermost of the layer's wrappers (tensor parallelism's go around it): only the local
     // GEMM is quantised.
@@ -275,6 +297,7 @@ LowPrecision::LowPrecision(nn::Module& model, const RecipeConfig& config) : conf
     });
     layers_.push_back(layer);
   });
+  device_counts_->layers = int64_t(layers_.size());
   LOOM_CHECK(!layers_.empty()) << "train.precision = \"" << recipe_name(config.recipe)
                                << "\": the model has no linear layers in its blocks to quantise"
                                << (kept.empty() ? ""
@@ -303,23 +326,32 @@ std::string LowPrecision::describe() const {
   return s;
 }
 
+void LowPrecision::collect() const {
+  const Tensor counts = device_counts_->take(/*keep=*/true);
+  if (!counts.defined()) return;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::lock_guard<std::mutex> lock(layers_[i]->mutex);
+    layers_[i]->add_device_counts(counts.data<int64_t>() + i * 9);
+  }
+}
+
 void LowPrecision::begin_step(int64_t step) {
+  device_counts_->take(/*keep=*/false);
   for (auto& l : layers_) {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->step = step;
     l->calls = 0;
     l->stats = {};
     l->step_amax = {};
-    l->device_stats = {};  // made again, zeroed, by the step's first cast
   }
 }
 
 void LowPrecision::end_step(const std::function<void(std::vector<float>&)>& reduce_max) {
   if (config_.recipe != Recipe::Fp8Delayed) return;
+  collect();
   std::vector<float> amax;
   for (auto& l : layers_) {
     std::lock_guard<std::mutex> lock(l->mutex);
-    l->collect();
     amax.insert(amax.end(), l->step_amax.begin(), l->step_amax.end());
   }
   reduce_max(amax);
@@ -332,10 +364,10 @@ void LowPrecision::end_step(const std::function<void(std::vector<float>&)>& redu
 }
 
 RoleStats LowPrecision::stats(GemmOperand role) const {
+  collect();
   RoleStats out;
   for (const auto& l : layers_) {
     std::lock_guard<std::mutex> lock(l->mutex);
-    l->collect();
     const RoleStats& s = l->stats[size_t(role)];
     out.values += s.values;
     out.saturated += s.saturated;
@@ -347,9 +379,9 @@ RoleStats LowPrecision::stats(GemmOperand role) const {
 
 std::vector<std::pair<std::string, std::array<float, 3>>> LowPrecision::layer_amax() const {
   std::vector<std::pair<std::string, std::array<float, 3>>> out;
+  collect();
   for (const auto& l : layers_) {
     std::lock_guard<std::mutex> lock(l->mutex);
-    l->collect();
     out.emplace_back(l->name, l->step_amax);
   }
   return out;

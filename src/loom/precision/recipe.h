@@ -87,9 +87,13 @@ class LowPrecision {
   void set_histories(const std::vector<std::pair<std::string, std::vector<float>>>& h);
 
   struct Layer;
+  struct DeviceCounts;
 
  private:
+  void collect() const;  // the device's cast counts into the layers' statistics
+
   RecipeConfig config_;
+  std::shared_ptr<DeviceCounts> device_counts_;
   std::vector<std::shared_ptr<Layer>> layers_;
   int64_t depth_ = 0;
 };
