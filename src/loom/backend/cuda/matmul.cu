@@ -139,6 +139,33 @@ uint32_t alignment(const void* p) {
   return align;
 }
 
+// cuBLASLt's first choice for a plan's descriptors, with our workspace and the operands'
+// alignment; false if it has none.
+bool best_algo(const Plan& p, const void* A, const void* B, const void* D,
+               cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspace;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t align_a = alignment(A), align_b = alignment(B), align_d = alignment(D);
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt().handle, p.op, p.a, p.b, p.d, p.d, pref, 1,
+                                                   &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found > 0) algo = result.algo;
+  return found > 0;
+}
+
 Plan make_plan(const GemmCall& g) {
   Plan p;
   LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(
@@ -155,28 +182,9 @@ Plan make_plan(const GemmCall& g) {
   p.b = g.trans_b ? layout(g.in_type, g.n, g.k, g.ldb, g.batch, g.stride_b)
                   : layout(g.in_type, g.k, g.n, g.ldb, g.batch, g.stride_b);
   p.d = layout(g.out_type, g.m, g.n, g.ldd, g.batch, g.stride_d);
-  cublasLtMatmulPreference_t pref = nullptr;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kWorkspace;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t align_a = alignment(g.A), align_b = alignment(g.B), align_d = alignment(g.D);
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt().handle, p.op, p.a, p.b, p.d, p.d, pref, 1,
-                                                   &result, &found));
-  cublasLtMatmulPreferenceDestroy(pref);
-  LOOM_CHECK(found > 0) << "cuBLASLt has no algorithm for a " << g.m << "x" << g.k << " @ " << g.k
-                        << "x" << g.n << " GEMM (batch " << g.batch << ")";
-  p.algo = result.algo;
+  LOOM_CHECK(best_algo(p, g.A, g.B, g.D, p.algo))
+      << "cuBLASLt has no algorithm for a " << g.m << "x" << g.k << " @ " << g.k << "x" << g.n
+      << " GEMM (batch " << g.batch << ")";
   return p;
 }
 
@@ -373,20 +381,9 @@ void CudaBackend::fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const T
     p.a = layout(b.dtype(), k, n, k, 1, 0);  // b (N, K) row-major: column-major (K, N)
     p.b = layout(a.dtype(), k, m, k, 1, 0);
     p.d = layout(DType::F32, n, m, n, 1, 0);
-    cublasLtMatmulPreference_t pref = nullptr;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = kWorkspace;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt().handle, p.op, p.a, p.b, p.d, p.d, pref, 1,
-                                                     &result, &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    LOOM_CHECK(found > 0) << "cuBLASLt has no fp8 algorithm for a " << m << "x" << k << " ("
-                          << dtype_name(a.dtype()) << ") by " << n << "x" << k << " ("
-                          << dtype_name(b.dtype()) << ")^T GEMM";
-    p.algo = result.algo;
+    LOOM_CHECK(best_algo(p, b.raw_ptr(), a.raw_ptr(), out.raw_ptr(), p.algo))
+        << "cuBLASLt has no fp8 algorithm for a " << m << "x" << k << " (" << dtype_name(a.dtype())
+        << ") by " << n << "x" << k << " (" << dtype_name(b.dtype()) << ")^T GEMM";
     it = plans.emplace(key, p).first;
   }
   const Plan* plan = &it->second;
