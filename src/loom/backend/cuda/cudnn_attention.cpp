@@ -205,6 +205,15 @@ std::vector<int64_t> key_of(int64_t pass, float scale, bool causal,
   return key;
 }
 
+// Whether cuDNN is open and can be asked this problem (the reason kept if not).
+bool usable(State& s, bool causal, const std::vector<const Tensor*>& operands) {
+  if (const std::string why = unsupported(causal, operands); !why.empty()) {
+    s.status.last_refusal = why;
+    return false;
+  }
+  return open_cudnn(s);
+}
+
 }  // namespace
 
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
@@ -212,16 +221,13 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   const std::vector<const Tensor*> operands{&q, &k, &v, &out};
-  if (const std::string why = unsupported(causal, operands); !why.empty()) {
-    s.status.last_refusal = why;
-    return false;
-  }
-  if (!open_cudnn(s)) return false;
+  if (!usable(s, causal, operands)) return false;
   std::vector<const Tensor*> keyed = operands;
   keyed.push_back(&lse);
   const Graph& g = graph_for(s, key_of(0, scale, causal, keyed), [&] {
     auto graph = new_graph(q.dtype());
-    auto Q = input(*graph, "Q", kQ, q), K = input(*graph, "K", kK, k), V = input(*graph, "V", kV, v);
+    auto Q = input(*graph, "Q", kQ, q), K = input(*graph, "K", kK, k),
+         V = input(*graph, "V", kV, v);
     auto attributes =
         fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
             scale);
@@ -236,8 +242,10 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
     return graph;
   });
   if (!g.graph) return false;
-  std::unordered_map<int64_t, void*> pack{{kQ, q.raw_ptr()},   {kK, k.raw_ptr()},
-                                          {kV, v.raw_ptr()},   {kO, out.raw_ptr()},
+  std::unordered_map<int64_t, void*> pack{{kQ, q.raw_ptr()},
+                                          {kK, k.raw_ptr()},
+                                          {kV, v.raw_ptr()},
+                                          {kO, out.raw_ptr()},
                                           {kStats, lse.raw_ptr()}};
   execute(s, g, q.device(), pack, "attention forward");
   ++s.status.forward_runs;
@@ -245,22 +253,18 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                              bool causal, const Tensor& out, const Tensor& lse,
-                              const Tensor& gout, const Tensor& gq, const Tensor& gk,
-                              const Tensor& gv) {
+                              bool causal, const Tensor& out, const Tensor& lse, const Tensor& gout,
+                              const Tensor& gq, const Tensor& gk, const Tensor& gv) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   const std::vector<const Tensor*> operands{&q, &k, &v, &out, &gout, &gq, &gk, &gv};
-  if (const std::string why = unsupported(causal, operands); !why.empty()) {
-    s.status.last_refusal = why;
-    return false;
-  }
-  if (!open_cudnn(s)) return false;
+  if (!usable(s, causal, operands)) return false;
   std::vector<const Tensor*> keyed = operands;
   keyed.push_back(&lse);
   const Graph& g = graph_for(s, key_of(1, scale, causal, keyed), [&] {
     auto graph = new_graph(q.dtype());
-    auto Q = input(*graph, "Q", kQ, q), K = input(*graph, "K", kK, k), V = input(*graph, "V", kV, v);
+    auto Q = input(*graph, "Q", kQ, q), K = input(*graph, "K", kK, k),
+         V = input(*graph, "V", kV, v);
     auto O = input(*graph, "O", kO, out), dO = input(*graph, "dO", kdO, gout);
     auto stats = graph->tensor(fe::graph::Tensor_attributes()
                                    .set_name("stats")
@@ -281,9 +285,9 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   });
   if (!g.graph) return false;
   std::unordered_map<int64_t, void*> pack{
-      {kQ, q.raw_ptr()},     {kK, k.raw_ptr()},   {kV, v.raw_ptr()},   {kO, out.raw_ptr()},
-      {kStats, lse.raw_ptr()}, {kdO, gout.raw_ptr()}, {kdQ, gq.raw_ptr()}, {kdK, gk.raw_ptr()},
-      {kdV, gv.raw_ptr()}};
+      {kQ, q.raw_ptr()},   {kK, k.raw_ptr()},       {kV, v.raw_ptr()},
+      {kO, out.raw_ptr()}, {kStats, lse.raw_ptr()}, {kdO, gout.raw_ptr()},
+      {kdQ, gq.raw_ptr()}, {kdK, gk.raw_ptr()},     {kdV, gv.raw_ptr()}};
   execute(s, g, q.device(), pack, "attention backward");
   ++s.status.backward_runs;
   return true;
