@@ -1,11 +1,14 @@
-// Kernel-level tests of the fused CPU attention (backend/cpu/attention.cpp) against an
-// independent float64 reference that materialises the whole score matrix. The reference
-// backward is itself checked against central finite differences of the reference forward.
+// Kernel-level tests of the CPU attention kernels against an independent float64 reference
+// that materialises the whole score matrix: the flash-style kernel (backend/cpu/attention.cpp)
+// and, for bf16 where the CPU has a native bf16 matmul, the batched-GEMM kernel
+// (attention_gemm.cpp); every bf16 case runs through both. The reference backward is itself
+// checked against central finite differences of the reference forward.
 //
 // Tolerances, as max |kernel - reference| / max |reference| over a whole tensor:
 //   f32 kernel: 1e-4 (f32 accumulation over <= 257 keys and fast_exp's ~2 ulp);
 //   bf16 kernel: 3e-2 (outputs rounded to bf16, 2^-9 relative, and the bf16-rounded O that
-//   enters Delta = rowsum(dO * O) in the backward: measured up to 1.4e-2 on dK at D = 8);
+//   enters Delta = rowsum(dO * O) in the backward: measured up to 1.4e-2 on dK at D = 8; the
+//   GEMM kernel also rounds P and dS to bf16 as GEMM operands);
 //   f16 shares the bf16 bound (measured 5e-4).
 // Inputs of a bf16 case are rounded to bf16 first, so the reference sees exactly the values
 // the kernel sees and only the kernel's own rounding is measured.
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "loom/backend/backend.h"
+#include "loom/backend/cpu/attention_gemm.h"
 #include "loom/core/dtype.h"
 #include "loom/core/error.h"
 #include "loom/core/tensor.h"
@@ -352,11 +356,7 @@ KernelResult run_kernel(const Case& c, const Problem& p, DType dtype) {
   return {from_tensor(out), from_tensor(lse), from_tensor(gq), from_tensor(gk), from_tensor(gv)};
 }
 
-void check_case(const Case& c, uint32_t seed) {
-  SCOPED_TRACE(describe(c));
-  const Problem p = make_problem(c, seed);
-  Reference ref = reference_forward(p);
-  reference_backward(p, ref);
+void check_kernel(const Case& c, const Problem& p, const Reference& ref) {
   const KernelResult got = run_kernel(c, p, c.dtype);
   const double tol = c.dtype == DType::F32 ? 1e-4 : 3e-2;
   expect_close(got.out, ref.out, tol, "out");
@@ -371,6 +371,19 @@ void check_case(const Case& c, uint32_t seed) {
     expect_close(got.gq, f32.gq, tol, "gq vs f32 kernel");
     expect_close(got.gk, f32.gk, tol, "gk vs f32 kernel");
     expect_close(got.gv, f32.gv, tol, "gv vs f32 kernel");
+  }
+}
+
+void check_case(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(describe(c));
+  const Problem p = make_problem(c, seed);
+  Reference ref = reference_forward(p);
+  reference_backward(p, ref);
+  check_kernel(c, p, ref);  // the kernel the backend chooses
+  if (c.dtype == DType::BF16) {
+    SCOPED_TRACE("flash kernel");
+    cpu::ForceFlashAttention flash;
+    check_kernel(c, p, ref);
   }
 }
 
@@ -496,6 +509,50 @@ TEST(AttentionKernel, Bf16MatchesF32WithinBf16Tolerance) {
   check_case({1, 4, 1, 65, 257, 8, true, MaskKind::None, DType::BF16}, next_seed());
   check_case({1, 4, 2, 65, 130, 64, false, MaskKind::Broadcast, DType::BF16}, next_seed());
   check_case({1, 2, 2, 7, 7, 8, true, MaskKind::Full, DType::BF16}, next_seed());
+}
+
+// Whether the CPU can multiply bf16 natively (AVX512-BF16 or AMX), read from CPUID rather than
+// from oneDNN, which the kernel asks.
+bool cpu_has_native_bf16() {
+  return __builtin_cpu_supports("avx512bf16") != 0;  // every AMX CPU has AVX512-BF16 too
+}
+
+// The GEMM kernel takes bf16 problems with as many kv heads as query heads and at most 1 Mi
+// scores per head, on CPUs with native bf16; everything else stays flash-style.
+TEST(AttentionKernel, GemmKernelTakesShortBf16SequencesOnNativeBf16) {
+  auto bf16 = [](Shape s) { return Tensor::empty(s, DType::BF16); };
+  const bool native = cpu_has_native_bf16();
+  EXPECT_EQ(cpu::attention_gemm_applies(bf16({64, 4, 196, 64}), bf16({64, 4, 196, 64})), native);
+  EXPECT_EQ(cpu::attention_gemm_applies(bf16({1, 12, 1024, 64}), bf16({1, 12, 1024, 64})), native);
+  EXPECT_FALSE(cpu::attention_gemm_applies(bf16({1, 4, 1025, 64}), bf16({1, 4, 1024, 64})));
+  EXPECT_FALSE(cpu::attention_gemm_applies(bf16({1, 4, 64, 64}), bf16({1, 2, 64, 64})));  // GQA
+  EXPECT_FALSE(cpu::attention_gemm_applies(Tensor::empty({1, 4, 64, 64}, DType::F32),
+                                           Tensor::empty({1, 4, 64, 64}, DType::F32)));
+  {
+    cpu::ForceFlashAttention flash;
+    EXPECT_FALSE(cpu::attention_gemm_applies(bf16({64, 4, 196, 64}), bf16({64, 4, 196, 64})));
+  }
+}
+
+// Tasks of one head (a batch too small to share out; here the longest sequence the GEMM kernel
+// takes) and of all heads of a batch element (with mask, in the interleaved layout).
+TEST(AttentionKernel, Bf16TasksOfOneHeadAndOfAllHeads) {
+  check_case({1, 2, 2, 1024, 1024, 8, true, MaskKind::None, DType::BF16}, next_seed());
+  check_case({9, 3, 3, 130, 130, 16, true, MaskKind::Full, DType::BF16, 0, true}, next_seed());
+}
+
+TEST(AttentionKernel, Bf16BitwiseIdenticalForAnyThreadCount) {
+  const Case c{3, 4, 4, 196, 196, 64, false, MaskKind::Broadcast, DType::BF16, 0, true};
+  const Problem p = make_problem(c, next_seed());
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const KernelResult one = run_kernel(c, p, DType::BF16);
+  omp_set_num_threads(std::max(threads, 3));
+  const KernelResult many = run_kernel(c, p, DType::BF16);
+  omp_set_num_threads(threads);
+  for (auto field : {&KernelResult::out, &KernelResult::gq, &KernelResult::gk, &KernelResult::gv})
+    EXPECT_EQ(one.*field, many.*field);
+  EXPECT_EQ(one.lse, many.lse);
 }
 
 TEST(AttentionKernel, F16UsesTheSamePath) {

@@ -40,6 +40,24 @@ TEST(Autograd, PostAccumulateHooksRunOncePerAccumulation) {
   EXPECT_EQ(seen, (std::vector<float>{5, 5}));
 }
 
+// A table used by a lookup and densely (a tied embedding and its head): when the dense use's
+// gradient is in .grad first, the lookup adds its rows into it in place (Node::backward_into),
+// repeated indices included; hooks still fire once per accumulation. Expected values by hand.
+TEST(Autograd, LookupGradientAddsIntoAnExistingLeafGradient) {
+  Tensor w = leaf({1, 2, 3, 4, 5, 6}, {3, 2});  // (V = 3, C = 2)
+  int calls = 0;
+  w.add_post_accumulate_hook([&](const Tensor&) { calls++; });
+  const Tensor index = loom::from_vector(std::vector<int64_t>{2, 0, 2}, {3});
+  const Tensor rows_weight =
+      loom::from_vector(std::vector<float>{1, 10, 100, 1000, 0.5f, 0.25f}, {3, 2});
+  Tensor looked_up = loom::mul(loom::index_select(w, 0, index), rows_weight);  // made first
+  Tensor dense = loom::mul_scalar(w, 3.0);  // made later: its backward runs first
+  loom::backward(loom::add(loom::sum(looked_up), loom::sum(dense)));
+  // d/dw: 3 everywhere, plus the row weights added at rows 2, 0, 2.
+  EXPECT_EQ(loom::to_vector(w.grad()), (std::vector<float>{103, 1003, 3, 3, 4.5f, 13.25f}));
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(Autograd, IndependentGraphsCoexist) {
   Tensor w = leaf({2}, {1});
   // Two micro-batches build graphs on the same parameter before either runs backward.

@@ -59,6 +59,18 @@ void accumulate_into_leaf(const std::shared_ptr<TensorImpl>& leaf_impl, const Te
   for (const TensorHook& hook : leaf.post_accumulate_hooks()) hook(leaf);
 }
 
+// Node::backward_into for n when its input 0 is a leaf that already has a .grad.
+bool accumulated_in_place(Node* n, const std::vector<Tensor>& grad_outputs) {
+  if (n->inputs.empty() || !n->inputs[0].leaf) return false;
+  Tensor leaf(n->inputs[0].leaf);
+  const Tensor current = leaf.grad();
+  if (!current.defined() || !current.is_contiguous() || current.dtype() != leaf.dtype())
+    return false;
+  if (!n->backward_into(grad_outputs, current)) return false;
+  for (const TensorHook& hook : leaf.post_accumulate_hooks()) hook(leaf);
+  return true;
+}
+
 struct LaterFirst {
   bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
@@ -149,7 +161,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       trace::Scope scope(n->name(), "backward");
       if (scope.active() && n->trace_module)
         scope.set_args(std::string("\"module\": \"") + n->trace_module + "\"");
-      grad_inputs = n->backward(grad_outputs);
+      if (accumulated_in_place(n, grad_outputs)) {
+        grad_inputs.resize(n->inputs.size());  // none left: it went into the leaf's .grad
+      } else {
+        grad_inputs = n->backward(grad_outputs);
+      }
       grad_outputs.clear();
       if (!retain_graph) n->release();
       LOOM_CHECK(grad_inputs.size() == n->inputs.size())

@@ -27,6 +27,14 @@ struct Node {
   // grad_outputs[i] is the gradient of output i (undefined if no gradient reached it).
   // Returns one gradient per input edge (undefined where not needed).
   virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
+  // A node whose input 0 is a leaf, and whose other inputs take no gradient, may add its
+  // gradient straight into that leaf's existing .grad (contiguous, the leaf's dtype) and return
+  // true; the engine then skips backward(). An embedding's backward touches only the rows it
+  // looked up, where backward() would return a dense (V, C) tensor for the engine to add.
+  virtual bool backward_into(const std::vector<Tensor>& grad_outputs, const Tensor& grad) {
+    (void)grad_outputs, (void)grad;
+    return false;
+  }
   // Drops saved tensors after backward so activations are freed as early as possible.
   virtual void release() {}
 

@@ -21,16 +21,23 @@ Tensor rows_contiguous(const Tensor& t) {
   return rows_ok ? t : detail::raw_contiguous(t);
 }
 
-// An uninitialised (B, H, S, D) gradient, stored as (B, S, H, D) when `like` is (heads
-// interleaved within each position, as q/k/v sliced from one projection are), so the
+// An uninitialised (B, H, S, D) tensor of `dtype`, stored as (B, S, H, D) when `like` is
+// (heads interleaved within each position, as q/k/v sliced from one projection are), so the
 // permute and reshape backwards towards that projection stay views.
-Tensor empty_heads_like(const Tensor& like) {
+Tensor empty_heads_like(const Tensor& like, DType dtype) {
   const int64_t B = like.size(0), H = like.size(1), S = like.size(2), D = like.size(3);
   if (H > 1 && S > 1 && like.stride(1) < like.stride(2)) {
-    Tensor bshd = Tensor::empty({B, S, H, D}, like.dtype(), like.device());
+    Tensor bshd = Tensor::empty({B, S, H, D}, dtype, like.device());
     return bshd.as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
   }
-  return detail::empty_like(like);
+  return Tensor::empty(like.shape(), dtype, like.device());
+}
+
+// `t` converted to `dtype` in the same layout (a kernel operand: no graph edge).
+Tensor converted(const Tensor& t, DType dtype) {
+  Tensor out = empty_heads_like(t, dtype);
+  backend_of(t).copy(t, out);
+  return out;
 }
 
 // Whether q, k and v are the [q | k | v] column blocks of one (B, S, W) projection output,
@@ -46,33 +53,64 @@ bool one_projection(const Tensor& q, const Tensor& k, const Tensor& v) {
          sliced(v, q.offset() + (Hq + Hkv) * D);
 }
 
+// The q, k, v (B, H, S, D) heads of a (B, S, W) projection block, as one_projection sees them.
+struct Heads {
+  Tensor q, k, v;
+};
+Heads heads_of_block(const Tensor& block, int64_t hq, int64_t hkv, int64_t d) {
+  const int64_t B = block.size(0), S = block.size(1), W = block.size(2), at = block.offset();
+  auto part = [&](int64_t heads, int64_t column) {
+    return block.as_strided({B, heads, S, d}, {S * W, d, W, 1}, at + column);
+  };
+  return {part(hq, 0), part(hkv, hq * d), part(hkv, (hq + hkv) * d)};
+}
+
+// q, k, v (one_projection) as the (B, S, W) block they are columns of.
+Tensor block_of(const Tensor& q, const Tensor& k) {
+  const int64_t B = q.size(0), S = q.size(2), W = (q.size(1) + 2 * k.size(1)) * q.size(3);
+  return q.as_strided({B, S, W}, {S * W, W, 1}, q.offset());
+}
+
+// The bf16 kernel operands under autocast: one copy of the projection block when q, k, v are
+// its columns, so the gradients come back as one block too (see the backward).
+Heads bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!one_projection(q, k, v))
+    return {converted(q, DType::BF16), converted(k, DType::BF16), converted(v, DType::BF16)};
+  const Tensor block = block_of(q, k);
+  Tensor narrow = Tensor::empty(block.shape(), DType::BF16, q.device());
+  backend_of(q).copy(block, narrow);
+  return heads_of_block(narrow, q.size(1), k.size(1), q.size(3));
+}
+
 struct AttentionBackward : Node {
-  Tensor q, k, v, mask, out, lse;
+  Tensor q, k, v, mask, out, lse;  // what the kernel saw: bf16 copies under autocast
   float scale;
   bool causal;
+  bool mixed = false;  // autocast: the op's inputs, output and gradients are f32
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    Tensor gq, gk, gv;
+    const DType dtype = q.dtype();
+    const Tensor gout = mixed ? converted(g[0], dtype) : rows_contiguous(g[0]);
     if (one_projection(q, k, v)) {
       // The gradients in the projection output's layout, one buffer: the split's backward then
       // takes it whole instead of copying three parts into place.
-      const int64_t B = q.size(0), S = q.size(2), D = q.size(3), Hq = q.size(1), Hkv = k.size(1);
-      const int64_t W = (Hq + 2 * Hkv) * D;
-      const Tensor joined = Tensor::empty({B, S, W}, q.dtype(), q.device());
-      auto part = [&](int64_t heads, int64_t at) {
-        return joined.as_strided({B, heads, S, D}, {S * W, D, W, 1}, at);
-      };
-      gq = part(Hq, 0);        // (B, Hq, S, D)
-      gk = part(Hkv, Hq * D);  // (B, Hkv, S, D), as gv
-      gv = part(Hkv, (Hq + Hkv) * D);
-    } else {
-      gq = empty_heads_like(q);
-      gk = empty_heads_like(k);
-      gv = empty_heads_like(v);
+      const Tensor block = block_of(q, k);
+      const Tensor joined = Tensor::empty(block.shape(), dtype, q.device());
+      const Heads grad = heads_of_block(joined, q.size(1), k.size(1), q.size(3));
+      backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, gout, grad.q, grad.k,
+                                       grad.v);
+      if (!mixed) return {grad.q, grad.k, grad.v, Tensor()};
+      Tensor wide = Tensor::empty(joined.shape(), DType::F32, q.device());
+      backend_of(q).copy(joined, wide);
+      const Heads w = heads_of_block(wide, q.size(1), k.size(1), q.size(3));
+      return {w.q, w.k, w.v, Tensor()};
     }
-    backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, rows_contiguous(g[0]),
-                                     gq, gk, gv);
-    return {gq, gk, gv, Tensor()};
+    const Tensor gq = empty_heads_like(q, dtype), gk = empty_heads_like(k, dtype),
+                 gv = empty_heads_like(v, dtype);
+    backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, gout, gq, gk, gv);
+    if (!mixed) return {gq, gk, gv, Tensor()};
+    return {converted(gq, DType::F32), converted(gk, DType::F32), converted(gv, DType::F32),
+            Tensor()};
   }
   void release() override { q = k = v = mask = out = lse = Tensor(); }
 };
@@ -98,14 +136,6 @@ Tensor broadcast_mask(const Tensor& mask, const Shape& target) {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& mask, bool causal, float scale) {
   const char* op = "attention";
-  if (autocast_dtype() == DType::BF16 && q.dtype() == DType::F32 && k.dtype() == DType::F32 &&
-      v.dtype() == DType::F32) {
-    // Mixed precision: attention on bf16 q, k, v (the kernel accumulates in f32 and keeps its
-    // softmax statistics in f32); the output comes back as f32 like the inputs.
-    return to_dtype(scaled_dot_product_attention(to_dtype(q, DType::BF16), to_dtype(k, DType::BF16),
-                                                 to_dtype(v, DType::BF16), mask, causal, scale),
-                    DType::F32);
-  }
   detail::check_floating(op, q, "q");
   detail::check_floating(op, k, "k");
   detail::check_floating(op, v, "v");
@@ -124,31 +154,36 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   LOOM_CHECK(!causal || q.size(2) <= k.size(2)) << "attention: causal with more queries ("
                                                 << q.size(2) << ") than keys (" << k.size(2) << ")";
   if (scale <= 0) scale = 1.0f / std::sqrt(float(q.size(3)));
-  Tensor qc = rows_contiguous(q), kc = rows_contiguous(k), vc = rows_contiguous(v);
+  // Mixed precision: the kernel runs on bf16 copies of q, k, v (it accumulates in f32 and keeps
+  // its softmax statistics in f32); the output and the gradients come back as f32.
+  const bool mixed = autocast_dtype() == DType::BF16 && q.dtype() == DType::F32;
+  Heads in{rows_contiguous(q), rows_contiguous(k), rows_contiguous(v)};
+  if (mixed) in = bf16_operands(q, k, v);
   Tensor m = mask.defined() ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
                             : Tensor();
   // The output always as (B, S, H, D) memory: attention is followed by merging the heads.
   // S is the query length (k and v have k.size(2) rows), D the head dim.
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
   const auto computed = computed_or_kept([&] {
-    Tensor out = Tensor::empty({B, S, H, D}, q.dtype(), q.device())
+    Tensor out = Tensor::empty({B, S, H, D}, in.q.dtype(), q.device())
                      .as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
     Tensor lse = Tensor::empty({B, H, S}, DType::F32, q.device());  // log-sum-exp per query row
-    backend_of(q).attention_forward(qc, kc, vc, m, scale, causal, out, lse);
+    backend_of(q).attention_forward(in.q, in.k, in.v, m, scale, causal, out, lse);
     return std::vector<Tensor>{out, lse};
   });
-  const Tensor& out = computed[0];
-  const Tensor& lse = computed[1];
+  const Tensor& kernel_out = computed[0];
+  const Tensor out = mixed ? converted(kernel_out, DType::F32) : kernel_out;
   if (any_requires_grad({q, k, v})) {
     auto node = std::make_shared<AttentionBackward>();
-    node->q = qc.detach();
-    node->k = kc.detach();
-    node->v = vc.detach();
+    node->q = in.q.detach();
+    node->k = in.k.detach();
+    node->v = in.v.detach();
     node->mask = m.defined() ? m.detach() : Tensor();
-    node->out = out.detach();
-    node->lse = lse;
+    node->out = kernel_out.detach();
+    node->lse = computed[1];
     node->scale = scale;
     node->causal = causal;
+    node->mixed = mixed;
     record(node, {q, k, v, mask}, {out});
   }
   return out;

@@ -33,6 +33,12 @@ struct IndexSelectBackward : Node {
     backend_of(gx).index_add(gx, dim, index, detail::raw_contiguous(g[0]));
     return {gx, Tensor()};
   }
+  // The looked-up rows added into the table's gradient (a tied embedding's head made it).
+  bool backward_into(const std::vector<Tensor>& g, const Tensor& grad) override {
+    if (grad.shape() != x_shape || grad.dtype() != dtype || !g[0].defined()) return false;
+    backend_of(grad).index_add(grad, dim, index, detail::raw_contiguous(g[0]));
+    return true;
+  }
   void release() override { index = Tensor(); }
 };
 

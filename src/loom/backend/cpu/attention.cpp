@@ -17,6 +17,8 @@
 //
 // Tile products go through oneDNN's dnnl_sgemm; inside our OpenMP region it runs on the calling
 // thread. bf16/f16 tiles are widened to f32 on the way in and rounded once on the way out.
+// So bf16 problems with short sequences go to attention_gemm.cpp instead where the CPU has a
+// native bf16 matmul: batched bf16 GEMMs over a materialised score matrix.
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -27,11 +29,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "loom/backend/cpu/attention_gemm.h"
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
-#include "loom/backend/kernel_checks.h"
 #include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/vec_math.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom {
 namespace {
@@ -61,11 +64,7 @@ void choose_tiles(Dims& d, bool causal) {
   d.block_k = whole ? std::max<int64_t>(d.seq_kv, 1) : kBlockK;
 }
 
-// The additive mask seen as (B, Hq, Sq, Skv) through strides; data == nullptr when absent.
-struct MaskView {
-  const float* data = nullptr;
-  int64_t stride_b = 0, stride_h = 0, stride_i = 0, stride_j = 0;
-};
+using MaskView = cpu::AttentionMask;
 
 void gemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -151,13 +150,6 @@ void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, i
   }
 }
 
-float row_max(const float* row, int64_t n) {
-  float mx = kNegInf;
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  return mx;
-}
-
 // row[j] = exp(row[j] - shift); returns the sum. shift must be finite.
 float exp_shifted(float* row, int64_t n, float shift) {
   float sum = 0.0f;
@@ -208,7 +200,7 @@ void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal
     score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, s, d.block_k);
     for (int64_t i = 0; i < m; ++i) {
       float* row = s + i * d.block_k;
-      const float m_new = std::max(row_m[i], row_max(row, n));
+      const float m_new = std::max(row_m[i], cpu::lane_max(row, n));
       if (m_new == kNegInf) {
         // Every key so far is masked for this row: contribute nothing (and avoid -inf - -inf).
         std::fill_n(row, n, 0.0f);
@@ -348,7 +340,6 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
   }
 }
 
-
 // Validates q/k/v/mask/out/lse and returns the problem dims.
 Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                   const Tensor& out, const Tensor& lse, MaskView& mask_view) {
@@ -444,6 +435,8 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& lse) {
   MaskView mask_view;
   Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
+  if (cpu::attention_gemm_applies(q, k))
+    return cpu::attention_gemm_forward(q, k, v, mask_view, scale, causal, out, lse);
   choose_tiles(d, causal);
   const int64_t q_blocks = (d.seq_q + d.block_q - 1) / d.block_q;
   const int64_t tasks = d.batch * d.heads_q * q_blocks;
@@ -473,6 +466,9 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
   check_attention_rows(gq, "gq", q.shape(), q.dtype());
   check_attention_rows(gk, "gk", k.shape(), q.dtype());
   check_attention_rows(gv, "gv", k.shape(), q.dtype());
+  if (cpu::attention_gemm_applies(q, k))
+    return cpu::attention_gemm_backward(q, k, v, mask_view, scale, causal, out, lse, gout, gq, gk,
+                                        gv);
   const int64_t tasks = d.batch * d.heads_kv;
   cpu::dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);

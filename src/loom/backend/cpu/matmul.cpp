@@ -29,21 +29,16 @@
 #include <unordered_map>
 
 #include "loom/backend/cpu/cpu_backend.h"
-#include "loom/backend/kernel_checks.h"
+#include "loom/backend/cpu/gemm.h"
 #include "loom/backend/cpu/parallel.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom {
 namespace {
 
 // --- operand geometry ---
 
-// One operand as a stack of matrices (batch, rows, cols); strides in elements.
-struct MatrixView {
-  char* data = nullptr;
-  DType dtype = DType::F32;
-  int64_t batch = 1, rows = 0, cols = 0;
-  int64_t bs = 0, rs = 0, cs = 0;
-};
+using cpu::MatrixView;
 
 struct BiasView {
   char* data = nullptr;  // null: no bias
@@ -596,6 +591,26 @@ void run(const Problem& p) {
 }
 
 }  // namespace
+
+void cpu::gemm(MatrixView a, MatrixView b, MatrixView out) {
+  Problem p;
+  p.a = a, p.b = b, p.out = out;
+  canonicalize(p.a, true);
+  canonicalize(p.b, true);
+  canonicalize(p.out, false);
+  run(p);
+}
+
+bool cpu::native_bf16_gemm() {
+  static const bool native = [] {
+    MatrixView a{nullptr, DType::BF16, 1, 32, 32, 1024, 32, 1};
+    MatrixView out{nullptr, DType::F32, 1, 32, 32, 1024, 32, 1};
+    Problem p;
+    p.a = p.b = a, p.out = out;
+    return !shared_plan(key_of(p), p).widen;
+  }();
+  return native;
+}
 
 int64_t CpuBackend::gemm_operand_row_stride(int64_t rows, int64_t cols, DType dtype) {
   // Rows of the matrix are the leading dimension both ways it is used (as is, transposed);

@@ -14,12 +14,9 @@ namespace {
 // log(sum(exp(row))) computed stably in f32.
 template <typename T>
 float row_logsumexp(const T* row, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, to_f32(row[i]));
+  const float m = cpu::lane_max(row, n);
   if (std::isinf(m)) return m;  // all -inf (or +inf present)
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += cpu::fast_exp(to_f32(row[i]) - m);
-  return m + std::log(s);
+  return m + std::log(cpu::lane_sum_exp(row, n, m));
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "loom/core/dtype.h"
 
 namespace loom::cpu {
 
@@ -43,6 +46,42 @@ namespace loom::cpu {
 
 [[gnu::always_inline]] inline float fast_sigmoid(float x) {
   return 1.0f / (1.0f + fast_exp(-x));
+}
+
+// Row reductions in 16 running lanes, combined in a fixed order at the end: GCC vectorises
+// these, but neither a max nor a float sum reduction written as one running value (it must
+// keep NaN order and rounding order), omp simd reductions included.
+
+// max over x[0..n) widened to f32; -inf for n = 0 (NaN if a NaN meets the running max).
+template <typename T>
+float lane_max(const T* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes];
+  std::fill_n(lanes, kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float v = to_f32(x[i + l]);
+      lanes[l] = lanes[l] > v ? lanes[l] : v;
+    }
+  float m = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) m = m > to_f32(x[i]) ? m : to_f32(x[i]);  // std::fmax would call libm
+  for (float v : lanes) m = m > v ? m : v;
+  return m;
+}
+
+// sum over i of exp(x[i] - shift), x widened to f32.
+template <typename T>
+float lane_sum_exp(const T* x, int64_t n, float shift) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += fast_exp(to_f32(x[i + l]) - shift);
+  float s = 0;
+  for (float v : lanes) s += v;
+  for (; i < n; ++i) s += fast_exp(to_f32(x[i]) - shift);
+  return s;
 }
 
 }  // namespace loom::cpu

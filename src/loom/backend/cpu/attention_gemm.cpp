@@ -1,0 +1,308 @@
+// bf16 attention over short sequences as bf16 GEMMs through oneDNN's matmul.
+//
+// The flash-style kernel (attention.cpp) multiplies its tiles with dnnl_sgemm, so its bf16
+// operands are widened and every product runs at the f32 rate. On a CPU with a native bf16
+// matmul (AVX512-BF16, AMX) attention's products run at the bf16 rate only as bf16 GEMMs,
+// which oneDNN 2.6 offers only as matmul primitives, whose call cost wants whole matrices. So
+// for sequences short enough that one head's scores fit in a few MiB (a DiT's 196 patches, a
+// small GPT's 256 tokens), each task, one batch element and its heads (or one head, when the
+// batch is too small to share out), runs a pass as a few GEMMs with its score matrix
+// materialised between them, in the thread's cache:
+//
+//   forward:  S = Q K^T;  P = softmax(scale S + mask) (rows, f32; stored bf16);  O = P V
+//   backward: S = Q K^T, dP = dO V^T;  P = exp(scale S + mask - lse);
+//             dS = scale P (dP - Delta), Delta_i = rowsum(dO_i O_i);
+//             dV = P^T dO,  dQ = dS K,  dK = dS^T Q
+//
+// The GEMMs accumulate in f32; P and dS are rounded to bf16 as GEMM operands (as GPU flash
+// kernels do); the softmax statistics stay f32. Every output element belongs to one task and
+// each task's GEMMs run sequentially on its thread (oneDNN inside our parallel region), so
+// there are no atomics and the bits do not depend on the thread count (tested).
+#include "loom/backend/cpu/attention_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <type_traits>
+
+#include "loom/backend/cpu/gemm.h"
+#include "loom/backend/cpu/scratch.h"
+#include "loom/backend/cpu/vec_math.h"
+#include "loom/core/dtype.h"
+#include "loom/core/error.h"
+
+namespace loom::cpu {
+namespace {
+
+// Scores one task may hold: the backward keeps two f32 and two bf16 matrices of this many
+// elements per thread (12 MiB). A head with more scores than this (sequences beyond about
+// 1024 x 1024) goes to the flash kernel, whose memory does not grow with the sequence squared.
+constexpr int64_t kMaxScores = int64_t(1) << 20;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::atomic<int> g_force_flash{0};
+
+struct Geometry {
+  int64_t batch, heads, seq_q, seq_kv, dim, causal_offset;
+  int64_t task_heads;  // heads per task: all of them, or one when the batch is small
+  Geometry(const Tensor& q, const Tensor& k)
+      : batch(q.size(0)),
+        heads(q.size(1)),
+        seq_q(q.size(2)),
+        seq_kv(k.size(2)),
+        dim(q.size(3)),
+        causal_offset(k.size(2) - q.size(2)) {
+    const bool whole = heads * seq_q * seq_kv <= kMaxScores && batch >= 2 * omp_get_max_threads();
+    task_heads = whole ? heads : 1;
+  }
+  int64_t tasks() const { return batch * (heads / task_heads); }
+  int64_t task_scores() const { return task_heads * seq_q * seq_kv; }
+  // Keys [0, visible) that query i sees.
+  int64_t visible(bool causal, int64_t i) const {
+    return causal ? std::clamp<int64_t>(i + causal_offset + 1, 0, seq_kv) : seq_kv;
+  }
+};
+
+// Heads [h0, h0 + n) of batch element b of a (B, H, S, D) tensor, copied to or from a dense
+// (n, S, D) buffer: oneDNN multiplies dense stacks faster than the strided rows of a fused qkv
+// projection (DiT-small's attention in that layout: forward x1.4, backward x1.5 from the
+// copies, which stay in the thread's cache).
+struct HeadRows {
+  char* base;
+  int64_t n, S, D, stride_h, stride_s;
+  HeadRows(const Tensor& t, int64_t b, int64_t h0, int64_t count)
+      : base(static_cast<char*>(t.data_ptr()) +
+             (b * t.stride(0) + h0 * t.stride(1)) * int64_t(dtype_size(t.dtype()))),
+        n(count),
+        S(t.size(2)),
+        D(t.size(3)),
+        stride_h(t.stride(1)),
+        stride_s(t.stride(2)) {}
+  char* row(int64_t h, int64_t s) const {
+    return base + (h * stride_h + s * stride_s) * int64_t(sizeof(bf16));
+  }
+  // Rows of D bf16 values as 16-bit words: a loop the compiler vectorises, where memcpy's
+  // call per short row cost more than the copy.
+  void copy_to(bf16* dense) const {
+    for (int64_t h = 0; h < n; ++h)
+      for (int64_t s = 0; s < S; ++s) copy_row(row(h, s), dense + (h * S + s) * D);
+  }
+  void copy_from(const bf16* dense) const {
+    for (int64_t h = 0; h < n; ++h)
+      for (int64_t s = 0; s < S; ++s) copy_row(dense + (h * S + s) * D, row(h, s));
+  }
+  void copy_row(const void* from, void* to) const {
+    const uint16_t* src = static_cast<const uint16_t*>(from);
+    uint16_t* dst = static_cast<uint16_t*>(to);
+    for (int64_t c = 0; c < D; ++c) dst[c] = src[c];
+  }
+};
+
+// A dense (n, S, D) stack of head rows; transposed: seen as (n, D, S).
+MatrixView dense_heads(bf16* data, int64_t n, int64_t S, int64_t D, bool transposed = false) {
+  char* p = reinterpret_cast<char*>(data);
+  if (transposed) return {p, DType::BF16, n, D, S, S * D, 1, D};
+  return {p, DType::BF16, n, S, D, S * D, D, 1};
+}
+
+// Per-thread buffers of bf16 elements (ScratchBuffer counts floats: two bf16 per float).
+bf16* bf16_buffer(ScratchBuffer& b) {
+  return reinterpret_cast<bf16*>(b.data());
+}
+ScratchBuffer bf16_scratch(int64_t count) {
+  return ScratchBuffer(size_t((count + 1) / 2));
+}
+
+// A dense (n, M, N) stack of score matrices; transposed: seen as (n, N, M).
+template <typename T>
+MatrixView scores(T* data, int64_t n, int64_t M, int64_t N, bool transposed = false) {
+  char* p = reinterpret_cast<char*>(data);
+  const DType dtype = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
+  if (transposed) return {p, dtype, n, N, M, M * N, 1, N};
+  return {p, dtype, n, M, N, M * N, N, 1};
+}
+
+// Runs fn(t, scratch) for every task on one OpenMP team (dynamic: causal rows differ in
+// work); each thread makes its scratch once. The first exception is carried out.
+template <typename MakeScratch, typename Fn>
+void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
+  std::exception_ptr error;
+  const int threads = int(std::min<int64_t>(tasks, omp_get_max_threads()));
+#pragma omp parallel num_threads(threads) if (!omp_in_parallel())
+  {
+    try {
+      auto scratch = make_scratch();
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t t = 0; t < tasks; ++t) fn(t, scratch);
+    } catch (...) {
+#pragma omp critical(loom_attention_gemm_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// The row's scale * s + mask over its visible keys, in place; -inf past them.
+void scaled_scores(const Geometry& g, const AttentionMask& mask, float scale, int64_t b, int64_t h,
+                   int64_t i, int64_t visible, float* s) {
+  if (mask.data == nullptr) {
+#pragma omp simd
+    for (int64_t j = 0; j < visible; ++j) s[j] *= scale;
+  } else {
+    const float* m = mask.data + b * mask.stride_b + h * mask.stride_h + i * mask.stride_i;
+    const int64_t sj = mask.stride_j;
+    for (int64_t j = 0; j < visible; ++j) s[j] = s[j] * scale + m[j * sj];
+  }
+  std::fill(s + visible, s + g.seq_kv, kNegInf);
+}
+
+}  // namespace
+
+ForceFlashAttention::ForceFlashAttention() {
+  ++g_force_flash;
+}
+ForceFlashAttention::~ForceFlashAttention() {
+  --g_force_flash;
+}
+
+bool attention_gemm_applies(const Tensor& q, const Tensor& k) {
+  if (g_force_flash.load() > 0 || q.dtype() != DType::BF16 || q.size(1) != k.size(1)) return false;
+  return q.size(2) * k.size(2) <= kMaxScores && native_bf16_gemm();
+}
+
+void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttentionMask& mask, float scale, bool causal, const Tensor& out,
+                            const Tensor& lse) {
+  const Geometry g(q, k);
+  const int64_t H = g.heads, Sq = g.seq_q, Skv = g.seq_kv, D = g.dim, n = g.task_heads;
+  float* lse_all = lse.data<float>();
+  struct Scratch {
+    ScratchBuffer s, p, q, k, v, o;  // scores f32; probabilities and head rows bf16
+  };
+  const int64_t count = g.task_scores();
+  run_tasks(
+      g.tasks(),
+      [&] {
+        return Scratch{ScratchBuffer(size_t(count)), bf16_scratch(count),
+                       bf16_scratch(n * Sq * D),     bf16_scratch(n * Skv * D),
+                       bf16_scratch(n * Skv * D),    bf16_scratch(n * Sq * D)};
+      },
+      [&](int64_t t, Scratch& w) {
+        const int64_t b = t / (H / n), h0 = t % (H / n) * n;
+        float* s_all = w.s.data();
+        bf16* p_all = bf16_buffer(w.p);
+        bf16 *qd = bf16_buffer(w.q), *kd = bf16_buffer(w.k), *vd = bf16_buffer(w.v),
+             *od = bf16_buffer(w.o);
+        HeadRows(q, b, h0, n).copy_to(qd);
+        HeadRows(k, b, h0, n).copy_to(kd);
+        HeadRows(v, b, h0, n).copy_to(vd);
+        gemm(dense_heads(qd, n, Sq, D), dense_heads(kd, n, Skv, D, true),
+             scores(s_all, n, Sq, Skv));
+        for (int64_t r = 0; r < n * Sq; ++r) {
+          const int64_t h = h0 + r / Sq, i = r % Sq;
+          float* s = s_all + r * Skv;
+          bf16* p = p_all + r * Skv;
+          const int64_t visible = g.visible(causal, i);
+          scaled_scores(g, mask, scale, b, h, i, visible, s);
+          const float mx = lane_max(s, visible);
+          float& row_lse = lse_all[(b * H + h) * Sq + i];
+          if (mx == kNegInf) {  // no key visible: out 0, lse -inf, never NaN
+            std::fill(p, p + Skv, bf16{});
+            row_lse = kNegInf;
+            continue;
+          }
+          float sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t j = 0; j < visible; ++j) {
+            s[j] = s[j] == kNegInf ? 0.0f : fast_exp(s[j] - mx);  // a masked key: exactly 0
+            sum += s[j];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < visible; ++j) p[j] = to_bf16(s[j] * inv);
+          std::fill(p + visible, p + Skv, bf16{});
+          row_lse = mx + std::log(sum);
+        }
+        gemm(scores(p_all, n, Sq, Skv), dense_heads(vd, n, Skv, D), dense_heads(od, n, Sq, D));
+        HeadRows(out, b, h0, n).copy_from(od);
+      });
+}
+
+void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const AttentionMask& mask, float scale, bool causal, const Tensor& out,
+                             const Tensor& lse, const Tensor& gout, const Tensor& gq,
+                             const Tensor& gk, const Tensor& gv) {
+  const Geometry g(q, k);
+  const int64_t H = g.heads, Sq = g.seq_q, Skv = g.seq_kv, D = g.dim, n = g.task_heads;
+  const float* lse_all = lse.data<float>();
+  const bf16* o_base = out.data<bf16>();
+  struct Scratch {
+    ScratchBuffer s, dp, p, ds;             // scores and dP f32; P and dS bf16
+    ScratchBuffer q, k, v, go, gq, gk, gv;  // head rows, bf16
+  };
+  const int64_t count = g.task_scores(), rows_q = n * Sq * D, rows_kv = n * Skv * D;
+  run_tasks(
+      g.tasks(),
+      [&] {
+        return Scratch{
+            ScratchBuffer(size_t(count)), ScratchBuffer(size_t(count)), bf16_scratch(count),
+            bf16_scratch(count),          bf16_scratch(rows_q),         bf16_scratch(rows_kv),
+            bf16_scratch(rows_kv),        bf16_scratch(rows_q),         bf16_scratch(rows_q),
+            bf16_scratch(rows_kv),        bf16_scratch(rows_kv)};
+      },
+      [&](int64_t t, Scratch& w) {
+        const int64_t b = t / (H / n), h0 = t % (H / n) * n;
+        float* s_all = w.s.data();
+        float* dp_all = w.dp.data();
+        bf16* p_all = bf16_buffer(w.p);
+        bf16* ds_all = bf16_buffer(w.ds);
+        bf16 *qd = bf16_buffer(w.q), *kd = bf16_buffer(w.k), *vd = bf16_buffer(w.v),
+             *god = bf16_buffer(w.go);
+        HeadRows(q, b, h0, n).copy_to(qd);
+        HeadRows(k, b, h0, n).copy_to(kd);
+        HeadRows(v, b, h0, n).copy_to(vd);
+        HeadRows(gout, b, h0, n).copy_to(god);
+        gemm(dense_heads(qd, n, Sq, D), dense_heads(kd, n, Skv, D, true),
+             scores(s_all, n, Sq, Skv));
+        gemm(dense_heads(god, n, Sq, D), dense_heads(vd, n, Skv, D, true),
+             scores(dp_all, n, Sq, Skv));
+        for (int64_t r = 0; r < n * Sq; ++r) {
+          const int64_t h = h0 + r / Sq, i = r % Sq;
+          float* s = s_all + r * Skv;
+          const float* dp = dp_all + r * Skv;
+          bf16* p = p_all + r * Skv;
+          bf16* ds = ds_all + r * Skv;
+          const float row_lse = lse_all[(b * H + h) * Sq + i];
+          const int64_t visible = row_lse == kNegInf ? 0 : g.visible(causal, i);
+          // Delta from the bf16 output and its gradient, as the flash kernel takes it.
+          const bf16* o = o_base + b * out.stride(0) + h * out.stride(1) + i * out.stride(2);
+          const bf16* go = god + r * D;
+          float delta = 0;
+#pragma omp simd reduction(+ : delta)
+          for (int64_t c = 0; c < D; ++c) delta += to_f32(o[c]) * to_f32(go[c]);
+          scaled_scores(g, mask, scale, b, h, i, visible, s);
+          for (int64_t j = 0; j < visible; ++j) {
+            // A masked key (-inf) has probability 0 exactly, whatever fast_exp's floor.
+            const float pj = s[j] == kNegInf ? 0.0f : fast_exp(s[j] - row_lse);
+            p[j] = to_bf16(pj);
+            ds[j] = to_bf16(scale * pj * (dp[j] - delta));
+          }
+          std::fill(p + visible, p + Skv, bf16{});
+          std::fill(ds + visible, ds + Skv, bf16{});
+        }
+        bf16 *gqd = bf16_buffer(w.gq), *gkd = bf16_buffer(w.gk), *gvd = bf16_buffer(w.gv);
+        gemm(scores(p_all, n, Sq, Skv, true), dense_heads(god, n, Sq, D),
+             dense_heads(gvd, n, Skv, D));
+        gemm(scores(ds_all, n, Sq, Skv), dense_heads(kd, n, Skv, D), dense_heads(gqd, n, Sq, D));
+        gemm(scores(ds_all, n, Sq, Skv, true), dense_heads(qd, n, Sq, D),
+             dense_heads(gkd, n, Skv, D));
+        HeadRows(gq, b, h0, n).copy_from(gqd);
+        HeadRows(gk, b, h0, n).copy_from(gkd);
+        HeadRows(gv, b, h0, n).copy_from(gvd);
+      });
+}
+
+}  // namespace loom::cpu
