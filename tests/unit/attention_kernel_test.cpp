@@ -488,20 +488,24 @@ TEST(AttentionKernel, ShortNonCausalSequencesAsOneTile) {
   check_case({1, 2, 2, 40, 257, 8, false, MaskKind::Full}, next_seed());
 }
 
-TEST(AttentionKernel, BitwiseIdenticalForAnyThreadCount) {
-  // Each output element is produced by one task in a fixed order, so the thread count must
-  // not change a single bit (the house's parity tests rely on this).
-  const Case c{2, 4, 2, 130, 130, 64, true, MaskKind::Broadcast};
+// One run with 1 thread and one with more must agree bit for bit.
+void expect_same_bits_for_any_thread_count(const Case& c) {
   const Problem p = make_problem(c, next_seed());
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  const KernelResult one = run_kernel(c, p, DType::F32);
+  const KernelResult one = run_kernel(c, p, c.dtype);
   omp_set_num_threads(std::max(threads, 3));
-  const KernelResult many = run_kernel(c, p, DType::F32);
+  const KernelResult many = run_kernel(c, p, c.dtype);
   omp_set_num_threads(threads);
   for (auto field : {&KernelResult::out, &KernelResult::gq, &KernelResult::gk, &KernelResult::gv})
     EXPECT_EQ(one.*field, many.*field);
   EXPECT_EQ(one.lse, many.lse);
+}
+
+TEST(AttentionKernel, BitwiseIdenticalForAnyThreadCount) {
+  // Each output element is produced by one task in a fixed order, so the thread count must
+  // not change a single bit (the house's parity tests rely on this).
+  expect_same_bits_for_any_thread_count({2, 4, 2, 130, 130, 64, true, MaskKind::Broadcast});
 }
 
 TEST(AttentionKernel, Bf16MatchesF32WithinBf16Tolerance) {
@@ -542,17 +546,8 @@ TEST(AttentionKernel, Bf16TasksOfOneHeadAndOfAllHeads) {
 }
 
 TEST(AttentionKernel, Bf16BitwiseIdenticalForAnyThreadCount) {
-  const Case c{3, 4, 4, 196, 196, 64, false, MaskKind::Broadcast, DType::BF16, 0, true};
-  const Problem p = make_problem(c, next_seed());
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const KernelResult one = run_kernel(c, p, DType::BF16);
-  omp_set_num_threads(std::max(threads, 3));
-  const KernelResult many = run_kernel(c, p, DType::BF16);
-  omp_set_num_threads(threads);
-  for (auto field : {&KernelResult::out, &KernelResult::gq, &KernelResult::gk, &KernelResult::gv})
-    EXPECT_EQ(one.*field, many.*field);
-  EXPECT_EQ(one.lse, many.lse);
+  expect_same_bits_for_any_thread_count(
+      {3, 4, 4, 196, 196, 64, false, MaskKind::Broadcast, DType::BF16, 0, true});
 }
 
 TEST(AttentionKernel, F16UsesTheSamePath) {

@@ -157,8 +157,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // Mixed precision: the kernel runs on bf16 copies of q, k, v (it accumulates in f32 and keeps
   // its softmax statistics in f32); the output and the gradients come back as f32.
   const bool mixed = autocast_dtype() == DType::BF16 && q.dtype() == DType::F32;
-  Heads in{rows_contiguous(q), rows_contiguous(k), rows_contiguous(v)};
-  if (mixed) in = bf16_operands(q, k, v);
+  const Heads in = mixed ? bf16_operands(q, k, v)
+                         : Heads{rows_contiguous(q), rows_contiguous(k), rows_contiguous(v)};
   Tensor m = mask.defined() ? broadcast_mask(mask, {q.size(0), q.size(1), q.size(2), k.size(2)})
                             : Tensor();
   // The output always as (B, S, H, D) memory: attention is followed by merging the heads.

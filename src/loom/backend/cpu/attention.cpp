@@ -32,6 +32,7 @@
 #include "loom/backend/cpu/attention_gemm.h"
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
+#include "loom/backend/cpu/parallel.h"
 #include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/vec_math.h"
 #include "loom/backend/kernel_checks.h"
@@ -396,38 +397,6 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   return d;
 }
 
-// Runs fn(scratch, t) for t in [0, tasks) on one OpenMP team; each thread builds its Scratch
-// with make_scratch first, whether or not it gets a task: then every call takes the same
-// buffers from the caching allocator, and a step that finds a thread busier than in the last
-// one makes no new system allocation. Dynamic scheduling, because under a causal
-// mask later query blocks carry more key blocks. An exception cannot cross the parallel
-// region, so the first one is carried out and rethrown here.
-template <typename MakeScratch, typename Fn>
-void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
-  if (tasks <= 0) return;
-  // At least two threads whenever two are allowed, even for a single task: dnnl_sgemm runs
-  // sequentially only inside an active parallel region. Forking it for every small tile
-  // product would cost more than it gains, and could change the bits with the thread count.
-  const int max_threads = omp_get_max_threads();
-  const int threads = omp_in_parallel()
-                          ? 1
-                          : int(std::clamp<int64_t>(tasks, std::min(max_threads, 2), max_threads));
-  std::exception_ptr error;
-#pragma omp parallel num_threads(threads)
-  {
-    try {
-      auto scratch = make_scratch();
-      // nowait: a thread that throws leaves the loop without waiting at its barrier.
-#pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t t = 0; t < tasks; ++t) fn(scratch, t);
-    } catch (...) {
-#pragma omp critical(loom_attention_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -445,7 +414,7 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
     const auto qh = heads_of<const T>(q), kh = heads_of<const T>(k), vh = heads_of<const T>(v);
     const auto outh = heads_of<T>(out);
     float* lsep = lse.data<float>();
-    run_tasks(
+    cpu::run_tasks(
         tasks, [&] { return ForwardScratch(d); },
         [&](ForwardScratch& scratch, int64_t t) {
           const int64_t qb = t % q_blocks, bh = t / q_blocks;
@@ -476,7 +445,7 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     const auto outh = heads_of<const T>(out), gouth = heads_of<const T>(gout);
     const auto gqh = heads_of<T>(gq), gkh = heads_of<T>(gk), gvh = heads_of<T>(gv);
     const float* lsep = lse.data<float>();
-    run_tasks(
+    cpu::run_tasks(
         tasks, [&] { return BackwardScratch(d, !std::is_same_v<T, float>); },
         [&](BackwardScratch& scratch, int64_t t) {
           backward_head_group<T>(d, mask_view, scale, causal, qh, kh, vh, outh, lsep, gouth, gqh,

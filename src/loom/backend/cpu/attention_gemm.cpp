@@ -25,11 +25,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <type_traits>
 
 #include "loom/backend/cpu/gemm.h"
+#include "loom/backend/cpu/parallel.h"
 #include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/vec_math.h"
 #include "loom/core/dtype.h"
@@ -126,26 +126,6 @@ MatrixView scores(T* data, int64_t n, int64_t M, int64_t N, bool transposed = fa
   return {p, dtype, n, M, N, M * N, N, 1};
 }
 
-// Runs fn(t, scratch) for every task on one OpenMP team (dynamic: causal rows differ in
-// work); each thread makes its scratch once. The first exception is carried out.
-template <typename MakeScratch, typename Fn>
-void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
-  std::exception_ptr error;
-  const int threads = int(std::min<int64_t>(tasks, omp_get_max_threads()));
-#pragma omp parallel num_threads(threads) if (!omp_in_parallel())
-  {
-    try {
-      auto scratch = make_scratch();
-#pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t t = 0; t < tasks; ++t) fn(t, scratch);
-    } catch (...) {
-#pragma omp critical(loom_attention_gemm_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
 // The row's scale * s + mask over its visible keys, in place; -inf past them.
 void scaled_scores(const Geometry& g, const AttentionMask& mask, float scale, int64_t b, int64_t h,
                    int64_t i, int64_t visible, float* s) {
@@ -191,7 +171,7 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                        bf16_scratch(n * Sq * D),     bf16_scratch(n * Skv * D),
                        bf16_scratch(n * Skv * D),    bf16_scratch(n * Sq * D)};
       },
-      [&](int64_t t, Scratch& w) {
+      [&](Scratch& w, int64_t t) {
         const int64_t b = t / (H / n), h0 = t % (H / n) * n;
         float* s_all = w.s.data();
         bf16* p_all = bf16_buffer(w.p);
@@ -253,7 +233,7 @@ void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
             bf16_scratch(rows_kv),        bf16_scratch(rows_q),         bf16_scratch(rows_q),
             bf16_scratch(rows_kv),        bf16_scratch(rows_kv)};
       },
-      [&](int64_t t, Scratch& w) {
+      [&](Scratch& w, int64_t t) {
         const int64_t b = t / (H / n), h0 = t % (H / n) * n;
         float* s_all = w.s.data();
         float* dp_all = w.dp.data();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 
 namespace loom::cpu {
 
@@ -26,6 +27,38 @@ void parallel_for(int64_t n, int64_t cost_per_item, Fn fn) {
     const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
     if (begin < end) fn(begin, end);
   }
+}
+
+// Runs fn(scratch, t) for t in [0, tasks) on one OpenMP team; each thread builds its Scratch
+// with make_scratch first, whether or not it gets a task: then every call takes the same
+// buffers from the caching allocator, and a step that finds a thread busier than in the last
+// one makes no new system allocation. Dynamic scheduling, because under a causal
+// mask later query blocks carry more key blocks (attention). An exception cannot cross the parallel
+// region, so the first one is carried out and rethrown here.
+template <typename MakeScratch, typename Fn>
+void run_tasks(int64_t tasks, MakeScratch make_scratch, Fn fn) {
+  if (tasks <= 0) return;
+  // At least two threads whenever two are allowed, even for a single task: oneDNN (dnnl_sgemm,
+  // primitives) runs sequentially only inside an active parallel region. Forking it for every small
+  // tile product would cost more than it gains, and could change the bits with the thread count.
+  const int max_threads = omp_get_max_threads();
+  const int threads = omp_in_parallel()
+                          ? 1
+                          : int(std::clamp<int64_t>(tasks, std::min(max_threads, 2), max_threads));
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    try {
+      auto scratch = make_scratch();
+      // nowait: a thread that throws leaves the loop without waiting at its barrier.
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t t = 0; t < tasks; ++t) fn(scratch, t);
+    } catch (...) {
+#pragma omp critical(loom_run_tasks_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace loom::cpu
