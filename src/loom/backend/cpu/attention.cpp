@@ -19,12 +19,10 @@
 // thread. bf16/f16 tiles are widened to f32 on the way in and rounded once on the way out.
 // So bf16 problems with short sequences go to attention_gemm.cpp instead where the CPU has a
 // native bf16 matmul: batched bf16 GEMMs over a materialised score matrix.
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <type_traits>
 #include <vector>

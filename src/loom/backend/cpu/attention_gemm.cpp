@@ -33,7 +33,6 @@
 #include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/vec_math.h"
 #include "loom/core/dtype.h"
-#include "loom/core/error.h"
 
 namespace loom::cpu {
 namespace {
@@ -69,7 +68,7 @@ struct Geometry {
 
 // Heads [h0, h0 + n) of batch element b of a (B, H, S, D) tensor, copied to or from a dense
 // (n, S, D) buffer: oneDNN multiplies dense stacks faster than the strided rows of a fused qkv
-// projection (DiT-small's attention in that layout: forward x1.4, backward x1.5 from the
+// projection (DiT-small's attention in that layout: forward x1.23, backward x1.3 from the
 // copies, which stay in the thread's cache).
 struct HeadRows {
   char* base;
@@ -102,13 +101,6 @@ struct HeadRows {
   }
 };
 
-// A dense (n, S, D) stack of head rows; transposed: seen as (n, D, S).
-MatrixView dense_heads(bf16* data, int64_t n, int64_t S, int64_t D, bool transposed = false) {
-  char* p = reinterpret_cast<char*>(data);
-  if (transposed) return {p, DType::BF16, n, D, S, S * D, 1, D};
-  return {p, DType::BF16, n, S, D, S * D, D, 1};
-}
-
 // Per-thread buffers of bf16 elements (ScratchBuffer counts floats: two bf16 per float).
 bf16* bf16_buffer(ScratchBuffer& b) {
   return reinterpret_cast<bf16*>(b.data());
@@ -117,9 +109,10 @@ ScratchBuffer bf16_scratch(int64_t count) {
   return ScratchBuffer(size_t((count + 1) / 2));
 }
 
-// A dense (n, M, N) stack of score matrices; transposed: seen as (n, N, M).
+// A dense (n, M, N) stack of matrices (scores, or head rows copied out); transposed: seen as
+// (n, N, M).
 template <typename T>
-MatrixView scores(T* data, int64_t n, int64_t M, int64_t N, bool transposed = false) {
+MatrixView dense(T* data, int64_t n, int64_t M, int64_t N, bool transposed = false) {
   char* p = reinterpret_cast<char*>(data);
   const DType dtype = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
   if (transposed) return {p, dtype, n, N, M, M * N, 1, N};
@@ -180,8 +173,7 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
         HeadRows(q, b, h0, n).copy_to(qd);
         HeadRows(k, b, h0, n).copy_to(kd);
         HeadRows(v, b, h0, n).copy_to(vd);
-        gemm(dense_heads(qd, n, Sq, D), dense_heads(kd, n, Skv, D, true),
-             scores(s_all, n, Sq, Skv));
+        gemm(dense(qd, n, Sq, D), dense(kd, n, Skv, D, true), dense(s_all, n, Sq, Skv));
         for (int64_t r = 0; r < n * Sq; ++r) {
           const int64_t h = h0 + r / Sq, i = r % Sq;
           float* s = s_all + r * Skv;
@@ -206,7 +198,7 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
           std::fill(p + visible, p + Skv, bf16{});
           row_lse = mx + std::log(sum);
         }
-        gemm(scores(p_all, n, Sq, Skv), dense_heads(vd, n, Skv, D), dense_heads(od, n, Sq, D));
+        gemm(dense(p_all, n, Sq, Skv), dense(vd, n, Skv, D), dense(od, n, Sq, D));
         HeadRows(out, b, h0, n).copy_from(od);
       });
 }
@@ -245,10 +237,8 @@ void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         HeadRows(k, b, h0, n).copy_to(kd);
         HeadRows(v, b, h0, n).copy_to(vd);
         HeadRows(gout, b, h0, n).copy_to(god);
-        gemm(dense_heads(qd, n, Sq, D), dense_heads(kd, n, Skv, D, true),
-             scores(s_all, n, Sq, Skv));
-        gemm(dense_heads(god, n, Sq, D), dense_heads(vd, n, Skv, D, true),
-             scores(dp_all, n, Sq, Skv));
+        gemm(dense(qd, n, Sq, D), dense(kd, n, Skv, D, true), dense(s_all, n, Sq, Skv));
+        gemm(dense(god, n, Sq, D), dense(vd, n, Skv, D, true), dense(dp_all, n, Sq, Skv));
         for (int64_t r = 0; r < n * Sq; ++r) {
           const int64_t h = h0 + r / Sq, i = r % Sq;
           float* s = s_all + r * Skv;
@@ -274,11 +264,9 @@ void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
           std::fill(ds + visible, ds + Skv, bf16{});
         }
         bf16 *gqd = bf16_buffer(w.gq), *gkd = bf16_buffer(w.gk), *gvd = bf16_buffer(w.gv);
-        gemm(scores(p_all, n, Sq, Skv, true), dense_heads(god, n, Sq, D),
-             dense_heads(gvd, n, Skv, D));
-        gemm(scores(ds_all, n, Sq, Skv), dense_heads(kd, n, Skv, D), dense_heads(gqd, n, Sq, D));
-        gemm(scores(ds_all, n, Sq, Skv, true), dense_heads(qd, n, Sq, D),
-             dense_heads(gkd, n, Skv, D));
+        gemm(dense(p_all, n, Sq, Skv, true), dense(god, n, Sq, D), dense(gvd, n, Skv, D));
+        gemm(dense(ds_all, n, Sq, Skv), dense(kd, n, Skv, D), dense(gqd, n, Sq, D));
+        gemm(dense(ds_all, n, Sq, Skv, true), dense(qd, n, Sq, D), dense(gkd, n, Skv, D));
         HeadRows(gq, b, h0, n).copy_from(gqd);
         HeadRows(gk, b, h0, n).copy_from(gkd);
         HeadRows(gv, b, h0, n).copy_from(gvd);
