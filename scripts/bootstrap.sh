@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs every Debian package Loom needs that is missing. Idempotent; silent when all present.
+# Installs every Debian package Loom needs that is missing, and fetches the pinned PyPI wheels
+# Debian lacks (oneDNN 3.2; the cuDNN frontend where there is a CUDA toolkit). Idempotent;
+# silent when all present.
 set -euo pipefail
 
 packages=(
   g++ cmake make ccache pkg-config
-  libdnnl-dev           # oneDNN: GEMM (AVX2/AVX-512/AMX)
+  python3 ca-certificates  # fetching the pinned PyPI wheels below (HTTPS)
   libgtest-dev          # unit tests
   libbenchmark-dev      # kernel benchmarks
   zlib1g-dev            # gzip-compressed datasets, PNG
@@ -63,32 +65,35 @@ if [ "${1:-}" = compare ]; then
   "$venv/bin/python" -c "import transformers" 2>/dev/null || "$venv/bin/pip" install -q transformers
 fi
 
-# cuDNN's frontend (NVIDIA's open-source, header-only C++ API; not packaged by Debian) for the CUDA backend's fused
-# attention, when there is a CUDA toolkit to build that backend with. PyPI's wheel carries the
-# headers; the pinned file is checked against its SHA-256 and only include/ is kept. CMake finds
-# it in this cache (or at -DLOOM_CUDNN_FRONTEND_DIR=...).
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/loom
+fetch_wheel() { python3 "$(dirname "$0")/fetch_wheel.py" "$@"; }
+
+# oneDNN 3.2 (GEMM on AVX2, AVX-512 and AMX) from Intel's PyPI wheels, built with GNU OpenMP
+# like Loom: Debian 12 packages only oneDNN 2.6, whose bf16 GEMMs on AMX run 5-20% slower
+# (docs/performance.md). The pinned files are checked against their SHA-256; CMake finds them
+# in this cache (or at -DLOOM_ONEDNN_DIR=...).
+dnnl=$cache/onednn-3.2.0
+if [ ! -f "$dnnl/lib/libdnnl.so.3" ] || [ ! -f "$dnnl/include/oneapi/dnnl/dnnl.hpp" ]; then
+  echo "bootstrap: fetching oneDNN 3.2.0 into $dnnl"
+  pypi=https://files.pythonhosted.org/packages
+  fetch_wheel "$pypi/d4/26/e1f06fc4810583d892831817e3217d32be475dd740c86c0b4058cec9d172/onednn_devel_cpu_gomp-2023.2.0-py2.py3-none-manylinux1_x86_64.whl" \
+    9763c69e8c907e119056bd52ad918ca84ac9ba939d130a99dfa95ccca3e5e284 \
+    onednn_devel_cpu_gomp-2023.2.0.data/data/include/ "$dnnl/include"
+  fetch_wheel "$pypi/65/b4/792e6d3ef02a0e14fdc0392bd378dc78f3c8356e6a40fda8c0b9366628a1/onednn_cpu_gomp-2023.2.0-py2.py3-none-manylinux1_x86_64.whl" \
+    2f22a54d6a890ed14bfa185d42a4be65d8b5b1df85dc1f0f3a9abe31620416fb \
+    onednn_cpu_gomp-2023.2.0.data/data/lib/ "$dnnl/lib" libdnnl.so.3
+  ln -sf libdnnl.so.3 "$dnnl/lib/libdnnl.so"
+fi
+
+# cuDNN's frontend (NVIDIA's open-source, header-only C++ API; not packaged by Debian) for the
+# CUDA backend's fused attention, when there is a CUDA toolkit to build that backend with.
+# PyPI's wheel carries the headers; only include/ is kept. CMake finds it in this cache (or at
+# -DLOOM_CUDNN_FRONTEND_DIR=...).
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  cfe=${XDG_CACHE_HOME:-$HOME/.cache}/loom/cudnn-frontend-1.32.0
+  cfe=$cache/cudnn-frontend-1.32.0
   if [ ! -f "$cfe/include/cudnn_frontend.h" ]; then
     echo "bootstrap: fetching cuDNN frontend 1.32.0 headers into $cfe"
-    python3 - "$cfe" <<'PY'
-import hashlib, io, os, shutil, sys, urllib.request, zipfile
-url = ("https://files.pythonhosted.org/packages/11/02/"
-       "660e2dd9f9d9f940e1641443771730612c3aadaafbc5ef7a93cc313d519d/"
-       "nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
-sha256 = "c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0"
-data = urllib.request.urlopen(url, timeout=300).read()
-if hashlib.sha256(data).hexdigest() != sha256:
-    sys.exit("bootstrap: the cuDNN frontend wheel does not match its SHA-256")
-dest = sys.argv[1]
-tmp = dest + ".partial"
-shutil.rmtree(tmp, ignore_errors=True)
-with zipfile.ZipFile(io.BytesIO(data)) as wheel:
-    for name in wheel.namelist():
-        if name.startswith("include/") and not name.endswith("/"):
-            wheel.extract(name, tmp)
-shutil.rmtree(dest, ignore_errors=True)
-os.rename(tmp, dest)
-PY
+    fetch_wheel "https://files.pythonhosted.org/packages/11/02/660e2dd9f9d9f940e1641443771730612c3aadaafbc5ef7a93cc313d519d/nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl" \
+      c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0 include/ "$cfe/include"
   fi
 fi

@@ -119,8 +119,7 @@ class DirectGemm {
                     : b_md;
     dnnl::matmul::primitive_desc pd;
     try {
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(plain_md(ops.a), wei_md, plain_md(out_)),
-                                        engine_);
+      pd = dnnl::matmul::primitive_desc(engine_, plain_md(ops.a), wei_md, plain_md(out_));
     } catch (const dnnl::error& e) {
       error_ = std::string("oneDNN has no matmul for this case on this CPU: ") + e.what();
       return;

@@ -3,7 +3,7 @@
 // The flash-style kernel (attention.cpp) multiplies its tiles with dnnl_sgemm, so its bf16
 // operands are widened and every product runs at the f32 rate. On a CPU with a native bf16
 // matmul (AVX512-BF16, AMX) attention's products run at the bf16 rate only as bf16 GEMMs,
-// which oneDNN 2.6 offers only as matmul primitives, whose call cost wants whole matrices. So
+// which oneDNN offers only as matmul primitives, whose call cost wants whole matrices. So
 // for sequences short enough that one head's scores fit in a few MiB (a DiT's 196 patches, a
 // small GPT's 256 tokens), each task, one batch element and its heads (or one head, when the
 // batch is too small to share out), runs a pass as a few GEMMs with its score matrix

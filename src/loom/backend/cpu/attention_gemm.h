@@ -15,7 +15,7 @@ struct AttentionMask {
 
 // Whether the GEMM kernel takes this problem: bf16 operands, as many key/value heads as query
 // heads, one batch element's scores within the budget below, and a native oneDNN bf16 matmul
-// on this CPU (AVX512-BF16 or AMX; elsewhere oneDNN 2.6 only has a naive loop for bf16).
+// on this CPU (AVX512-BF16 or AMX; elsewhere oneDNN has at most a naive loop for bf16).
 // Inputs are already validated by the caller.
 bool attention_gemm_applies(const Tensor& q, const Tensor& k);
 

@@ -20,8 +20,8 @@ struct MatrixView {
 // row-major in its last two dims.
 void gemm(MatrixView a, MatrixView b, MatrixView out);
 
-// Whether oneDNN has a native bf16 matmul on this CPU (AVX512-BF16 or AMX); elsewhere oneDNN 2.6
-// has only a naive reference loop, and gemm widens bf16 operands to f32 instead.
+// Whether oneDNN has a native bf16 matmul on this CPU (AVX512-BF16 or AMX); elsewhere oneDNN
+// has none or only a naive reference loop, and gemm widens bf16 operands to f32 instead.
 bool native_bf16_gemm();
 
 }  // namespace loom::cpu

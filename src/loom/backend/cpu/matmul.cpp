@@ -12,8 +12,8 @@
 //
 // Layouts oneDNN cannot address (no unit stride in the matrix, overlapping matrices) are
 // packed into a dense temporary first. bf16 without a native oneDNN kernel (CPUs without
-// AVX-512: oneDNN 2.6 has no bf16 matmul there at all, and its reference kernel is a naive
-// loop) is widened to f32, multiplied by the f32 kernel and rounded back: bf16 values are
+// AVX-512: oneDNN has no bf16 matmul there, or only its reference kernel, a naive loop) is
+// widened to f32, multiplied by the f32 kernel and rounded back: bf16 values are
 // exact in f32 and the products are accumulated in f32 either way, so only speed differs.
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -331,8 +331,8 @@ const Plan& shared_plan(const PlanKey& key, const Problem& p) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // ours comes from the allocator
   const bool is_bf16 = a.dtype == DType::BF16;
   try {
-    dnnl::matmul::desc desc(plan->src_md, plan->wei_md, plan->bias_md, plan->dst_md);
-    dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    dnnl::matmul::primitive_desc pd(cpu_engine(), plan->src_md, plan->wei_md, plan->bias_md,
+                                    plan->dst_md, attr);
     const std::string impl = pd.impl_info_str();
     if (is_bf16 && impl.find("ref") != std::string::npos) {
       plan->widen = true;  // the reference kernel is a naive loop: f32 jit GEMM beats it
@@ -343,7 +343,7 @@ const Plan& shared_plan(const PlanKey& key, const Problem& p) {
     }
   } catch (const dnnl::error& e) {
     LOOM_CHECK(is_bf16) << "matmul: oneDNN has no kernel for " << describe(p) << ": " << e.what();
-    plan->widen = true;  // no bf16 matmul on this CPU (oneDNN 2.6 needs AVX-512 for it)
+    plan->widen = true;  // no bf16 matmul on this CPU (oneDNN needs AVX-512 for it)
   }
   return *plans->emplace(key, std::move(plan)).first->second;
 }
