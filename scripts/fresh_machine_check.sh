@@ -81,6 +81,13 @@ if [ -f /etc/apt/sources.list.d/debian.sources ]; then
   [ -z "$keyring" ] || [ -f "$root$keyring" ] || install -D -m 644 "$keyring" "$root$keyring"
 fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# Likewise the machine's own certificate authorities (a network that inspects HTTPS has its
+# own): the ca-certificates package that bootstrap installs adds them to the root's trust, so
+# the pinned PyPI wheels it fetches verify as on this machine.
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -rL /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+fi
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs -o mode=1777 shm "$root/dev/shm"

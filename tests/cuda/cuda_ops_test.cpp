@@ -161,6 +161,75 @@ TEST(CudaAllocator, CountsDeviceBytesByCategory) {
   EXPECT_GE(a.stats().reserved, 4000);
 }
 
+// gelu_bias_backward in autocast's form (f32 pre and gout, bf16 gpre) against float64: gpre
+// within one bf16 rounding (2^-8 relative) plus the f32 math's 1e-5 of max |gpre|, and the
+// bias gradient as the sum of the unrounded f32 values (within 1e-5 of the column's sum of
+// |terms|), which the sum of the bf16 values misses (checked).
+TEST(CudaKernels, GeluBiasBackwardWithBf16GradientSumsTheF32Values) {
+  const int64_t rows = 1100, n = 40;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> pre(size_t(rows * n)), gout(size_t(rows * n));
+  for (float& v : pre) v = 4.0f * uniform(rng);
+  for (float& v : gout) v = uniform(rng);
+  const Tensor dpre = loom::from_vector(pre, {rows, n}, DType::F32, kCuda);
+  const Tensor dgout = loom::from_vector(gout, {rows, n}, DType::F32, kCuda);
+  Tensor gpre = Tensor::empty({rows, n}, DType::BF16, kCuda);
+  Tensor gbias = Tensor::empty({n}, DType::F32, kCuda);
+  loom::backend_for(kCuda).gelu_bias_backward(dpre, dgout, gpre, gbias);
+  const std::vector<float> got = loom::to_vector(gpre), bias = loom::to_vector(gbias);
+  auto gelu_grad = [](double x) {
+    const double k = std::sqrt(2.0 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+  };
+  std::vector<double> ref(pre.size());
+  double max_ref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = double(gout[i]) * gelu_grad(pre[i]);
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+  }
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], std::ldexp(std::fabs(ref[i]), -8) + 1e-5 * max_ref) << i;
+  double worst_bf16 = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0, mag = 0, bf16_sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += ref[size_t(r * n + c)];
+      mag += std::fabs(ref[size_t(r * n + c)]);
+      bf16_sum += got[size_t(r * n + c)];
+    }
+    EXPECT_NEAR(bias[size_t(c)], sum, 1e-5 * mag) << "column " << c;
+    worst_bf16 = std::max(worst_bf16, std::fabs(bf16_sum - sum) / (1e-5 * mag));
+  }
+  EXPECT_GT(worst_bf16, 2.0);
+}
+
+// cast_with_column_sums on the device: the bf16 copy bit for bit the CPU's rounding, the sums
+// of the f32 values within one f32 rounding of float64.
+TEST(CudaKernels, CastWithColumnSumsRoundsAndSumsTheF32Values) {
+  const int64_t rows = 1100, n = 40;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(size_t(rows * n));
+  for (float& v : x) v = uniform(rng);
+  const Tensor host = loom::from_vector(x, {rows, n});
+  Tensor low = Tensor::empty({rows, n}, DType::BF16, kCuda), sums = Tensor::empty({n}, DType::F32, kCuda);
+  loom::backend_for(kCuda).cast_with_column_sums(loom::to_device(host, kCuda), low, sums);
+  Tensor cpu_low = Tensor::empty({rows, n}, DType::BF16);
+  loom::cpu_backend().copy(host, cpu_low);
+  const Tensor back = loom::to_device(low, loom::cpu_device());
+  EXPECT_EQ(0, std::memcmp(back.data_ptr(), cpu_low.data_ptr(), size_t(rows * n) * 2));
+  const std::vector<float> got = loom::to_vector(sums);
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0, mag = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += x[size_t(r * n + c)];
+      mag += std::fabs(x[size_t(r * n + c)]);
+    }
+    EXPECT_NEAR(got[size_t(c)], sum, std::ldexp(mag, -23)) << "column " << c;
+  }
+}
+
 TEST(CudaKernels, RefuseHostTensors) {
   const Tensor host = loom::from_vector(std::vector<float>{1, 2, 3}, {3});
   const Tensor dev = loom::from_vector(std::vector<float>{1, 2, 3}, {3}, DType::F32, kCuda);

@@ -134,6 +134,42 @@ TEST(Autocast, LinearBiasGradientIsTheF32Sum) {
   }
 }
 
+// linear_gelu's bias gradient under autocast also sums f32 values: those of g * gelu'(pre)
+// before they are rounded to bf16 for the two gradient products. Reference: pre from float64
+// products of the bf16 operands plus the bias; bound 2e-5 of the column's sum of |terms| (the
+// kernel's f32 GELU derivative is within 1e-5 of float64), which a sum of the bf16-rounded
+// terms misses (checked).
+TEST(Autocast, LinearGeluBiasGradientIsTheF32Sum) {
+  const int64_t M = 64, K = 16, N = 8;
+  Tensor x = random_tensor({M, K}, "xg"), w = random_tensor({N, K}, "wg"),
+         b = random_tensor({N}, "bg");
+  Tensor g = randn({M, N}, RngKey{7, "autocast_test", "gg"});
+  {
+    AutocastGuard autocast(DType::BF16);
+    backward(linear_gelu(x, w, b), g);
+  }
+  ASSERT_EQ(b.grad().dtype(), DType::F32);
+  std::vector<double> pre, err;
+  reference_product(to_vector(x), to_vector(w), M, N, K, pre, err);
+  const std::vector<float> gv = to_vector(g), bv = to_vector(b), gb = to_vector(b.grad());
+  double worst_bf16 = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 0, mag = 0, s_bf16 = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      const double p = pre[size_t(m * N + n)] + bv[size_t(n)];
+      const double kk = std::sqrt(2.0 / M_PI), t = std::tanh(kk * (p + 0.044715 * p * p * p));
+      const double d = 0.5 * (1 + t) + 0.5 * p * (1 - t * t) * kk * (1 + 3 * 0.044715 * p * p);
+      const double term = gv[size_t(m * N + n)] * d;
+      s += term;
+      mag += std::fabs(term);
+      s_bf16 += bf16_round(float(term));
+    }
+    EXPECT_NEAR(gb[size_t(n)], s, 2e-5 * mag) << n;
+    worst_bf16 = std::max(worst_bf16, std::fabs(s_bf16 - s) / (2e-5 * mag));
+  }
+  EXPECT_GT(worst_bf16, 2.0);  // the bound separates the two sums
+}
+
 TEST(Autocast, AttentionRunsInBf16AndReturnsF32) {
   Tensor q = random_tensor({2, 2, 7, 8}, "q"), k = random_tensor({2, 2, 7, 8}, "k"),
          v = random_tensor({2, 2, 7, 8}, "v");

@@ -1,7 +1,9 @@
 // The CPU kernels that sum bias gradients over many rows, on shapes that split into several
 // chunks of rows, against float64 loops:
 //   sum_middle (the sum over the middle dim of (outer, n, inner): a plain bias gradient),
-//   gelu_bias_backward (gpre = gout * gelu'(pre) and the column sums of gpre in one pass).
+//   gelu_bias_backward (gpre = gout * gelu'(pre) and the column sums of gpre in one pass),
+//   also with a bf16 gpre from f32 operands (autocast's GEMM operand),
+//   cast_with_column_sums (an f32 gradient rounded to bf16, its f32 column sums in one pass).
 //
 // Tolerance of the sums: the kernels accumulate in float64 and round once, so an f32 result is
 // within one f32 rounding (2^-24 relative) of the exact sum, checked against 2^-23 * sum|x| per
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "loom/backend/backend.h"
@@ -139,6 +142,99 @@ TEST(GeluBiasBackward, MatchesFloat64AndIsDeterministic) {
   Tensor gpre2 = Tensor::empty({rows, n}, DType::F32);
   cpu_backend().gelu_bias_backward(pre, gout, gpre2, Tensor());
   EXPECT_EQ(std::memcmp(gpre.data_ptr(), gpre2.data_ptr(), rows * n * sizeof(float)), 0);
+}
+
+// Autocast's form: f32 pre and gout, gpre stored as bf16. Each gpre element is the bf16
+// rounding of the f32 kernel's value; the bias gradient sums the f32 values, not their
+// rounding: against the float64 sum of the f32 path's gpre within one f32 rounding, a bound
+// that summing the bf16 values would miss by far (their roundings, 2^-9 relative each, add up
+// to about 2^-9 sqrt(rows) of a column's typical term). Same bits on one thread and two.
+TEST(GeluBiasBackward, Bf16GradientOfF32OperandsSumsTheF32Values) {
+  const int64_t rows = 1300, n = 70;
+  Tensor pre = random_tensor({rows, n}, DType::F32, 5),
+         gout = random_tensor({rows, n}, DType::F32, 6);
+  for (int64_t i = 0; i < pre.numel(); ++i) pre.data<float>()[i] *= 4.0f;
+  Tensor gpre32 = Tensor::empty({rows, n}, DType::F32), gbias32 = Tensor::empty({n}, DType::F32);
+  cpu_backend().gelu_bias_backward(pre, gout, gpre32, gbias32);
+  const int threads = omp_get_max_threads();
+  Tensor gpre[2], gbias[2];
+  for (int t = 0; t < 2; ++t) {
+    gpre[t] = Tensor::empty({rows, n}, DType::BF16), gbias[t] = Tensor::empty({n}, DType::F32);
+    omp_set_num_threads(t + 1);
+    cpu_backend().gelu_bias_backward(pre, gout, gpre[t], gbias[t]);
+  }
+  omp_set_num_threads(threads);
+  const std::vector<float> rounded = values_of(to_dtype(gpre32, DType::BF16));
+  const std::vector<float> got = values_of(gpre[1]);
+  for (int64_t i = 0; i < rows * n; ++i) ASSERT_EQ(got[i], rounded[i]) << "element " << i;
+  double worst_bf16_sum_error = 0.0;
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0.0, abs_sum = 0.0, bf16_sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double v = gpre32.data<float>()[r * n + c];
+      sum += v;
+      abs_sum += std::fabs(v);
+      bf16_sum += got[r * n + c];
+    }
+    const double bound = std::ldexp(1.0, -23) * abs_sum;
+    ASSERT_NEAR(gbias[1].data<float>()[c], sum, bound) << "column " << c;
+    worst_bf16_sum_error = std::max(worst_bf16_sum_error, std::fabs(bf16_sum - sum) / bound);
+  }
+  EXPECT_GT(worst_bf16_sum_error, 10.0);  // the check above can tell the two sums apart
+  EXPECT_EQ(std::memcmp(gbias[0].data_ptr(), gbias[1].data_ptr(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(gpre[0].data_ptr(), gpre[1].data_ptr(), rows * n * 2), 0);
+}
+
+// A bf16 gpre is only for f32 operands; other dtype pairs are refused, with the dtypes named.
+TEST(GeluBiasBackward, RefusesOtherDtypePairs) {
+  const Tensor pre = random_tensor({4, 8}, DType::BF16, 1), gout = random_tensor({4, 8}, DType::BF16, 2);
+  Tensor gpre = Tensor::empty({4, 8}, DType::F32);
+  try {
+    cpu_backend().gelu_bias_backward(pre, gout, gpre, Tensor());
+    FAIL() << "an f32 gpre for bf16 operands was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("gpre f32"), std::string::npos) << e.what();
+  }
+}
+
+// An f32 gradient rounded to bf16 into a padded operand, and its column sums: the bf16 copy
+// bit for bit the rounding of a plain cast, the sums of the f32 values within one f32 rounding
+// of float64 (a bound the sum of the bf16 values misses, checked); same bits on one thread
+// and two; a dtype other than f32 -> bf16 refused.
+TEST(CastWithColumnSums, RoundsAndSumsTheF32Values) {
+  const int64_t rows = 1300, n = 70;
+  const Tensor x = random_tensor({rows, n}, DType::F32, 8);
+  const std::vector<float> rounded = values_of(to_dtype(x, DType::BF16)), xv = values_of(x);
+  const int threads = omp_get_max_threads();
+  Tensor storage[2], sums[2];
+  for (int t = 0; t < 2; ++t) {
+    storage[t] = zeros({rows, n + 8}, DType::BF16);
+    sums[t] = Tensor::empty({n}, DType::F32);
+    omp_set_num_threads(t + 1);
+    cpu_backend().cast_with_column_sums(x, storage[t].as_strided({rows, n}, {n + 8, 1}, 0), sums[t]);
+  }
+  omp_set_num_threads(threads);
+  const std::vector<float> got = values_of(storage[1]);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n + 8; ++c)
+      ASSERT_EQ(got[r * (n + 8) + c], c < n ? rounded[r * n + c] : 0.0f) << r << ", " << c;
+  double worst_bf16 = 0.0;
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0.0, abs_sum = 0.0, bf16_sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += xv[r * n + c];
+      abs_sum += std::fabs(xv[r * n + c]);
+      bf16_sum += rounded[r * n + c];
+    }
+    const double bound = std::ldexp(1.0, -23) * abs_sum;
+    ASSERT_NEAR(sums[1].data<float>()[c], sum, bound) << "column " << c;
+    worst_bf16 = std::max(worst_bf16, std::fabs(bf16_sum - sum) / bound);
+  }
+  EXPECT_GT(worst_bf16, 10.0);
+  EXPECT_EQ(std::memcmp(sums[0].data_ptr(), sums[1].data_ptr(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(storage[0].data_ptr(), storage[1].data_ptr(), rows * (n + 8) * 2), 0);
+  Tensor wrong = Tensor::empty({rows, n}, DType::F32);
+  EXPECT_THROW(cpu_backend().cast_with_column_sums(x, wrong, sums[0]), Error);
 }
 
 }  // namespace

@@ -139,9 +139,16 @@ class Backend {
   // The backward of gelu(x W^T + b) with the bias added by the GEMM: over pre (rows, n) =
   // x W^T + b, gpre = gout * gelu'(pre) and, when gbias is defined, gbias (n) = the column sums
   // of gpre (f64 partials over fixed chunks of rows: deterministic), in one pass. pre, gout and
-  // gpre may have any row stride (rows contiguous); gbias is contiguous.
+  // gpre may have any row stride (rows contiguous); gbias is contiguous. gpre may be bf16 for
+  // f32 pre and gout (autocast's operand of the next GEMMs): then gbias sums the f32 values
+  // before their rounding.
   virtual void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                                   const Tensor& gbias) = 0;
+  // A linear layer's output gradient under autocast, in one pass: out (rows, n) bf16 = x (rows,
+  // n) f32 rounded (the operand of both gradient products), and sums (n) f32 = the column sums
+  // of x before the rounding (the bias gradient; f64 partials over fixed chunks of rows, like
+  // gelu_bias_backward's). x and out may have any row stride (rows contiguous).
+  virtual void cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) = 0;
   // LayerNorm without affine parameters fused with modulate (DiT's adaLN): y = (x - mean) *
   // rstd * (1 + scale) + shift; x (B, T, C), shift/scale (B, C); mean/rstd (B * T) f32.
   virtual void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift,

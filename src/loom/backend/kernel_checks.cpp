@@ -22,18 +22,38 @@ void check_reduce_rows(const Tensor& x, const Tensor& out) {
       << "reduce_rows: output " << out.shape() << " for input " << x.shape();
 }
 
+namespace {
+// A (rows, n) matrix whose rows are contiguous and do not overlap.
+bool has_contiguous_rows(const Tensor& t) {
+  return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
+}
+}  // namespace
+
 void check_gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                               const Tensor& gbias) {
   check_same_layout("gelu_bias_backward", pre, gout);
-  check_same_layout("gelu_bias_backward", pre, gpre);
-  auto rows_ok = [](const Tensor& t) {
-    return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
-  };
-  LOOM_CHECK(rows_ok(pre) && rows_ok(gout) && rows_ok(gpre))
+  LOOM_CHECK(gpre.shape() == pre.shape() &&
+             (gpre.dtype() == pre.dtype() ||
+              (gpre.dtype() == DType::BF16 && pre.dtype() == DType::F32)))
+      << "gelu_bias_backward: gpre " << dtype_name(gpre.dtype()) << " " << gpre.shape()
+      << " for pre " << dtype_name(pre.dtype()) << " " << pre.shape()
+      << " (pre's dtype, or bf16 from f32)";
+  LOOM_CHECK(has_contiguous_rows(pre) && has_contiguous_rows(gout) && has_contiguous_rows(gpre))
       << "gelu_bias_backward: expected (rows, n) tensors with contiguous rows, got " << pre.shape();
   LOOM_CHECK(!gbias.defined() || (gbias.numel() == pre.size(1) && gbias.dtype() == pre.dtype() &&
                                   gbias.is_contiguous()))
       << "gelu_bias_backward: bias gradient " << gbias.shape() << " for " << pre.shape();
+}
+
+void check_cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
+  LOOM_CHECK(x.dtype() == DType::F32 && out.dtype() == DType::BF16 && out.shape() == x.shape() &&
+             has_contiguous_rows(x) && has_contiguous_rows(out))
+      << "cast_with_column_sums: expected (rows, n) f32 and bf16 with contiguous rows, got "
+      << dtype_name(x.dtype()) << " " << x.shape() << " and " << dtype_name(out.dtype()) << " "
+      << out.shape();
+  LOOM_CHECK(sums.dtype() == DType::F32 && sums.is_contiguous() && x.dim() == 2 &&
+             sums.numel() == x.size(1))
+      << "cast_with_column_sums: sums " << sums.shape() << " for " << x.shape();
 }
 
 MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -11,10 +11,12 @@ void check_f32_like(const char* kernel, const Tensor& a, const Tensor& b);
 
 // reduce_rows: contiguous x (rows, n) and an output of `rows` elements in its dtype.
 void check_reduce_rows(const Tensor& x, const Tensor& out);
-// gelu_bias_backward: (rows, n) pre/gout/gpre of one dtype with contiguous rows, and a bias
-// gradient (n) when defined.
+// gelu_bias_backward: (rows, n) pre/gout of one dtype and gpre of theirs (or bf16 from f32),
+// with contiguous rows, and a bias gradient (n) in pre's dtype when defined.
 void check_gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                               const Tensor& gbias);
+// cast_with_column_sums: x (rows, n) f32 and out bf16 with contiguous rows, sums (n) f32.
+void check_cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums);
 
 // out(b) = a(b) @ b(b): 3-D operands whose dims fit, batch 1 broadcasting, one operand dtype.
 struct MatmulDims {

@@ -157,6 +157,10 @@ class TracedBackend final : public Backend {
     trace::Scope s("gelu_bias_backward", "op");
     inner_.gelu_bias_backward(pre, gout, gpre, gbias);
   }
+  void cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) override {
+    trace::Scope s("cast_with_column_sums", "op");
+    inner_.cast_with_column_sums(x, out, sums);
+  }
   void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
                                    float eps, const Tensor& y, const Tensor& mean,
                                    const Tensor& rstd) override {

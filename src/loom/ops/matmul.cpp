@@ -133,11 +133,20 @@ struct LinearBackward : Node {
     Tensor gx, gw, gbias;
     const bool want_bias = has_bias && inputs[2].active();
     if (pre.defined()) {
-      // Through the GELU, with the bias gradient summed in the same pass.
-      const Tensor gpre = empty_gemm_operand(pre.size(0), pre.size(1), pre.dtype(), pre.device());
+      // Through the GELU, with the bias gradient summed in the same pass. Mixed: gpre is
+      // written as the products' bf16 operand directly (the bias still sums the f32 values).
+      const DType gpre_dtype = mixed ? DType::BF16 : pre.dtype();
+      const Tensor gpre = empty_gemm_operand(pre.size(0), pre.size(1), gpre_dtype, pre.device());
       if (want_bias) gbias = Tensor::empty({pre.size(1)}, pre.dtype(), pre.device());
       backend_of(pre).gelu_bias_backward(pre, detail::raw_contiguous(g2), gpre, gbias);
       g2 = gpre;
+    } else if (want_bias && mixed) {
+      // Rounded for both products with the bias gradient summed (in f32) in the same pass.
+      const Tensor g = detail::raw_contiguous(g2);
+      const Tensor low = empty_gemm_operand(g.size(0), g.size(1), DType::BF16, g.device());
+      gbias = Tensor::empty({g.size(1)}, DType::F32, g.device());
+      backend_of(g).cast_with_column_sums(g, low, gbias);
+      g2 = low;
     } else if (want_bias) {
       gbias = sum(g2, {0});  // from the f32 gradient
     }
@@ -155,7 +164,7 @@ struct LinearBackward : Node {
       }
       return {gx, gw, gbias};
     }
-    if (mixed) g2 = lowered(g2);                                 // rounded once for both products
+    if (mixed) g2 = lowered(g2);  // rounded once for both products (if not already above)
     const Tensor w = mixed ? lowered(weight) : weight.detach();  // (N, K)
     if (inputs[0].active()) gx = reshape(product(g2, w, mixed), x_shape);  // (M, K)
     if (inputs[1].active()) gw = product(mT(g2), x2, mixed);               // (N, K)

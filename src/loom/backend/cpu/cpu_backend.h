@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
                          const Tensor& gshift, const Tensor& gscale) override;
   void gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                           const Tensor& gbias) override;
+  void cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) override;
   void layer_norm_modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
                                    float eps, const Tensor& y, const Tensor& mean,
                                    const Tensor& rstd) override;

@@ -2,10 +2,10 @@
 // Loads widen to f32 and stores round back, so one template serves f32, bf16 and f16.
 #include <cmath>
 
+#include "loom/backend/cpu/column_sums.h"
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
 #include "loom/backend/cpu/parallel.h"
-#include "loom/backend/cpu/scratch.h"
 #include "loom/backend/cpu/strided.h"
 #include "loom/backend/cpu/vec_math.h"
 #include "loom/backend/kernel_checks.h"
@@ -187,56 +187,36 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
                                     const Tensor& gbias) {
   check_gelu_bias_backward(pre, gout, gpre, gbias);
   const int64_t rows = pre.size(0), n = pre.size(1);
-  const int64_t sx = pre.stride(0), sg = gout.stride(0), so = gpre.stride(0);
-  // Chunks of a fixed number of rows, each summing its rows' gpre (as stored) into f64 column
-  // partials, added in chunk order afterwards: the same bits whatever the thread count.
-  constexpr int64_t kChunk = 512;
-  const int64_t chunks = (rows + kChunk - 1) / kChunk;
-  // f64 partials (chunks, n), in a float scratch buffer of twice the count.
-  cpu::ScratchBuffer partial_storage(gbias.defined() ? size_t(2 * chunks * n) : 0);
-  double* partial = reinterpret_cast<double*>(partial_storage.data());
+  const int64_t sx = pre.stride(0), sg = gout.stride(0);
   cpu::dispatch_float(pre.dtype(), "gelu_bias_backward", [&](auto z) {
     using T = decltype(z);
     const T* xs = static_cast<const T*>(pre.data_ptr());
     const T* gs = static_cast<const T*>(gout.data_ptr());
-    T* os = static_cast<T*>(gpre.data_ptr());
-    cpu::parallel_for(chunks, kChunk * n * 25, [&](int64_t begin, int64_t end) {
-      for (int64_t chunk = begin; chunk < end; ++chunk) {
-        const int64_t r0 = chunk * kChunk, r1 = std::min(rows, r0 + kChunk);
-        for (int64_t r = r0; r < r1; ++r) {
-          const T* x = xs + r * sx;
-          const T* g = gs + r * sg;
-          T* o = os + r * so;
-          for (int64_t c = 0; c < n; ++c)
-            o[c] = from_f32<T>(to_f32(g[c]) * gelu_tanh_grad(to_f32(x[c])));
-        }
-        if (!partial) continue;
-        // The chunk's gpre was just written (and is still in cache): add it up, four rows per
-        // pass over acc for a quarter of the accumulator loads and stores.
-        double* acc = partial + chunk * n;
-        std::fill_n(acc, n, 0.0);
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-          const T* o = os + r * so;
-#pragma omp simd
-          for (int64_t c = 0; c < n; ++c)
-            acc[c] += (double(to_f32(o[c])) + double(to_f32(o[c + so]))) +
-                      (double(to_f32(o[c + 2 * so])) + double(to_f32(o[c + 3 * so])));
-        }
-        for (; r < r1; ++r) {
-#pragma omp simd
-          for (int64_t c = 0; c < n; ++c) acc[c] += double(to_f32(os[r * so + c]));
-        }
-      }
-    });
-    if (!partial) return;
-    T* b = static_cast<T*>(gbias.data_ptr());
-    for (int64_t c = 0; c < n; ++c) {
-      double total = 0.0;
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) total += partial[chunk * n + c];
-      b[c] = from_f32<T>(float(total));
+    T* bias = gbias.defined() ? static_cast<T*>(gbias.data_ptr()) : nullptr;
+    auto value = [&](int64_t r, int64_t c) {
+      return to_f32(gs[r * sg + c]) * gelu_tanh_grad(to_f32(xs[r * sx + c]));
+    };
+    if (gpre.dtype() == pre.dtype()) {  // the bias sums gpre as stored
+      auto as_stored = [](float v) { return double(to_f32(from_f32<T>(v))); };
+      cpu::store_with_column_sums(rows, n, 25, value, static_cast<T*>(gpre.data_ptr()),
+                                  gpre.stride(0), as_stored, bias);
+    } else {  // bf16 gpre from f32 operands: the bias sums the f32 values before rounding
+      auto unrounded = [](float v) { return double(v); };
+      cpu::store_with_column_sums(rows, n, 25, value, static_cast<bf16*>(gpre.data_ptr()),
+                                  gpre.stride(0), unrounded, bias);
     }
   });
+}
+
+void CpuBackend::cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
+  check_cast_with_column_sums(x, out, sums);
+  const float* xs = x.data<float>();
+  const int64_t sx = x.stride(0);
+  auto value = [&](int64_t r, int64_t c) { return xs[r * sx + c]; };
+  auto unrounded = [](float v) { return double(v); };
+  cpu::store_with_column_sums(x.size(0), x.size(1), 2, value,
+                              static_cast<bf16*>(out.data_ptr()), out.stride(0), unrounded,
+                              sums.data<float>());
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -174,13 +174,25 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
 
 namespace {
 
-// gpre = gout * gelu'(pre) over (rows, n) with row strides.
+// gout * gelu'(pre) at row r, column c (the column_reduce functor of the bias gradient).
 template <typename T>
-__global__ void gelu_backward_kernel(const T* pre, int64_t sx, const T* gout, int64_t sg, T* gpre,
-                                     int64_t so, int64_t rows, int64_t n) {
+struct GeluGrad {
+  const T* pre;
+  int64_t sx;
+  const T* gout;
+  int64_t sg;
+  LOOM_HD float operator()(int64_t, int64_t r, int64_t c) const {
+    return to_f32(gout[r * sg + c]) * gelu_grad(to_f32(pre[r * sx + c]));
+  }
+};
+
+// gpre = gout * gelu'(pre) over (rows, n) with row strides, stored as O.
+template <typename T, typename O>
+__global__ void gelu_backward_kernel(GeluGrad<T> value, O* gpre, int64_t so, int64_t rows,
+                                     int64_t n) {
   LOOM_GRID_STRIDE(i, rows * n) {
     const int64_t r = i / n, c = i % n;
-    gpre[r * so + c] = from_f32<T>(to_f32(gout[r * sg + c]) * gelu_grad(to_f32(pre[r * sx + c])));
+    gpre[r * so + c] = from_f32<O>(value(0, r, c));
   }
 }
 
@@ -193,13 +205,28 @@ void CudaBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, cons
   if (rows * n == 0) return;
   dispatch_float(pre.dtype(), "gelu_bias_backward", [&](auto z) {
     using T = decltype(z);
-    LOOM_LAUNCH(gelu_backward_kernel<T>, blocks_for(rows * n), kBlock, ptr<const T>(pre),
-                pre.stride(0), ptr<const T>(gout), gout.stride(0), ptr<T>(gpre), gpre.stride(0),
-                rows, n);
-    if (gbias.defined())
-      column_sums<T>(ptr<const T>(gpre), 1, rows, n, gpre.stride(0), 0, ptr<T>(gbias),
-                     gpre.device());
+    const GeluGrad<T> value{ptr<const T>(pre), pre.stride(0), ptr<const T>(gout), gout.stride(0)};
+    if (gpre.dtype() == pre.dtype()) {
+      constexpr auto same = gelu_backward_kernel<T, T>;
+      LOOM_LAUNCH(same, blocks_for(rows * n), kBlock, value, ptr<T>(gpre), gpre.stride(0), rows, n);
+      if (gbias.defined())  // the sum of gpre as stored
+        column_sums<T>(ptr<const T>(gpre), 1, rows, n, gpre.stride(0), 0, ptr<T>(gbias),
+                       gpre.device());
+      return;
+    }
+    // bf16 gpre from f32: the bias sums the f32 values, recomputed, not their rounding.
+    constexpr auto rounded = gelu_backward_kernel<T, bf16>;
+    LOOM_LAUNCH(rounded, blocks_for(rows * n), kBlock, value, ptr<bf16>(gpre), gpre.stride(0), rows,
+                n);
+    if (gbias.defined()) column_reduce(1, rows, n, value, ptr<T>(gbias), gpre.device());
   });
+}
+
+void CudaBackend::cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
+  check_cast_with_column_sums(x, out, sums);
+  copy(x, out);  // the device's rounding, as every cast
+  column_sums<float>(ptr<const float>(x), 1, x.size(0), x.size(1), x.stride(0), 0,
+                     ptr<float>(sums), x.device());
 }
 
 }  // namespace loom::LOOM_CUDA_NS
