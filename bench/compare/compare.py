@@ -15,7 +15,11 @@ gives the median over rounds and each round's ratio. bf16 is PyTorch's bf16 auto
 timing where the CPU has native bf16 (AVX512-BF16 or AMX): leave it out of --dtypes elsewhere.
 
 Before the timed rounds, one untimed step of each side runs with ONEDNN_VERBOSE=1 so the table
-names the oneDNN GEMM kernels that did the work. OPENBLAS_CORETYPE, which this workplace sets for
+names the oneDNN GEMM kernels that did the work, and one traced Loom step (`loom bench --trace`)
+splits Loom's step into its kernels: the linear layers' GEMMs, attention, the optimizer (AdamW
+and the gradient norm) and everything else. The GEMMs run at what oneDNN gives and the optimizer
+at what memory gives, so their sum is a floor for Loom's step; the fastest PyTorch variant over
+that floor is the most any work on the rest could make of the ratio. OPENBLAS_CORETYPE, which this workplace sets for
 OpenBLAS, is left as it is for both (PyPI's PyTorch uses MKL and oneDNN, not OpenBLAS).
 """
 
@@ -75,6 +79,26 @@ def gemm_kernels(cmd, args):
     return ", ".join(f"{k} x{n}" for k, n in counts.most_common()) or "no oneDNN GEMM (MKL or own kernels)"
 
 
+# The traced step's kernels ("op" events of `loom bench --trace`) in the groups the table shows.
+STEP_GROUPS = {"matmul": "gemm", "attention_forward": "attention", "attention_backward": "attention",
+               "adamw_step": "optimizer", "sum_squares": "optimizer"}
+
+
+def step_composition(config, dtype, args):
+    """ms of one traced Loom step per group (gemm, attention, optimizer, rest), from its kernel events."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [args.loom, "bench", config, "--precision", dtype, "--warmup", str(args.warmup), "--steps", "1",
+               "--trace", f.name]
+        subprocess.run(cmd, env=environment(args), capture_output=True, text=True, check=True)
+        trace = json.load(open(f.name))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    ms = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "op":
+            ms[STEP_GROUPS.get(e["name"], "rest")] += e["dur"] / 1000.0
+    return ms
+
+
 def cpu_description():
     name, family, flags = "unknown", "?", set()
     for line in open("/proc/cpuinfo"):
@@ -110,6 +134,9 @@ def main():
         for dtype in args.dtypes:
             kernels[config, dtype, "loom"] = gemm_kernels(loom_command(config, dtype, 0, 1, args), args)
             kernels[config, dtype, "torch"] = gemm_kernels(torch_command(config, dtype, "eager", 0, 1, args), args)
+
+    composition = {(config, dtype): step_composition(config, dtype, args)
+                   for config in args.configs for dtype in args.dtypes}
 
     torch_ms, loom_ms, loom_mfu, info = {}, {}, {}, {}
     for config in args.configs:
@@ -148,6 +175,17 @@ def main():
                          f"**{statistics.median(ratios):.2f}x** ({', '.join(f'{x:.2f}' for x in ratios)}) | "
                          f"{100 * statistics.median(m for m, _ in loom_mfu[config, dtype]):.0f}%, "
                          f"{100 * statistics.median(h for _, h in loom_mfu[config, dtype]):.0f}% |")
+    lines += ["", "Loom's step by kernel (one traced step, ms; the floor is GEMMs + optimizer; the bound is the "
+              "fastest PyTorch variant's median over that floor):", "",
+              "| config | precision | traced step | GEMMs | attention | optimizer | rest | floor | bound |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for config in args.configs:
+        for dtype in args.dtypes:
+            ms = composition[config, dtype]
+            fastest = min(statistics.median(torch_ms[config, dtype, m]) for m in args.modes)
+            floor = ms["gemm"] + ms["optimizer"]
+            lines.append(f"| {config} | {dtype} | {sum(ms.values()):.0f} | {ms['gemm']:.0f} | {ms['attention']:.0f} | "
+                         f"{ms['optimizer']:.0f} | {ms['rest']:.0f} | {floor:.0f} | {fastest / floor:.2f}x |")
     lines += ["", "GEMM kernels (oneDNN, one step; PyTorch eager):", ""]
     for (config, dtype, side), k in kernels.items():
         lines.append(f"- {config} {dtype} {'Loom' if side == 'loom' else 'PyTorch'}: {k}")

@@ -119,18 +119,17 @@ MatrixView dense(T* data, int64_t n, int64_t M, int64_t N, bool transposed = fal
   return {p, dtype, n, M, N, M * N, N, 1};
 }
 
-// The row's scale * s + mask over its visible keys, in place; -inf past them.
-void scaled_scores(const Geometry& g, const AttentionMask& mask, float scale, int64_t b, int64_t h,
-                   int64_t i, int64_t visible, float* s) {
-  if (mask.data == nullptr) {
-#pragma omp simd
-    for (int64_t j = 0; j < visible; ++j) s[j] *= scale;
-  } else {
-    const float* m = mask.data + b * mask.stride_b + h * mask.stride_h + i * mask.stride_i;
-    const int64_t sj = mask.stride_j;
-    for (int64_t j = 0; j < visible; ++j) s[j] = s[j] * scale + m[j * sj];
-  }
-  std::fill(s + visible, s + g.seq_kv, kNegInf);
+// Readies the row's visible scores for the softmax and returns the factor its exponent still
+// applies: with a mask they become scale * s + mask (factor 1); without one they stay as the
+// GEMM wrote them and the scale (> 0) goes into the exponent, exp(fma(s, scale, -shift)),
+// which saves a pass over the row.
+float exponent_scores(const AttentionMask& mask, float scale, int64_t b, int64_t h, int64_t i,
+                      int64_t visible, float* s) {
+  if (mask.data == nullptr) return scale;
+  const float* m = mask.data + b * mask.stride_b + h * mask.stride_h + i * mask.stride_i;
+  const int64_t sj = mask.stride_j;
+  for (int64_t j = 0; j < visible; ++j) s[j] = s[j] * scale + m[j * sj];
+  return 1.0f;
 }
 
 }  // namespace
@@ -179,8 +178,8 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
           float* s = s_all + r * Skv;
           bf16* p = p_all + r * Skv;
           const int64_t visible = g.visible(causal, i);
-          scaled_scores(g, mask, scale, b, h, i, visible, s);
-          const float mx = lane_max(s, visible);
+          const float a = exponent_scores(mask, scale, b, h, i, visible, s);
+          const float mx = a * lane_max(s, visible);
           float& row_lse = lse_all[(b * H + h) * Sq + i];
           if (mx == kNegInf) {  // no key visible: out 0, lse -inf, never NaN
             std::fill(p, p + Skv, bf16{});
@@ -190,11 +189,14 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
           float sum = 0;
 #pragma omp simd reduction(+ : sum)
           for (int64_t j = 0; j < visible; ++j) {
-            s[j] = s[j] == kNegInf ? 0.0f : fast_exp(s[j] - mx);  // a masked key: exactly 0
+            // A masked key (-inf) has probability 0 exactly, whatever fast_exp's floor.
+            s[j] = s[j] == kNegInf ? 0.0f : fast_exp(std::fma(s[j], a, -mx));
             sum += s[j];
           }
           const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < visible; ++j) p[j] = to_bf16(s[j] * inv);
+#pragma omp simd
+          for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
+          store_bf16(s, p, visible);
           std::fill(p + visible, p + Skv, bf16{});
           row_lse = mx + std::log(sum);
         }
@@ -242,7 +244,7 @@ void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         for (int64_t r = 0; r < n * Sq; ++r) {
           const int64_t h = h0 + r / Sq, i = r % Sq;
           float* s = s_all + r * Skv;
-          const float* dp = dp_all + r * Skv;
+          float* dp = dp_all + r * Skv;
           bf16* p = p_all + r * Skv;
           bf16* ds = ds_all + r * Skv;
           const float row_lse = lse_all[(b * H + h) * Sq + i];
@@ -253,13 +255,16 @@ void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
           float delta = 0;
 #pragma omp simd reduction(+ : delta)
           for (int64_t c = 0; c < D; ++c) delta += to_f32(o[c]) * to_f32(go[c]);
-          scaled_scores(g, mask, scale, b, h, i, visible, s);
-          for (int64_t j = 0; j < visible; ++j) {
+          const float a = exponent_scores(mask, scale, b, h, i, visible, s);
+#pragma omp simd
+          for (int64_t j = 0; j < visible; ++j) {  // P into s, dS into dp, then both rounded
             // A masked key (-inf) has probability 0 exactly, whatever fast_exp's floor.
-            const float pj = s[j] == kNegInf ? 0.0f : fast_exp(s[j] - row_lse);
-            p[j] = to_bf16(pj);
-            ds[j] = to_bf16(scale * pj * (dp[j] - delta));
+            const float pj = s[j] == kNegInf ? 0.0f : fast_exp(std::fma(s[j], a, -row_lse));
+            s[j] = pj;
+            dp[j] = scale * pj * (dp[j] - delta);
           }
+          store_bf16(s, p, visible);
+          store_bf16(dp, ds, visible);
           std::fill(p + visible, p + Skv, bf16{});
           std::fill(ds + visible, ds + Skv, bf16{});
         }
