@@ -65,7 +65,8 @@ TEST(CudaCopy, ConversionsMatchTheCpuBitForBit) {
     std::vector<float> w = loom::to_vector(widened);
     Tensor cpu_w = Tensor::empty(host.shape(), DType::F32);
     loom::cpu_backend().copy(cpu, cpu_w);
-    EXPECT_EQ(0, std::memcmp(cpu_w.data_ptr(), w.data(), values.size() * 4)) << loom::dtype_name(to);
+    EXPECT_EQ(0, std::memcmp(cpu_w.data_ptr(), w.data(), values.size() * 4))
+        << loom::dtype_name(to);
   }
 }
 
@@ -213,12 +214,34 @@ TEST(CudaKernels, CastWithColumnSumsRoundsAndSumsTheF32Values) {
   std::vector<float> x(size_t(rows * n));
   for (float& v : x) v = uniform(rng);
   const Tensor host = loom::from_vector(x, {rows, n});
-  Tensor low = Tensor::empty({rows, n}, DType::BF16, kCuda), sums = Tensor::empty({n}, DType::F32, kCuda);
+  Tensor low = Tensor::empty({rows, n}, DType::BF16, kCuda),
+         sums = Tensor::empty({n}, DType::F32, kCuda);
   loom::backend_for(kCuda).cast_with_column_sums(loom::to_device(host, kCuda), low, sums);
   Tensor cpu_low = Tensor::empty({rows, n}, DType::BF16);
   loom::cpu_backend().copy(host, cpu_low);
   const Tensor back = loom::to_device(low, loom::cpu_device());
   EXPECT_EQ(0, std::memcmp(back.data_ptr(), cpu_low.data_ptr(), size_t(rows * n) * 2));
+  const std::vector<float> got = loom::to_vector(sums);
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0, mag = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += x[size_t(r * n + c)];
+      mag += std::fabs(x[size_t(r * n + c)]);
+    }
+    EXPECT_NEAR(got[size_t(c)], sum, std::ldexp(mag, -23)) << "column " << c;
+  }
+}
+
+// A bf16 gradient's column sums alone, on the device: within one f32 rounding of float64.
+TEST(CudaKernels, CastWithColumnSumsSumsABf16GradientAlone) {
+  const int64_t rows = 1100, n = 40;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(size_t(rows * n));
+  for (float& v : x) v = loom::to_f32(loom::to_bf16(uniform(rng)));  // exact in bf16
+  const Tensor low = loom::from_vector(x, {rows, n}, DType::BF16, kCuda);
+  Tensor sums = Tensor::empty({n}, DType::F32, kCuda);
+  loom::backend_for(kCuda).cast_with_column_sums(low, Tensor(), sums);
   const std::vector<float> got = loom::to_vector(sums);
   for (int64_t c = 0; c < n; ++c) {
     double sum = 0, mag = 0;

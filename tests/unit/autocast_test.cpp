@@ -189,6 +189,55 @@ TEST(Autocast, AttentionRunsInBf16AndReturnsF32) {
   EXPECT_LT(max_diff, 3e-2);  // ...by about their rounding (2^-9 relative, outputs ~1)
 }
 
+// Attention's projections with q, k and v kept in bf16 (the qkv linear's AutocastOutput::
+// Compute, as nn::Attention does): the kernel then reads the projection's bf16 output as it
+// is, and its bf16 output and gradients pass to the projections without a widening copy. Every
+// value is the one the f32 route (Wide) rounds to bf16 on the way, so the output and every
+// gradient must be bit for bit the f32 route's, with or without a causal mask.
+TEST(Autocast, AttentionProjectionsInBf16GiveTheF32RoutesBits) {
+  const int64_t B = 2, T = 9, H = 2, D = 8, C = H * D;
+  for (bool causal : {false, true}) {
+    struct Run {
+      Tensor out, qkv_out, attended;
+      std::vector<float> grads[5];
+    };
+    auto run = [&](AutocastOutput qkv_output) {
+      Tensor x = random_tensor({B, T, C}, "attn_x"), wqkv = random_tensor({3 * C, C}, "wqkv"),
+             bqkv = random_tensor({3 * C}, "bqkv"), wproj = random_tensor({C, C}, "wproj"),
+             bproj = random_tensor({C}, "bproj");
+      Run r;
+      {
+        AutocastGuard autocast(DType::BF16);
+        r.qkv_out = linear(x, wqkv, bqkv, qkv_output);  // (B, T, 3C)
+        auto parts = split(r.qkv_out, std::vector<int64_t>{C, C, C}, -1);
+        auto heads = [&](const Tensor& t) {
+          return permute(reshape(t, {B, T, H, D}), {0, 2, 1, 3});
+        };
+        r.attended = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                                  Tensor(), causal);
+        r.out = linear(reshape(permute(r.attended, {0, 2, 1, 3}), {B, T, C}), wproj, bproj);
+      }
+      backward(r.out, randn({B, T, C}, RngKey{7, "autocast_test", "attn_g"}));
+      const Tensor* leaves[5] = {&x, &wqkv, &bqkv, &wproj, &bproj};
+      for (int i = 0; i < 5; ++i) {
+        EXPECT_EQ(leaves[i]->grad().dtype(), DType::F32);
+        r.grads[i] = to_vector(leaves[i]->grad());
+      }
+      return r;
+    };
+    const Run wide = run(AutocastOutput::Wide), kept = run(AutocastOutput::Compute);
+    EXPECT_EQ(wide.qkv_out.dtype(), DType::F32);
+    EXPECT_EQ(wide.attended.dtype(), DType::F32);
+    EXPECT_EQ(kept.qkv_out.dtype(), DType::BF16);
+    EXPECT_EQ(kept.attended.dtype(), DType::BF16);
+    EXPECT_EQ(kept.out.dtype(), DType::F32);
+    EXPECT_EQ(to_vector(kept.out), to_vector(wide.out)) << "causal " << causal;
+    const char* names[5] = {"x", "wqkv", "bqkv", "wproj", "bproj"};
+    for (int i = 0; i < 5; ++i)
+      EXPECT_EQ(kept.grads[i], wide.grads[i]) << names[i] << ", causal " << causal;
+  }
+}
+
 TEST(Autocast, ModeIsScopedAndBackwardFollowsTheForward) {
   EXPECT_EQ(autocast_dtype(), DType::F32);
   Tensor x = random_tensor({3, 4}, "x2"), w = random_tensor({2, 4}, "w2");

@@ -3,7 +3,8 @@
 //   sum_middle (the sum over the middle dim of (outer, n, inner): a plain bias gradient),
 //   gelu_bias_backward (gpre = gout * gelu'(pre) and the column sums of gpre in one pass),
 //   also with a bf16 gpre from f32 operands (autocast's GEMM operand),
-//   cast_with_column_sums (an f32 gradient rounded to bf16, its f32 column sums in one pass).
+//   cast_with_column_sums (an f32 gradient rounded to bf16, its f32 column sums in one pass;
+//   or a bf16 gradient's sums alone).
 //
 // Tolerance of the sums: the kernels accumulate in float64 and round once, so an f32 result is
 // within one f32 rounding (2^-24 relative) of the exact sum, checked against 2^-23 * sum|x| per
@@ -187,7 +188,8 @@ TEST(GeluBiasBackward, Bf16GradientOfF32OperandsSumsTheF32Values) {
 
 // A bf16 gpre is only for f32 operands; other dtype pairs are refused, with the dtypes named.
 TEST(GeluBiasBackward, RefusesOtherDtypePairs) {
-  const Tensor pre = random_tensor({4, 8}, DType::BF16, 1), gout = random_tensor({4, 8}, DType::BF16, 2);
+  const Tensor pre = random_tensor({4, 8}, DType::BF16, 1),
+               gout = random_tensor({4, 8}, DType::BF16, 2);
   Tensor gpre = Tensor::empty({4, 8}, DType::F32);
   try {
     cpu_backend().gelu_bias_backward(pre, gout, gpre, Tensor());
@@ -211,7 +213,8 @@ TEST(CastWithColumnSums, RoundsAndSumsTheF32Values) {
     storage[t] = zeros({rows, n + 8}, DType::BF16);
     sums[t] = Tensor::empty({n}, DType::F32);
     omp_set_num_threads(t + 1);
-    cpu_backend().cast_with_column_sums(x, storage[t].as_strided({rows, n}, {n + 8, 1}, 0), sums[t]);
+    cpu_backend().cast_with_column_sums(x, storage[t].as_strided({rows, n}, {n + 8, 1}, 0),
+                                        sums[t]);
   }
   omp_set_num_threads(threads);
   const std::vector<float> got = values_of(storage[1]);
@@ -235,6 +238,39 @@ TEST(CastWithColumnSums, RoundsAndSumsTheF32Values) {
   EXPECT_EQ(std::memcmp(storage[0].data_ptr(), storage[1].data_ptr(), rows * (n + 8) * 2), 0);
   Tensor wrong = Tensor::empty({rows, n}, DType::F32);
   EXPECT_THROW(cpu_backend().cast_with_column_sums(x, wrong, sums[0]), Error);
+}
+
+// A gradient that already is bf16 (the output of a linear kept in bf16) gets its column sums
+// alone: bit for bit the sums the f32 route takes of the same values widened, within one f32
+// rounding of float64, the same on one thread and two; an output beside a bf16 input, or none
+// beside an f32 one, refused.
+TEST(CastWithColumnSums, SumsABf16GradientAlone) {
+  const int64_t rows = 1300, n = 70;
+  const Tensor low = to_dtype(random_tensor({rows, n}, DType::F32, 9), DType::BF16);
+  const Tensor wide = to_dtype(low, DType::F32);  // exact
+  const int threads = omp_get_max_threads();
+  Tensor sums[2];
+  for (int t = 0; t < 2; ++t) {
+    sums[t] = Tensor::empty({n}, DType::F32);
+    omp_set_num_threads(t + 1);
+    cpu_backend().cast_with_column_sums(low, Tensor(), sums[t]);
+  }
+  omp_set_num_threads(threads);
+  Tensor f32_route = Tensor::empty({n}, DType::F32), copy = Tensor::empty({rows, n}, DType::BF16);
+  cpu_backend().cast_with_column_sums(wide, copy, f32_route);
+  EXPECT_EQ(std::memcmp(sums[1].data_ptr(), f32_route.data_ptr(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(sums[0].data_ptr(), sums[1].data_ptr(), n * sizeof(float)), 0);
+  const std::vector<float> xv = values_of(low);
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0.0, abs_sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += xv[r * n + c];
+      abs_sum += std::fabs(xv[r * n + c]);
+    }
+    ASSERT_NEAR(sums[1].data<float>()[c], sum, std::ldexp(1.0, -23) * abs_sum) << "column " << c;
+  }
+  EXPECT_THROW(cpu_backend().cast_with_column_sums(low, copy, sums[0]), Error);
+  EXPECT_THROW(cpu_backend().cast_with_column_sums(wide, Tensor(), sums[0]), Error);
 }
 
 }  // namespace

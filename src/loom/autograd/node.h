@@ -80,8 +80,11 @@ class NoGradGuard {
 // Mixed precision: while an AutocastGuard(BF16) is active on this thread, linear, matmul and
 // attention compute on bf16 copies of their f32 operands (GEMMs accumulate in f32 and return
 // f32); every other op, the parameters (f32 master weights), the gradients and the optimizer
-// state stay f32. Backward follows the dtypes its forward chose, whatever the mode is then
-// (the engine turns autocast off for the backward pass; a recompute restores the forward's).
+// state stay f32. One exception keeps bf16 between two bf16 kernels: a linear asked for its
+// compute dtype (AutocastOutput::Compute: attention's q, k, v) returns bf16, attention given
+// bf16 returns bf16, and a linear takes a bf16 input as its operand; their gradients are bf16.
+// Backward follows the dtypes its forward chose, whatever the mode is then (the engine turns
+// autocast off for the backward pass; a recompute restores the forward's).
 DType autocast_dtype();  // F32: off
 class AutocastGuard {
  public:

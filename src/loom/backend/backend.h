@@ -147,7 +147,8 @@ class Backend {
   // A linear layer's output gradient under autocast, in one pass: out (rows, n) bf16 = x (rows,
   // n) f32 rounded (the operand of both gradient products), and sums (n) f32 = the column sums
   // of x before the rounding (the bias gradient; f64 partials over fixed chunks of rows, like
-  // gelu_bias_backward's). x and out may have any row stride (rows contiguous).
+  // gelu_bias_backward's). A gradient that already is the bf16 operand (x bf16, out undefined)
+  // gets its sums alone. x and out may have any row stride (rows contiguous).
   virtual void cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) = 0;
   // LayerNorm without affine parameters fused with modulate (DiT's adaLN): y = (x - mean) *
   // rstd * (1 + scale) + shift; x (B, T, C), shift/scale (B, C); mean/rstd (B * T) f32.

@@ -32,9 +32,9 @@ bool has_contiguous_rows(const Tensor& t) {
 void check_gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tensor& gpre,
                               const Tensor& gbias) {
   check_same_layout("gelu_bias_backward", pre, gout);
-  LOOM_CHECK(gpre.shape() == pre.shape() &&
-             (gpre.dtype() == pre.dtype() ||
-              (gpre.dtype() == DType::BF16 && pre.dtype() == DType::F32)))
+  LOOM_CHECK(
+      gpre.shape() == pre.shape() &&
+      (gpre.dtype() == pre.dtype() || (gpre.dtype() == DType::BF16 && pre.dtype() == DType::F32)))
       << "gelu_bias_backward: gpre " << dtype_name(gpre.dtype()) << " " << gpre.shape()
       << " for pre " << dtype_name(pre.dtype()) << " " << pre.shape()
       << " (pre's dtype, or bf16 from f32)";
@@ -46,11 +46,14 @@ void check_gelu_bias_backward(const Tensor& pre, const Tensor& gout, const Tenso
 }
 
 void check_cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
-  LOOM_CHECK(x.dtype() == DType::F32 && out.dtype() == DType::BF16 && out.shape() == x.shape() &&
-             has_contiguous_rows(x) && has_contiguous_rows(out))
-      << "cast_with_column_sums: expected (rows, n) f32 and bf16 with contiguous rows, got "
-      << dtype_name(x.dtype()) << " " << x.shape() << " and " << dtype_name(out.dtype()) << " "
-      << out.shape();
+  const bool cast = x.dtype() == DType::F32 && out.defined() && out.dtype() == DType::BF16 &&
+                    out.shape() == x.shape() && has_contiguous_rows(out);
+  const bool sums_only = x.dtype() == DType::BF16 && !out.defined();
+  LOOM_CHECK((cast || sums_only) && has_contiguous_rows(x))
+      << "cast_with_column_sums: expected (rows, n) f32 and bf16 with contiguous rows, or bf16 "
+      << "and no output, got " << dtype_name(x.dtype()) << " " << x.shape() << " and "
+      << (out.defined() ? dtype_name(out.dtype()) : "none") << " "
+      << (out.defined() ? out.shape() : Shape{});
   LOOM_CHECK(sums.dtype() == DType::F32 && sums.is_contiguous() && x.dim() == 2 &&
              sums.numel() == x.size(1))
       << "cast_with_column_sums: sums " << sums.shape() << " for " << x.shape();

@@ -12,9 +12,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Init init, Init bias_init
   if (has_bias) bias = register_parameter("bias", {out}, bias_init, /*weight_decay=*/false);
 }
 
-Tensor Linear::forward(const Tensor& x) const {
-  return call({x}, [this](const std::vector<Tensor>& in) {
-    return gelu ? linear_gelu(in[0], weight, bias) : linear(in[0], weight, bias);
+Tensor Linear::forward(const Tensor& x, AutocastOutput output) const {
+  return call({x}, [this, output](const std::vector<Tensor>& in) {
+    return gelu ? linear_gelu(in[0], weight, bias) : linear(in[0], weight, bias, output);
   });
 }
 
@@ -109,7 +109,12 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
 
 Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
   const int64_t H = config.heads, Hkv = config.kv_heads, Dh = head_dim;
-  Tensor qkv_out = qkv->forward(x);  // (B, T, (H + 2 Hkv) * Dh)
+  // Under autocast the attention kernel takes q, k and v in bf16: the projection rounds them in
+  // its GEMM, and the kernel's bf16 output and gradients pass to the projections as they are.
+  // Not where RoPE rotates them (in f32) or a parallel core (ring attention) takes them.
+  const AutocastOutput qkv_output =
+      !core && config.rope_theta <= 0 ? AutocastOutput::Compute : AutocastOutput::Wide;
+  Tensor qkv_out = qkv->forward(x, qkv_output);  // (B, T, (H + 2 Hkv) * Dh)
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1);
   auto parts = split(qkv_out, std::vector<int64_t>{H * Dh, Hkv * Dh, Hkv * Dh}, -1);
   auto heads = [&](const Tensor& t, int64_t n) {  // (B, T, n*Dh) -> (B, n, T, Dh), a view

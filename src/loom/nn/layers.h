@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "loom/nn/module.h"
+#include "loom/ops/matmul.h"
 
 namespace loom::nn {
 
@@ -10,8 +11,9 @@ class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true, Init init = Init::xavier_uniform(),
          Init bias_init = Init::zeros());
-  // (..., in) -> (..., out), through call() so that tensor parallelism can wrap it.
-  Tensor forward(const Tensor& x) const;
+  // (..., in) -> (..., out), through call() so that tensor parallelism can wrap it; output:
+  // the dtype under autocast (ops/matmul.h).
+  Tensor forward(const Tensor& x, AutocastOutput output = AutocastOutput::Wide) const;
   Tensor weight, bias;  // (out, in), (out) or undefined
   // forward returns gelu(x W^T + b) through the fused linear_gelu (Mlp's fc1). Elementwise, so
   // column parallelism keeps it; row parallelism refuses it (it would act on partial sums).

@@ -2,6 +2,7 @@
 
 #include "loom/autograd/checkpoint.h"
 
+#include "loom/ops/creation.h"
 #include "loom/ops/detail.h"
 #include "loom/ops/linear_quantizer.h"
 #include "loom/ops/reduce.h"
@@ -32,9 +33,9 @@ Tensor lowered(const Tensor& t) {
 }
 
 // x @ y in backward: a mixed-precision product takes bf16 operands (the gradient rounded like
-// the forward's inputs) and returns f32, as the forward did.
-Tensor product(const Tensor& x, const Tensor& y, bool mixed) {
-  return mixed ? gemm(lowered(x), lowered(y), Tensor(), "matmul", DType::F32) : matmul(x, y);
+// the forward's inputs) and returns f32 (or `out`: a bf16 input's gradient), as the forward did.
+Tensor product(const Tensor& x, const Tensor& y, bool mixed, DType out = DType::F32) {
+  return mixed ? gemm(lowered(x), lowered(y), Tensor(), "matmul", out) : matmul(x, y);
 }
 
 // An uninitialised (rows, cols) matrix for a GEMM operand, with the row stride the backend
@@ -119,6 +120,7 @@ struct LinearBackward : Node {
   // bf16 copy), so ZeRO-3 can free and re-gather it; backward lowers it again (which for a
   // parameter finds the forward's copy while the step's bf16 region lasts).
   Tensor x2, weight;
+  DType x_dtype;       // the input's: its gradient's (bf16 for a Compute output under autocast)
   Tensor pre;          // linear_gelu: x W^T + b (M, N), the GELU's input; undefined otherwise
   bool mixed = false;  // autocast: bf16 operands, f32 output
   // A low-precision recipe's: both gradient products on operands it quantised (x2 is f32).
@@ -141,12 +143,18 @@ struct LinearBackward : Node {
       backend_of(pre).gelu_bias_backward(pre, detail::raw_contiguous(g2), gpre, gbias);
       g2 = gpre;
     } else if (want_bias && mixed) {
-      // Rounded for both products with the bias gradient summed (in f32) in the same pass.
+      // Rounded for both products with the bias gradient summed (in f32) in the same pass; the
+      // gradient of a Compute output is the products' bf16 operand already: its sums alone.
       const Tensor g = detail::raw_contiguous(g2);
-      const Tensor low = empty_gemm_operand(g.size(0), g.size(1), DType::BF16, g.device());
       gbias = Tensor::empty({g.size(1)}, DType::F32, g.device());
-      backend_of(g).cast_with_column_sums(g, low, gbias);
-      g2 = low;
+      if (g.dtype() == DType::BF16) {
+        backend_of(g).cast_with_column_sums(g, Tensor(), gbias);
+        g2 = g;
+      } else {
+        const Tensor low = empty_gemm_operand(g.size(0), g.size(1), DType::BF16, g.device());
+        backend_of(g).cast_with_column_sums(g, low, gbias);
+        g2 = low;
+      }
     } else if (want_bias) {
       gbias = sum(g2, {0});  // from the f32 gradient
     }
@@ -155,7 +163,7 @@ struct LinearBackward : Node {
         Tensor a = detail::raw_contiguous(g2), b = detail::raw_contiguous(mT(weight.detach()));
         gx = quantized_product(*quantizer, GemmPass::InputGrad, a, GemmOperand::OutputGrad, b,
                                GemmOperand::Weight, Tensor());
-        gx = reshape(gx, x_shape);
+        gx = reshape(gx.dtype() == x_dtype ? gx : to_dtype(gx, x_dtype), x_shape);
       }
       if (inputs[1].active()) {  // dW (N, K) = dy^T (N, M) x (M, K): reduction along M
         Tensor a = detail::raw_contiguous(mT(g2)), b = detail::raw_contiguous(mT(x2));
@@ -165,9 +173,9 @@ struct LinearBackward : Node {
       return {gx, gw, gbias};
     }
     if (mixed) g2 = lowered(g2);  // rounded once for both products (if not already above)
-    const Tensor w = mixed ? lowered(weight) : weight.detach();  // (N, K)
-    if (inputs[0].active()) gx = reshape(product(g2, w, mixed), x_shape);  // (M, K)
-    if (inputs[1].active()) gw = product(mT(g2), x2, mixed);               // (N, K)
+    const Tensor w = mixed ? lowered(weight) : weight.detach();                     // (N, K)
+    if (inputs[0].active()) gx = reshape(product(g2, w, mixed, x_dtype), x_shape);  // (M, K)
+    if (inputs[1].active()) gw = product(mT(g2), x2, mixed);                        // (N, K)
     return {gx, gw, gbias};
   }
   void release() override { x2 = weight = pre = Tensor(); }
@@ -198,7 +206,8 @@ namespace {
 
 // linear, and with gelu = true linear_gelu: the GELU applied to the GEMM's output (which the
 // backward keeps as the GELU's input).
-Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu) {
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                   AutocastOutput output) {
   const char* op = gelu ? "linear_gelu" : "linear";
   detail::check_floating(op, x, "input");
   detail::check_floating(op, weight, "weight");
@@ -214,13 +223,17 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
     NoGradGuard raw;                    // the graph edge is recorded once, below, against x itself
     x2 = reshape(x, {-1, x.size(-1)});  // (M, K), M = product of leading dims
   }
+  // Under autocast x may be f32 or already bf16 (a Compute output).
+  const bool autocast = autocast_dtype() == DType::BF16 && weight.dtype() == DType::F32 &&
+                        (x.dtype() == DType::F32 || x.dtype() == DType::BF16);
   // A low-precision recipe quantises f32 operands itself, in place of autocast's bf16 copies:
   // inside the training step's bf16 region only, so evaluation in f32 sees the weights exact.
-  std::shared_ptr<LinearQuantizer> quantizer = current_linear_quantizer();
-  if (autocast_dtype() != DType::BF16 || x.dtype() != DType::F32 || weight.dtype() != DType::F32)
-    quantizer = nullptr;
-  const bool mixed = !quantizer && autocast_bf16(x, weight);
+  std::shared_ptr<LinearQuantizer> quantizer = autocast ? current_linear_quantizer() : nullptr;
+  if (quantizer && x2.dtype() != DType::F32) x2 = to_dtype(x2, DType::F32);  // exact
+  const bool mixed = autocast && !quantizer;
   if (mixed) x2 = lowered(x2);
+  const DType out_dtype =
+      !mixed ? x2.dtype() : (output == AutocastOutput::Compute ? DType::BF16 : DType::F32);
   const Tensor w = mixed ? lowered(weight).detach() : weight.detach();  // (N, K)
   Tensor out2 = computed_or_kept([&] {                                  // (M, N)
     const Tensor b_raw = bias.defined() ? detail::raw_contiguous(bias.detach()) : Tensor();
@@ -228,7 +241,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
       return std::vector<Tensor>{quantized_product(
           *quantizer, GemmPass::Forward, detail::raw_contiguous(x2), GemmOperand::Input,
           detail::raw_contiguous(w), GemmOperand::Weight, b_raw)};
-    return std::vector<Tensor>{gemm(x2, mT(w), b_raw, op, x.dtype())};
+    return std::vector<Tensor>{gemm(x2, mT(w), b_raw, op, out_dtype)};
   })[0];
   Tensor pre;
   if (gelu) {
@@ -244,6 +257,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   if (any_requires_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach();
+    node->x_dtype = x.dtype();
     node->weight = weight;
     node->pre = pre;
     node->mixed = mixed;
@@ -257,12 +271,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_impl(x, weight, bias, false);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, AutocastOutput output) {
+  return linear_impl(x, weight, bias, false, output);
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_impl(x, weight, bias, true);
+  return linear_impl(x, weight, bias, true, AutocastOutput::Wide);
 }
 
 }  // namespace loom

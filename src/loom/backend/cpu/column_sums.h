@@ -4,7 +4,9 @@
 // afterwards, so the bits do not depend on the thread count.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "loom/backend/cpu/parallel.h"
 #include "loom/backend/cpu/scratch.h"
@@ -12,12 +14,15 @@
 
 namespace loom::cpu {
 
-// out[r * out_stride + c] = O(value(r, c)) for r < rows, c < n; with sums, also sums[c] =
-// S(sum over r of term(value(r, c))) (term: the f64 summand, e.g. the value as stored).
-// cost: rough cycles per element, for the threading decision.
-template <typename O, typename S, typename Value, typename Term>
-void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& value, O* out,
+// out[r * out_stride + c] = O(value(r, c)) for r < rows, c < n (out an O*, or nullptr: nothing
+// stored); with sums, also sums[c] = S(sum over r of term(value(r, c))) (term: the f64
+// summand, e.g. the value as stored). cost: rough cycles per element, for the threading
+// decision.
+template <typename Out, typename S, typename Value, typename Term>
+void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& value, Out out,
                             int64_t out_stride, const Term& term, S* sums) {
+  constexpr bool kStore = !std::is_same_v<Out, std::nullptr_t>;  // decided at compile time:
+  using O = std::remove_pointer_t<Out>;                          // the loops stay vectorised
   constexpr int64_t kChunk = 512;
   const int64_t chunks = (rows + kChunk - 1) / kChunk;
   // f64 partials (chunks, n), in a float scratch buffer of twice the count.
@@ -27,10 +32,12 @@ void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& 
     for (int64_t chunk = begin; chunk < end; ++chunk) {
       const int64_t r0 = chunk * kChunk, r1 = std::min(rows, r0 + kChunk);
       if (!sums) {
-        for (int64_t r = r0; r < r1; ++r) {
-          O* o = out + r * out_stride;
+        if constexpr (kStore) {
+          for (int64_t r = r0; r < r1; ++r) {
+            O* o = out + r * out_stride;
 #pragma omp simd
-          for (int64_t c = 0; c < n; ++c) o[c] = from_f32<O>(value(r, c));
+            for (int64_t c = 0; c < n; ++c) o[c] = from_f32<O>(value(r, c));
+          }
         }
         continue;
       }
@@ -39,24 +46,25 @@ void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& 
       std::fill_n(acc, n, 0.0);
       int64_t r = r0;
       for (; r + 4 <= r1; r += 4) {
-        O* o = out + r * out_stride;
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) {
           const float v0 = value(r, c), v1 = value(r + 1, c), v2 = value(r + 2, c),
                       v3 = value(r + 3, c);
-          o[c] = from_f32<O>(v0);
-          o[c + out_stride] = from_f32<O>(v1);
-          o[c + 2 * out_stride] = from_f32<O>(v2);
-          o[c + 3 * out_stride] = from_f32<O>(v3);
+          if constexpr (kStore) {
+            O* o = out + r * out_stride;
+            o[c] = from_f32<O>(v0);
+            o[c + out_stride] = from_f32<O>(v1);
+            o[c + 2 * out_stride] = from_f32<O>(v2);
+            o[c + 3 * out_stride] = from_f32<O>(v3);
+          }
           acc[c] += (term(v0) + term(v1)) + (term(v2) + term(v3));
         }
       }
       for (; r < r1; ++r) {
-        O* o = out + r * out_stride;
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) {
           const float v = value(r, c);
-          o[c] = from_f32<O>(v);
+          if constexpr (kStore) out[r * out_stride + c] = from_f32<O>(v);
           acc[c] += term(v);
         }
       }

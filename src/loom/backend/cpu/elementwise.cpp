@@ -80,7 +80,6 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, int64_t cost, F f
   return s * (1.0f + x * (1.0f - s));
 }
 
-
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, double alpha_d, const Tensor& x, const Tensor& out) {
@@ -210,13 +209,19 @@ void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, const
 
 void CpuBackend::cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
   check_cast_with_column_sums(x, out, sums);
-  const float* xs = x.data<float>();
   const int64_t sx = x.stride(0);
-  auto value = [&](int64_t r, int64_t c) { return xs[r * sx + c]; };
   auto unrounded = [](float v) { return double(v); };
-  cpu::store_with_column_sums(x.size(0), x.size(1), 2, value,
-                              static_cast<bf16*>(out.data_ptr()), out.stride(0), unrounded,
-                              sums.data<float>());
+  if (!out.defined()) {  // already the bf16 operand: its sums alone, in the same order
+    const bf16* xs = x.data<bf16>();
+    auto value = [&](int64_t r, int64_t c) { return to_f32(xs[r * sx + c]); };
+    cpu::store_with_column_sums(x.size(0), x.size(1), 1, value, nullptr, 0, unrounded,
+                                sums.data<float>());
+    return;
+  }
+  const float* xs = x.data<float>();
+  auto value = [&](int64_t r, int64_t c) { return xs[r * sx + c]; };
+  cpu::store_with_column_sums(x.size(0), x.size(1), 2, value, static_cast<bf16*>(out.data_ptr()),
+                              out.stride(0), unrounded, sums.data<float>());
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -224,6 +224,11 @@ void CudaBackend::gelu_bias_backward(const Tensor& pre, const Tensor& gout, cons
 
 void CudaBackend::cast_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
   check_cast_with_column_sums(x, out, sums);
+  if (!out.defined()) {  // already the bf16 operand: its sums alone
+    column_reduce(1, x.size(0), x.size(1), StridedValue<bf16>{ptr<const bf16>(x), x.stride(0), 0},
+                  ptr<float>(sums), x.device());
+    return;
+  }
   copy(x, out);  // the device's rounding, as every cast
   column_sums<float>(ptr<const float>(x), 1, x.size(0), x.size(1), x.stride(0), 0,
                      ptr<float>(sums), x.device());
