@@ -211,7 +211,8 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
   std::printf(
       "GEMM ceiling (%s, %s through Loom's matmul, best of 5 before and after): %.1f "
       "GFLOP/s\n",
-      options.precision.c_str(), host ? "2048^3" : "square, grown to fill the GPU", ceiling);
+      options.precision.c_str(),
+      host ? "2048^3 padded, 2040^3 dense" : "square, grown to fill the GPU", ceiling);
   if (peak.gflops > 0)
     std::printf(
         "hardware peak (%s loop in registers, %d threads at %.2f GHz measured, %.0f FLOP/cycle "
