@@ -205,6 +205,19 @@ TEST(CudaKernels, GeluBiasBackwardWithBf16GradientSumsTheF32Values) {
   EXPECT_GT(worst_bf16, 2.0);
 }
 
+// sums (n) against float64 column sums of x (rows, n), within one f32 rounding.
+void expect_column_sums(const Tensor& sums, const std::vector<float>& x, int64_t rows, int64_t n) {
+  const std::vector<float> got = loom::to_vector(sums);
+  for (int64_t c = 0; c < n; ++c) {
+    double sum = 0, mag = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += x[size_t(r * n + c)];
+      mag += std::fabs(x[size_t(r * n + c)]);
+    }
+    EXPECT_NEAR(got[size_t(c)], sum, std::ldexp(mag, -23)) << "column " << c;
+  }
+}
+
 // cast_with_column_sums on the device: the bf16 copy bit for bit the CPU's rounding, the sums
 // of the f32 values within one f32 rounding of float64.
 TEST(CudaKernels, CastWithColumnSumsRoundsAndSumsTheF32Values) {
@@ -221,15 +234,7 @@ TEST(CudaKernels, CastWithColumnSumsRoundsAndSumsTheF32Values) {
   loom::cpu_backend().copy(host, cpu_low);
   const Tensor back = loom::to_device(low, loom::cpu_device());
   EXPECT_EQ(0, std::memcmp(back.data_ptr(), cpu_low.data_ptr(), size_t(rows * n) * 2));
-  const std::vector<float> got = loom::to_vector(sums);
-  for (int64_t c = 0; c < n; ++c) {
-    double sum = 0, mag = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      sum += x[size_t(r * n + c)];
-      mag += std::fabs(x[size_t(r * n + c)]);
-    }
-    EXPECT_NEAR(got[size_t(c)], sum, std::ldexp(mag, -23)) << "column " << c;
-  }
+  expect_column_sums(sums, x, rows, n);
 }
 
 // A bf16 gradient's column sums alone, on the device: within one f32 rounding of float64.
@@ -242,15 +247,7 @@ TEST(CudaKernels, CastWithColumnSumsSumsABf16GradientAlone) {
   const Tensor low = loom::from_vector(x, {rows, n}, DType::BF16, kCuda);
   Tensor sums = Tensor::empty({n}, DType::F32, kCuda);
   loom::backend_for(kCuda).cast_with_column_sums(low, Tensor(), sums);
-  const std::vector<float> got = loom::to_vector(sums);
-  for (int64_t c = 0; c < n; ++c) {
-    double sum = 0, mag = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      sum += x[size_t(r * n + c)];
-      mag += std::fabs(x[size_t(r * n + c)]);
-    }
-    EXPECT_NEAR(got[size_t(c)], sum, std::ldexp(mag, -23)) << "column " << c;
-  }
+  expect_column_sums(sums, x, rows, n);
 }
 
 TEST(CudaKernels, RefuseHostTensors) {
