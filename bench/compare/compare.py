@@ -19,8 +19,9 @@ names the oneDNN GEMM kernels that did the work, and one traced Loom step (`loom
 splits Loom's step into its kernels: the linear layers' GEMMs, attention, the optimizer (AdamW
 and the gradient norm) and everything else. The GEMMs run at what oneDNN gives and the optimizer
 at what memory gives, so their sum is a floor for Loom's step; the fastest PyTorch variant over
-that floor is the most any work on the rest could make of the ratio. OPENBLAS_CORETYPE, which this workplace sets for
-OpenBLAS, is left as it is for both (PyPI's PyTorch uses MKL and oneDNN, not OpenBLAS).
+that floor is the most any work on the rest could make of the ratio. OPENBLAS_CORETYPE, which
+this workplace sets for OpenBLAS, is left as it is for both (PyPI's PyTorch uses MKL and oneDNN,
+not OpenBLAS).
 """
 
 import argparse

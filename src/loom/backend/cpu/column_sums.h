@@ -21,8 +21,9 @@ namespace loom::cpu {
 template <typename Out, typename S, typename Value, typename Term>
 void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& value, Out out,
                             int64_t out_stride, const Term& term, S* sums) {
-  constexpr bool kStore = !std::is_same_v<Out, std::nullptr_t>;  // decided at compile time:
-  using O = std::remove_pointer_t<Out>;                          // the loops stay vectorised
+  // Whether to store, decided at compile time so that the loops stay vectorised.
+  constexpr bool kStore = !std::is_same_v<Out, std::nullptr_t>;
+  using O = std::remove_pointer_t<Out>;
   constexpr int64_t kChunk = 512;
   const int64_t chunks = (rows + kChunk - 1) / kChunk;
   // f64 partials (chunks, n), in a float scratch buffer of twice the count.
