@@ -13,6 +13,8 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Init init, Init bias_init
 }
 
 Tensor Linear::forward(const Tensor& x, AutocastOutput output) const {
+  LOOM_CHECK(!gelu || output == AutocastOutput::Wide)
+      << "Linear: a GELU layer's output stays f32 under autocast";
   return call({x}, [this, output](const std::vector<Tensor>& in) {
     return gelu ? linear_gelu(in[0], weight, bias) : linear(in[0], weight, bias, output);
   });

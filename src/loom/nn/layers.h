@@ -12,7 +12,7 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out, bool bias = true, Init init = Init::xavier_uniform(),
          Init bias_init = Init::zeros());
   // (..., in) -> (..., out), through call() so that tensor parallelism can wrap it; output:
-  // the dtype under autocast (ops/matmul.h).
+  // the dtype under autocast (ops/matmul.h; Wide only for a GELU layer).
   Tensor forward(const Tensor& x, AutocastOutput output = AutocastOutput::Wide) const;
   Tensor weight, bias;  // (out, in), (out) or undefined
   // forward returns gelu(x W^T + b) through the fused linear_gelu (Mlp's fc1). Elementwise, so

@@ -2,7 +2,6 @@
 
 #include "loom/autograd/checkpoint.h"
 
-#include "loom/ops/creation.h"
 #include "loom/ops/detail.h"
 #include "loom/ops/linear_quantizer.h"
 #include "loom/ops/reduce.h"
@@ -163,7 +162,7 @@ struct LinearBackward : Node {
         Tensor a = detail::raw_contiguous(g2), b = detail::raw_contiguous(mT(weight.detach()));
         gx = quantized_product(*quantizer, GemmPass::InputGrad, a, GemmOperand::OutputGrad, b,
                                GemmOperand::Weight, Tensor());
-        gx = reshape(gx.dtype() == x_dtype ? gx : to_dtype(gx, x_dtype), x_shape);
+        gx = reshape(gx, x_shape);
       }
       if (inputs[1].active()) {  // dW (N, K) = dy^T (N, M) x (M, K): reduction along M
         Tensor a = detail::raw_contiguous(mT(g2)), b = detail::raw_contiguous(mT(x2));
@@ -229,7 +228,10 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   // A low-precision recipe quantises f32 operands itself, in place of autocast's bf16 copies:
   // inside the training step's bf16 region only, so evaluation in f32 sees the weights exact.
   std::shared_ptr<LinearQuantizer> quantizer = autocast ? current_linear_quantizer() : nullptr;
-  if (quantizer && x2.dtype() != DType::F32) x2 = to_dtype(x2, DType::F32);  // exact
+  LOOM_CHECK(!quantizer || x.dtype() == DType::F32)
+      << op << ": a low-precision recipe quantises f32 inputs; this one is "
+      << dtype_name(x.dtype()) << " " << x.shape() << " (a bf16 Compute output into a quantised "
+      << "layer: a recipe covers whole blocks, so keep both layers in or out of it)";
   const bool mixed = autocast && !quantizer;
   if (mixed) x2 = lowered(x2);
   const DType out_dtype =
