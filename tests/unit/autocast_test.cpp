@@ -8,10 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "loom/autograd/engine.h"
 #include "loom/core/dtype.h"
+#include "loom/nn/layers.h"
+#include "loom/ops/linear_quantizer.h"
 #include "loom/ops/ops.h"
 
 namespace loom {
@@ -236,6 +239,35 @@ TEST(Autocast, AttentionProjectionsInBf16GiveTheF32RoutesBits) {
     for (int i = 0; i < 5; ++i)
       EXPECT_EQ(kept.grads[i], wide.grads[i]) << names[i] << ", causal " << causal;
   }
+}
+
+// A bf16 input cannot enter a quantised layer (a recipe quantises f32 inputs), and a GELU
+// layer has no bf16 output: one error each rather than another precision chosen silently.
+TEST(Autocast, Bf16IntoAQuantisedLayerAndAGeluComputeOutputRefused) {
+  struct Identity : LinearQuantizer {
+    void quantize(GemmPass, Tensor&, GemmOperand, Tensor&, GemmOperand) override {}
+    Tensor gemm(GemmPass, const Tensor&, GemmOperand, const Tensor&, GemmOperand,
+                const Tensor&) override {
+      return Tensor();
+    }
+  };
+  const Tensor w = random_tensor({4, 8}, "wq");
+  AutocastGuard autocast(DType::BF16);
+  {
+    LinearQuantizerScope scope(std::make_shared<Identity>());
+    EXPECT_NO_THROW(linear(random_tensor({3, 8}, "xq"), w));
+    try {
+      linear(to_dtype(random_tensor({3, 8}, "xq"), DType::BF16), w);
+      FAIL() << "a bf16 input into a quantised layer was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("recipe quantises f32 inputs"), std::string::npos)
+          << e.what();
+    }
+  }
+  nn::Linear fc(8, 4);
+  fc.gelu = true;
+  EXPECT_THROW(fc.forward(random_tensor({3, 8}, "xg2"), AutocastOutput::Compute), Error);
+  EXPECT_EQ(fc.forward(random_tensor({3, 8}, "xg2")).dtype(), DType::F32);
 }
 
 TEST(Autocast, ModeIsScopedAndBackwardFollowsTheForward) {
