@@ -40,10 +40,12 @@ case "${1:-}" in
     grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
     du -h .device/pack.tar.xz
     ;;
-  run)
+  run | tests | bench | profile)
+    mode=$1; shift
     out=${OUT:-$PWD/device-out}
     mkdir -p "$out" /tmp/loom-device
-    python3 -m tarfile -e .device/pack.tar.xz /tmp/loom-device
+    [ -x /tmp/loom-device/pack/loom_cuda_tests ] ||
+      python3 -m tarfile -e .device/pack.tar.xz /tmp/loom-device
     pack=/tmp/loom-device/pack
     # CUDA's runtime and cuBLASLt: the toolkit's, else the ones PyTorch's wheels carry.
     cuda_libs=$(dirname "$(find /usr/local/cuda*/ /opt /usr/lib -name 'libcublasLt.so.13*' \
@@ -61,8 +63,10 @@ case "${1:-}" in
     cudnn=$(dirname "$( (find /usr/local/cuda*/ /opt /usr/lib -name 'libcudnn.so.9' 2>/dev/null;
       python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib", "libcudnn.so.9"))' \
       2>/dev/null) | head -1)")
-    export LD_LIBRARY_PATH=$pack/lib:$cuda_libs:$cudart:$nccl:$cudnn:${LD_LIBRARY_PATH:-}
-    {
+    # Only Loom's binaries see the carried libraries: Debian's libstdc++ and zlib among them are
+    # older than those the image's PyTorch needs.
+    loom_libs=$pack/lib:$cuda_libs:$cudart:$nccl:$cudnn:${LD_LIBRARY_PATH:-}
+    [ -f "$out/report.md" ] || {
       echo "# Loom device check, $(date -u +%Y-%m-%dT%H:%MZ)"
       echo
       echo '```'
@@ -71,37 +75,67 @@ case "${1:-}" in
       echo '```'
     } > "$out/report.md"
     status=0
-    (cd /tmp/loom-device && timeout 420 "$pack/loom_cuda_tests" \
-      --gtest_output="xml:$out/cuda_tests.xml") > "$out/cuda_tests.log" 2>&1 || status=$?
-    {
-      echo
-      echo "## CUDA tests: exit status $status"
-      echo
-      echo '```'
-      grep -E '^\[  (PASSED|FAILED) |^\[==========\]|tests? (ran|FAILED)|\[cuda parity\]|\[cudnn\]' \
-        "$out/cuda_tests.log" || true
-      [ "$status" = 0 ] || tail -n 20 "$out/cuda_tests.log"
-      echo '```'
-    } >> "$out/report.md"
-    # The benchmark: Loom and PyTorch on the same models and batches, in turn.
-    {
-      for job in "gpt2_124m 16 1024" "dit_small 256 0"; do
-        set -- $job
-        shape=$1:$2; [ "$3" = 0 ] || shape=$shape:$3
-        timeout 120 "$pack/loom_cuda_bench" "$shape" || echo "loom_cuda_bench $shape: exit $?"
-        for mode in eager compile; do
-          timeout 150 python3 bench/compare/torch_bench.py "$1" bf16 "$mode" 5 10 cuda "$2" "$3" ||
-            echo "torch_bench $1 $mode: exit $?"
+    if [ "$mode" = run ] || [ "$mode" = tests ]; then
+      (cd /tmp/loom-device && LD_LIBRARY_PATH=$loom_libs timeout 240 "$pack/loom_cuda_tests" \
+        --gtest_output="xml:$out/cuda_tests.xml") > "$out/cuda_tests.log" 2>&1 || status=$?
+      {
+        echo
+        echo "## CUDA tests: exit status $status"
+        echo
+        echo '```'
+        grep -E '^\[  (PASSED|FAILED) |^\[==========\]|tests? (ran|FAILED)|\[cuda parity\]|\[cudnn\]' \
+          "$out/cuda_tests.log" || true
+        [ "$status" = 0 ] || tail -n 20 "$out/cuda_tests.log"
+        echo '```'
+      } >> "$out/report.md"
+    fi
+    # The benchmark: Loom and PyTorch on the same models and batches, in turn. BENCH_JOBS
+    # narrows it ("dit_small 256 0", say) and BENCH_LOOM=0 leaves Loom's part out.
+    if [ "$mode" = run ] || [ "$mode" = bench ]; then
+      jobs=${BENCH_JOBS:-"gpt2_124m 16 1024;dit_small 256 0"}
+      {
+        IFS=';'
+        for job in $jobs; do
+          IFS=' '
+          set -- $job
+          shape=$1:$2; [ "$3" = 0 ] || shape=$shape:$3
+          [ "${BENCH_LOOM:-1}" = 0 ] || LD_LIBRARY_PATH=$loom_libs timeout 90 \
+            "$pack/loom_cuda_bench" "$shape" || echo "loom_cuda_bench $shape: exit $?"
+          for torch_mode in eager compile; do
+            timeout $([ $torch_mode = eager ] && echo 60 || echo 120) python3 \
+              bench/compare/torch_bench.py "$1" bf16 "$torch_mode" 5 10 cuda "$2" "$3" ||
+              echo "torch_bench $1 $torch_mode: exit $?"
+          done
         done
+        IFS=$' \t\n'
+      } > "$out/bench.log" 2>&1
+      { echo; echo "## Benchmark"; echo; echo '```'; cat "$out/bench.log"; echo '```'; } \
+        >> "$out/report.md"
+    fi
+    # Where one step's GPU time goes: `profile SHAPE PRECISION...` runs one step of each under
+    # Nsight Compute (kernel durations only, caches and clocks left alone) and sums the
+    # durations by kernel into $out/kernels_SHAPE_PRECISION.txt.
+    if [ "$mode" = profile ]; then
+      ncu=$( (command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu) \
+        2>/dev/null | head -1 || true)
+      [ -n "$ncu" ] || { echo "profile: no ncu (Nsight Compute) here" | tee -a "$out/report.md"; exit 1; }
+      while [ $# -ge 2 ]; do
+        name=kernels_${1//:/_}_$2
+        LD_LIBRARY_PATH=$loom_libs timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --cache-control none \
+          --metrics gpu__time_duration.sum --csv --page raw \
+          "$pack/loom_cuda_bench" --one "$1" "$2" > "/tmp/$name.csv" 2> "$out/$name.err" ||
+          echo "ncu $1 $2: exit $?" >> "$out/$name.err"
+        python3 scripts/kernel_summary.py "/tmp/$name.csv" > "$out/$name.txt" 2>&1 || true
+        { echo; echo "## One step of $1 $2, by kernel"; echo; echo '```'; head -n 30 "$out/$name.txt"
+          echo '```'; } >> "$out/report.md"
+        shift 2
       done
-    } > "$out/bench.log" 2>&1
-    { echo; echo "## Benchmark"; echo; echo '```'; cat "$out/bench.log"; echo '```'; } \
-      >> "$out/report.md"
+    fi
     cat "$out/report.md"
     exit "$status"
     ;;
   *)
-    echo "usage: scripts/device_check.sh pack | run" >&2
+    echo "usage: scripts/device_check.sh pack | run | tests | bench | profile SHAPE PRECISION..." >&2
     exit 2
     ;;
 esac

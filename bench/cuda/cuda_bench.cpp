@@ -4,6 +4,8 @@
 // second, and MFU against the measured bf16 GEMM ceiling of this GPU and against the H200's
 // dense bf16 peak (989.4 TFLOP/s, NVIDIA's datasheet figure without sparsity).
 //   loom_cuda_bench NAME:BATCH[:SEQ]...   e.g. gpt2_124m:16:1024 dit_small:256
+//   loom_cuda_bench --one NAME:BATCH[:SEQ] PRECISION
+//       one step and nothing else (no warm-up, no ceiling): what a kernel profiler should see
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -46,28 +48,46 @@ double gemm_ceiling_gflops() {
   return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
 }
 
+// NAME:BATCH[:SEQ] as the step it names.
+plan::StepShape step_shape(const std::string& arg) {
+  const size_t c1 = arg.find(':'), c2 = arg.find(':', c1 + 1);
+  LOOM_CHECK(c1 != std::string::npos) << "expected NAME:BATCH[:SEQ], got '" << arg << "'";
+  const plan::StepShape spec = bench::bench_spec(arg.substr(0, c1));
+  const int64_t batch = std::stoll(arg.substr(c1 + 1, c2 - c1 - 1));
+  const int64_t seq = c2 == std::string::npos ? spec.seq : std::stoll(arg.substr(c2 + 1));
+  return spec.kind == "gpt" ? plan::gpt_step(spec.name, spec.gpt, batch, seq)
+                            : plan::dit_step(spec.name, spec.dit, batch);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: loom_cuda_bench NAME:BATCH[:SEQ]...\n");
+  const bool one = argc == 4 && std::string(argv[1]) == "--one";
+  if (argc < 2 || (std::string(argv[1]) == "--one" && !one)) {
+    std::fprintf(stderr,
+                 "usage: loom_cuda_bench NAME:BATCH[:SEQ]...\n"
+                 "       loom_cuda_bench --one NAME:BATCH[:SEQ] PRECISION\n");
     return 2;
   }
   try {
+    if (one) {
+      bench::BenchOptions options;
+      options.precision = argv[3];
+      options.device = kCuda;
+      options.warmup = 0;
+      options.steps = 1;
+      const bench::BenchResult r = bench::run_bench(step_shape(argv[2]), options, 0);
+      std::printf("%s %s: one step, %.2f ms\n", argv[2], argv[3], r.median_ms);
+      return 0;
+    }
     const double ceiling = gemm_ceiling_gflops();
     std::printf("bf16 GEMM ceiling (8192^3, cuBLASLt): %.0f GFLOP/s; H200 dense bf16 peak %.0f\n",
                 ceiling, kH200DenseBf16Gflops);
     std::printf("%-12s %6s %5s %-5s %10s %12s %9s %8s %8s\n", "config", "batch", "seq", "prec",
                 "median ms", "items/s", "TFLOP/s", "MFU-gemm", "MFU-peak");
     for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      const size_t c1 = arg.find(':'), c2 = arg.find(':', c1 + 1);
-      LOOM_CHECK(c1 != std::string::npos) << "expected NAME:BATCH[:SEQ], got '" << arg << "'";
-      plan::StepShape spec = bench::bench_spec(arg.substr(0, c1));
-      const int64_t batch = std::stoll(arg.substr(c1 + 1, c2 - c1 - 1));
-      const int64_t seq = c2 == std::string::npos ? spec.seq : std::stoll(arg.substr(c2 + 1));
-      spec = spec.kind == "gpt" ? plan::gpt_step(spec.name, spec.gpt, batch, seq)
-                                : plan::dit_step(spec.name, spec.dit, batch);
+      const plan::StepShape spec = step_shape(argv[i]);
+      const int64_t batch = spec.batch, seq = spec.seq;
       for (const char* precision : {"bf16", "fp8_tensorwise", "f32"}) {
         bench::BenchOptions options;
         options.precision = precision;

@@ -186,11 +186,13 @@ TEST(CudaFp8, GemmIsTheFloat64ProductOfItsDecodedOperands) {
               s += p;
               mag += std::fabs(p);
             }
-            // f32 accumulation, allowing tensor cores' narrower internal sums: 2^-12 of the
-            // magnitude summed (a wrong scale, layout or code is off by O(1) of it).
             worst = std::max(worst, std::fabs(got[size_t(m * N + n)] - s) / mag);
           }
-        EXPECT_LT(worst, std::ldexp(1.0, -12));
+        // Relative to the magnitude summed; a wrong scale, layout or code is off by O(1) of
+        // it. The host sums in f32: 2^-12. Hopper's fp8 tensor cores keep about 14 bits of
+        // their running sum (DeepSeek-V3 report, section 3.3.2; cuBLASLt widens it to f32 only
+        // between runs of K longer than this one): 2^-10, seen 3.8e-4 on an H200.
+        EXPECT_LT(worst, std::ldexp(1.0, device.type == loom::DeviceType::CPU ? -12 : -10));
       }
     // The shapes the tensor cores take, and no E5M2 x E5M2 (which they lack).
     const Tensor s1 = on(loom::from_vector(std::vector<float>{1.0f}, {1}), device);

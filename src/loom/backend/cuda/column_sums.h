@@ -1,6 +1,6 @@
 // Column sums over rows, deterministic and independent of the launch shape: the rows are cut
-// into chunks of a fixed count, each chunk's columns summed in f64 in row order, and the
-// chunks then added in order (as the CPU backend does). Bias, norm-weight, modulation-gate and
+// into chunks of a count fixed by the row count, each chunk's columns summed in f64 in row
+// order, and the chunks then added in order (as the CPU backend does, with chunks of 512). Bias, norm-weight, modulation-gate and
 // broadcast gradients all reduce this way, each through a functor value(o, r, c) giving the
 // term of row r, column c in group o (so no (rows, C) temporary is written).
 #pragma once
@@ -8,16 +8,22 @@
 
 namespace loom::LOOM_CUDA_NS {
 
-constexpr int64_t kColumnChunk = 512;
+// Rows per chunk: about 128 chunks, so that a (16384, 768) gradient gives the GPU 98304
+// threads of 128 rows each, and the finishing pass adds 128 partials per column (chunks of
+// 512 rows left the first pass a tenth of the GPU's threads).
+inline int64_t column_chunk_rows(int64_t rows) {
+  const int64_t even = (rows + 127) / 128;
+  return even < 32 ? 32 : even;
+}
 
 template <typename Fn>
 __global__ void column_partials_kernel(Fn value, int64_t outer, int64_t rows, int64_t inner,
-                                       int64_t chunks, double* partial) {
+                                       int64_t chunks, int64_t chunk_rows, double* partial) {
   LOOM_GRID_STRIDE(item, outer * chunks * inner) {
     const int64_t c = item % inner, oc = item / inner;
     const int64_t chunk = oc % chunks, o = oc / chunks;
-    const int64_t r0 = chunk * kColumnChunk;
-    const int64_t r1 = r0 + kColumnChunk < rows ? r0 + kColumnChunk : rows;
+    const int64_t r0 = chunk * chunk_rows;
+    const int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
     double acc = 0.0;
     for (int64_t r = r0; r < r1; ++r) acc += double(value(o, r, c));
     partial[item] = acc;
@@ -39,10 +45,11 @@ __global__ void column_finish_kernel(const double* partial, int64_t outer, int64
 template <typename Fn, typename T>
 void column_reduce(int64_t outer, int64_t rows, int64_t inner, Fn value, T* out, Device device) {
   if (outer * inner == 0) return;
-  const int64_t chunks = rows > 0 ? (rows + kColumnChunk - 1) / kColumnChunk : 1;
+  const int64_t chunk_rows = column_chunk_rows(rows);
+  const int64_t chunks = rows > 0 ? (rows + chunk_rows - 1) / chunk_rows : 1;
   Tensor partial = scratch_f64(outer * chunks * inner, device);
   LOOM_LAUNCH(column_partials_kernel<Fn>, blocks_for(outer * chunks * inner), kBlock, value,
-              outer, rows, inner, chunks, f64_ptr(partial));
+              outer, rows, inner, chunks, chunk_rows, f64_ptr(partial));
   LOOM_LAUNCH(column_finish_kernel<T>, blocks_for(outer * inner), kBlock, f64_ptr(partial), outer,
               chunks, inner, out);
 }

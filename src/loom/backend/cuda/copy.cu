@@ -13,13 +13,14 @@ namespace {
 
 template <typename S, typename D>
 __global__ void copy_kernel(const S* src, D* dst, StridedIndex<2> L, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x) {
-    const S v = src[L.offset(0, i)];
+  LOOM_GRID_STRIDE(i, n) {
+    int64_t at[2];
+    L.offsets(i, at);
+    const S v = src[at[0]];
     if constexpr (std::is_same_v<S, D>) {
-      dst[L.offset(1, i)] = v;
+      dst[at[1]] = v;
     } else {
-      dst[L.offset(1, i)] = Elem<D>::put(Elem<S>::get(v));
+      dst[at[1]] = Elem<D>::put(Elem<S>::get(v));
     }
   }
 }

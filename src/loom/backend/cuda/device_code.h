@@ -46,6 +46,9 @@ cudaStream_t stream();  // the stream every kernel and copy of this process runs
 #endif
 
 constexpr int kBlock = 256;  // threads per block of most kernels
+// Threads of a kernel that is one block: the most a block takes, so that a reduction that
+// must end in one place (a scale, a total) still reads with every lane of a multiprocessor.
+constexpr int kReduceBlock = 1024;
 
 // for (i = this thread's first item; i < n; i += all threads): any grid, any block size.
 #define LOOM_GRID_STRIDE(i, n)                                              \
@@ -121,17 +124,29 @@ constexpr int kMaxDims = 8;
 template <int N>
 struct StridedIndex {
   int dims = 0;
+  bool narrow = false;  // every index fits in 32 bits
   int64_t shape[kMaxDims] = {};
   int64_t strides[N][kMaxDims] = {};
-  // Operand k's element offset of the element with row-major linear index i.
-  LOOM_HD int64_t offset(int k, int64_t i) const {
-    int64_t off = 0;
+  // Every operand's element offset of the element with row-major linear index i. The
+  // coordinates are found once for all operands, in 32-bit arithmetic where the indices fit
+  // (a 64-bit division costs the GPU several times a 32-bit one), and not at all in one dim.
+  LOOM_HD void offsets(int64_t i, int64_t (&off)[N]) const {
+    for (int k = 0; k < N; ++k) off[k] = dims == 1 ? i * strides[k][0] : 0;
+    if (dims == 1) return;
+    if (narrow) {
+      uint32_t j = uint32_t(i);
+      for (int d = dims - 1; d >= 0; --d) {
+        const uint32_t extent = uint32_t(shape[d]), c = j % extent;
+        j /= extent;
+        for (int k = 0; k < N; ++k) off[k] += int64_t(c) * strides[k][d];
+      }
+      return;
+    }
     for (int d = dims - 1; d >= 0; --d) {
       const int64_t c = i % shape[d];
       i /= shape[d];
-      off += c * strides[k][d];
+      for (int k = 0; k < N; ++k) off[k] += c * strides[k][d];
     }
-    return off;
   }
 };
 
@@ -144,6 +159,9 @@ StridedIndex<N> strided_index(const Shape& shape, const std::array<const Shape*,
       << L.shape.size();
   StridedIndex<N> s;
   s.dims = int(L.shape.size());
+  int64_t numel = 1;
+  for (const int64_t extent : shape) numel *= extent;
+  s.narrow = numel <= int64_t(UINT32_MAX);
   for (int d = 0; d < s.dims; ++d) {
     s.shape[d] = L.shape[size_t(d)];
     for (int k = 0; k < N; ++k) s.strides[k][d] = L.strides[size_t(k)][size_t(d)];

@@ -106,7 +106,9 @@ template <typename T>
 __global__ void unary_kernel(UnaryOp op, float alpha, const T* x, T* out, StridedIndex<2> L,
                              int64_t n) {
   LOOM_GRID_STRIDE(i, n) {
-    out[L.offset(1, i)] = from_f32<T>(unary_value(op, alpha, to_f32(x[L.offset(0, i)])));
+    int64_t at[2];
+    L.offsets(i, at);
+    out[at[1]] = from_f32<T>(unary_value(op, alpha, to_f32(x[at[0]])));
   }
 }
 
@@ -114,8 +116,9 @@ template <typename T>
 __global__ void unary_backward_kernel(UnaryOp op, float alpha, const T* x, const T* g, T* gx,
                                       StridedIndex<3> L, int64_t n) {
   LOOM_GRID_STRIDE(i, n) {
-    const float v = to_f32(x[L.offset(0, i)]);
-    gx[L.offset(2, i)] = from_f32<T>(to_f32(g[L.offset(1, i)]) * unary_derivative(op, alpha, v));
+    int64_t at[3];
+    L.offsets(i, at);
+    gx[at[2]] = from_f32<T>(to_f32(g[at[1]]) * unary_derivative(op, alpha, to_f32(x[at[0]])));
   }
 }
 
@@ -123,8 +126,9 @@ template <typename T>
 __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, StridedIndex<3> L,
                               int64_t n) {
   LOOM_GRID_STRIDE(i, n) {
-    const float x = to_f32(a[L.offset(0, i)]), y = to_f32(b[L.offset(1, i)]);
-    out[L.offset(2, i)] = from_f32<T>(binary_value(op, x, y));
+    int64_t at[3];
+    L.offsets(i, at);
+    out[at[2]] = from_f32<T>(binary_value(op, to_f32(a[at[0]]), to_f32(b[at[1]])));
   }
 }
 

@@ -1,7 +1,7 @@
 // fp8 with one scale per tensor: the cast of an f32 operand to E4M3 / E5M2 codes for the fp8
 // GEMM (matmul.cu: fp8_matmul). Four launches, no atomics (so the counts are the same on every
-// run): the amax of fixed runs of elements, the tensor's scale from them (one thread), the cast
-// with each block's saturated and flushed counts, and those counts added (one thread). The
+// run): the amax of fixed runs of elements, the tensor's scale from them (one block), the cast
+// with each block's saturated and flushed counts, and those counts added (one block). The
 // scale stays on the device: the host never waits for it.
 #include "loom/backend/cuda/cuda_backend.h"
 #include "loom/backend/fp8_scaling.h"
@@ -35,17 +35,20 @@ __global__ void amax_runs_kernel(const float* x, int64_t n, int64_t runs, double
   }
 }
 
-// One thread: the measured amax and the scale (into scale[0]); 1 / scale into inv_scale; the
-// measured amax into stats[0] (a max over calls).
+// One block: the measured amax and the scale (into scale[0]); 1 / scale into inv_scale; the
+// measured amax into stats[0] (a max over calls). The counts are whole numbers, so their sum
+// is exact in any order.
 __global__ void scale_kernel(const double* partial, int64_t runs, float given_amax, bool e4m3,
                              double* scale, float* inv_scale, int64_t* stats) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
   float measured = 0.0f;
   double non_finite = 0.0;
-  for (int64_t r = 0; r < runs; ++r) {
+  LOOM_BLOCK_STRIDE(r, runs) {
     measured = fmaxf(measured, float(partial[2 * r]));
     non_finite += partial[2 * r + 1];
   }
+  measured = block_max(measured);
+  non_finite = block_sum(non_finite);
+  if (threadIdx.x != 0) return;
   const float s = fp8_scale(given_amax >= 0 ? given_amax : measured, e4m3, non_finite == 0.0);
   *scale = double(s);
   *inv_scale = 1.0f / s;
@@ -79,13 +82,16 @@ __global__ void cast_kernel(const float* x, int64_t rows, int64_t cols, int64_t 
   }
 }
 
+// One block (whole numbers again: exact in any order).
 __global__ void add_counts_kernel(const double* counts, int64_t blocks, int64_t* stats) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double saturated = 0.0, flushed = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) {
+  LOOM_BLOCK_STRIDE(b, blocks) {
     saturated += counts[2 * b];
     flushed += counts[2 * b + 1];
   }
+  saturated = block_sum(saturated);
+  flushed = block_sum(flushed);
+  if (threadIdx.x != 0) return;
   stats[1] += int64_t(saturated);
   stats[2] += int64_t(flushed);
 }
@@ -104,11 +110,11 @@ void CudaBackend::fp8_quantize(const Tensor& x, float amax, const Tensor& out,
   double* scale = partial + 2 * runs;
   double* counts = scale + 1;
   LOOM_LAUNCH(amax_runs_kernel, blocks_for(runs, 1), kBlock, ptr<const float>(x), n, runs, partial);
-  LOOM_LAUNCH(scale_kernel, 1, 1, partial, runs, amax, e4m3, scale, ptr<float>(inv_scale),
+  LOOM_LAUNCH(scale_kernel, 1, kReduceBlock, partial, runs, amax, e4m3, scale, ptr<float>(inv_scale),
               ptr<int64_t>(stats));
   LOOM_LAUNCH(cast_kernel, blocks, kBlock, ptr<const float>(x), x.size(0), x.size(1), out.size(0),
               out.size(1), scale, e4m3, ptr<uint8_t>(out), counts);
-  LOOM_LAUNCH(add_counts_kernel, 1, 1, counts, int64_t(blocks), ptr<int64_t>(stats));
+  LOOM_LAUNCH(add_counts_kernel, 1, kReduceBlock, counts, int64_t(blocks), ptr<int64_t>(stats));
 }
 
 }  // namespace loom::LOOM_CUDA_NS

@@ -239,12 +239,13 @@ Operand operand(const Tensor& x, CudaBackend& backend) {
   return Operand{c, true, std::max<int64_t>(cols, 1), x.size(0) == 1 ? 0 : rows * cols};
 }
 
+// A block per row (no division per element).
 template <typename T>
 __global__ void bias_rows_kernel(const T* bias, int64_t bias_stride, int64_t rows, int64_t n,
                                  int64_t row_stride, int64_t batch, int64_t batch_stride, T* out) {
-  LOOM_GRID_STRIDE(i, batch * rows * n) {
-    const int64_t c = i % n, r = (i / n) % rows, b = i / (n * rows);
-    out[b * batch_stride + r * row_stride + c] = bias ? bias[c * bias_stride] : from_f32<T>(0.0f);
+  for (int64_t br = blockIdx.x; br < batch * rows; br += gridDim.x) {
+    T* row = out + br / rows * batch_stride + br % rows * row_stride;
+    LOOM_BLOCK_STRIDE(c, n) row[c] = bias ? bias[c * bias_stride] : from_f32<T>(0.0f);
   }
 }
 
@@ -282,7 +283,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, c
   if (prefill)
     dispatch_float(out.dtype(), "matmul", [&](auto z) {
       using T = decltype(z);
-      LOOM_LAUNCH(bias_rows_kernel<T>, blocks_for(batch * m * n), kBlock,
+      LOOM_LAUNCH(bias_rows_kernel<T>, blocks_for(batch * m, 1), kBlock,
                   bias.defined() ? ptr<const T>(bias_out) : nullptr,
                   bias.defined() ? bias_out.stride(0) : 0, m, n, out_rs, batch, out_bs,
                   ptr<T>(out));
@@ -332,7 +333,7 @@ void CudaBackend::fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const T
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   if (m == 0) return;
   if (bias.defined())  // bias rows first; the GEMM accumulates onto them (beta 1)
-    LOOM_LAUNCH(bias_rows_kernel<float>, blocks_for(m * n), kBlock, ptr<const float>(bias),
+    LOOM_LAUNCH(bias_rows_kernel<float>, blocks_for(m, 1), kBlock, ptr<const float>(bias),
                 int64_t(1), m, n, n, int64_t(1), m * n, ptr<float>(out));
   const bool accumulate = bias.defined();
 #ifdef LOOM_CUDA_EMULATE

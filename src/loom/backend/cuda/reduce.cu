@@ -107,13 +107,12 @@ __global__ void squares_kernel(const float* x, int64_t n, int64_t runs, double* 
     if (threadIdx.x == 0) partial[r] = double(s);
   }
 }
-// The partials added in order by one thread.
-__global__ void sum_in_order_kernel(const double* partial, int64_t runs, double* total) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    double t = 0.0;
-    for (int64_t r = 0; r < runs; ++r) t += partial[r];
-    *total = t;
-  }
+// The partials added by one block, in the same order on every run (a fixed block size).
+__global__ void sum_partials_kernel(const double* partial, int64_t runs, double* total) {
+  double t = 0.0;
+  LOOM_BLOCK_STRIDE(r, runs) t += partial[r];
+  t = block_sum(t);
+  if (threadIdx.x == 0) *total = t;
 }
 }  // namespace
 
@@ -127,7 +126,7 @@ double CudaBackend::sum_squares(const Tensor& x) {
   Tensor partial = scratch_f64(runs + 1, x.device());
   double* p = f64_ptr(partial);
   LOOM_LAUNCH(squares_kernel, blocks_for(runs, 1), kBlock, ptr<const float>(x), n, runs, p);
-  LOOM_LAUNCH(sum_in_order_kernel, 1, 1, p, runs, p + runs);
+  LOOM_LAUNCH(sum_partials_kernel, 1, kReduceBlock, p, runs, p + runs);
   double total = 0.0;
   LOOM_CUDA_CHECK(cudaMemcpyAsync(&total, p + runs, sizeof(double), cudaMemcpyDeviceToHost,
                                   stream()));
