@@ -1,8 +1,9 @@
 // Column sums over rows, deterministic and independent of the launch shape: the rows are cut
 // into chunks of a count fixed by the row count, each chunk's columns summed in f64 in row
-// order, and the chunks then added in order (as the CPU backend does, with chunks of 512). Bias, norm-weight, modulation-gate and
-// broadcast gradients all reduce this way, each through a functor value(o, r, c) giving the
-// term of row r, column c in group o (so no (rows, C) temporary is written).
+// order, and the chunks then added in order (as the CPU backend does, with chunks of 512). Bias,
+// norm-weight, modulation-gate and broadcast gradients all reduce this way, each through a functor
+// value(o, r, c) giving the term of row r, column c in group o (so no (rows, C) temporary is
+// written).
 #pragma once
 #include "loom/backend/cuda/device_code.h"
 
@@ -48,8 +49,8 @@ void column_reduce(int64_t outer, int64_t rows, int64_t inner, Fn value, T* out,
   const int64_t chunk_rows = column_chunk_rows(rows);
   const int64_t chunks = rows > 0 ? (rows + chunk_rows - 1) / chunk_rows : 1;
   Tensor partial = scratch_f64(outer * chunks * inner, device);
-  LOOM_LAUNCH(column_partials_kernel<Fn>, blocks_for(outer * chunks * inner), kBlock, value,
-              outer, rows, inner, chunks, chunk_rows, f64_ptr(partial));
+  LOOM_LAUNCH(column_partials_kernel<Fn>, blocks_for(outer * chunks * inner), kBlock, value, outer,
+              rows, inner, chunks, chunk_rows, f64_ptr(partial));
   LOOM_LAUNCH(column_finish_kernel<T>, blocks_for(outer * inner), kBlock, f64_ptr(partial), outer,
               chunks, inner, out);
 }

@@ -132,7 +132,6 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, Strid
   }
 }
 
-
 }  // namespace
 
 void CudaBackend::unary(UnaryOp op, double alpha, const Tensor& x, const Tensor& out) {
@@ -157,8 +156,8 @@ void CudaBackend::unary_backward(UnaryOp op, double alpha, const Tensor& x, cons
       strided_index<3>(gx.shape(), {&x.strides(), &gout.strides(), &gx.strides()});
   dispatch_float(x.dtype(), "unary_backward", [&](auto z) {
     using T = decltype(z);
-    LOOM_LAUNCH(unary_backward_kernel<T>, blocks_for(n), kBlock, op, float(alpha),
-                ptr<const T>(x), ptr<const T>(gout), ptr<T>(gx), L, n);
+    LOOM_LAUNCH(unary_backward_kernel<T>, blocks_for(n), kBlock, op, float(alpha), ptr<const T>(x),
+                ptr<const T>(gout), ptr<T>(gx), L, n);
   });
 }
 
@@ -234,8 +233,8 @@ void CudaBackend::cast_with_column_sums(const Tensor& x, const Tensor& out, cons
     return;
   }
   copy(x, out);  // the device's rounding, as every cast
-  column_sums<float>(ptr<const float>(x), 1, x.size(0), x.size(1), x.stride(0), 0,
-                     ptr<float>(sums), x.device());
+  column_sums<float>(ptr<const float>(x), 1, x.size(0), x.size(1), x.stride(0), 0, ptr<float>(sums),
+                     x.device());
 }
 
 }  // namespace loom::LOOM_CUDA_NS

@@ -110,8 +110,8 @@ void CudaBackend::fp8_quantize(const Tensor& x, float amax, const Tensor& out,
   double* scale = partial + 2 * runs;
   double* counts = scale + 1;
   LOOM_LAUNCH(amax_runs_kernel, blocks_for(runs, 1), kBlock, ptr<const float>(x), n, runs, partial);
-  LOOM_LAUNCH(scale_kernel, 1, kReduceBlock, partial, runs, amax, e4m3, scale, ptr<float>(inv_scale),
-              ptr<int64_t>(stats));
+  LOOM_LAUNCH(scale_kernel, 1, kReduceBlock, partial, runs, amax, e4m3, scale,
+              ptr<float>(inv_scale), ptr<int64_t>(stats));
   LOOM_LAUNCH(cast_kernel, blocks, kBlock, ptr<const float>(x), x.size(0), x.size(1), out.size(0),
               out.size(1), scale, e4m3, ptr<uint8_t>(out), counts);
   LOOM_LAUNCH(add_counts_kernel, 1, kReduceBlock, counts, int64_t(blocks), ptr<int64_t>(stats));

@@ -128,8 +128,8 @@ double CudaBackend::sum_squares(const Tensor& x) {
   LOOM_LAUNCH(squares_kernel, blocks_for(runs, 1), kBlock, ptr<const float>(x), n, runs, p);
   LOOM_LAUNCH(sum_partials_kernel, 1, kReduceBlock, p, runs, p + runs);
   double total = 0.0;
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(&total, p + runs, sizeof(double), cudaMemcpyDeviceToHost,
-                                  stream()));
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(&total, p + runs, sizeof(double), cudaMemcpyDeviceToHost, stream()));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
   return total;
 }
