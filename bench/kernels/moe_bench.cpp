@@ -44,13 +44,20 @@ int main(int argc, char** argv) {
       }
       return std::atoll(argv[++i]);
     };
-    if (!std::strcmp(argv[i], "--tokens")) tokens = value();
-    else if (!std::strcmp(argv[i], "--width")) width = value();
-    else if (!std::strcmp(argv[i], "--experts")) experts = value();
-    else if (!std::strcmp(argv[i], "--top-k")) top_k = value();
-    else if (!std::strcmp(argv[i], "--hidden")) hidden = value();
-    else if (!std::strcmp(argv[i], "--rounds")) rounds = value();
-    else if (!std::strcmp(argv[i], "--bf16")) bf16 = true;
+    if (!std::strcmp(argv[i], "--tokens"))
+      tokens = value();
+    else if (!std::strcmp(argv[i], "--width"))
+      width = value();
+    else if (!std::strcmp(argv[i], "--experts"))
+      experts = value();
+    else if (!std::strcmp(argv[i], "--top-k"))
+      top_k = value();
+    else if (!std::strcmp(argv[i], "--hidden"))
+      hidden = value();
+    else if (!std::strcmp(argv[i], "--rounds"))
+      rounds = value();
+    else if (!std::strcmp(argv[i], "--bf16"))
+      bf16 = true;
     else {
       std::fprintf(stderr, "unknown argument %s (see the header of bench/kernels/moe_bench.cpp)\n",
                    argv[i]);
@@ -93,16 +100,17 @@ int main(int argc, char** argv) {
   const auto& load = moe.stats().load;
   const double mean = double(tokens * top_k) / double(experts);
   const double top = double(*std::max_element(load.begin(), load.end()));
-  std::printf("moe_bench: %lld tokens, width %lld, %lld experts top %lld of hidden %lld vs dense "
-              "SwiGLU hidden %lld, %s, %d threads\n",
-              (long long)tokens, (long long)width, (long long)experts, (long long)top_k,
-              (long long)hidden, (long long)(top_k * hidden), bf16 ? "bf16 autocast" : "f32",
-              omp_get_max_threads());
+  std::printf(
+      "moe_bench: %lld tokens, width %lld, %lld experts top %lld of hidden %lld vs dense "
+      "SwiGLU hidden %lld, %s, %d threads\n",
+      (long long)tokens, (long long)width, (long long)experts, (long long)top_k, (long long)hidden,
+      (long long)(top_k * hidden), bf16 ? "bf16 autocast" : "f32", omp_get_max_threads());
   std::printf("  expert loads (tokens):");
   for (int64_t n : load) std::printf(" %lld", (long long)n);
   std::printf("  (max / mean %.2f)\n", top / mean);
-  std::printf("  forward + backward, best of %lld alternating rounds: MoE %.2f ms, dense %.2f ms, "
-              "dense / MoE %.2fx\n",
-              (long long)rounds, 1e3 * best_moe, 1e3 * best_dense, best_dense / best_moe);
+  std::printf(
+      "  forward + backward, best of %lld alternating rounds: MoE %.2f ms, dense %.2f ms, "
+      "dense / MoE %.2fx\n",
+      (long long)rounds, 1e3 * best_moe, 1e3 * best_dense, best_dense / best_moe);
   return 0;
 }

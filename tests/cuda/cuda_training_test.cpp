@@ -6,13 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "loom/autograd/node.h"
+#include "loom/bench/step_bench.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/ops/ops.h"
 #include "loom/optim/adamw.h"
-#include "loom/autograd/node.h"
-#include "loom/bench/step_bench.h"
 #include "loom/plan/cost_model.h"
 
 namespace {
@@ -31,8 +31,8 @@ Tensor on(const Tensor& t, loom::Device device) {
 // Relative agreement of two loss curves: f32 differs only by summation order and libm;
 // bf16 rounds activations at different points (the GEMMs' accumulation order), so the
 // curves stay within bf16's tolerance, not f32's.
-void expect_same_curve(const std::vector<double>& cpu, const std::vector<double>& cuda,
-                       double tol, const std::string& what) {
+void expect_same_curve(const std::vector<double>& cpu, const std::vector<double>& cuda, double tol,
+                       const std::string& what) {
   ASSERT_EQ(cpu.size(), cuda.size());
   double worst = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
@@ -41,8 +41,8 @@ void expect_same_curve(const std::vector<double>& cpu, const std::vector<double>
   }
   EXPECT_LE(worst, tol) << what << ": losses differ by up to " << worst << " (relative)";
   EXPECT_LT(cuda.back(), cuda.front()) << what << ": CUDA training did not reduce the loss";
-  std::printf("[cuda parity] %s: loss %.4f -> %.4f, worst relative difference %.2e\n",
-              what.c_str(), cuda.front(), cuda.back(), worst);
+  std::printf("[cuda parity] %s: loss %.4f -> %.4f, worst relative difference %.2e\n", what.c_str(),
+              cuda.front(), cuda.back(), worst);
 }
 
 loom::models::GptConfig gpt(const std::string& style) {
@@ -99,8 +99,7 @@ std::vector<double> train_dit(loom::Device device, bool bf16) {
   model.to(device);
   loom::optim::AdamW opt(model.named_parameters(), {.lr = 3e-3});
   const Tensor x0 = on(loom::tanh(loom::randn({8, 1, 8, 8}, loom::RngKey{2, "x", ""})), device);
-  const Tensor y = on(loom::from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1}, {8}),
-                      device);
+  const Tensor y = on(loom::from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1}, {8}), device);
   loom::diffusion::FlowMatchingConfig fm{.label_dropout = 0.1, .null_class = 3};
   auto velocity = [&](const Tensor& xt, const Tensor& t, const Tensor& labels) {
     return model.forward(xt, t, labels);
@@ -122,23 +121,21 @@ std::vector<double> train_dit(loom::Device device, bool bf16) {
 
 TEST(CudaTraining, GptMatchesTheCpu) {
   for (const char* style : {"gpt2", "llama"}) {
-    expect_same_curve(train_gpt(style, loom::cpu_device(), false),
-                      train_gpt(style, kCuda, false), 2e-3, std::string("gpt ") + style + " f32");
+    expect_same_curve(train_gpt(style, loom::cpu_device(), false), train_gpt(style, kCuda, false),
+                      2e-3, std::string("gpt ") + style + " f32");
     expect_same_curve(train_gpt(style, loom::cpu_device(), true), train_gpt(style, kCuda, true),
                       3e-2, std::string("gpt ") + style + " bf16");
   }
 }
 
 TEST(CudaTraining, DitMatchesTheCpu) {
-  expect_same_curve(train_dit(loom::cpu_device(), false), train_dit(kCuda, false), 2e-3,
-                    "dit f32");
+  expect_same_curve(train_dit(loom::cpu_device(), false), train_dit(kCuda, false), 2e-3, "dit f32");
   expect_same_curve(train_dit(loom::cpu_device(), true), train_dit(kCuda, true), 3e-2, "dit bf16");
 }
 
 // `loom bench`'s step on the device: the same final loss as on the CPU after the same steps.
 TEST(CudaTraining, BenchStepsOnTheDevice) {
-  const loom::plan::StepShape gpt_spec =
-      loom::plan::gpt_step("tiny_gpt", gpt("llama"), 2, 16);
+  const loom::plan::StepShape gpt_spec = loom::plan::gpt_step("tiny_gpt", gpt("llama"), 2, 16);
   loom::models::DitConfig dit;
   dit.image_size = 8;
   dit.patch = 2;

@@ -87,7 +87,8 @@ Result run(loom::Backend& backend, const Qkv& x, const Tensor& gout_host, const 
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = loom::to_device(a, loom::cpu_device()), y = loom::to_device(b, loom::cpu_device());
+  const Tensor x = loom::to_device(a, loom::cpu_device()),
+               y = loom::to_device(b, loom::cpu_device());
   return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
 }
 

@@ -508,8 +508,6 @@ void register_transformer_ops() {
   harness::register_op("attention", attn);
 }
 
-
-
 }  // namespace
 
 namespace harness {

@@ -223,8 +223,7 @@ void check_op(const std::string& op, loom::Device device) {
     }
 
     // (b) gradients against finite differences of the float64 reference
-    RunResult r =
-        run_loom(c, values, loom::DType::F32, /*non_contiguous=*/true, &weights, device);
+    RunResult r = run_loom(c, values, loom::DType::F32, /*non_contiguous=*/true, &weights, device);
     for (size_t i = 0; i < c.inputs.size(); ++i) {
       if (c.inputs[i].kind == Kind::Index || !c.inputs[i].grad) continue;
       std::vector<double> fd = finite_difference(c, refs, i, weights);

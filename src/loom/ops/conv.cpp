@@ -32,9 +32,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       << "conv2d: weight must be (Cout, " << k * k * C << ") for kernel " << k << " over " << C
       << " channels, got " << weight.shape();
   Tensor pixels = reshape(x, {B, H * W, C});
-  Tensor padded = cat({pixels, zeros({B, 1, C}, x.dtype(), x.device())}, 1);     // (B, H W + 1, C)
-  Tensor cols = index_select(padded, 1, im2col_index(H, W, k, x.device()));      // (B, H W k k, C)
-  return linear(reshape(cols, {B, H, W, k * k * C}), weight, bias);  // (B, H, W, Cout)
+  Tensor padded = cat({pixels, zeros({B, 1, C}, x.dtype(), x.device())}, 1);  // (B, H W + 1, C)
+  Tensor cols = index_select(padded, 1, im2col_index(H, W, k, x.device()));   // (B, H W k k, C)
+  return linear(reshape(cols, {B, H, W, k * k * C}), weight, bias);           // (B, H, W, Cout)
 }
 
 }  // namespace loom

@@ -30,7 +30,8 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
              positions.size(0) == x.size(2))
       << "rope: positions must be i64 of shape (" << x.size(2) << "), got "
       << dtype_name(positions.dtype()) << " " << positions.shape();
-  Tensor xc = detail::raw_contiguous(x), pc = detail::raw_contiguous(detail::raw_to_device(positions, x.device()));
+  Tensor xc = detail::raw_contiguous(x),
+         pc = detail::raw_contiguous(detail::raw_to_device(positions, x.device()));
   Tensor out = detail::empty_like(xc);  // (B, H, T, D)
   backend_of(x).rope(xc, pc, theta, /*inverse=*/false, out);
   if (any_requires_grad({x})) {

@@ -5,10 +5,10 @@
 #include <cmath>
 
 #include "loom/backend/cpu/cpu_backend.h"
-#include "loom/backend/kernel_checks.h"
 #include "loom/backend/cpu/dtype_dispatch.h"
 #include "loom/backend/cpu/parallel.h"
 #include "loom/backend/cpu/scratch.h"
+#include "loom/backend/kernel_checks.h"
 
 namespace loom {
 

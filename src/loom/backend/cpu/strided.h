@@ -10,8 +10,8 @@
 
 namespace loom::cpu {
 
-using loom::StridedLayout;
 using loom::coalesce;
+using loom::StridedLayout;
 
 // Calls fn(offsets, len, inner_strides) for every innermost row (or piece of one), in parallel.
 // offsets[k] is operand k's element offset of the row (piece) start. fn must treat elements

@@ -19,9 +19,8 @@ namespace loom::cuda {
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              bool causal, const Tensor& out, const Tensor& lse);
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                              bool causal, const Tensor& out, const Tensor& lse,
-                              const Tensor& gout, const Tensor& gq, const Tensor& gk,
-                              const Tensor& gv);
+                              bool causal, const Tensor& out, const Tensor& lse, const Tensor& gout,
+                              const Tensor& gq, const Tensor& gk, const Tensor& gv);
 
 // What the fast path did so far, for tests and the device report: the cuDNN version loaded
 // (0 if none), how many calls ran on it, and why cuDNN was not loaded or last declined a

@@ -106,7 +106,9 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
 }
 
 __global__ void axpby_kernel(float* y, const float* x, float a, float b, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) { y[i] = a * y[i] + b * x[i]; }
+  LOOM_GRID_STRIDE(i, n) {
+    y[i] = a * y[i] + b * x[i];
+  }
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 namespace loom::cuda {
 
 namespace {
-const char* const kWhy = "Loom was built without cuDNN's frontend headers (scripts/bootstrap.sh "
-                         "fetches them)";
+const char* const kWhy =
+    "Loom was built without cuDNN's frontend headers (scripts/bootstrap.sh "
+    "fetches them)";
 }
 
 bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, float, bool,

@@ -56,9 +56,9 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, const T* s
 // gx of a LayerNorm whose normalised value xhat got the gradient g = gy * w (or gy * (1 +
 // scale) under modulation): (g - mean(g) - xhat mean(g xhat)) rstd.
 template <typename T>
-__global__ void layer_norm_backward_kernel(const T* x, const T* w, const T* scale, const float* mean,
-                                           const float* rstd, const T* gy, int64_t rows, int64_t C,
-                                           int64_t T_per, T* gx) {
+__global__ void layer_norm_backward_kernel(const T* x, const T* w, const T* scale,
+                                           const float* mean, const float* rstd, const T* gy,
+                                           int64_t rows, int64_t C, int64_t T_per, T* gx) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * C;
     const T* gr = gy + r * C;
@@ -187,8 +187,8 @@ void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, float 
   if (rows == 0) return;
   dispatch_float(x.dtype(), "rms_norm", [&](auto z) {
     using T = decltype(z);
-    LOOM_LAUNCH(rms_norm_kernel<T>, row_grid(rows), kBlock, ptr<const T>(x),
-                ptr_or_null<T>(weight), rows, C, eps, ptr<T>(y), ptr<float>(rstd));
+    LOOM_LAUNCH(rms_norm_kernel<T>, row_grid(rows), kBlock, ptr<const T>(x), ptr_or_null<T>(weight),
+                rows, C, eps, ptr<T>(y), ptr<float>(rstd));
   });
 }
 
@@ -249,8 +249,8 @@ __global__ void modulate_kernel(const T* x, const T* shift, const T* scale, int6
                                 int64_t C, int64_t n_all, T* out) {
   LOOM_GRID_STRIDE(i, n_all) {
     const int64_t n = i / (T_per * C), c = i % C;
-    out[i] = from_f32<T>(to_f32(x[i]) * (1.0f + to_f32(scale[n * C + c])) +
-                         to_f32(shift[n * C + c]));
+    out[i] =
+        from_f32<T>(to_f32(x[i]) * (1.0f + to_f32(scale[n * C + c])) + to_f32(shift[n * C + c]));
   }
 }
 
