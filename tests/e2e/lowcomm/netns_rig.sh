@@ -81,12 +81,15 @@ AGENT
 
 # rtc ^hwloc: OpenMPI 4.1's daemons, started this way, at times crashed sharing the hwloc
 # topology through shared memory (a segfault in hwloc_shmem_topology_write); binding is not
-# wanted here anyway.
+# wanted here anyway. No tree spawn and direct routing: mpirun starts and talks to every daemon
+# itself (under load, a daemon started by another was once not yet routable: "ORTE does not
+# know how to route a message to the specified daemon").
 rig_mpirun() {
   local hosts="" i
   for i in $(seq 1 "$RIG_K"); do hosts+="${hosts:+,}$RIG_NET.$i:1"; done
   ip netns exec "$RIG-hub" mpirun --host "$hosts" -np "$RIG_K" \
     --mca plm_rsh_agent "$RIG_AGENT" --mca btl tcp,self --mca rtc ^hwloc \
+    --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
     --mca btl_tcp_if_include "$RIG_NET.0/24" --mca oob_tcp_if_include "$RIG_NET.0/24" \
     -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x LOOM_FAULT -x PATH "$@"
 }
