@@ -15,11 +15,16 @@
 #           train.device "cuda" against the CPU's and a bit-identical resume, the NCCL group on
 #           one GPU, transfers, allocator)
 #           then times GPT-2 124M (16 x 1024 tokens) and DiT-small (256 images) training steps
-#           in bf16, fp8_tensorwise and f32 (build/loom_cuda_bench) and PyTorch's eager and torch.compile steps of
-#           the same models (bench/compare/torch_bench.py), one after the other, and writes
-#           $OUT/report.md, $OUT/cuda_tests.log, $OUT/cuda_tests.xml and $OUT/bench.log.
+#           in bf16, fp8_tensorwise and f32 (build/loom_cuda_bench) and PyTorch's eager and
+#           torch.compile steps of the same models (bench/compare/torch_bench.py), one after the
+#           other, and writes $OUT/report.md, $OUT/cuda_tests.log, $OUT/cuda_tests.xml and
+#           $OUT/bench.log
+#           "tests" and "bench" run one part (BENCH_JOBS, BENCH_LOOM narrow the benchmark);
+#           "profile SHAPE PRECISION..." sums one step's GPU time by kernel under Nsight
+#           Compute into $OUT/kernels_SHAPE_PRECISION.txt and the report
 #
-# It finishes in a few minutes, so that it can be rerun within one session's device time.
+# "run" took 168 s on an H200 (2026-12-04), so that it can be rerun within one session's device
+# time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
