@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "loom/nn/moe.h"
 #include "loom/ops/ops.h"
@@ -36,33 +37,27 @@ double seconds_of(const std::function<void()>& fn) {
 int main(int argc, char** argv) {
   int64_t tokens = 4096, width = 384, experts = 8, top_k = 2, hidden = 512, rounds = 10;
   bool bf16 = false;
+  const std::pair<const char*, int64_t*> options[] = {
+      {"--tokens", &tokens}, {"--width", &width},   {"--experts", &experts},
+      {"--top-k", &top_k},   {"--hidden", &hidden}, {"--rounds", &rounds}};
   for (int i = 1; i < argc; ++i) {
-    auto value = [&] {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", argv[i]);
-        std::exit(2);
-      }
-      return std::atoll(argv[++i]);
-    };
-    if (!std::strcmp(argv[i], "--tokens"))
-      tokens = value();
-    else if (!std::strcmp(argv[i], "--width"))
-      width = value();
-    else if (!std::strcmp(argv[i], "--experts"))
-      experts = value();
-    else if (!std::strcmp(argv[i], "--top-k"))
-      top_k = value();
-    else if (!std::strcmp(argv[i], "--hidden"))
-      hidden = value();
-    else if (!std::strcmp(argv[i], "--rounds"))
-      rounds = value();
-    else if (!std::strcmp(argv[i], "--bf16"))
+    if (!std::strcmp(argv[i], "--bf16")) {
       bf16 = true;
-    else {
+      continue;
+    }
+    int64_t* target = nullptr;
+    for (const auto& [name, value] : options)
+      if (!std::strcmp(argv[i], name)) target = value;
+    if (target == nullptr) {
       std::fprintf(stderr, "unknown argument %s (see the header of bench/kernels/moe_bench.cpp)\n",
                    argv[i]);
       return 2;
     }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", argv[i]);
+      return 2;
+    }
+    *target = std::atoll(argv[++i]);
   }
   loom::nn::MoeConfig c;
   c.experts = experts;
