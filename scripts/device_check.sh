@@ -119,18 +119,20 @@ case "${1:-}" in
     fi
     # Where one step's GPU time goes: `profile SHAPE PRECISION...` runs one step of each under
     # Nsight Compute (kernel durations only, caches and clocks left alone) and sums the
-    # durations by kernel into $out/kernels_SHAPE_PRECISION.txt.
+    # durations by kernel into $out/kernels_SHAPE_PRECISION.txt (the raw CSV stays in /tmp).
     if [ "$mode" = profile ]; then
       ncu=$( (command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu) \
         2>/dev/null | head -1 || true)
       [ -n "$ncu" ] || { echo "profile: no ncu (Nsight Compute) here" | tee -a "$out/report.md"; exit 1; }
       while [ $# -ge 2 ]; do
         name=kernels_${1//:/_}_$2
-        LD_LIBRARY_PATH=$loom_libs timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --cache-control none \
-          --metrics gpu__time_duration.sum --csv --page raw \
-          "$pack/loom_cuda_bench" --one "$1" "$2" > "/tmp/$name.csv" 2> "$out/$name.err" ||
-          echo "ncu $1 $2: exit $?" >> "$out/$name.err"
-        python3 scripts/kernel_summary.py "/tmp/$name.csv" > "$out/$name.txt" 2>&1 || true
+        # One file per profile comes back ($OUT returns at most 8): ncu's errors go into it.
+        LD_LIBRARY_PATH=$loom_libs timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none \
+          --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
+          "$pack/loom_cuda_bench" --one "$1" "$2" > "/tmp/$name.csv" 2> "/tmp/$name.err" ||
+          echo "ncu $1 $2: exit $?" >> "/tmp/$name.err"
+        python3 scripts/kernel_summary.py "/tmp/$name.csv" > "$out/$name.txt" 2>&1 ||
+          tail -n 20 "/tmp/$name.err" >> "$out/$name.txt"
         { echo; echo "## One step of $1 $2, by kernel"; echo; echo '```'; head -n 30 "$out/$name.txt"
           echo '```'; } >> "$out/report.md"
         shift 2

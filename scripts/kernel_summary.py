@@ -27,7 +27,9 @@ def short(name):
 
 def main():
     lines = open(sys.argv[1], errors="replace").read().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise SystemExit(f"kernel_summary: no Nsight Compute raw CSV in {sys.argv[1]}")
     rows = list(csv.reader(lines[start:]))
     header, units = rows[0], rows[1]
     col_name, col_time = header.index("Kernel Name"), header.index("gpu__time_duration.sum")
