@@ -131,9 +131,13 @@ void StepGuard::check_replicas(int64_t step) {
               << " (silent data corruption?). Stopping before it is checkpointed.";
 }
 
+bool StepGuard::preemption_noted() const {
+  return preemption_signal() != 0;
+}
+
 bool StepGuard::preempted() {
-  if (mesh_.world()->size() == 1) return preemption_signal() != 0;
-  Tensor flag = from_vector(std::vector<float>{float(preemption_signal())}, {1});
+  if (mesh_.world()->size() == 1) return preemption_noted();
+  Tensor flag = from_vector(std::vector<float>{float(preemption_noted())}, {1});
   mesh_.world()->all_reduce(flag, dist::ReduceOp::Max)->wait();
   return to_vector(flag)[0] > 0;
 }

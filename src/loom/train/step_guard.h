@@ -1,7 +1,9 @@
 // What keeps a run going through bad steps and tells about slow ranks ([resilience]):
 //  - a step whose loss or gradient norm is not finite is skipped: no update, counted in the
 //    metrics ("skipped_steps") and events.jsonl. Both values are agreed over the ranks (the
-//    loss is summed over them, the norm is global), so every rank skips the same steps.
+//    loss is summed over them, the norm is global), so every rank skips the same steps (under
+//    DiLoCo: every rank of a worker; workers decide alone, and a rollback waits for the end of
+//    the outer round, when they agree on it).
 //  - after max_skips_in_row skipped steps in a row the run rolls back: the weights, AdamW
 //    state and EMA of the newest valid checkpoint come back, and training goes on from the
 //    next step's data -- the data from the checkpoint to here is skipped (the way large runs
@@ -60,6 +62,7 @@ class StepGuard {
   int64_t skipped() const { return skipped_; }
   // Collective over the world, after every step: whether any rank noted a preemption signal.
   bool preempted();
+  bool preemption_noted() const;  // this rank's part of it (no communication)
   // After the checkpoint of `step` (1-based, completed) was started: waits for it, logs the
   // `preempted` event and throws Preempted (main exits with kExitPreempted).
   [[noreturn]] void finish_preempted(int64_t step);

@@ -137,6 +137,7 @@ std::vector<std::pair<std::string, std::vector<float>>> amax_histories_from(cons
 struct StepResult {
   double loss = 0, grad_norm = 0, lr = 0;
   bool out_of_time = false;                 // some rank used up train.max_minutes
+  bool preempted = false;                   // some rank noted a preemption signal
   std::optional<lowcomm::OuterStep> outer;  // DiLoCo: the outer step taken after this one
 };
 
@@ -145,6 +146,9 @@ struct Loop {
   const Config& cfg;
   const TrainLoopConfig& tc;
   dist::ProcessGroup& dp;
+  // The ranks that agree on every step: dp, or under DiLoCo a worker's own ranks (dp_shard).
+  dist::ProcessGroup& step_group;
+  dist::ProcessGroup& world;
   Recipe& recipe;
   parallel::ParallelModel& model;
   optim::AdamW& optimizer;
@@ -156,6 +160,7 @@ struct Loop {
   MoeBalance& moe;
   const Progress& progress;
   Json data_state;  // of the last batch taken: where the data resumes
+  bool rollback_due = false, out_of_time_due = false;  // DiLoCo: until its round ends
 
   // The next micro-batch, on the model's device (made on the host by the prefetch thread).
   Batch next_batch() {
@@ -206,10 +211,10 @@ struct Loop {
     moe.begin_step();
     const double loss = forward_backward_step(step);
     if (low_precision) low_precision->end_step(max_over_replicas);
-    // The loss over the global batch, and whether any rank ran out of time (all must agree).
+    // The loss over the step group's batch, and whether any rank ran out of time.
     const bool out_of_time = tc.max_minutes > 0 && progress.elapsed_seconds() > tc.max_minutes * 60;
-    const std::vector<double> agreed = sum_over(dp, {loss, out_of_time ? 1.0 : 0.0});
-    r.loss = agreed[0] / double(dp.size());
+    const std::vector<double> agreed = sum_over(step_group, {loss, out_of_time ? 1.0 : 0.0});
+    r.loss = agreed[0] / double(step_group.size());
     r.out_of_time = agreed[1] > 0;
     {
       trace::Scope scope("grad_norm", "optimizer");
@@ -225,7 +230,27 @@ struct Loop {
     moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
     model.zero_grad();
-    if (guard.needs_rollback()) moe.resume(guard.roll_back(step));  // biases as checkpointed
+    bool roll_back = guard.needs_rollback();
+    if (diloco) {
+      // Between outer steps the workers exchange nothing, not even the few bytes of an
+      // agreement (a round trip each on a slow link): what every rank must act on together (the
+      // time budget, a preemption, a rollback) is agreed once an outer round, at its end.
+      // Meanwhile a worker that ran out of skips trains on: its skipped steps changed nothing.
+      rollback_due = rollback_due || roll_back;
+      out_of_time_due = out_of_time_due || r.out_of_time;
+      const bool round_ends = (step + 1) % cfg.diloco->inner_steps == 0;
+      const std::vector<double> any =
+          round_ends ? sum_over(world, {double(out_of_time_due), double(guard.preemption_noted()),
+                                        double(rollback_due)})
+                     : std::vector<double>{0, 0, 0};
+      r.out_of_time = any[0] > 0;
+      r.preempted = any[1] > 0;
+      roll_back = any[2] > 0;
+      if (round_ends) rollback_due = out_of_time_due = false;
+    } else {
+      r.preempted = guard.preempted();
+    }
+    if (roll_back) moe.resume(guard.roll_back(step));  // biases as checkpointed
     recipe.after_step(step, update);
     return r;
   }
@@ -362,6 +387,8 @@ void train(const Config& cfg, const std::string& resume_from) {
   Loop step_loop{cfg,
                  tc,
                  *dp,
+                 cfg.diloco ? *mesh.group("dp_shard") : *dp,
+                 *mesh.world(),
                  *recipe,
                  *model,
                  *optimizer,
@@ -372,7 +399,9 @@ void train(const Config& cfg, const std::string& resume_from) {
                  guard,
                  moe,
                  progress,
-                 Json()};
+                 Json(),
+                 false,
+                 false};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
     Json state = Json::object({{"model_kind", cfg.model_kind},
@@ -421,16 +450,15 @@ void train(const Config& cfg, const std::string& resume_from) {
         progress.add_image(image.tag, image.grid, step + 1);
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
       progress.log(step, r.loss, r.lr, metrics, moe.summary());
-    const bool preempted = guard.preempted();  // collective over the world
     const bool stop =
-        r.out_of_time || preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+        r.out_of_time || r.preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       guard.before_checkpoint(step);
       const std::string dir = save(step + 1);
       if (rank == 0) std::printf("checkpoint %s\n", dir.c_str());
       guard.after_checkpoint(dir, step + 1);
     }
-    if (preempted) guard.finish_preempted(step + 1);
+    if (r.preempted) guard.finish_preempted(step + 1);
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
                   r.out_of_time ? "time budget used" : "train.stop_after");

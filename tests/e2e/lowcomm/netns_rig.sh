@@ -1,9 +1,11 @@
 # A rig of network namespaces joined by shaped links, to run MPI jobs whose ranks talk over
 # real TCP through a slow link. Source it, then:
-#   rig_up K RATE [DELAY]   K worker namespaces, each joined to a hub by a veth pair shaped in
-#                           both directions to RATE (tc syntax: 100mbit) and, where the kernel
-#                           has netem, DELAY each way (20ms); addresses 10.213.0.1..K on the
-#                           hub's bridge (10.213.0.254), nothing outside the namespaces.
+#   rig_up K RATE [DELAY]   K worker namespaces, each joined to a hub by a link shaped in
+#                           both directions to RATE (tc syntax: 100mbit) and DELAY each way
+#                           (20ms: netem, or RIG_DELAY_LINE where the kernel has no netem; see
+#                           rig_up); addresses 10.213.0.1..K on the hub's bridge (10.213.0.254),
+#                           nothing outside the namespaces. RIG_SHAPE describes the links,
+#                           RIG_DELAYED says whether the delay is on them (1) or not (0).
 #   rig_mpirun ARGS...      mpirun in the hub, one rank per worker namespace (a launch agent
 #                           enters each), TCP only, over the rig's addresses
 #   rig_tx_bytes I          bytes worker I's link has sent so far
@@ -29,26 +31,39 @@ rig_check() {
   [ $ok = 1 ] || { echo "network namespaces cannot run commands, veth pairs or tc here"; return 1; }
 }
 
-# rig_shape NS DEV RATE DELAY: netem (rate and delay) where the kernel has it, else tbf (rate).
+# rig_netem: whether this kernel has netem (a probe on a veth pair in a namespace of its own).
+rig_netem() {
+  local probe=$RIG-netem ok=1
+  ip netns add "$probe" 2> /dev/null || return 1
+  ip link add probe0 netns "$probe" type veth peer name probe1 netns "$probe" 2> /dev/null &&
+    ip netns exec "$probe" tc qdisc add dev probe0 root netem delay 1ms 2> /dev/null || ok=0
+  ip netns del "$probe" 2> /dev/null
+  [ $ok = 1 ]
+}
+
+# rig_shape NS DEV RATE [DELAY]: netem's rate and delay when DELAY is given (and the kernel has
+# netem), else tbf's rate alone.
 rig_shape() {
-  local ns=$1 dev=$2 rate=$3 delay=$4
-  if [ -n "$delay" ] && ip netns exec "$ns" tc qdisc add dev "$dev" root netem delay "$delay" \
-    rate "$rate" limit 100000 2> /dev/null; then
-    RIG_SHAPE="netem: $rate, $delay each way"
+  local ns=$1 dev=$2 rate=$3 delay=${4:-}
+  if [ -n "$delay" ]; then
+    ip netns exec "$ns" tc qdisc add dev "$dev" root netem delay "$delay" rate "$rate" limit 100000
     return
   fi
   # A burst of 10 ms of traffic (at least 16 kB): larger ones would let whole messages through
-  # at the veth's own speed.
+  # at the link's own speed.
   local bits
   bits=$(echo "$rate" | awk '{n = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
     m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1; printf "%d", n * m}')
   local burst=$((bits / 800 > 16000 ? bits / 800 : 16000))
   ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 2s
-  RIG_SHAPE="tbf: $rate${delay:+ (no netem in this kernel: no added delay)}"
 }
 
+# The links are veth pairs, shaped by netem (rate and delay) or, without a delay, tbf. A delay
+# on a kernel without netem: each link is a pair of TAP devices joined by RIG_DELAY_LINE
+# (tests/e2e/lowcomm/delay_line.cpp, DELAY in ms) and shaped by tbf; without RIG_DELAY_LINE the
+# delay is left out and RIG_SHAPE says so.
 rig_up() {
-  local k=$1 rate=$2 delay=${3:-} hub=$RIG-hub
+  local k=$1 rate=$2 delay=${3:-} hub=$RIG-hub i mode=tbf
   RIG_K=$k
   trap rig_down EXIT
   ip netns add "$hub"
@@ -57,17 +72,45 @@ rig_up() {
   ip -n "$hub" addr add "$RIG_NET.254/24" dev br0
   ip -n "$hub" link set br0 up
   for i in $(seq 1 "$k"); do
+    ip netns add "$RIG-w$i"
+    ip -n "$RIG-w$i" link set lo up
+  done
+  if [ -n "$delay" ]; then
+    if rig_netem; then
+      mode=netem
+    elif [ -x "${RIG_DELAY_LINE:-}" ]; then
+      mode=taps
+      local args=() ms=${delay%ms}
+      for i in $(seq 1 "$k"); do args+=("$RIG-w$i" "w$i" "$hub" "p$i"); done
+      RIG_DELAY_LOG=$(mktemp /tmp/loom-rig-delay.XXXXXX)
+      "$RIG_DELAY_LINE" "$ms" "${args[@]}" > "$RIG_DELAY_LOG" 2>&1 &
+      RIG_DELAY_PID=$!
+      for _ in $(seq 100); do
+        grep -q '^ready$' "$RIG_DELAY_LOG" && break
+        kill -0 $RIG_DELAY_PID 2> /dev/null || break
+        sleep 0.1
+      done
+      grep -q '^ready$' "$RIG_DELAY_LOG" || { echo "delay line: $(cat "$RIG_DELAY_LOG")" >&2; return 1; }
+    fi
+  fi
+  for i in $(seq 1 "$k"); do
     local ns=$RIG-w$i
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip link add "w$i" netns "$ns" type veth peer name "p$i" netns "$hub"
+    [ $mode = taps ] || ip link add "w$i" netns "$ns" type veth peer name "p$i" netns "$hub"
     ip -n "$ns" addr add "$RIG_NET.$i/24" dev "w$i"
     ip -n "$ns" link set "w$i" up
     ip -n "$hub" link set "p$i" master br0
     ip -n "$hub" link set "p$i" up
-    rig_shape "$ns" "w$i" "$rate" "$delay"
-    rig_shape "$hub" "p$i" "$rate" "$delay"
+    local netem_delay=""
+    [ $mode = netem ] && netem_delay=$delay
+    rig_shape "$ns" "w$i" "$rate" "$netem_delay"
+    rig_shape "$hub" "p$i" "$rate" "$netem_delay"
   done
+  case $mode in
+    netem) RIG_SHAPE="netem: $rate, $delay each way" ;;
+    taps) RIG_SHAPE="tbf: $rate; delay line (no netem in this kernel): $delay each way" ;;
+    *) RIG_SHAPE="tbf: $rate${delay:+ (no netem in this kernel, no delay line: no added delay)}" ;;
+  esac
+  RIG_DELAYED=$([ $mode = tbf ] && echo 0 || echo 1)
   # The agent mpirun starts each daemon through: host 10.213.0.I is namespace $RIG-wI.
   RIG_AGENT=$(mktemp /tmp/loom-rig-agent.XXXXXX)
   cat > "$RIG_AGENT" << AGENT
@@ -100,6 +143,12 @@ rig_tx_bytes() {
 
 rig_down() {
   local ns
+  if [ -n "${RIG_DELAY_PID:-}" ]; then  # first: its TAP devices go with it
+    kill "$RIG_DELAY_PID" 2> /dev/null
+    wait "$RIG_DELAY_PID" 2> /dev/null
+    rm -f "$RIG_DELAY_LOG"
+    RIG_DELAY_PID=""
+  fi
   for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep "^$RIG-"); do
     ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null
     ip netns del "$ns" 2> /dev/null
