@@ -43,6 +43,8 @@ for c in none int4; do
   run diloco-$c $((4 * steps)) "${diloco[@]}" --set lowcomm.compression=$c
   run streaming-$c $((4 * steps)) "${diloco[@]}" "${streaming[@]}" --set lowcomm.compression=$c
 done
+# The delay line shares the 2 cores with the ranks: what it took.
+[ -n "${RIG_DELAY_PID:-}" ] && echo "delay line: $(ps -o cputime= -p "$RIG_DELAY_PID") of CPU time"
 rig_down
 /usr/bin/python3 - "$work" "$target" <<'PY'
 import json, sys

@@ -127,27 +127,28 @@ for f in rank-00000.safetensors rank-00001.safetensors; do
 done
 [ $failures = 0 ] && echo "a worker killed at step 7: restarted from step 4, ended bit-identical"
 
-# Agreed once a round: worker 1's loss is NaN in steps 5-7 (3 skips in a row: a rollback due);
-# both train on to the round's end (step 8), then roll back together to the step-4 checkpoint.
+# Agreed a round later: worker 1's loss is NaN in steps 5-7 (3 skips in a row: a rollback due);
+# both train on, worker 1 tells at the round's end (step 8), and at the next one (step 12) both
+# roll back together to the newest checkpoint (step 8).
 LOOM_FAULT="nan:rank=1,step=5;nan:rank=1,step=6;nan:rank=1,step=7" run rollback 2 "$gpt" \
-  "${common[@]}" --set train.steps=12 --set train.ckpt_every=4 ||
+  "${common[@]}" --set train.steps=16 --set train.ckpt_every=4 ||
   { fail "rollback: run failed"; tail -5 "$work/rollback.log"; }
 $py - "$work/rollback/tiny_gpt" <<'PY' || fail "rollback: not agreed at the round's end"
 import json, sys
 run = sys.argv[1]
 events = [json.loads(l) for l in open(f"{run}/events.jsonl")]
 back = [e for e in events if e["event"] == "rollback"]
-assert len(back) == 1 and back[0]["step"] == 8 and back[0]["checkpoint"].endswith("step-000004"), back
+assert len(back) == 1 and back[0]["step"] == 12 and back[0]["checkpoint"].endswith("step-000008"), back
 skipped = [[json.loads(l)["skipped_steps"] for l in open(f"{run}/{f}")][-1]
            for f in ("metrics.jsonl", "logs/metrics-rank-1.jsonl")]
 assert skipped == [0, 3], skipped
-print("rollback: worker 1 skipped steps 5-7, both rolled back at step 8 to step 4")
+print("rollback: worker 1 skipped steps 5-7, both rolled back at step 12 to step 8")
 PY
 
 # SIGTERM to worker 1 alone in the middle of a round (H = 20, steps of 50 ms or more): both
-# stop at the round's end with a checkpoint, and --resume auto ends bit-identical to the
-# straight run.
-P=("${common[@]}" --set train.steps=60 --set lowcomm.inner_steps=20 --set train.ckpt_every=0)
+# stop at a round's end with a checkpoint, and --resume auto ends bit-identical to the straight
+# run.
+P=("${common[@]}" --set train.steps=100 --set lowcomm.inner_steps=20 --set train.ckpt_every=0)
 run pre-ref 2 "$gpt" "${P[@]}" || fail "preemption: the straight run failed"
 LOOM_FAULT="sleep:rank=0,step=1,ms=50" "$mpirun" --oversubscribe -np 2 "$loom" train "$gpt" \
   "${P[@]}" --set run.out_dir="$work/pre" > "$work/pre.log" 2>&1 &
@@ -161,10 +162,10 @@ rank1=$(pgrep -f "run.out_dir=$work/pre" | while read -r p; do
 [ -n "$rank1" ] && kill -TERM "$rank1"
 wait $pid
 stopped=$(grep -o '"event":"preempted","step":[0-9]*' "$work/pre/tiny_gpt/events.jsonl" 2>/dev/null | grep -o '[0-9]*$')
-if [ -n "$rank1" ] && [ -n "$stopped" ] && [ $((stopped % 20)) = 0 ] && [ "$stopped" -lt 60 ]; then
+if [ -n "$rank1" ] && [ -n "$stopped" ] && [ $((stopped % 20)) = 0 ] && [ "$stopped" -lt 100 ]; then
   run pre 2 "$gpt" "${P[@]}" --resume auto || fail "preemption: the resumed run failed"
   for f in rank-00000.safetensors rank-00001.safetensors; do
-    cmp -s "$work/pre-ref/tiny_gpt/step-000060/$f" "$work/pre/tiny_gpt/step-000060/$f" ||
+    cmp -s "$work/pre-ref/tiny_gpt/step-000100/$f" "$work/pre/tiny_gpt/step-000100/$f" ||
       fail "preemption: resumed $f differs from the straight run"
   done
   echo "SIGTERM to worker 1: both stopped at step $stopped (a round's end); resumed bit-identical"

@@ -2,8 +2,8 @@
 //  - a step whose loss or gradient norm is not finite is skipped: no update, counted in the
 //    metrics ("skipped_steps") and events.jsonl. Both values are agreed over the ranks (the
 //    loss is summed over them, the norm is global), so every rank skips the same steps (under
-//    DiLoCo: every rank of a worker; workers decide alone, and a rollback waits for the end of
-//    the outer round, when they agree on it).
+//    DiLoCo: every rank of a worker; workers decide alone, and a rollback waits for the
+//    workers to agree on it at the end of an outer round, trainer.cpp's RoundAgreement).
 //  - after max_skips_in_row skipped steps in a row the run rolls back: the weights, AdamW
 //    state and EMA of the newest valid checkpoint come back, and training goes on from the
 //    next step's data -- the data from the checkpoint to here is skipped (the way large runs

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -141,6 +142,46 @@ struct StepResult {
   std::optional<lowcomm::OuterStep> outer;  // DiLoCo: the outer step taken after this one
 };
 
+// DiLoCo's agreement once an outer round: what each rank noted during a round (flags, 1 or 0)
+// is summed over the world at the round's end without waiting for it, and read at the end of
+// the next round, long since arrived, so a slow link's round trip never holds a step. When that
+// calls for action (or the run ends), the round's own notes are agreed then and there, so that
+// every rank acts on the same facts at the same step: a decision comes one or two rounds after
+// the fact.
+class RoundAgreement {
+ public:
+  explicit RoundAgreement(dist::ProcessGroup& world) : world_(world) {}
+  // What any rank noted, due now (each > 0 where some rank noted it).
+  std::vector<double> at_round_end(const std::vector<double>& mine, bool last) {
+    std::vector<double> any(mine.size(), 0.0);
+    if (world_.size() == 1) return mine;
+    if (work_) {
+      work_->wait();
+      work_ = nullptr;
+      const std::vector<float> got = to_vector(sent_);
+      any.assign(got.begin(), got.end());
+    }
+    if (last || std::any_of(any.begin(), any.end(), [](double v) { return v > 0; })) {
+      const std::vector<double> now = sum_over(world_, mine);
+      for (size_t i = 0; i < any.size(); ++i) any[i] += now[i];
+      return any;
+    }
+    sent_ = from_vector(std::vector<float>(mine.begin(), mine.end()), {int64_t(mine.size())});
+    work_ = world_.all_reduce(sent_, dist::ReduceOp::Sum);
+    return any;
+  }
+  // Before the run stops between rounds' ends (train.stop_after): no exchange left in flight.
+  void settle() {
+    if (work_) work_->wait();
+    work_ = nullptr;
+  }
+
+ private:
+  dist::ProcessGroup& world_;
+  Tensor sent_;  // (flags,)
+  dist::WorkPtr work_;
+};
+
 // The parts of a run the step touches.
 struct Loop {
   const Config& cfg;
@@ -148,7 +189,6 @@ struct Loop {
   dist::ProcessGroup& dp;
   // The ranks that agree on every step: dp, or under DiLoCo a worker's own ranks (dp_shard).
   dist::ProcessGroup& step_group;
-  dist::ProcessGroup& world;
   Recipe& recipe;
   parallel::ParallelModel& model;
   optim::AdamW& optimizer;
@@ -161,6 +201,7 @@ struct Loop {
   const Progress& progress;
   Json data_state;  // of the last batch taken: where the data resumes
   bool rollback_due = false, out_of_time_due = false;  // DiLoCo: until its round ends
+  RoundAgreement agreement;
 
   // The next micro-batch, on the model's device (made on the host by the prefetch thread).
   Batch next_batch() {
@@ -234,19 +275,21 @@ struct Loop {
     if (diloco) {
       // Between outer steps the workers exchange nothing, not even the few bytes of an
       // agreement (a round trip each on a slow link): what every rank must act on together (the
-      // time budget, a preemption, a rollback) is agreed once an outer round, at its end.
-      // Meanwhile a worker that ran out of skips trains on: its skipped steps changed nothing.
+      // time budget, a preemption, a rollback) goes to the others at the end of an outer round
+      // (RoundAgreement). Meanwhile a worker that ran out of skips trains on: its skipped steps
+      // changed nothing.
       rollback_due = rollback_due || roll_back;
       out_of_time_due = out_of_time_due || r.out_of_time;
-      const bool round_ends = (step + 1) % cfg.diloco->inner_steps == 0;
-      const std::vector<double> any =
-          round_ends ? sum_over(world, {double(out_of_time_due), double(guard.preemption_noted()),
-                                        double(rollback_due)})
-                     : std::vector<double>{0, 0, 0};
+      std::vector<double> any = {0, 0, 0};
+      if ((step + 1) % cfg.diloco->inner_steps == 0) {
+        any = agreement.at_round_end(
+            {double(out_of_time_due), double(guard.preemption_noted()), double(rollback_due)},
+            step + 1 == tc.steps);
+        rollback_due = out_of_time_due = false;
+      }
       r.out_of_time = any[0] > 0;
       r.preempted = any[1] > 0;
       roll_back = any[2] > 0;
-      if (round_ends) rollback_due = out_of_time_due = false;
     } else {
       r.preempted = guard.preempted();
     }
@@ -388,7 +431,6 @@ void train(const Config& cfg, const std::string& resume_from) {
                  tc,
                  *dp,
                  cfg.diloco ? *mesh.group("dp_shard") : *dp,
-                 *mesh.world(),
                  *recipe,
                  *model,
                  *optimizer,
@@ -401,7 +443,8 @@ void train(const Config& cfg, const std::string& resume_from) {
                  progress,
                  Json(),
                  false,
-                 false};
+                 false,
+                 RoundAgreement(*mesh.world())};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
     Json state = Json::object({{"model_kind", cfg.model_kind},
@@ -466,6 +509,7 @@ void train(const Config& cfg, const std::string& resume_from) {
       break;
     }
   }
+  step_loop.agreement.settle();
   profiler.finish();    // a run stopped inside the profile window still writes its trace
   checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
   const int64_t steps_run = step - start_step;
