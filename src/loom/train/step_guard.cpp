@@ -255,16 +255,26 @@ void StepGuard::end_step(int64_t step, double data_wait) {
   ++compute_steps_;
   if (rc_.consistency_every > 0 && (step + 1) % rc_.consistency_every == 0) check_replicas(step);
   if (rc_.straggler_every == 0 || (step + 1) % rc_.straggler_every != 0) return;
+  // The comparison of the period before this one, long since gathered: nobody waits on a
+  // round trip for it (on a slow link it would hold every rank's step).
+  report_stragglers();
   dist::ProcessGroup& world = *mesh_.world();
-  Tensor all = Tensor::empty({world.size()});
-  world
-      .all_gather(from_vector(std::vector<float>{float(compute_s_ / double(compute_steps_))}, {1}),
-                  all)
-      ->wait();
+  times_in_ = from_vector(std::vector<float>{float(compute_s_ / double(compute_steps_))}, {1});
+  times_ = Tensor::empty({world.size()});
+  times_work_ = world.all_gather(times_in_, times_);
+  times_steps_ = {step + 2 - compute_steps_, step + 1};
   compute_s_ = 0;
   compute_steps_ = 0;
-  const std::vector<float> times = to_vector(all);
+}
+
+void StepGuard::report_stragglers() {
+  if (!times_work_) return;
+  times_work_->wait();
+  times_work_ = nullptr;
+  const std::vector<float> times = to_vector(times_);
+  dist::ProcessGroup& world = *mesh_.world();
   if (!main_ || world.size() < 2) return;
+  const auto [first, last] = times_steps_;
   for (int r = 0; r < world.size(); ++r) {
     // Against the median of the other ranks: with two ranks, the other one.
     std::vector<float> others;
@@ -278,9 +288,9 @@ void StepGuard::end_step(int64_t step, double data_wait) {
         "straggler: rank %d on %s computes %.3f s per step, %.1fx the other ranks' "
         "median %.3f s (steps %lld-%lld)\n",
         r, hosts_[size_t(r)].c_str(), times[size_t(r)], times[size_t(r)] / median, median,
-        (long long)(step + 2 - rc_.straggler_every), (long long)(step + 1));
+        (long long)first, (long long)last);
     append_event(run_dir_, "straggler",
-                 Json::object({{"step", step + 1},
+                 Json::object({{"step", last},
                                {"rank", r},
                                {"host", hosts_[size_t(r)]},
                                {"compute_s_per_step", double(times[size_t(r)])},

@@ -13,7 +13,8 @@
 //  - every straggler_every steps the ranks compare their compute time per step (wall time less
 //    waits on collectives and on data: a slow rank makes the others wait, so wall times are
 //    equal); a rank above straggler_factor x the median of the other ranks is flagged, with
-//    its host, on the console and in events.jsonl.
+//    its host, on the console and in events.jsonl. The times are gathered without waiting and
+//    compared at the next comparison's step (or the run's end): a report comes one period late.
 //  - every consistency_every steps, and before every checkpoint, the ranks that hold the same
 //    weights (data-parallel replicas) compare a hash of them and of their AdamW moments; a
 //    mismatch (silent data corruption) names the ranks that differ from the majority and stops
@@ -55,6 +56,7 @@ class StepGuard {
   // After the step; collective every straggler_every steps. data_wait: total seconds the run
   // has waited for data so far.
   void end_step(int64_t step, double data_wait);
+  void finish() { report_stragglers(); }  // after the last step: the last comparison
   // Before saving the state of `step` (0-based, completed): the replicas must agree.
   void before_checkpoint(int64_t step);
   void after_checkpoint(const std::string& dir, int64_t step);  // corrupt/truncate faults
@@ -86,6 +88,11 @@ class StepGuard {
   double waited_at_start_ = 0, data_at_start_ = 0;
   double compute_s_ = 0;  // this rank's compute seconds since the last comparison
   int64_t compute_steps_ = 0;
+  // The comparison on its way: every rank's time per step over steps times_steps_ (1-based).
+  Tensor times_in_, times_;
+  dist::WorkPtr times_work_;
+  std::pair<int64_t, int64_t> times_steps_;
+  void report_stragglers();  // waits for the comparison on its way, if any, and reports it
 };
 
 }  // namespace loom::train

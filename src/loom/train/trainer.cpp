@@ -510,6 +510,7 @@ void train(const Config& cfg, const std::string& resume_from) {
     }
   }
   step_loop.agreement.settle();
+  guard.finish();
   profiler.finish();    // a run stopped inside the profile window still writes its trace
   checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
   const int64_t steps_run = step - start_step;
