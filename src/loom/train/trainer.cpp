@@ -142,33 +142,52 @@ struct StepResult {
   std::optional<lowcomm::OuterStep> outer;  // DiLoCo: the outer step taken after this one
 };
 
-// DiLoCo's agreement once an outer round: what each rank noted during a round (flags, 1 or 0)
-// is summed over the world at the round's end without waiting for it, and read at the end of
-// the next round, long since arrived, so a slow link's round trip never holds a step. When that
-// calls for action (or the run ends), the round's own notes are agreed then and there, so that
-// every rank acts on the same facts at the same step: a decision comes one or two rounds after
-// the fact.
+// What every rank must act on together, at the same step.
+struct Decision {
+  bool out_of_time = false, preempted = false, roll_back = false;
+};
+
+// DiLoCo's agreement once an outer round: what each rank noted during a round is summed over
+// the world at the round's end without waiting for it, and read at the end of the next round,
+// long since arrived, so a slow link's round trip never holds a step. When that calls for
+// action (or the run ends), the round's own notes are agreed then and there, so that every
+// rank acts on the same facts at the same step: a decision comes one or two rounds after the
+// fact.
 class RoundAgreement {
  public:
-  explicit RoundAgreement(dist::ProcessGroup& world) : world_(world) {}
-  // What any rank noted, due now (each > 0 where some rank noted it).
-  std::vector<double> at_round_end(const std::vector<double>& mine, bool last) {
-    std::vector<double> any(mine.size(), 0.0);
-    if (world_.size() == 1) return mine;
+  RoundAgreement(dist::ProcessGroup& world, int64_t inner_steps, int64_t steps)
+      : world_(world), inner_steps_(inner_steps), steps_(steps) {}
+
+  // After each step, this rank's notes; returns what to do now.
+  Decision after_step(int64_t step, bool out_of_time, bool preempted, bool roll_back) {
+    noted_[0] = noted_[0] || out_of_time;
+    noted_[1] = noted_[1] || preempted;
+    noted_[2] = noted_[2] || roll_back;
+    if ((step + 1) % inner_steps_ != 0) return {};
+    if (world_.size() == 1) {
+      const Decision mine{noted_[0], noted_[1], noted_[2]};
+      noted_[0] = noted_[1] = noted_[2] = false;
+      return mine;
+    }
+    std::vector<float> any(3, 0.0f);
     if (work_) {
       work_->wait();
       work_ = nullptr;
-      const std::vector<float> got = to_vector(sent_);
-      any.assign(got.begin(), got.end());
+      any = to_vector(sent_);
     }
-    if (last || std::any_of(any.begin(), any.end(), [](double v) { return v > 0; })) {
-      const std::vector<double> now = sum_over(world_, mine);
-      for (size_t i = 0; i < any.size(); ++i) any[i] += now[i];
-      return any;
-    }
-    sent_ = from_vector(std::vector<float>(mine.begin(), mine.end()), {int64_t(mine.size())});
+    const std::vector<float> mine = {float(noted_[0]), float(noted_[1]), float(noted_[2])};
+    noted_[0] = noted_[1] = noted_[2] = false;
+    const bool act =
+        step + 1 == steps_ || std::any_of(any.begin(), any.end(), [](float v) { return v > 0; });
+    sent_ = from_vector(mine, {3});
     work_ = world_.all_reduce(sent_, dist::ReduceOp::Sum);
-    return any;
+    if (act) {
+      work_->wait();
+      work_ = nullptr;
+      const std::vector<float> now = to_vector(sent_);
+      for (size_t i = 0; i < 3; ++i) any[i] += now[i];
+    }
+    return {any[0] > 0, any[1] > 0, any[2] > 0};
   }
   // Before the run stops between rounds' ends (train.stop_after): no exchange left in flight.
   void settle() {
@@ -178,7 +197,9 @@ class RoundAgreement {
 
  private:
   dist::ProcessGroup& world_;
-  Tensor sent_;  // (flags,)
+  const int64_t inner_steps_, steps_;
+  bool noted_[3] = {false, false, false};  // out of time, preempted, roll back
+  Tensor sent_;                            // (3,)
   dist::WorkPtr work_;
 };
 
@@ -199,9 +220,8 @@ struct Loop {
   StepGuard& guard;
   MoeBalance& moe;
   const Progress& progress;
-  Json data_state;  // of the last batch taken: where the data resumes
-  bool rollback_due = false, out_of_time_due = false;  // DiLoCo: until its round ends
-  RoundAgreement agreement;
+  Json data_state;                            // of the last batch taken: where the data resumes
+  std::unique_ptr<RoundAgreement> agreement;  // DiLoCo; else every step's agreement
 
   // The next micro-batch, on the model's device (made on the host by the prefetch thread).
   Batch next_batch() {
@@ -271,29 +291,17 @@ struct Loop {
     moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
     model.zero_grad();
-    bool roll_back = guard.needs_rollback();
-    if (diloco) {
-      // Between outer steps the workers exchange nothing, not even the few bytes of an
-      // agreement (a round trip each on a slow link): what every rank must act on together (the
-      // time budget, a preemption, a rollback) goes to the others at the end of an outer round
-      // (RoundAgreement). Meanwhile a worker that ran out of skips trains on: its skipped steps
-      // changed nothing.
-      rollback_due = rollback_due || roll_back;
-      out_of_time_due = out_of_time_due || r.out_of_time;
-      std::vector<double> any = {0, 0, 0};
-      if ((step + 1) % cfg.diloco->inner_steps == 0) {
-        any = agreement.at_round_end(
-            {double(out_of_time_due), double(guard.preemption_noted()), double(rollback_due)},
-            step + 1 == tc.steps);
-        rollback_due = out_of_time_due = false;
-      }
-      r.out_of_time = any[0] > 0;
-      r.preempted = any[1] > 0;
-      roll_back = any[2] > 0;
-    } else {
-      r.preempted = guard.preempted();
-    }
-    if (roll_back) moe.resume(guard.roll_back(step));  // biases as checkpointed
+    // Between outer steps DiLoCo workers exchange nothing, not even the few bytes of an
+    // agreement (a round trip each on a slow link): a worker that ran out of skips trains on
+    // (its skipped steps changed nothing) until the workers agree on the rollback.
+    Decision d{r.out_of_time, guard.preemption_noted(), guard.needs_rollback()};
+    if (agreement)
+      d = agreement->after_step(step, d.out_of_time, d.preempted, d.roll_back);
+    else
+      d.preempted = guard.preempted();
+    r.out_of_time = d.out_of_time;
+    r.preempted = d.preempted;
+    if (d.roll_back) moe.resume(guard.roll_back(step));  // biases as checkpointed
     recipe.after_step(step, update);
     return r;
   }
@@ -442,9 +450,9 @@ void train(const Config& cfg, const std::string& resume_from) {
                  moe,
                  progress,
                  Json(),
-                 false,
-                 false,
-                 RoundAgreement(*mesh.world())};
+                 cfg.diloco ? std::make_unique<RoundAgreement>(*mesh.world(),
+                                                               cfg.diloco->inner_steps, tc.steps)
+                            : nullptr};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
     Json state = Json::object({{"model_kind", cfg.model_kind},
@@ -509,7 +517,7 @@ void train(const Config& cfg, const std::string& resume_from) {
       break;
     }
   }
-  step_loop.agreement.settle();
+  if (step_loop.agreement) step_loop.agreement->settle();
   guard.finish();
   profiler.finish();    // a run stopped inside the profile window still writes its trace
   checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
