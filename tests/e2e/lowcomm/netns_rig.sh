@@ -144,8 +144,8 @@ rig_tx_bytes() {
 rig_down() {
   local ns
   if [ -n "${RIG_DELAY_PID:-}" ]; then  # first: its TAP devices go with it
-    kill "$RIG_DELAY_PID" 2> /dev/null
-    wait "$RIG_DELAY_PID" 2> /dev/null
+    kill "$RIG_DELAY_PID" 2> /dev/null || true
+    wait "$RIG_DELAY_PID" 2> /dev/null || true  # killed: not a failure (callers may run set -e)
     rm -f "$RIG_DELAY_LOG"
     RIG_DELAY_PID=""
   fi
