@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
         const ssize_t n = read(dirs[d].from, buf.data(), buf.size());
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
         if (n < 0) die("read");
+        if (n == 0) break;
         dirs[d].queue.push_back(
             {Clock::now() + delay, std::vector<char>(buf.data(), buf.data() + n)});
       }
