@@ -80,6 +80,10 @@ rig_up() {
       mode=netem
     elif [ -x "${RIG_DELAY_LINE:-}" ]; then
       mode=taps
+      case $delay in
+        *[0-9]ms) ;;
+        *) echo "rig: the delay line takes a delay in ms (20ms), not '$delay'" >&2; return 1 ;;
+      esac
       local args=() ms=${delay%ms}
       for i in $(seq 1 "$k"); do args+=("$RIG-w$i" "w$i" "$hub" "p$i"); done
       RIG_DELAY_LOG=$(mktemp /tmp/loom-rig-delay.XXXXXX)
