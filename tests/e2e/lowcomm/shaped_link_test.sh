@@ -47,7 +47,7 @@ for i in range(5):
             pass
     rtts.append(time.monotonic() - t)
 print("round trips (ms):", " ".join(f"{r * 1e3:.1f}" for r in rtts))
-assert 0.080 <= min(rtts) and max(rtts) <= 0.5, rtts
+assert 0.080 <= min(rtts) and max(rtts) <= 2.0, rtts  # the max: a loaded machine
 PY
 wait $echo_pid
 rig_mpirun --timeout 240 "$loom" train "$here/../tiny_gpt.toml" --set run.out_dir="$work" \
