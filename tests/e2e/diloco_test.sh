@@ -8,6 +8,8 @@
 #   - a run stopped mid-phase (step 6; streaming: step 2, an exchange in flight) and resumed
 #     ends bit-identical to the uninterrupted one;
 #     so does one whose worker is killed at step 7 under `loom launch --max-restarts`;
+#   - between outer steps a worker sends nothing (its bytes-sent count stands still); a rollback
+#     due on one worker and a SIGTERM to one worker are acted on by both, at a round's end;
 #   - bad input, one clear error each: dp_replicate against lowcomm.workers, train.steps not a
 #     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, a batch
 #     that does not split over the workers, DiLoCo keys without the method, ranks started with
