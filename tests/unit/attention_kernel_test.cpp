@@ -548,6 +548,18 @@ TEST(AttentionKernel, Bf16TasksOfOneHeadAndOfAllHeads) {
 TEST(AttentionKernel, Bf16BitwiseIdenticalForAnyThreadCount) {
   expect_same_bits_for_any_thread_count(
       {3, 4, 4, 196, 196, 64, false, MaskKind::Broadcast, DType::BF16, 0, true});
+  expect_same_bits_for_any_thread_count({2, 3, 3, 257, 257, 64, true, MaskKind::None, DType::BF16});
+}
+
+// Causal bf16 problems on the GEMM kernel: a causal offset either way (more keys than queries;
+// more queries than keys, whose first queries see no key at all and must come out 0), a mask
+// on top, and lengths that are not a multiple of any tile.
+TEST(AttentionKernel, Bf16Causal) {
+  check_case({2, 2, 2, 200, 200, 64, true, MaskKind::None, DType::BF16}, next_seed());
+  check_case({1, 2, 2, 130, 131, 64, true, MaskKind::None, DType::BF16}, next_seed());
+  check_case({1, 2, 2, 257, 300, 16, true, MaskKind::Full, DType::BF16, 0, true}, next_seed());
+  check_case({1, 2, 2, 200, 65, 64, true, MaskKind::None, DType::BF16}, next_seed());
+  check_case({2, 3, 3, 256, 256, 64, true, MaskKind::Broadcast, DType::BF16}, next_seed());
 }
 
 TEST(AttentionKernel, F16UsesTheSamePath) {

@@ -273,5 +273,50 @@ TEST(CastWithColumnSums, SumsABf16GradientAlone) {
   EXPECT_THROW(cpu_backend().cast_with_column_sums(wide, Tensor(), sums[0]), Error);
 }
 
+// Too few rows to share out by chunks (GPT-2's 4 x 64 tokens are one chunk), the pass is
+// shared by blocks of columns as well: a single chunk of 300 rows by 700 columns, and 3
+// chunks by 300 columns. The values and sums as above, the same bits on 1, 2 and 3 threads.
+TEST(ColumnSums, FewRowsSharedOutByColumns) {
+  for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{300, 700}, {1100, 300}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(n));
+    const Tensor pre = random_tensor({rows, n}, DType::F32, 12),
+                 gout = random_tensor({rows, n}, DType::F32, 13);
+    const std::vector<float> xv = values_of(pre);
+    const int threads = omp_get_max_threads();
+    Tensor gpre[3], gbias[3], low[3], sums[3];
+    for (int t = 0; t < 3; ++t) {
+      gpre[t] = Tensor::empty({rows, n}, DType::F32), gbias[t] = Tensor::empty({n}, DType::F32);
+      low[t] = Tensor::empty({rows, n}, DType::BF16), sums[t] = Tensor::empty({n}, DType::F32);
+      omp_set_num_threads(t + 1);
+      cpu_backend().gelu_bias_backward(pre, gout, gpre[t], gbias[t]);
+      cpu_backend().cast_with_column_sums(pre, low[t], sums[t]);
+    }
+    omp_set_num_threads(threads);
+    const std::vector<float> g = values_of(gpre[1]), rounded = values_of(to_dtype(pre, DType::BF16));
+    const std::vector<float> got_low = values_of(low[1]);
+    double gmax = 0.0;
+    for (int64_t i = 0; i < rows * n; ++i) gmax = std::max(gmax, std::fabs(double(g[i])));
+    for (int64_t i = 0; i < rows * n; ++i) {
+      ASSERT_NEAR(g[i], gout.data<float>()[i] * gelu_tanh_grad(xv[i]), 1e-5 * gmax) << i;
+      ASSERT_EQ(got_low[i], rounded[i]) << i;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      double gsum = 0.0, gabs = 0.0, xsum = 0.0, xabs = 0.0;
+      for (int64_t r = 0; r < rows; ++r) {
+        gsum += g[r * n + c], gabs += std::fabs(g[r * n + c]);
+        xsum += xv[r * n + c], xabs += std::fabs(xv[r * n + c]);
+      }
+      ASSERT_NEAR(gbias[1].data<float>()[c], gsum, std::ldexp(1.0, -23) * gabs) << c;
+      ASSERT_NEAR(sums[1].data<float>()[c], xsum, std::ldexp(1.0, -23) * xabs) << c;
+    }
+    for (int t : {0, 2}) {
+      EXPECT_EQ(std::memcmp(gpre[t].data_ptr(), gpre[1].data_ptr(), rows * n * 4), 0) << t + 1;
+      EXPECT_EQ(std::memcmp(gbias[t].data_ptr(), gbias[1].data_ptr(), n * 4), 0) << t + 1;
+      EXPECT_EQ(std::memcmp(low[t].data_ptr(), low[1].data_ptr(), rows * n * 2), 0) << t + 1;
+      EXPECT_EQ(std::memcmp(sums[t].data_ptr(), sums[1].data_ptr(), n * 4), 0) << t + 1;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom

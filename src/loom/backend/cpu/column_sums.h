@@ -26,29 +26,37 @@ void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& 
   using O = std::remove_pointer_t<Out>;
   constexpr int64_t kChunk = 512;
   const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  // Work items are (chunk of rows, block of columns): a matrix of a few hundred rows is still
+  // shared out over the threads (GPT-2 at 4 x 64 tokens: one chunk). Each partial is the same
+  // rows summed in the same order however the items fall, so the bits stay put.
+  constexpr int64_t kColumns = 128;
+  const int64_t blocks = chunks >= 4 * omp_get_max_threads() ? 1 : (n + kColumns - 1) / kColumns;
+  const int64_t block_width = (n + blocks - 1) / blocks;
   // f64 partials (chunks, n), in a float scratch buffer of twice the count.
   ScratchBuffer partial_storage(sums ? size_t(2 * chunks * n) : 0);
   double* partial = reinterpret_cast<double*>(partial_storage.data());
-  parallel_for(chunks, kChunk * n * cost, [&](int64_t begin, int64_t end) {
-    for (int64_t chunk = begin; chunk < end; ++chunk) {
+  parallel_for(chunks * blocks, kChunk * block_width * cost, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t chunk = item / blocks, c0 = item % blocks * block_width;
       const int64_t r0 = chunk * kChunk, r1 = std::min(rows, r0 + kChunk);
+      const int64_t c1 = std::min(n, c0 + block_width);
       if (!sums) {
         if constexpr (kStore) {
           for (int64_t r = r0; r < r1; ++r) {
             O* o = out + r * out_stride;
 #pragma omp simd
-            for (int64_t c = 0; c < n; ++c) o[c] = from_f32<O>(value(r, c));
+            for (int64_t c = c0; c < c1; ++c) o[c] = from_f32<O>(value(r, c));
           }
         }
         continue;
       }
       // Four rows per pass over acc, for a quarter of the accumulator loads and stores.
       double* acc = partial + chunk * n;
-      std::fill_n(acc, n, 0.0);
+      std::fill(acc + c0, acc + c1, 0.0);
       int64_t r = r0;
       for (; r + 4 <= r1; r += 4) {
 #pragma omp simd
-        for (int64_t c = 0; c < n; ++c) {
+        for (int64_t c = c0; c < c1; ++c) {
           const float v0 = value(r, c), v1 = value(r + 1, c), v2 = value(r + 2, c),
                       v3 = value(r + 3, c);
           if constexpr (kStore) {
@@ -63,7 +71,7 @@ void store_with_column_sums(int64_t rows, int64_t n, int64_t cost, const Value& 
       }
       for (; r < r1; ++r) {
 #pragma omp simd
-        for (int64_t c = 0; c < n; ++c) {
+        for (int64_t c = c0; c < c1; ++c) {
           const float v = value(r, c);
           if constexpr (kStore) out[r * out_stride + c] = from_f32<O>(v);
           acc[c] += term(v);
