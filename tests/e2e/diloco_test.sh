@@ -8,10 +8,13 @@
 #   - a run stopped mid-phase (step 6; streaming: step 2, an exchange in flight) and resumed
 #     ends bit-identical to the uninterrupted one;
 #     so does one whose worker is killed at step 7 under `loom launch --max-restarts`;
+#   - a mixture of experts: each worker balances its experts on its own loads during a round,
+#     the workers' selection biases averaged at its end and checkpointed per worker;
 #   - between outer steps a worker sends nothing (its bytes-sent count stands still); a rollback
 #     due on one worker and a SIGTERM to one worker are acted on by both, at a round's end;
 #   - bad input, one clear error each: dp_replicate against lowcomm.workers, train.steps not a
-#     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, a batch
+#     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, expert
+#     parallelism inside the workers of a mixture, a batch
 #     that does not split over the workers, DiLoCo keys without the method, ranks started with
 #     different configs, and a resume whose worker count differs from the checkpoint's.
 # Usage: diloco_test.sh LOOM_BINARY MPIRUN WORK_DIR
@@ -89,16 +92,39 @@ stream=(--set lowcomm.fragments=2 --set lowcomm.overlap_steps=1 --set lowcomm.mi
 run gpt-stream 2 "$gpt" "${common[@]}" "${stream[@]}" ||
   { fail "gpt streaming: run failed"; cat "$work/gpt-stream.log"; }
 check_run "$work/gpt-stream/tiny_gpt" 3,5,7,8 stream 1 || fail "gpt streaming: outer steps"
+# A mixture of experts (4 experts top 2, aux-loss-free biases): each worker sums its expert loads
+# over its own ranks (nothing crosses between outer steps: rank 0 logs its worker's 4 x 16
+# tokens x top 2 per layer, not the 8 of both workers), its biases follow its own loads and are
+# averaged over the workers at every outer step: equal at the end, and checkpointed per worker.
+moe=(--set model.style=llama --set moe.experts=4 --set moe.top_k=2 --set moe.hidden=32
+  --set moe.shared_experts=1 --set moe.bias_rate=0.01)
+run gpt-moe 2 "$gpt" "${common[@]}" "${moe[@]}" || { fail "gpt moe: run failed"; cat "$work/gpt-moe.log"; }
+check_run "$work/gpt-moe/tiny_gpt" 4,8 none 1 || fail "gpt moe: outer steps"
+$py - "$work/gpt-moe/tiny_gpt" <<'PY' || fail "gpt moe: loads or biases not the worker's own"
+import json, os, sys
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+for m in lines:
+    for name, layer in m["moe"]["layers"].items():
+        assert sum(layer["load"]) == 4 * 16 * 2, (m["step"], name, layer["load"])
+state = json.load(open(os.path.join(run, "step-000008", "trainer_state.json")))
+workers = state["moe_selection_bias_workers"]
+assert len(workers) == 2 and workers[0] == workers[1] == state["moe_selection_bias"], workers
+assert any(b != 0 for layer in workers[0].values() for b in layer), workers[0]
+PY
+
 # The commands that read a checkpoint read a DiLoCo run's (worker 0's weights: the global ones).
 for cmd in "eval $work/gpt-none/tiny_gpt --windows 4" "ckpt verify $work/gpt-none/tiny_gpt"; do
   $loom $cmd > "$work/read.log" 2>&1 || { fail "loom $cmd failed"; cat "$work/read.log"; }
 done
 
-# Stopped at step 6, between outer steps, and resumed: the same bytes as the straight run.
-for model in gpt dit gpt-stream; do
-  cfg=$here/tiny_${model%-stream}.toml
+# Stopped at step 6, between outer steps, and resumed: the same bytes as the straight run (the
+# mixture's too: its workers' biases parted at step 6 and were checkpointed each).
+for model in gpt dit gpt-stream gpt-moe; do
+  cfg=$here/tiny_${model%-*}.toml
   args=("${common[@]}")
   stop=6
+  [ $model = gpt-moe ] && args+=("${moe[@]}")
   # Streaming, stopped after step 2: fragment 1's exchange (started after step 2) is in flight.
   [ $model = gpt-stream ] && args+=("${stream[@]}") && stop=2
   [ $model = dit ] && args=(--set train.steps=8 --set train.log_every=1 --set model.depth=2
@@ -107,13 +133,26 @@ for model in gpt dit gpt-stream; do
   run $model-straight 2 "$cfg" "${args[@]}" || fail "$model: straight run failed"
   run $model-resumed 2 "$cfg" "${args[@]}" --set train.stop_after=$stop || fail "$model: first part failed"
   run $model-resumed 2 "$cfg" "${args[@]}" --resume || fail "$model: resume failed"
-  a=$work/$model-straight/tiny_${model%-stream}/step-000008
-  b=$work/$model-resumed/tiny_${model%-stream}/step-000008
+  a=$work/$model-straight/tiny_${model%-*}/step-000008
+  b=$work/$model-resumed/tiny_${model%-*}/step-000008
   for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
     cmp -s "$a/$f" "$b/$f" || fail "$model: resumed mid-phase, $f differs from the straight run"
   done
 done
-[ $failures = 0 ] && echo "resumed between outer steps: bit-identical (gpt, dit, gpt streaming)"
+$py - "$work/gpt-moe-straight/tiny_gpt" "$work/gpt-moe-resumed/tiny_gpt" <<'PY' ||
+import json, sys
+straight, resumed = sys.argv[1], sys.argv[2]
+six = json.load(open(resumed + "/step-000006/trainer_state.json"))["moe_selection_bias_workers"]
+assert six[0] != six[1], "the workers' biases did not part during the round"
+for run in (straight, resumed):
+    eight = json.load(open(run + "/step-000008/trainer_state.json"))
+    assert eight["moe_selection_bias_workers"][0] == eight["moe_selection_bias_workers"][1]
+a, b = (json.load(open(r + "/step-000008/trainer_state.json"))["moe_selection_bias"]
+        for r in (straight, resumed))
+assert a == b, (a, b)
+PY
+  fail "gpt moe: the biases mid-round or after the resume are wrong"
+[ $failures = 0 ] && echo "resumed between outer steps: bit-identical (gpt, dit, gpt streaming, gpt moe)"
 
 # A worker killed between outer steps: `loom launch --max-restarts` restarts the job from the
 # last checkpoint (one every H steps: at most H steps lost) and it ends where the straight run
@@ -195,6 +234,8 @@ expect bad-overlap "lowcomm.overlap_steps 2 must be in \[0, 2)" 1 "$gpt" "${comm
   "${stream[@]}" --set lowcomm.overlap_steps=2
 expect bad-fragments "lowcomm.inner_steps 4 must be a multiple of lowcomm.fragments 3" 1 "$gpt" \
   "${common[@]}" --set lowcomm.fragments=3
+expect bad-moe-ep "keeps every expert on each rank of a worker; parallel.ep must be 1, not 2" 4 \
+  "$gpt" "${common[@]}" "${moe[@]}" --set parallel.ep=2
 "$mpirun" --oversubscribe -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" : \
   -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" --set model.width=48 \
   > "$work/two-configs.log" 2>&1

@@ -571,14 +571,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
         << " data-parallel ranks (dp_replicate x dp_shard) it is carved from";
   }
   if (moe && moe->enabled()) {
-    // The mixture under context and pipeline parallelism or DiLoCo is not built yet; data,
-    // expert and tensor parallelism (the experts whole on every tp rank) and activation
-    // checkpointing are.
-    LOOM_CHECK(p.dims.cp == 1 && p.dims.pp == 1 && !c.diloco)
+    // The mixture under context and pipeline parallelism, and expert parallelism inside DiLoCo
+    // workers, are not built yet; data, expert and tensor parallelism (the experts whole on
+    // every tp rank), DiLoCo and activation checkpointing are.
+    LOOM_CHECK(p.dims.cp == 1 && p.dims.pp == 1)
         << "config " << path << ": a mixture of experts (moe.experts "
         << (c.model_kind == "gpt" ? c.gpt.moe.experts : c.dit.moe.experts)
         << ") trains with data, expert and tensor parallelism only; parallel.cp and pp must "
-        << "be 1 and lowcomm.method none";
+        << "be 1";
+    LOOM_CHECK(!c.diloco || p.ep == 1)
+        << "config " << path << ": a mixture of experts under lowcomm.method \"diloco\" keeps "
+        << "every expert on each rank of a worker; parallel.ep must be 1, not " << p.ep;
   }
   // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
   LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)

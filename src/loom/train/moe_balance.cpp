@@ -28,11 +28,20 @@ void load_selection_biases_into(const std::vector<std::pair<std::string, nn::MoE
   }
 }
 
+// A layer's selection biases as JSON numbers.
+Json bias_array(const std::vector<float>& biases) {
+  Json::Array values;
+  for (float b : biases) values.push_back(Json(double(b)));
+  return Json::array(std::move(values));
+}
+
 }  // namespace
 
 MoeBalance::MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups,
-                       double loss_scale)
-    : layers_(nn::moe_layers(model)), token_groups_(std::move(token_groups)) {
+                       double loss_scale, dist::ProcessGroup* workers)
+    : layers_(nn::moe_layers(model)),
+      token_groups_(std::move(token_groups)),
+      workers_(workers && workers->size() > 1 ? workers : nullptr) {
   for (auto& [path, moe] : layers_) moe->loss_scale = loss_scale;
 }
 
@@ -92,19 +101,60 @@ std::string MoeBalance::summary() const {
   return line;
 }
 
+void MoeBalance::average_over_workers() {
+  const bool moving = std::any_of(layers_.begin(), layers_.end(),
+                                  [](const auto& layer) { return layer.second->config.bias_rate > 0; });
+  if (!workers_ || !moving) return;  // no mixture, or biases that never move
+  std::vector<double> sums;
+  for (auto& [path, moe] : layers_)
+    for (float b : moe->selection_bias) sums.push_back(double(b));
+  sums = sum_over(*workers_, sums);
+  size_t at = 0;
+  for (auto& [path, moe] : layers_)
+    for (float& b : moe->selection_bias) b = float(sums[at++] / double(workers_->size()));
+}
+
 Json MoeBalance::state() const {
   if (!active()) return Json();
-  Json biases = Json::object();
-  for (const auto& [path, moe] : layers_) {
-    Json::Array values;
-    for (float b : moe->selection_bias) values.push_back(Json(double(b)));
-    biases.set(path, Json::array(std::move(values)));
+  if (!workers_) {
+    Json biases = Json::object();
+    for (const auto& [path, moe] : layers_) biases.set(path, bias_array(moe->selection_bias));
+    return Json::object({{"moe_selection_bias", biases}});
   }
-  return Json::object({{"moe_selection_bias", biases}});
+  // Every worker's biases, gathered by a sum in which each fills its own slot.
+  size_t count = 0;
+  for (const auto& [path, moe] : layers_) count += moe->selection_bias.size();
+  const size_t workers = size_t(workers_->size());
+  std::vector<double> slots(workers * count, 0.0);
+  size_t at = size_t(workers_->rank()) * count;
+  for (const auto& [path, moe] : layers_)
+    for (float b : moe->selection_bias) slots[at++] = double(b);
+  slots = sum_over(*workers_, slots);
+  Json::Array per_worker;
+  at = 0;
+  for (size_t w = 0; w < workers; ++w) {
+    Json biases = Json::object();
+    for (const auto& [path, moe] : layers_) {
+      std::vector<float> values;
+      for (size_t e = 0; e < moe->selection_bias.size(); ++e) values.push_back(float(slots[at++]));
+      biases.set(path, bias_array(values));
+    }
+    per_worker.push_back(biases);
+  }
+  Json first = per_worker[0];
+  return Json::object({{"moe_selection_bias", first},
+                       {"moe_selection_bias_workers", Json::array(std::move(per_worker))}});
 }
 
 void MoeBalance::resume(const Json& trainer_state) {
-  if (active()) load_selection_biases_into(layers_, trainer_state);
+  if (!active()) return;
+  const Json* all = trainer_state.find("moe_selection_bias_workers");
+  if (!workers_ || all == nullptr) return load_selection_biases_into(layers_, trainer_state);
+  LOOM_CHECK(int64_t(all->size()) == workers_->size())
+      << "checkpoint: selection biases of " << all->size() << " DiLoCo workers, this run has "
+      << workers_->size();
+  load_selection_biases_into(
+      layers_, Json::object({{"moe_selection_bias", all->at(size_t(workers_->rank()))}}));
 }
 
 void load_selection_biases(nn::Module& model, const std::string& ckpt_dir) {

@@ -2,6 +2,10 @@
 // step's expert loads summed over the data-parallel ranks, the aux-loss-free bias update from
 // them, the step's metrics, and the selection biases in the checkpoint. A model without a
 // mixture makes every call a no-op.
+//
+// Under DiLoCo the loads are summed inside each worker only (nothing crosses the slow link
+// between outer steps), so each worker's biases follow its own loads during a round and are
+// averaged over the workers at its end, like the weights.
 #pragma once
 #include <string>
 #include <vector>
@@ -18,24 +22,35 @@ class MoeBalance {
   // parallelism), whose loads add up. loss_scale: what each forward's balancing losses are
   // multiplied by so that they weigh as the loss does (1 / micro-steps, and 1 / tp with
   // sequence parallelism, whose ranks' gradients are summed, not averaged).
-  MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups, double loss_scale);
+  // workers: under DiLoCo, the ranks holding the same pieces in each worker (dp_replicate);
+  // token_groups are then the worker's own.
+  MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups, double loss_scale,
+             dist::ProcessGroup* workers = nullptr);
   bool active() const { return !layers_.empty(); }
 
   void begin_step();
-  // After the optimizer step (updated: it was not skipped). Collective over dp.
+  // After the optimizer step (updated: it was not skipped). Collective over the token groups.
   void end_step(bool updated);
-  // The last step's figures: per layer the tokens per expert (all ranks), max / mean load,
+  // DiLoCo, at the end of an outer round: every worker's selection biases become their average.
+  // Collective over the workers.
+  void average_over_workers();
+  // The last step's figures: per layer the tokens per expert (the token groups' ranks: under
+  // DiLoCo this worker's), max / mean load,
   // the unweighted auxiliary and z losses and the router entropy; "max_over_mean" over layers.
   Json metrics() const { return metrics_; }
   std::string summary() const;  // for the progress line: "moe load max/mean 1.21, aux 1.02"
 
   // {"moe_selection_bias": {"blocks.1.mlp": [..]}} (exact: floats survive JSON's doubles).
+  // Under DiLoCo also "moe_selection_bias_workers": every worker's, in worker order (they part
+  // between outer steps), and moe_selection_bias is worker 0's, whose weights the checkpoint
+  // holds as the model. Collective over the workers then.
   Json state() const;
   void resume(const Json& trainer_state);
 
  private:
   std::vector<std::pair<std::string, nn::MoE*>> layers_;
   std::vector<dist::ProcessGroup*> token_groups_;
+  dist::ProcessGroup* workers_;  // DiLoCo's, or nullptr
   Json metrics_;
   double max_over_mean_ = 0, aux_ = 0;
 };

@@ -290,6 +290,7 @@ struct Loop {
     }
     moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
+    if (diloco && (step + 1) % cfg.diloco->inner_steps == 0) moe.average_over_workers();
     model.zero_grad();
     // Between outer steps DiLoCo workers exchange nothing, not even the few bytes of an
     // agreement (a round trip each on a slow link): a worker that ran out of skips trains on
@@ -357,15 +358,19 @@ void train(const Config& cfg, const std::string& resume_from) {
       for (auto& s : diloco->worker_state()) state.push_back(s);
     return state;
   };
-  // A mixture's balancing: the ranks that route other tokens, and how its losses are scaled.
-  std::vector<dist::ProcessGroup*> token_groups = {dp.get()};
+  // A mixture's balancing: the ranks that route other tokens (a DiLoCo worker's own), and how
+  // its losses are scaled.
+  const auto token_dp = cfg.diloco ? mesh.group("dp_shard") : dp;
+  const auto workers_group = mesh.group("dp_replicate");
+  std::vector<dist::ProcessGroup*> token_groups = {token_dp.get()};
   const auto tp = mesh.group("tp");
   double balance_scale = 1.0 / double(tc.grad_accum);
   if (cfg.parallel.topology.sequence_parallel && tp->size() > 1) {
     token_groups.push_back(tp.get());
     balance_scale /= double(tp->size());
   }
-  MoeBalance moe(recipe->model(), token_groups, balance_scale);
+  MoeBalance moe(recipe->model(), token_groups, balance_scale,
+                 cfg.diloco ? workers_group.get() : nullptr);
   Checkpointer checkpointer(mesh, *model, *optimizer, per_worker_state, cfg.model_kind, run_dir,
                             tc.async_checkpoint, tc.keep_checkpoints, workers);
 
