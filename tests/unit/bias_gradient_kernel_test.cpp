@@ -292,7 +292,8 @@ TEST(ColumnSums, FewRowsSharedOutByColumns) {
       cpu_backend().cast_with_column_sums(pre, low[t], sums[t]);
     }
     omp_set_num_threads(threads);
-    const std::vector<float> g = values_of(gpre[1]), rounded = values_of(to_dtype(pre, DType::BF16));
+    const std::vector<float> g = values_of(gpre[1]),
+                             rounded = values_of(to_dtype(pre, DType::BF16));
     const std::vector<float> got_low = values_of(low[1]);
     double gmax = 0.0;
     for (int64_t i = 0; i < rows * n; ++i) gmax = std::max(gmax, std::fabs(double(g[i])));

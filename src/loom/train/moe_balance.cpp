@@ -102,8 +102,9 @@ std::string MoeBalance::summary() const {
 }
 
 void MoeBalance::average_over_workers() {
-  const bool moving = std::any_of(layers_.begin(), layers_.end(),
-                                  [](const auto& layer) { return layer.second->config.bias_rate > 0; });
+  const bool moving = std::any_of(layers_.begin(), layers_.end(), [](const auto& layer) {
+    return layer.second->config.bias_rate > 0;
+  });
   if (!workers_ || !moving) return;  // no mixture, or biases that never move
   std::vector<double> sums;
   for (auto& [path, moe] : layers_)
