@@ -34,9 +34,9 @@ class MoeBalance {
   // DiLoCo, at the end of an outer round: every worker's selection biases become their average.
   // Collective over the workers.
   void average_over_workers();
-  // The last step's figures: per layer the tokens per expert (the token groups' ranks: under
-  // DiLoCo this worker's), max / mean load,
-  // the unweighted auxiliary and z losses and the router entropy; "max_over_mean" over layers.
+  // The last step's figures: per layer the tokens per expert (over the token groups: under
+  // DiLoCo this worker's ranks), max / mean load, the unweighted auxiliary and z losses and the
+  // router entropy; "max_over_mean" over layers.
   Json metrics() const { return metrics_; }
   std::string summary() const;  // for the progress line: "moe load max/mean 1.21, aux 1.02"
 

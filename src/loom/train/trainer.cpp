@@ -361,7 +361,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   // A mixture's balancing: the ranks that route other tokens (a DiLoCo worker's own), and how
   // its losses are scaled.
   const auto token_dp = cfg.diloco ? mesh.group("dp_shard") : dp;
-  const auto workers_group = mesh.group("dp_replicate");
+  const auto workers_group = cfg.diloco ? mesh.group("dp_replicate") : nullptr;
   std::vector<dist::ProcessGroup*> token_groups = {token_dp.get()};
   const auto tp = mesh.group("tp");
   double balance_scale = 1.0 / double(tc.grad_accum);
@@ -369,8 +369,7 @@ void train(const Config& cfg, const std::string& resume_from) {
     token_groups.push_back(tp.get());
     balance_scale /= double(tp->size());
   }
-  MoeBalance moe(recipe->model(), token_groups, balance_scale,
-                 cfg.diloco ? workers_group.get() : nullptr);
+  MoeBalance moe(recipe->model(), token_groups, balance_scale, workers_group.get());
   Checkpointer checkpointer(mesh, *model, *optimizer, per_worker_state, cfg.model_kind, run_dir,
                             tc.async_checkpoint, tc.keep_checkpoints, workers);
 
