@@ -22,6 +22,13 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// n zero bytes to send or receive compressed codes in.
+Tensor wire_bytes(int64_t n) {
+  Tensor t = Tensor::empty({n}, DType::U8, cpu_device(), MemCategory::Communication);
+  std::memset(t.data_ptr(), 0, t.nbytes());
+  return t;
+}
+
 }  // namespace
 
 DiLoCo::DiLoCo(parallel::ParallelModel& model, std::shared_ptr<dist::ProcessGroup> workers,
@@ -208,6 +215,7 @@ void DiLoCo::average(float* delta, int64_t n) {
 void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
   const QuantConfig& q = config_.quant;
   const int M = workers_->size(), me = workers_->rank();
+  if (M == 2) return gathered_average(delta, begin, numel);
   // Member j owns the blocks [nb j / M, nb (j + 1) / M): its elements [lo[j], lo[j + 1]).
   const int64_t nb = (numel + q.block - 1) / q.block;
   std::vector<int64_t> lo(size_t(M) + 1);
@@ -215,11 +223,6 @@ void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
   int64_t E = 0;  // the bytes of the largest share: every share travels padded to it
   for (int j = 0; j < M; ++j) E = std::max(E, encoded_bytes(q, lo[size_t(j) + 1] - lo[size_t(j)]));
   E = std::max<int64_t>(E, 1);
-  auto u8 = [](int64_t n) {
-    Tensor t = Tensor::empty({n}, DType::U8, cpu_device(), MemCategory::Communication);
-    std::memset(t.data_ptr(), 0, t.nbytes());
-    return t;
-  };
   const bool feedback = config_.error_feedback;
   float* err = feedback ? error_.data<float>() + begin : nullptr;
   float* owner_err = feedback ? owner_error_.data<float>() + begin : nullptr;
@@ -228,7 +231,7 @@ void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
   // Phase 1: each share of this worker's pseudo-gradient to its owner.
   if (feedback)
     for (int64_t i = 0; i < numel; ++i) delta[i] += err[i];
-  Tensor send = u8(int64_t(M) * E), recv = u8(int64_t(M) * E);
+  Tensor send = wire_bytes(int64_t(M) * E), recv = wire_bytes(int64_t(M) * E);
   uint8_t* s = send.data<uint8_t>();
   for (int j = 0; j < M; ++j) {
     const int64_t a = lo[size_t(j)], n = lo[size_t(j) + 1] - a;
@@ -251,7 +254,7 @@ void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
     if (feedback) share[size_t(i)] += owner_err[a + i];
   }
   // Phase 2: the compressed average of every share to every worker.
-  Tensor mine = u8(E), all = u8(int64_t(M) * E);
+  Tensor mine = wire_bytes(E), all = wire_bytes(int64_t(M) * E);
   encode(q, share.data(), n, mine.data<uint8_t>());
   if (feedback) {
     decode(q, mine.data<uint8_t>(), n, one.data());
@@ -261,6 +264,28 @@ void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
   for (int j = 0; j < M; ++j)
     decode(q, all.data<uint8_t>() + j * E, lo[size_t(j) + 1] - lo[size_t(j)],
            delta + lo[size_t(j)]);
+}
+
+void DiLoCo::gathered_average(float* delta, int64_t begin, int64_t numel) {
+  const QuantConfig& q = config_.quant;
+  const int M = workers_->size();
+  const int64_t E = std::max<int64_t>(encoded_bytes(q, numel), 1);
+  float* err = config_.error_feedback ? error_.data<float>() + begin : nullptr;
+  std::vector<float> one(static_cast<size_t>(numel)), sum(static_cast<size_t>(numel), 0.0f);
+  if (err)
+    for (int64_t i = 0; i < numel; ++i) delta[i] += err[i];
+  Tensor mine = wire_bytes(E), all = wire_bytes(int64_t(M) * E);
+  encode(q, delta, numel, mine.data<uint8_t>());
+  if (err) {
+    decode(q, mine.data<uint8_t>(), numel, one.data());
+    for (int64_t i = 0; i < numel; ++i) err[i] = delta[i] - one[size_t(i)];
+  }
+  workers_->all_gather(mine, all)->wait();
+  for (int r = 0; r < M; ++r) {  // in worker order: the same sum on every worker
+    decode(q, all.data<uint8_t>() + r * E, numel, one.data());
+    for (int64_t i = 0; i < numel; ++i) sum[size_t(i)] += one[size_t(i)];
+  }
+  for (int64_t i = 0; i < numel; ++i) delta[i] = sum[size_t(i)] / float(M);
 }
 
 std::vector<Tensor> DiLoCo::views_of(const Tensor& flat) const {

@@ -17,7 +17,9 @@
 // (lowcomm/quantize.h) exchanged in two phases like a ring all-reduce's: every worker sends
 // each member its share of the blocks, the member averages its share and sends the compressed
 // average to all. With error feedback, what each quantisation lost is added to the next outer
-// step's values (the worker's for its contribution, the member's for its average).
+// step's values (the worker's for its contribution, the member's for its average). Two workers
+// send each other their whole codes instead, in one phase: the same bytes, one crossing of the
+// link instead of two, one quantisation (the member's residuals stay zero).
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -90,7 +92,8 @@ class DiLoCo {
   void exchange(int f);                   // on the thread: average into result_
   void average(float* delta, int64_t n);  // f32 all-reduce over the workers, in place
   void compressed_average(float* delta, int64_t begin, int64_t n);
-  std::vector<Tensor> views_of(const Tensor& flat) const;  // one per piece, its shape
+  void gathered_average(float* delta, int64_t begin, int64_t n);  // two workers: one phase
+  std::vector<Tensor> views_of(const Tensor& flat) const;         // one per piece, its shape
   void copy_pieces(bool to_pieces, const Tensor& flat, int64_t begin, int64_t end);
 
   parallel::ParallelModel& model_;
