@@ -28,13 +28,6 @@ void load_selection_biases_into(const std::vector<std::pair<std::string, nn::MoE
   }
 }
 
-// A layer's selection biases as JSON numbers.
-Json bias_array(const std::vector<float>& biases) {
-  Json::Array values;
-  for (float b : biases) values.push_back(Json(double(b)));
-  return Json::array(std::move(values));
-}
-
 }  // namespace
 
 MoeBalance::MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups,
@@ -117,34 +110,29 @@ void MoeBalance::average_over_workers() {
 
 Json MoeBalance::state() const {
   if (!active()) return Json();
-  if (!workers_) {
-    Json biases = Json::object();
-    for (const auto& [path, moe] : layers_) biases.set(path, bias_array(moe->selection_bias));
-    return Json::object({{"moe_selection_bias", biases}});
-  }
-  // Every worker's biases, gathered by a sum in which each fills its own slot.
+  // Every worker's biases (under DiLoCo: gathered by a sum in which each fills its own slot).
   size_t count = 0;
   for (const auto& [path, moe] : layers_) count += moe->selection_bias.size();
-  const size_t workers = size_t(workers_->size());
+  const size_t workers = workers_ ? size_t(workers_->size()) : 1;
   std::vector<double> slots(workers * count, 0.0);
-  size_t at = size_t(workers_->rank()) * count;
+  size_t at = workers_ ? size_t(workers_->rank()) * count : 0;
   for (const auto& [path, moe] : layers_)
     for (float b : moe->selection_bias) slots[at++] = double(b);
-  slots = sum_over(*workers_, slots);
+  if (workers_) slots = sum_over(*workers_, slots);
   Json::Array per_worker;
   at = 0;
   for (size_t w = 0; w < workers; ++w) {
     Json biases = Json::object();
     for (const auto& [path, moe] : layers_) {
-      std::vector<float> values;
-      for (size_t e = 0; e < moe->selection_bias.size(); ++e) values.push_back(float(slots[at++]));
-      biases.set(path, bias_array(values));
+      Json::Array values;
+      for (size_t e = 0; e < moe->selection_bias.size(); ++e) values.push_back(Json(slots[at++]));
+      biases.set(path, Json::array(std::move(values)));
     }
     per_worker.push_back(biases);
   }
-  Json first = per_worker[0];
-  return Json::object({{"moe_selection_bias", first},
-                       {"moe_selection_bias_workers", Json::array(std::move(per_worker))}});
+  Json state = Json::object({{"moe_selection_bias", per_worker[0]}});
+  if (workers_) state.set("moe_selection_bias_workers", Json::array(std::move(per_worker)));
+  return state;
 }
 
 void MoeBalance::resume(const Json& trainer_state) {
