@@ -2,28 +2,41 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: all bootstrap build test train classifier bench fuzz format clean
+.PHONY: all bootstrap configure build loom test test-fast train classifier bench fuzz format clean
 
 all: build
 
 bootstrap:
 	@bash scripts/bootstrap.sh
 
-build: bootstrap
+configure: bootstrap
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The `loom` binary alone: all that the main job needs (make build adds the tests and benchmarks).
+loom: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target loom_cli
+
+# Every test, once (labels: fast, slow, gpu, netns). Bootstrap's `test` adds the pinned Python
+# environment the tests read Loom's files with. Ends with the slowest tests and the skipped ones.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@bash scripts/bootstrap.sh test
+	@bash scripts/run_tests.sh $(BUILD) $(JOBS)
+
+# The edit-compile-test loop: the tests labelled fast (about 3 minutes on 2 cores).
+test-fast: build
+	@bash scripts/run_tests.sh $(BUILD) $(JOBS) -L '^fast$$'
 
 # The main job, anew each time (--overwrite: an earlier run is moved aside, not deleted).
 # Its evaluation uses the classifier shipped in assets/ (see docs/evaluation.md);
 # `make classifier` trains that classifier again from configs/fmnist_classifier.toml.
-train: build
+train: loom
 	@[ -f assets/fmnist_classifier/model.safetensors ] || $(MAKE) classifier
 	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/dit_fmnist.toml --overwrite
 
-classifier: build
+classifier: loom
 	OMP_NUM_THREADS=$(JOBS) $(BUILD)/loom train configs/fmnist_classifier.toml --overwrite \
 	  --set run.out_dir=assets --set run.name=fmnist_classifier
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Loom needs that is missing, and fetches the pinned PyPI wheels
-# Debian lacks (oneDNN 3.2; the cuDNN frontend where there is a CUDA toolkit). Idempotent;
+# Debian lacks (oneDNN 3.2; the cuDNN frontend where there is a CUDA toolkit; with `test` or
+# `compare`, the pinned Python environment of the tests). Idempotent;
 # silent when all present.
 set -euo pipefail
 
@@ -33,7 +34,7 @@ if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
 # `bootstrap.sh compare`: what bench/compare needs besides: the headers torch.compile builds its
-# kernels against (the PyTorch 2.x from PyPI itself goes into a virtual environment, at the end).
+# kernels against (PyTorch 2.x from PyPI comes with the tests' Python environment, at the end).
 if [ "${1:-}" = compare ]; then
   packages+=(python3-dev)
 fi
@@ -49,20 +50,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-# PyTorch 2.x from PyPI for bench/compare: what a user would install, in a virtual environment
-# of its own (Debian's python3-torch stays for the float64 references of the tests); and
-# transformers, with which tests/e2e/hf_export_test.sh also loads Loom's exports.
-if [ "${1:-}" = compare ]; then
-  venv=${XDG_CACHE_HOME:-$HOME/.cache}/loom/venv-compare
-  if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-    echo "bootstrap: installing PyTorch from PyPI into $venv (about 3 GB with its CUDA libraries)"
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q torch numpy
-  fi
-  "$venv/bin/python" -c "import transformers" 2>/dev/null || "$venv/bin/pip" install -q transformers
 fi
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/loom
@@ -95,5 +82,45 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "bootstrap: fetching cuDNN frontend 1.32.0 headers into $cfe"
     fetch_wheel "https://files.pythonhosted.org/packages/11/02/660e2dd9f9d9f940e1641443771730612c3aadaafbc5ef7a93cc313d519d/nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl" \
       c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0 include/ "$cfe/include"
+  fi
+fi
+
+# `bootstrap.sh test` (what `make test` runs) and `bootstrap.sh compare`: the Python environment
+# in which tests read Loom's files with the tools people use (transformers, tokenizers, tiktoken,
+# TensorBoard, PyTorch 2.x), every package pinned by version and SHA-256 in
+# scripts/python-requirements.txt. Wheels are kept in $cache/wheels (pip checks each against its
+# pin before installing it), so a new environment costs no second download; the environment is
+# made anew whenever the pins change. GPT-2's rank file (tiktoken's r50k_base.tiktoken) comes
+# from the openai-whisper source package on PyPI, which ships it.
+if [ "${1:-}" = test ] || [ "${1:-}" = compare ]; then
+  venv=$cache/venv
+  pins=$(dirname "$0")/python-requirements.txt
+  pins_sum=$(sha256sum "$pins" | cut -d' ' -f1)
+  if [ "$(cat "$venv/.pins-sha256" 2>/dev/null)" != "$pins_sum" ]; then
+    echo "bootstrap: installing the pinned Python packages into $venv (about 3 GB, PyTorch among them)"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"  # Debian's (python3-venv), whatever python3 is first on PATH
+    pip=("$venv/bin/pip" -q --disable-pip-version-check)
+    "${pip[@]}" download --require-hashes -r "$pins" -d "$cache/wheels"
+    "${pip[@]}" install --no-index --find-links "$cache/wheels" --require-hashes -r "$pins"
+    echo "$pins_sum" > "$venv/.pins-sha256"
+  fi
+  r50k=$cache/r50k_base.tiktoken
+  if [ ! -s "$r50k" ]; then
+    echo "bootstrap: fetching GPT-2's rank file into $r50k"
+    python3 - "$r50k" <<'PY'
+import hashlib, io, os, sys, tarfile, urllib.request
+url = ("https://files.pythonhosted.org/packages/35/8e/d36f8880bcf18ec026a55807d02fe4c7357da9f25aeb"
+       "d92f85178000c0dc/openai_whisper-20250625.tar.gz")
+data = urllib.request.urlopen(url, timeout=300).read()
+member = tarfile.open(fileobj=io.BytesIO(data)).extractfile(
+    "openai_whisper-20250625/whisper/assets/gpt2.tiktoken").read()
+# tiktoken's own expected hash of r50k_base.tiktoken (tiktoken_ext/openai_public.py)
+if hashlib.sha256(member).hexdigest() != \
+        "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930":
+    sys.exit("bootstrap: GPT-2's rank file in openai-whisper does not match its SHA-256")
+open(sys.argv[1] + ".tmp", "wb").write(member)
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+PY
   fi
 fi

@@ -5,7 +5,7 @@
                [--dtypes f32 bf16] [--modes eager compile] [--rounds 3] [--warmup 2] [--steps 3]
                [--threads N] [--out FILE.md]
 
-Needs `bash scripts/bootstrap.sh compare` first (PyTorch 2.x from PyPI in a virtual environment,
+Needs `bash scripts/bootstrap.sh compare` first (PyTorch 2.x from PyPI in the pinned virtual environment,
 whose python is the default --python). For each config, `rounds` rounds; in each round every
 PyTorch variant (dtype x mode: eager, torch.compile) and Loom in every dtype run one after the
 other (A B A B), each as a fresh process timing `warmup` + `steps` training steps with the same
@@ -38,7 +38,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_PYTHON = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "loom",
-                           "venv-compare", "bin", "python")
+                           "venv", "bin", "python")
 
 
 def environment(args, verbose=False):

@@ -8,10 +8,10 @@
 # export: every weight rounded to 8 bits), and greedy continuations agree token for token.
 # Back into Loom: a sharded export (--shard-mb: several files and an index) is the start of a
 # new run (train.init_from), whose model gives the very same logits.
-# Where PyTorch and transformers are installed (bash scripts/bootstrap.sh compare), the f32
-# exports are loaded by transformers itself and checked the same way (1e-5), and a model made
-# and saved by transformers (random weights, the export's config) starts a Loom run whose
-# logits equal transformers' (1e-5). Otherwise one line says these checks did not run.
+# transformers (PyTorch 2.x, both from the pinned Python environment: python_env.sh) loads the
+# f32 exports itself and gives the same logits (1e-5), and a model made and saved by
+# transformers (random weights, the export's config) starts a Loom run whose logits equal
+# transformers' (1e-5).
 # Bad input: a DiT checkpoint, --part with --format hf; init_from a directory whose
 # architecture or config does not match, or that lacks a tensor.
 # Usage: hf_export_test.sh LOOM_BINARY WORK_DIR
@@ -22,7 +22,8 @@ rm -rf "$work" && mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 prompt="And God said unto Moses"
-hf_python=${LOOM_COMPARE_PYTHON:-$HOME/.cache/loom/venv-compare/bin/python}
+source "$here/python_env.sh"
+need_python transformers torch tokenizers numpy
 
 for style in gpt2 llama; do
   extra=()
@@ -64,11 +65,10 @@ for style in gpt2 llama; do
       "$loom" sample "$work/$style-back/tiny_gpt" --prompt "$prompt" --tokens 1 --logits "$work/$style-back.npy" > /dev/null
       cmp -s "$work/$style-back.npy" "$work/$style.npy" && echo "$style: exported in shards, init_from: identical logits" ||
         fail "$style: a run started from the export gives other logits"
-      if "$hf_python" -c "import transformers, torch" 2> /dev/null; then
-        "$hf_python" "$here/hf_transformers_logits.py" "$out" "$prompt" "$work/$style.npy" 1e-5 \
-          "transformers loads the export" 2> /dev/null || fail "$style: transformers disagrees"
-        # A model transformers made (random weights) and saved, into Loom.
-        "$hf_python" - "$out" "$work/$style-made" <<'PY' || fail "$style: transformers could not make a model"
+      "$py" "$here/hf_transformers_logits.py" "$out" "$prompt" "$work/$style.npy" 1e-5 \
+        "transformers loads the export" 2> /dev/null || fail "$style: transformers disagrees"
+      # A model transformers made (random weights) and saved, into Loom.
+      "$py" - "$out" "$work/$style-made" <<'PY' || fail "$style: transformers could not make a model"
 import sys
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -76,24 +76,20 @@ torch.manual_seed(0)
 m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]), dtype=torch.float32)
 m.save_pretrained(sys.argv[2])
 PY
-        start_from "$work/$style-made" "$work/$style-made-run" ||
-          fail "$style: init_from transformers' model: $(tail -2 "$work/$style-made-run.log")"
-        "$loom" sample "$work/$style-made-run/tiny_gpt" --prompt "$prompt" --tokens 1 \
-          --logits "$work/$style-made.npy" > /dev/null
-        "$hf_python" "$here/hf_transformers_logits.py" "$work/$style-made" "$prompt" \
-          "$work/$style-made.npy" 1e-5 "a model transformers saved, started from in Loom" 2> /dev/null ||
-          fail "$style: Loom's logits from transformers' model differ"
-      else
-        echo "transformers checks not run: $hf_python cannot import transformers and torch (bash scripts/bootstrap.sh compare installs them)"
-      fi
+      start_from "$work/$style-made" "$work/$style-made-run" ||
+        fail "$style: init_from transformers' model: $(tail -2 "$work/$style-made-run.log")"
+      "$loom" sample "$work/$style-made-run/tiny_gpt" --prompt "$prompt" --tokens 1 \
+        --logits "$work/$style-made.npy" > /dev/null
+      "$py" "$here/hf_transformers_logits.py" "$work/$style-made" "$prompt" \
+        "$work/$style-made.npy" 1e-5 "a model transformers saved, started from in Loom" 2> /dev/null ||
+        fail "$style: Loom's logits from transformers' model differ"
     fi
   done
 done
 
 # The tokenizer goes with the export: a run with Loom's own BPE, exported; its tokenizer.json
-# read by Hugging Face's tokenizers (from PyPI, as tokenizer_test.sh installs it) gives Loom's
-# ids on a chapter of text, and transformers (where installed) its logits from its own
-# tokenization of the prompt.
+# read by Hugging Face's tokenizers gives Loom's ids on a chapter of text, and transformers its
+# logits from its own tokenization of the prompt.
 bible "Gen1:1-31" < /dev/null > "$work/gen1.txt"
 "$loom" tokenizer train --input "$work/gen1.txt" --vocab 300 --out "$work/gen1.bpe" > /dev/null ||
   fail "tokenizer train failed"
@@ -105,9 +101,7 @@ bible "Gen1:1-31" < /dev/null > "$work/gen1.txt"
   fail "the export has no tokenizer.json and tokenizer_config.json"
 "$loom" tokenizer check --tokenizer "$work/bpe/tiny_gpt/tokenizer.bpe" --input "$work/gen1.txt" \
   --ids "$work/gen1-ids.npy" > /dev/null || fail "tokenizer check failed"
-tok_python=${XDG_CACHE_HOME:-$HOME/.cache}/loom/venv-tokenizers/bin/python
-if "$tok_python" -c "import tokenizers" 2> /dev/null; then
-  "$tok_python" - "$work/bpe-hf/tokenizer.json" "$work/gen1.txt" "$work/gen1-ids.npy" <<'PY' ||
+"$py" - "$work/bpe-hf/tokenizer.json" "$work/gen1.txt" "$work/gen1-ids.npy" <<'PY' ||
 import sys
 import numpy as np
 from tokenizers import Tokenizer
@@ -117,15 +111,10 @@ print(f"the export's tokenizer.json in tokenizers: {len(loom)} tokens, "
       f"{sum(a != b for a, b in zip(ids, loom)) + abs(len(ids) - len(loom))} differ from Loom's")
 sys.exit(0 if ids == loom else 1)
 PY
-    fail "the exported tokenizer.json tokenizes differently"
-else
-  echo "tokenizers check not run: $tok_python cannot import tokenizers (tests/e2e/tokenizer_test.sh installs it)"
-fi
-if "$hf_python" -c "import transformers, torch" 2> /dev/null; then
-  "$loom" sample "$work/bpe/tiny_gpt" --prompt "$prompt" --tokens 1 --logits "$work/bpe.npy" > /dev/null
-  "$hf_python" "$here/hf_transformers_logits.py" "$work/bpe-hf" "$prompt" "$work/bpe.npy" 1e-5 \
-    "transformers loads the BPE export" 2> /dev/null || fail "transformers disagrees on the BPE export"
-fi
+  fail "the exported tokenizer.json tokenizes differently"
+"$loom" sample "$work/bpe/tiny_gpt" --prompt "$prompt" --tokens 1 --logits "$work/bpe.npy" > /dev/null
+"$py" "$here/hf_transformers_logits.py" "$work/bpe-hf" "$prompt" "$work/bpe.npy" 1e-5 \
+  "transformers loads the BPE export" 2> /dev/null || fail "transformers disagrees on the BPE export"
 
 # Bad input: one clear error each.
 "$loom" train "$here/tiny_dit.toml" --set run.out_dir="$work/dit" > "$work/dit.log" 2>&1 ||

@@ -1,30 +1,23 @@
 #!/usr/bin/env bash
-# A run's TensorBoard event file, read back by TensorBoard's own reader (PyPI `tensorboard` in a
-# virtual environment kept under the user's cache): every step metrics.jsonl records has the
+# A run's TensorBoard event file, read back by TensorBoard's own reader (PyPI `tensorboard`, in
+# the pinned Python environment: python_env.sh): every step metrics.jsonl records has the
 # same loss, lr and throughput as a TensorBoard scalar (float32), with the same steps; a resumed
 # run adds a second event file that continues the steps. A DiT run with sample.every writes a
 # sample grid every that many steps, as samples/step-NNNNNN.png and as a TensorBoard image of
-# the same PNG bytes at the same step. Without PyPI the test says so and is
-# reported as skipped (status 77), never as passed.
+# the same PNG bytes at the same step.
 # Usage: tensorboard_test.sh LOOM WORK_DIR
 set -uo pipefail
 loom=$1 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 export OMP_NUM_THREADS=1
-venv=${XDG_CACHE_HOME:-$HOME/.cache}/loom/venv-tensorboard
-if ! "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then
-  rm -rf "$venv"
-  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q tensorboard; } > "$work/pip.log" 2>&1; then
-    echo "SKIP: tensorboard from PyPI could not be installed into $venv: $(tail -1 "$work/pip.log")"
-    exit 77
-  fi
-fi
+source "$here/python_env.sh"
+need_python tensorboard
 run=(train "$here/tiny_gpt.toml" --set "run.out_dir=\"$work\"" --set train.log_every=2
      --set train.steps=8 --set eval.every=4 --set sample.tokens=0)
 "$loom" "${run[@]}" --set train.stop_after=4 > "$work/a.log" 2>&1 || { echo "FAIL: run: $(tail -3 "$work/a.log")"; exit 1; }
 "$loom" "${run[@]}" --resume > "$work/b.log" 2>&1 || { echo "FAIL: resume: $(tail -3 "$work/b.log")"; exit 1; }
-"$venv/bin/python" - "$work/tiny_gpt" <<'PY'
+"$py" - "$work/tiny_gpt" <<'PY'
 import json, math, os, struct, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 run = sys.argv[1]
@@ -60,7 +53,7 @@ PY
 
 "$loom" train "$here/tiny_dit.toml" --set "run.out_dir=\"$work\"" --set train.steps=6 \
   --set sample.every=3 > "$work/dit.log" 2>&1 || { echo "FAIL: dit run: $(tail -3 "$work/dit.log")"; exit 1; }
-"$venv/bin/python" - "$work/tiny_dit" <<'PY'
+"$py" - "$work/tiny_dit" <<'PY'
 import os, struct, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 run = sys.argv[1]
