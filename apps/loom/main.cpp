@@ -252,7 +252,8 @@ int train_command(const std::string& config_path, std::vector<std::string> overr
   loom::host_allocator().set_limit(int64_t(config.run.memory_limit_mb * 1024 * 1024));
   // The run directory first: its lock, and whether this is its own run starting or resuming.
   const loom::train::RunDirectory run = loom::train::RunDirectory::open(
-      config.run_dir(), config.run.id, resume, overwrite, *loom::dist::world());
+      config.run_dir(), config.run.id, config.resolved_toml, resume, overwrite,
+      *loom::dist::world());
   if (config.run.id != run.id()) {  // recorded in config.toml and the checkpoints
     overrides.push_back("run.id=\"" + run.id() + "\"");
     config = loom::train::load_config(config_path, overrides);
@@ -346,6 +347,11 @@ void reject_flags(const CLI::App& cmd, const std::string& group, const std::stri
 
 int sample_command(const CLI::App& cmd, SampleArgs a) {
   const std::string ckpt = loom::checkpoint_from_user_path(a.checkpoint);
+  if (cmd.get_option("--png")->count() > 0) loom::train::check_output_path(a.dit.png_path, "--png");
+  if (!a.dit.npy_prefix.empty())
+    for (const char* part : {"_images.npy", "_labels.npy"})
+      loom::train::check_output_path(a.dit.npy_prefix + part, "--npy");
+  if (!a.gpt.logits_npy.empty()) loom::train::check_output_path(a.gpt.logits_npy, "--logits");
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
   if (kind == "gpt") {
     reject_flags(cmd, kDitFlags, ckpt, kind);
@@ -480,6 +486,7 @@ void add_tokenizer_train(CLI::App& cmd, TokenizerTrainArgs& a) {
 int tokenizer_train_command(TokenizerTrainArgs a) {
   LOOM_CHECK(a.kjv != !a.input.empty())
       << "tokenizer train: give exactly one of --input FILE and --kjv";
+  loom::train::check_output_path(a.out, "tokenizer train --out");
   LOOM_CHECK(a.vocab >= loom::BpeTokenizer::kByteTokens && a.vocab <= (int64_t(1) << 24))
       << "tokenizer train: --vocab " << a.vocab << " must be at least "
       << loom::BpeTokenizer::kByteTokens << " (the byte tokens)";
@@ -548,6 +555,7 @@ void add_tokenizer_convert(CLI::App& cmd, TokenizerConvertArgs& a) {
 }
 
 int tokenizer_convert_command(const TokenizerConvertArgs& a) {
+  loom::train::check_output_path(a.out, "tokenizer convert --out");
   const loom::BpeTokenizer tok = loom::read_tokenizer(a.path, a.pattern).bpe;
   loom::write_tokenizer_json(tok, a.out);
   std::printf("tokenizer: %d tokens of %s -> %s\n", tok.vocab_size(), a.path.c_str(),
@@ -605,6 +613,7 @@ void add_data_prepare(CLI::App& cmd, DataPrepareArgs& a) {
 
 int data_prepare_command(DataPrepareArgs a) {
   LOOM_CHECK(a.kjv != !a.inputs.empty()) << "data prepare: give --input FILE... or --kjv";
+  loom::train::check_output_path(a.out, "data prepare --out");
   if (a.kjv)
     a.inputs = {
         loom::kjv_corpus(a.cache_dir.empty() ? loom::train::default_cache_dir(".") : a.cache_dir)};
@@ -654,6 +663,7 @@ void add_ckpt_export(CLI::App& cmd, CkptExportArgs& a) {
 
 int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
   a.checkpoint = loom::checkpoint_from_user_path(a.checkpoint);
+  loom::train::check_output_path(a.out, "ckpt export");
   if (a.format == "hf") {
     if (cmd.get_option("--part")->count() > 0)
       throw CLI::ValidationError("--part", "--format hf writes the model");
@@ -827,7 +837,10 @@ int run(int argc, char** argv) {
     if (loom.got_subcommand("sample"))
       return sample_command(*loom.get_subcommand("sample"), sample);
     if (loom.got_subcommand("eval")) return eval_command(eval);
-    if (loom.got_subcommand("cluster")) return loom::train::cluster_training_set(cluster), 0;
+    if (loom.got_subcommand("cluster")) {
+      loom::train::check_output_path(cluster.out, "cluster --out");
+      return loom::train::cluster_training_set(cluster), 0;
+    }
     if (tokenizer->got_subcommand("train")) return tokenizer_train_command(tokenizer_train);
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
     if (tokenizer->got_subcommand("convert")) return tokenizer_convert_command(tokenizer_convert);

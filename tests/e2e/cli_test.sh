@@ -75,14 +75,14 @@ done
   echo "ok: loom --help and loom COMMAND --help for every command" || fail "loom --help does not list the commands"
 
 # --- bad input: one error line naming the problem, exit status 1 ---
-expect_error() {  # expect_error WHAT PATTERN -- command...
-  local what=$1 pattern=$2
+expect_error() {  # [want_status=N] expect_error WHAT PATTERN -- command...   (N: 1 by default)
+  local what=$1 pattern=$2 want=${want_status:-1}
   shift 3
   set +e
   "$@" > "$work/out.log" 2> "$work/err.log"
   local status=$?
   set -e
-  if [ $status -ne 1 ]; then fail "$what: exit status $status, expected 1"; return; fi
+  if [ $status -ne "$want" ]; then fail "$what: exit status $status, expected $want"; return; fi
   if [ "$(wc -l < "$work/err.log")" -ne 1 ]; then fail "$what: expected one error line, got: $(cat "$work/err.log")"; return; fi
   if ! grep -q -- "$pattern" "$work/err.log"; then fail "$what: error does not mention '$pattern': $(cat "$work/err.log")"; return; fi
   echo "ok: $what -> $(cat "$work/err.log")"
@@ -98,7 +98,15 @@ expect_error "unknown config key" "train.stepz" -- "$loom" train "$cfg" --set ru
 expect_error "wrong-type value" "train.steps must be an integer" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set 'train.steps="many"'
 expect_error "bad value" "train.steps" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.steps=-4
 expect_error "missing config file" "nope.toml" -- "$loom" train "$work/nope.toml"
-expect_error "checkpoint of another model" "another model" -- "$loom" train "$cfg" --set run.out_dir="$work/a" --set model.width=48 --resume
+# A resumed run keeps the settings its checkpoints were trained with: refused (3), every
+# difference named, config.toml untouched; with a config.toml edited by hand to another model,
+# the checkpoint itself refuses.
+conf=$(md5sum < "$work/a/tiny_dit/config.toml")
+want_status=3 expect_error "resume with another model" "model.width: 32 -> 48" -- "$loom" train "$cfg" --set run.out_dir="$work/a" --set model.width=48 --resume
+want_status=3 expect_error "resume with other heads and seed" "model.heads: 2 -> 4; run.seed: 3 -> 99" -- "$loom" train "$cfg" --set run.out_dir="$work/a" --set model.heads=4 --set run.seed=99 --resume
+[ "$(md5sum < "$work/a/tiny_dit/config.toml")" = "$conf" ] || fail "a refused resume changed config.toml"
+cp -r "$work/a" "$work/a-edited" && sed -i 's/^width = 32$/width = 48/' "$work/a-edited/tiny_dit/config.toml"
+expect_error "checkpoint of another model" "another model" -- "$loom" train "$cfg" --set run.out_dir="$work/a-edited" --set model.width=48 --resume
 expect_error "sample: not a checkpoint" "trainer_state.json" -- "$loom" sample "$work"
 
 if [ $failures -ne 0 ]; then echo "$failures failed"; exit 1; fi

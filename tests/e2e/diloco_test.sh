@@ -242,8 +242,11 @@ expect bad-moe-ep "keeps every expert on each rank of a worker; parallel.ep must
 grep -q "rank 1 was started with another config than rank 0" "$work/two-configs.log" ||
   { fail "ranks with different configs not refused"; cat "$work/two-configs.log"; }
 cp -r "$work/gpt-none" "$work/regrown"
+# The checkpoint's own check, behind the resume rules (which refuse the change first: cli_test.sh):
+# a config.toml edited to 4 workers and 12 steps (constant schedule: 12 steps extend the run).
+sed -i 's/^workers = 2$/workers = 4/; s/^schedule = .*/schedule = "constant"/' "$work/regrown/tiny_gpt/config.toml"
 expect regrown "written by a run with 2 DiLoCo workers; this run has 4 DiLoCo workers" 4 "$gpt" \
-  "${common[@]}" --set lowcomm.workers=4 --set train.steps=12 --resume
+  "${common[@]}" --set lowcomm.workers=4 --set optim.schedule=\"constant\" --set train.steps=12 --resume
 
 [ $failures = 0 ] && echo "diloco: all checks passed"
 exit $((failures > 0))

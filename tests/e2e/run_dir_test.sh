@@ -12,7 +12,12 @@
 #   7 a directory, /dev/null or an empty file is no config
 #   8 non-finite floats are refused, naming the key
 #   9 `ckpt verify` checks what resume needs
-#  10 a metrics write that fails stops the run, naming the file
+#  10 a metrics write that fails stops the run, naming the file; a record cut mid-line (a crash,
+#     a full disk) is dropped when the run resumes, never continued by the next one
+#  11 another run's checkpoint where this run saves one is moved aside, never deleted
+#  12 settings that a resumed run must keep are refused (exit 3), every difference named, the
+#     run's config.toml untouched; train.steps extends a constant schedule, said in one line
+#  13 other commands never write into a checkpoint or over a run directory's own files
 # Usage: run_dir_test.sh LOOM MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -62,8 +67,8 @@ aside=$(ls -d "$work/one/tiny_dit.overwritten-"* 2>/dev/null | head -1)
 
 # --- 2: step numbers from 1,000,000 on ---
 R=$work/big/tiny_dit
-"$loom" train "$dit" --set run.out_dir="$work/big" --set train.ckpt_every=2 --set train.steps=4 \
-  > "$work/big.log" 2>&1 || fail "2: the first run failed"
+"$loom" train "$dit" --set run.out_dir="$work/big" --set train.ckpt_every=2 --set train.steps=1000010 \
+  --set train.stop_after=4 > "$work/big.log" 2>&1 || fail "2: the first run failed"
 # A checkpoint of this run at step 999998: step-000004 with its trainer_state.json (and the
 # manifest's checksums) rewritten.
 /usr/bin/python3 - "$R" <<'EOF'
@@ -254,6 +259,71 @@ done
 rm "$work/ten/tiny_dit/metrics.jsonl" && ln -s /dev/full "$work/ten/tiny_dit/metrics.jsonl"
 expect "10: metrics.jsonl on a full disk" 1 "cannot write .*metrics.jsonl: No space left on device" -- \
   "$loom" train "$dit" --set run.out_dir="$work/ten" --resume
+T=$work/ten/tiny_dit
+rm "$T/metrics.jsonl" && printf '{"step": 1, "loss": 0.5}\n{"step": 2, "lo' > "$T/metrics.jsonl"
+"$loom" train "$dit" --set run.out_dir="$work/ten" --resume > "$work/ten.log" 2>&1 ||
+  fail "10: the resumed run after a cut record failed: $(tail -2 "$work/ten.log")"
+/usr/bin/python3 -c '
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[-1] == "", "the file does not end with a whole line"
+steps = [json.loads(l)["step"] for l in lines[:-1]]
+assert steps[0] == 1 and steps[1] > 3, steps' "$T/metrics.jsonl" 2> "$work/ten.py" &&
+  "$loom" report "$T" --out "$work/ten.html" > /dev/null 2>&1 &&
+  ok "10: a cut last record is dropped on --resume; every line parses; loom report reads the file" ||
+  fail "10: after a cut record: $(tail -1 "$work/ten.py")"
+
+# --- 11: another run's checkpoint in the way ---
+E=(--set run.out_dir="$work/eleven" --set train.steps=12 --set train.ckpt_every=4)
+"$loom" train "$dit" "${E[@]}" --set train.stop_after=4 > /dev/null 2>&1 || fail "11: the run failed"
+cp -r "$work/one/tiny_dit/step-000012" "$work/eleven/tiny_dit/step-000012"
+foreign=$(sums "$work/eleven/tiny_dit/step-000012")
+expect "11: another run's step-000012 in the way" 0 "is not a checkpoint of run .* not deleted" -- \
+  "$loom" train "$dit" "${E[@]}" --resume
+[ "$(sums "$work/eleven/tiny_dit/set-aside-step-000012-1")" = "$foreign" ] &&
+  "$loom" ckpt verify "$work/eleven/tiny_dit/step-000012" > /dev/null 2>&1 &&
+  ok "11: the other run's checkpoint kept intact beside this run's own step-000012" ||
+  fail "11: the other run's checkpoint was not kept intact"
+
+# --- 12: what a resumed run may change ---
+W=(--set run.out_dir="$work/twelve" --set train.ckpt_every=4 --set optim.schedule=\"constant\")
+"$loom" train "$dit" "${W[@]}" --set train.steps=8 --set train.stop_after=4 > /dev/null 2>&1 ||
+  fail "12: the run failed"
+conf=$(md5sum < "$work/twelve/tiny_dit/config.toml")
+expect "12: another optimizer and seed" 3 "optim.lr: 0.001 -> 0.002; run.seed: 3 -> 9" -- \
+  "$loom" train "$dit" "${W[@]}" --set train.steps=8 --set optim.lr=0.002 --set run.seed=9 --resume
+expect "12: another schedule" 3 "optim.schedule: 'constant' -> 'cosine'" -- \
+  "$loom" train "$dit" --set run.out_dir="$work/twelve" --set train.steps=8 --resume
+[ "$(md5sum < "$work/twelve/tiny_dit/config.toml")" = "$conf" ] && ok "12: config.toml untouched" ||
+  fail "12: a refused resume changed config.toml"
+"$loom" train "$dit" "${W[@]}" --set train.steps=12 --set train.log_every=1 --set eval.every=0 \
+  --resume > "$work/twelve.log" 2>&1 &&
+  grep -q "resume: the run is extended, train.steps: 8 -> 12" "$work/twelve.log" &&
+  [ -d "$work/twelve/tiny_dit/step-000012" ] &&
+  ok "12: train.steps 8 -> 12 with a constant schedule: extended, said, trained to step 12" ||
+  fail "12: extending train.steps: $(grep -m1 'resume\|error' "$work/twelve.log")"
+C2=(--set run.out_dir="$work/twelve-cos" --set train.ckpt_every=4)
+"$loom" train "$dit" "${C2[@]}" --set train.steps=8 --set train.stop_after=4 > /dev/null 2>&1
+expect "12: train.steps under a cosine schedule" 3 "train.steps: 8 -> 12 (the 'cosine' schedule" -- \
+  "$loom" train "$dit" "${C2[@]}" --set train.steps=12 --resume
+
+# --- 13: what other commands may write ---
+N=$work/nine/tiny_dit
+before=$(sums "$N")
+expect "13: export onto a checkpoint's shard" 1 "step-000006 is a checkpoint; write elsewhere" -- \
+  "$loom" ckpt export "$N/step-000006" "$N/step-000006/rank-00000.safetensors"
+expect "13: export onto latest" 1 "latest is one of the files of the run directory" -- \
+  "$loom" ckpt export "$N/step-000006" "$N/latest"
+expect "13: an hf export into the run directory" 1 "tiny_dit is a run directory; write elsewhere" -- \
+  "$loom" ckpt export "$N" "$N" --format hf
+expect "13: a sample grid over config.toml" 1 "config.toml is one of the files of the run directory" -- \
+  "$loom" sample "$N" --steps 2 --png "$N/config.toml"
+[ "$(sums "$N")" = "$before" ] && "$loom" ckpt verify "$N" > /dev/null 2>&1 &&
+  ok "13: the run directory is unchanged and its checkpoint verifies" ||
+  fail "13: the refused commands changed the run directory"
+"$loom" ckpt export "$N/step-000006" "$N/model.safetensors" > /dev/null 2>&1 &&
+  ok "13: an export to a new name beside the run's files is written" ||
+  fail "13: an export to a new name in the run directory was refused"
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "run directory: all checks passed"

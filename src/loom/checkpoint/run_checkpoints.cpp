@@ -18,6 +18,36 @@ std::string step_name(int64_t step) {
   std::snprintf(buf, sizeof buf, "step-%06lld", (long long)step);
   return buf;
 }
+
+// The run a checkpoint directory's trainer_state.json names ("" when it cannot be read).
+std::string run_of(const fs::path& dir) {
+  try {
+    std::ifstream in(dir / "trainer_state.json", std::ios::binary);
+    if (!in) return "";
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const Json state = Json::parse(text, (dir / "trainer_state.json").string());
+    return state.contains("run_id") ? state.at("run_id").as_string() : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// Makes room for this run's checkpoint at `dir`. Only a checkpoint of this run is deleted;
+// anything else there (another run's, or one that cannot be read) is moved aside, never lost.
+void make_room(const fs::path& dir, const std::string& run_id) {
+  if (!fs::exists(dir)) return;
+  if (!run_id.empty() && run_of(dir) == run_id) {
+    fs::remove_all(dir);
+    return;
+  }
+  fs::path aside;
+  for (int n = 1; aside.empty() || fs::exists(aside); ++n)
+    aside = dir.parent_path() / ("set-aside-" + dir.filename().string() + "-" + std::to_string(n));
+  fs::rename(dir, aside);
+  std::fprintf(stderr,
+               "checkpoint: %s is not a checkpoint of run %s; moved to %s, not deleted\n",
+               dir.c_str(), run_id.c_str(), aside.c_str());
+}
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::ProcessGroup& world,
@@ -35,13 +65,13 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, dist::Proc
   world.barrier()->wait();
   if (main) {
     write_manifest(tmp_dir.string(), world.size(), {{"trainer_state.json", state.dump(2) + "\n"}});
-    fs::remove_all(final_dir);
+    const std::string run_id = state.at("run_id").as_string();
+    make_room(final_dir, run_id);
     fs::rename(tmp_dir, final_dir);
     sync_directory(run_dir);  // the rename itself survives a crash
     write_file_atomic((fs::path(run_dir) / "latest").string(), step_name(step) + "\n");
     // This run's other checkpoints: the newest keep - 1 before this step stay; any beyond it
     // belong to a line of training the run has left (it resumed from an earlier one).
-    const std::string run_id = state.at("run_id").as_string();
     std::vector<CheckpointInfo> older;
     for (const CheckpointInfo& c : list_checkpoints(run_dir)) {
       if (!c.readable || c.run_id != run_id || c.dir == final_dir.string()) continue;

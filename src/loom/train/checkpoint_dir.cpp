@@ -140,4 +140,29 @@ std::string newest_valid_checkpoint(const std::string& run_dir, const std::strin
   return step < 0 ? "" : checkpoint_dir_name(run_dir, step);
 }
 
+void check_output_path(const std::string& path, const char* flag) {
+  LOOM_CHECK(!path.empty()) << flag << ": an empty path";
+  const fs::path out = fs::weakly_canonical(fs::absolute(path));
+  auto is_checkpoint = [](const fs::path& d) {
+    return fs::is_directory(d) &&
+           (fs::exists(d / "manifest.json") || fs::exists(d / "trainer_state.json"));
+  };
+  auto is_run_dir = [](const fs::path& d) {
+    return fs::is_directory(d) && (fs::exists(d / "config.toml") || fs::exists(d / "latest"));
+  };
+  for (fs::path d = out; !d.empty(); d = d.parent_path()) {
+    LOOM_CHECK(!is_checkpoint(d)) << flag << " " << path << ": " << d.string()
+                                  << " is a checkpoint; write elsewhere (a checkpoint is changed "
+                                     "only by the run that saved it)";
+    if (d == d.parent_path()) break;
+  }
+  LOOM_CHECK(!is_run_dir(out)) << flag << " " << path
+                                << " is a run directory; write elsewhere (a run's files are "
+                                   "changed only by the run)";
+  LOOM_CHECK(!(fs::exists(out) && is_run_dir(out.parent_path())))
+      << flag << " " << path << " is one of the files of the run directory "
+      << out.parent_path().string()
+      << "; write to a new name (a run's files are changed only by the run)";
+}
+
 }  // namespace loom::train

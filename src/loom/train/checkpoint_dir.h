@@ -21,6 +21,13 @@ Config run_config_of(const std::string& ckpt_dir, const std::string& kind, const
 // naming what is damaged (a truncated or corrupted file, a missing one).
 void verify_checkpoint(const std::string& dir);
 
+// What a command other than training may write (exports, samples, tokenizers, reports): never
+// a file or folder inside a checkpoint (a folder with manifest.json or trainer_state.json),
+// and never an existing entry of a run directory (config.toml, latest, metrics.jsonl, a
+// checkpoint, ...: a folder with config.toml or `latest`). A new name beside them is fine.
+// Throws naming `flag` and the path otherwise; nothing has been written then.
+void check_output_path(const std::string& path, const char* flag);
+
 enum class Resume { No, Latest, Auto };
 // Rank 0 alone: the checkpoint of run `run_id` to continue from. Latest: the one `latest`
 // names if it is this run's; without a usable `latest` (missing, dangling, garbage, another

@@ -1,12 +1,12 @@
 #include "loom/train/progress.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 
 #include "loom/core/allocator.h"
 #include "loom/core/error.h"
+#include "loom/core/jsonl_file.h"
 #include "loom/dist/work.h"
 
 namespace loom::train {
@@ -31,20 +31,14 @@ double eta_seconds(double step_s, int64_t steps_left, double budget_s, double el
 
 Progress::Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
                    int64_t items_per_step, bool append)
-    : metrics_path_(metrics_path),
-      total_steps_(total_steps),
+    : total_steps_(total_steps),
       items_per_step_(items_per_step),
       unit_(unit) {
-  if (!metrics_path.empty()) {
-    metrics_ = std::fopen(metrics_path.c_str(), append ? "a" : "w");
-    LOOM_CHECK(metrics_) << "cannot open " << metrics_path << " for writing";
-  }
+  if (!metrics_path.empty()) metrics_ = std::make_unique<JsonlFile>(metrics_path, append);
   start_ = last_time_ = std::chrono::steady_clock::now();
 }
 
-Progress::~Progress() {
-  if (metrics_) std::fclose(metrics_);
-}
+Progress::~Progress() = default;
 
 void Progress::add_image(const std::string& tag, const ImageGrid& grid, int64_t step) {
   if (tensorboard_)
@@ -130,12 +124,7 @@ void Progress::log(int64_t step, double loss, double lr, Json extra, const std::
     breakdown += part;
   }
   metrics.set("mem", by_category);
-  if (metrics_) {  // a full disk stops the run: a record that ends mid-line is no record
-    errno = 0;
-    const bool written =
-        std::fprintf(metrics_, "%s\n", metrics.dump().c_str()) >= 0 && std::fflush(metrics_) == 0;
-    LOOM_CHECK(written) << "cannot write " << metrics_path_ << ": " << std::strerror(errno);
-  }
+  if (metrics_) metrics_->append(metrics.dump());  // a full disk stops the run
   if (tensorboard_) tensorboard_->add_scalars(metrics, step + 1);
   const double elapsed = elapsed_seconds();
   const double eta = eta_seconds(step_time, total_steps_ - step - 1, budget_s_, elapsed);

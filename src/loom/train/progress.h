@@ -7,6 +7,7 @@
 #include <string>
 
 #include "loom/core/json.h"
+#include "loom/core/jsonl_file.h"
 #include "loom/diffusion/png.h"
 #include "loom/train/tensorboard.h"
 
@@ -49,9 +50,8 @@ class Progress {
   }
 
  private:
-  std::FILE* metrics_ = nullptr;
+  std::unique_ptr<JsonlFile> metrics_;  // whole records only (core/jsonl_file.h)
   std::unique_ptr<TensorBoardWriter> tensorboard_;
-  std::string metrics_path_;
   int64_t total_steps_, items_per_step_;
   const char* unit_;
   std::chrono::steady_clock::time_point start_, last_time_;

@@ -73,6 +73,15 @@ std::vector<Json> read_jsonl(const std::string& path, bool required) {
     const std::string line = text.substr(start, end - start);
     start = end + 1;
     if (line.empty()) continue;
+    // A last line without its newline is a record cut short (a crash while it was written):
+    // not a record, and not the file's fault (core/jsonl_file.h).
+    if (end == text.size() && !text.ends_with('\n')) {
+      try {
+        lines.push_back(Json::parse(line, path));
+      } catch (const std::exception&) {
+      }
+      continue;
+    }
     lines.push_back(Json::parse(line, path + ", line " + std::to_string(line_no)));
   }
   return lines;

@@ -16,6 +16,7 @@
 
 #include "loom/ops/ops.h"
 #include "loom/train/events.h"
+#include "loom/train/resume_rules.h"
 
 namespace loom::train {
 
@@ -96,8 +97,34 @@ struct Decision {
 };
 
 // Rank 0: the run this directory will hold and where it continues from.
-Decision decide(const std::string& dir, const std::string& wanted_id, Resume resume, bool overwrite,
-                int& lock_fd) {
+// The step a checkpoint directory ".../step-NNNNNN" holds.
+int64_t step_of(const std::string& checkpoint) {
+  const std::string name = fs::path(checkpoint).filename().string();
+  LOOM_CHECK(name.rfind("step-", 0) == 0) << checkpoint << " is not a step-NNNNNN directory";
+  return std::stoll(name.substr(5));
+}
+
+// A resumed run keeps the settings its checkpoints were trained with (resume_rules.h).
+void check_resume_settings(const std::string& dir, const std::string& id,
+                           const std::string& settings_toml, int64_t step) {
+  const std::string recorded = dir + "/config.toml";
+  if (!fs::is_regular_file(recorded)) return;
+  std::ifstream in(recorded);
+  const std::string recorded_toml((std::istreambuf_iterator<char>(in)), {});
+  const ResumeChanges changes = compare_for_resume(recorded_toml, settings_toml, step);
+  if (!changes.refused.empty()) {
+    std::string list;
+    for (const std::string& c : changes.refused) list += (list.empty() ? "" : "; ") + c;
+    throw RunRefused("--resume: run " + id + " in " + dir +
+                     " must keep the settings its checkpoints were trained with, but " + list +
+                     ". Keep them, or start a new run (another run.name, or --overwrite)");
+  }
+  for (const std::string& c : changes.extended)
+    std::printf("resume: the run is extended, %s\n", c.c_str());
+}
+
+Decision decide(const std::string& dir, const std::string& wanted_id,
+                const std::string& settings_toml, Resume resume, bool overwrite, int& lock_fd) {
   lock_fd = lock_directory(dir);
   const std::string used = used_by(dir);
   Decision d;
@@ -139,6 +166,8 @@ Decision decide(const std::string& dir, const std::string& wanted_id, Resume res
   } catch (const Error& e) {
     throw RunRefused(e.what());
   }
+  if (!d.resume_from.empty())
+    check_resume_settings(dir, d.id, settings_toml, step_of(d.resume_from));
   if (d.resume_from.empty()) {
     if (resume == Resume::Latest)
       throw RunRefused("--resume: run " + d.id + " in " + dir + " has no checkpoint yet (" + used +
@@ -164,8 +193,9 @@ std::string broadcast_text(const std::string& text, dist::ProcessGroup& world) {
 
 }  // namespace
 
-RunDirectory RunDirectory::open(const std::string& dir, const std::string& wanted_id, Resume resume,
-                                bool overwrite, dist::ProcessGroup& world) {
+RunDirectory RunDirectory::open(const std::string& dir, const std::string& wanted_id,
+                                const std::string& settings_toml, Resume resume, bool overwrite,
+                                dist::ProcessGroup& world) {
   LOOM_CHECK(!(overwrite && resume != Resume::No)) << "--overwrite and --resume exclude each other";
   RunDirectory run;
   run.dir_ = dir;
@@ -173,7 +203,7 @@ RunDirectory RunDirectory::open(const std::string& dir, const std::string& wante
   std::string outcome;
   if (world.rank() == 0) {
     try {
-      const Decision d = decide(dir, wanted_id, resume, overwrite, run.lock_fd_);
+      const Decision d = decide(dir, wanted_id, settings_toml, resume, overwrite, run.lock_fd_);
       outcome = "ok\n" + d.id + "\n" + d.resume_from;
     } catch (const RunRefused& e) {
       outcome = std::string("refused\n") + e.what();

@@ -6,7 +6,8 @@
 //    checkpoint in it) stops with an error, unless --overwrite: then the old directory is moved
 //    aside to <dir>.overwritten-<UTC time>, not deleted;
 //  - --resume continues the directory's own run (the checkpoint `latest` names, or without a
-//    usable `latest` the newest verified one; an error if there is none);
+//    usable `latest` the newest verified one; an error if there is none), with the settings
+//    its checkpoints were trained with (resume_rules.h: what may change, what is refused);
 //  - --resume auto continues from the newest verified checkpoint of the run; a run directory
 //    with no checkpoint yet (a supervised job that failed early) starts from step 0.
 // Errors here are RunRefused: nothing in the directory was changed, and the launcher does not
@@ -31,9 +32,12 @@ class RunRefused : public Error {
 class RunDirectory {
  public:
   // Collective over `world`: decides on rank 0, the same outcome everywhere (or RunRefused on
-  // every rank). wanted_id: run.id from the config ("" to take the directory's or a new one).
-  static RunDirectory open(const std::string& dir, const std::string& wanted_id, Resume resume,
-                           bool overwrite, dist::ProcessGroup& world);
+  // every rank). wanted_id: run.id from the config ("" to take the directory's or a new one);
+  // settings_toml: the run's resolved settings (Config::resolved_toml), compared on --resume
+  // with those recorded in the directory's config.toml.
+  static RunDirectory open(const std::string& dir, const std::string& wanted_id,
+                           const std::string& settings_toml, Resume resume, bool overwrite,
+                           dist::ProcessGroup& world);
   RunDirectory(RunDirectory&& other) noexcept;
   RunDirectory& operator=(RunDirectory&&) = delete;
   ~RunDirectory();  // releases the lock
