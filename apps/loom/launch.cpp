@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -272,6 +274,53 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
 }
 
 }  // namespace
+
+int64_t check_placement(const LaunchOptions& o) {
+  int64_t slots = 0;
+  std::string where;
+  if (o.hostfile.empty()) {
+    slots = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+    where = std::to_string(slots) + " cores here";
+  } else {
+    namespace fs = std::filesystem;
+    LOOM_CHECK(fs::is_regular_file(o.hostfile))
+        << "launch --hostfile " << o.hostfile << ": no such file";
+    std::ifstream in(o.hostfile);
+    LOOM_CHECK(in) << "launch --hostfile " << o.hostfile << ": cannot be read";
+    std::string line;
+    int64_t hosts = 0;
+    for (int line_no = 1; std::getline(in, line); ++line_no) {
+      line = line.substr(0, line.find('#'));
+      std::istringstream words(line);
+      std::string host, field;
+      if (!(words >> host)) continue;  // blank or a comment
+      const bool host_ok = host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
+                                                  "TUVWXYZ0123456789.-_:[]") == std::string::npos;
+      LOOM_CHECK(host_ok) << "launch --hostfile " << o.hostfile << ", line " << line_no << ": '"
+                          << host << "' is not a host name";
+      int64_t host_slots = 1;
+      while (words >> field) {
+        const size_t eq = field.find('=');
+        const std::string key = field.substr(0, eq);
+        char* end = nullptr;
+        const long long v = eq == std::string::npos ? 0 : std::strtoll(field.c_str() + eq + 1, &end, 10);
+        LOOM_CHECK((key == "slots" || key == "max_slots" || key == "max-slots") && v > 0 &&
+                   end && *end == 0)
+            << "launch --hostfile " << o.hostfile << ", line " << line_no << ": '" << field
+            << "' is not slots=N or max_slots=N (N a positive integer)";
+        if (key == "slots") host_slots = v;
+      }
+      slots += host_slots;
+      ++hosts;
+    }
+    LOOM_CHECK(hosts > 0) << "launch --hostfile " << o.hostfile << " names no host";
+    where = std::to_string(slots) + " slots in " + o.hostfile;
+  }
+  LOOM_CHECK(o.processes <= kMaxProcessesPerSlot * slots)
+      << "launch: -n " << o.processes << " is more than " << kMaxProcessesPerSlot
+      << " processes per slot (" << where << ": at most " << kMaxProcessesPerSlot * slots << ")";
+  return slots;
+}
 
 int launch(const LaunchOptions& options, const std::string& run_dir) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();

@@ -26,6 +26,14 @@ struct LaunchOptions {
   std::vector<std::string> command;  // COMMAND ARGS...: what each process runs after `loom`
 };
 
+// Where the processes go, checked before mpirun sees it: a hostfile must exist and hold at least
+// one host line of OpenMPI's form (HOST [slots=N] [max_slots=N], # comments), each line named
+// when it does not; and N is at most kMaxProcessesPerSlot per slot (the hostfile's slots, a
+// line without slots=N counting 1; without a hostfile, this machine's cores). Returns the
+// slots; throws a one-line error otherwise.
+constexpr int64_t kMaxProcessesPerSlot = 16;
+int64_t check_placement(const LaunchOptions& options);
+
 // run_dir: with max_restarts > 0, the run directory of the supervised train command (its
 // events.jsonl and the ranks' heartbeats).
 int launch(const LaunchOptions& options, const std::string& run_dir);

@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -30,6 +32,7 @@
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
+#include "loom/train/config_file.h"
 #include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
@@ -146,16 +149,22 @@ int usage_error(const CLI::App& loom, const CLI::ParseError& e) {
 }
 
 // Numbers are read as Loom has always read them (strtoll in base 10 -- CLI11 alone would read
-// "010" as 8 -- and strtod) and refused in its words: "--steps: 'x' is not an integer".
+// "010" as 8 -- and strtod) and refused in its words: "--steps: 'x' is not an integer". Every
+// count is bounded (at most 2^31 - 1, as in a config: ConfigFile::kMaxCount) and every number
+// finite: a count of 10^12 or a NaN guidance scale is a typo, never a request.
 CLI::Option* add_int(CLI::App& cmd, const std::string& name, int64_t& value,
-                     const std::string& help, int64_t min = std::numeric_limits<int64_t>::min()) {
+                     const std::string& help, int64_t min = std::numeric_limits<int64_t>::min(),
+                     int64_t max = loom::train::ConfigFile::kMaxCount) {
   const std::string what = min == 1   ? "a positive integer"
                            : min == 0 ? "a non-negative integer"
                                       : "an integer";
-  const auto read = [min, what](std::string& text) -> std::string {
+  const auto read = [min, max, what](std::string& text) -> std::string {
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(text.c_str(), &end, 10);
     if (text.empty() || *end != 0 || v < min) return "'" + text + "' is not " + what;
+    if (v > max || errno == ERANGE)
+      return "'" + text + "' is more than " + std::to_string(max);
     text = std::to_string(v);  // the plain decimal, for CLI11 to read
     return "";
   };
@@ -167,8 +176,8 @@ CLI::Option* add_number(CLI::App& cmd, const std::string& name, double& value,
   const auto read = [positive](std::string& text) -> std::string {
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
-    if (!text.empty() && *end == 0 && (!positive || v > 0)) return "";
-    return "'" + text + (positive ? "' is not a positive number" : "' is not a number");
+    if (!text.empty() && *end == 0 && std::isfinite(v) && (!positive || v > 0)) return "";
+    return "'" + text + (positive ? "' is not a positive number" : "' is not a finite number");
   };
   return cmd.add_option(name, value, help)->check(CLI::Validator(read, ""))->type_name("S");
 }
@@ -314,7 +323,8 @@ void add_sample(CLI::App& cmd, SampleArgs& a) {
       "DiT checkpoint: sample it (EMA weights) into a PNG grid and/or .npy files; GPT "
       "checkpoint: continue a prompt (temperature 0: greedy)");
   cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
-  add_int(cmd, "--seed", a.seed, "sampling seed");
+  add_int(cmd, "--seed", a.seed, "sampling seed", std::numeric_limits<int64_t>::min(),
+          std::numeric_limits<int64_t>::max());
   cmd.option_defaults()->group(kDitFlags);
   add_int(cmd, "--per-class", a.dit.per_class, "samples per class");
   add_int(cmd, "--steps", a.dit.steps, "sampler steps");
@@ -753,6 +763,7 @@ int launch_command(const loom::cli::LaunchOptions& o) {
     throw CLI::ValidationError("--hang-timeout", "needs --max-restarts");
   if (o.max_restarts == 0 && o.startup_timeout_s >= 0)
     throw CLI::ValidationError("--startup-timeout", "needs --max-restarts");
+  loom::cli::check_placement(o);
   return loom::cli::launch(o, o.max_restarts > 0 ? supervised_run_dir(o.command) : "");
 }
 

@@ -136,6 +136,22 @@ cp -r "$work/gpt2-hf-f32" "$work/gpt2-wide" && sed -i 's/"n_embd": 32/"n_embd": 
 bad_init "n_embd is 48, the run's model needs 32" "$work/gpt2-wide"
 cp -r "$work/gpt2-hf-f32-sharded" "$work/gpt2-missing" && rm "$work/gpt2-missing/model-00002-of-"*
 bad_init "gpt2-missing/model-00002-of-" "$work/gpt2-missing"
+# A NaN in the weights: refused at the start, naming the file and the tensor (not a step that
+# goes non-finite later with advice about checkpoints).
+cp -r "$work/gpt2-hf-f32" "$work/gpt2-nan"
+"$py" - "$work/gpt2-nan/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+name = sorted(k for k in header if k != "__metadata__")[0]
+assert header[name]["dtype"] == "F32", header[name]
+start = 8 + n + header[name]["data_offsets"][0]
+data[start:start + 4] = struct.pack("<f", float("nan"))
+open(path, "wb").write(data)
+PY
+bad_init "gpt2-nan: tensor '.*' holds 1 NaN or infinite value(s)" "$work/gpt2-nan"
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo PASS

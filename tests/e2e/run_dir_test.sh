@@ -18,6 +18,10 @@
 #  12 settings that a resumed run must keep are refused (exit 3), every difference named, the
 #     run's config.toml untouched; train.steps extends a constant schedule, said in one line
 #  13 other commands never write into a checkpoint or over a run directory's own files
+#  14 one clear error each: run.name that is no directory name, a config of only comments, a
+#     count beyond its bound, moe.every beyond the depth, a NaN on the command line, a launch
+#     of 100000 processes or with a missing, empty or garbled hostfile
+#  15 a signal after the last checkpoint (the final sampling) ends the run at once
 # Usage: run_dir_test.sh LOOM MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -324,6 +328,60 @@ expect "13: a sample grid over config.toml" 1 "config.toml is one of the files o
 "$loom" ckpt export "$N/step-000006" "$N/model.safetensors" > /dev/null 2>&1 &&
   ok "13: an export to a new name beside the run's files is written" ||
   fail "13: an export to a new name in the run directory was refused"
+
+# --- 14: one clear error each ---
+F=(--set run.out_dir="$work/fourteen/runs")
+expect "14: run.name empty" 1 "run.name '' must be one directory name" -- \
+  "$loom" train "$dit" "${F[@]}" --set 'run.name=""'
+expect "14: run.name .." 1 "run.name '..' must be one directory name" -- \
+  "$loom" train "$dit" "${F[@]}" --set 'run.name=".."'
+[ ! -e "$work/fourteen" ] && ok "14: nothing written for a refused run.name" || fail "14: files written"
+printf '  \n# the settings come later\n\n' > "$work/comments.toml"
+expect "14: a config of blanks and comments" 1 "is empty (no settings in it)" -- \
+  "$loom" train "$work/comments.toml"
+expect "14: train.grad_accum = 10^12" 1 "train.grad_accum must be at most 65536, got 1000000000000" -- \
+  timeout 20 "$loom" train "$dit" "${F[@]}" --set train.grad_accum=1000000000000
+expect "14: sample.steps = 10^9" 1 "sample.steps must be at most 10000" -- \
+  timeout 20 "$loom" train "$dit" "${F[@]}" --set sample.steps=1000000000
+expect "14: moe.every beyond model.depth" 1 "moe.every 5 is more than model.depth 1" -- \
+  "$loom" train "$gpt" "${F[@]}" --set moe.experts=4 --set moe.hidden=16 --set moe.every=5
+expect "14: sample --cfg nan" 2 "'nan' is not a finite number" -- "$loom" sample "$N" --cfg nan
+expect "14: sample --steps 10^12" 2 "'1000000000000' is more than 2147483647" -- \
+  "$loom" sample "$N" --steps 1000000000000
+expect "14: launch -n 100000" 1 "-n 100000 is more than 16 processes per slot" -- \
+  timeout 20 "$loom" launch -n 100000 -- train "$dit" "${F[@]}"
+: > "$work/hosts-empty"
+printf 'node1 slots=two\n' > "$work/hosts-garbled"
+for h in missing empty garbled; do
+  case $h in
+    missing) want="hostfile $work/hosts-missing: no such file" ;;
+    empty) want="hostfile $work/hosts-empty names no host" ;;
+    garbled) want="line 1: 'slots=two' is not slots=N" ;;
+  esac
+  expect "14: launch --hostfile, $h" 1 "$want" -- \
+    timeout 20 "$loom" launch -n 2 --hostfile "$work/hosts-$h" -- train "$dit" "${F[@]}"
+done
+
+# --- 15: a signal during the final sampling ---
+S=(--set run.out_dir="$work/fifteen" --set train.steps=4 --set train.ckpt_every=4
+   --set sample.steps=10000 --set sample.per_class=100)
+"$loom" train "$dit" "${S[@]}" > "$work/fifteen.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do
+  [ "$(cat "$work/fifteen/tiny_dit/latest" 2> /dev/null)" = step-000004 ] && break
+  sleep 0.1
+done
+sleep 1
+t0=$(date +%s%N)
+kill -TERM $pid
+for _ in $(seq 100); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+kill -0 $pid 2> /dev/null && { kill -KILL $pid; fail "15: SIGTERM during the final sampling was ignored"; }
+wait $pid
+status=$?
+took=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $status -eq 143 ] && "$loom" ckpt verify "$work/fifteen/tiny_dit" > /dev/null 2>&1 &&
+  ok "15: SIGTERM during the final sampling ended the run in ${took} ms (status 143); step 4 verifies" ||
+  fail "15: status $status after SIGTERM during the final sampling"
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "run directory: all checks passed"

@@ -89,7 +89,7 @@ rm -rf "$work/big12" "$work/big24"
 bad() {  # expected-message dir
   "$loom" train "$cfg" "${cache[@]}" --set run.out_dir="$work/bad" "${bpe[@]}" --set data.dataset=\"tokens\" \
     --set data.path=\"$2\" --set data.tokenizer=\"$work/kjv.bpe\" > "$work/bad.log" 2>&1 && fail "$2 was accepted"
-  grep -q "$1" "$work/bad.log" && echo "ok: $(grep -o "token file.*" "$work/bad.log" | head -1)" ||
+  grep -q "$1" "$work/bad.log" && echo "ok: $(grep -o "token [fd][ia][lt][ea].*" "$work/bad.log" | head -1)" ||
     fail "no '$1' for $2: $(tail -1 "$work/bad.log")"
   [ -z "$(ls -A "$work/bad/tiny_gpt" 2> /dev/null | grep -v '^.lock$')" ] ||
     fail "bad input $2 left files in the run directory: $(ls -A "$work/bad/tiny_gpt")"
@@ -98,6 +98,10 @@ cp -r "$work/tok-64" "$work/cut" && truncate -s -3 "$work/cut/train.bin"
 bad "truncated or corrupt" "$work/cut"
 cp -r "$work/tok-64" "$work/magic" && printf 'JUNK' | dd of="$work/magic/val.bin" conv=notrunc 2> /dev/null
 bad "header starts" "$work/magic"
+# Tokens of another tokenizer (bytes) under a run whose data.tokenizer is the BPE: every id is
+# in the vocabulary, yet they would be read as other text.
+"$loom" data prepare --input "$work/genesis.txt" --out "$work/genesis-bytes" > /dev/null
+bad "genesis-bytes was prepared with the tokenizer bytes (256 tokens), not with this run's" "$work/genesis-bytes"
 "$loom" train "$cfg" "${cache[@]}" --set run.out_dir="$work/bad" --set data.dataset=\"tokens\" \
   --set data.path=\"$work/tok-64\" > "$work/bad.log" 2>&1 && fail "512-token data trained a 256-token model"
 grep -q "outside the vocabulary of 256" "$work/bad.log" && echo "ok: tokens outside the vocabulary" ||

@@ -1,5 +1,8 @@
 #include "loom/checkpoint/state_dict.h"
 
+#include <cmath>
+
+#include "loom/ops/creation.h"
 #include "loom/ops/ops.h"
 
 namespace loom {
@@ -25,6 +28,12 @@ void load_state_dict(const nn::Module& module, const std::map<std::string, Tenso
     LOOM_CHECK(it->second.shape() == target.shape())
         << origin << ": tensor '" << name << "' has shape " << it->second.shape()
         << ", the model expects " << target.shape() << " (a checkpoint of another model?)";
+    // Weights from outside (a checkpoint, an export, another tool's file) must be finite: a
+    // NaN in them would end the run steps later with nothing naming the file.
+    int64_t non_finite = 0;
+    for (float v : to_vector(it->second)) non_finite += !std::isfinite(v);
+    LOOM_CHECK(non_finite == 0) << origin << ": tensor '" << name << "' holds " << non_finite
+                                << " NaN or infinite value(s) of " << it->second.numel();
     copy_(target, it->second);
   }
   LOOM_CHECK(tensors.size() == targets.size())

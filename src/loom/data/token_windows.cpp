@@ -4,6 +4,7 @@
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/core/json_file.h"
 #include "loom/core/rng.h"
 #include "loom/data/text.h"
 #include "loom/data/tokenizer_files.h"
@@ -140,9 +141,37 @@ TokenizedText tokenize_text(const std::string& source, const Tokenizer& tok, dou
   return d;
 }
 
+namespace {
+
+bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
+  if (a.bytes || b.bytes) return a.bytes == b.bytes;
+  const BpeTokenizer::Parts &x = a.bpe.parts(), &y = b.bpe.parts();
+  return x.tokens == y.tokens && x.special == y.special && x.merges == y.merges &&
+         x.pattern == y.pattern && x.whole_piece_first == y.whole_piece_first;
+}
+
+// The tokenizer a `loom data prepare` directory was made with: its meta.json names it and the
+// directory holds a copy.
+void check_prepared_with(const std::string& dir, const Tokenizer& tok, const std::string& pattern) {
+  const fs::path meta_path = fs::path(dir) / "meta.json";
+  LOOM_CHECK(fs::is_regular_file(meta_path))
+      << "token data " << dir << " has no meta.json (not made by `loom data prepare`?)";
+  const Json meta = read_json_file(meta_path.string());
+  const std::string spec = meta.at("tokenizer").as_string();
+  const Tokenizer prepared = spec == "bytes" ? Tokenizer{} : read_tokenizer(dir, pattern);
+  LOOM_CHECK(same_tokenizer(prepared, tok))
+      << "token data " << dir << " was prepared with the tokenizer " << spec << " ("
+      << prepared.bpe.vocab_size() << " tokens), not with this run's data.tokenizer ("
+      << (tok.bytes ? std::string("bytes") : tok.files.empty() ? "?" : tok.files.front()) << ", "
+      << tok.bpe.vocab_size() << " tokens): prepare it again with that tokenizer";
+}
+
+}  // namespace
+
 TokenizedText open_token_dirs(const std::vector<std::string>& dirs,
                               const std::vector<double>& weights, int64_t vocab_size,
-                              int64_t min_tokens) {
+                              int64_t min_tokens, const Tokenizer& tok,
+                              const std::string& pattern) {
   LOOM_CHECK(!dirs.empty() && weights.size() == dirs.size())
       << "token data: " << dirs.size() << " directories but " << weights.size() << " weights";
   TokenizedText d;
@@ -158,6 +187,7 @@ TokenizedText open_token_dirs(const std::vector<std::string>& dirs,
           << " tokens, it needs at least model.context + 2 = " << min_tokens;
       (part[0] == 't' ? d.train : d.val).add(std::move(file), weights[i]);
     }
+    check_prepared_with(dirs[i], tok, pattern);
   }
   return d;
 }

@@ -72,10 +72,12 @@ TokenizedText tokenize_text(const std::string& source, const Tokenizer& tok, dou
                             int64_t min_tokens);
 // Directories of `loom data prepare` (train.bin, val.bin), mixed for training by `weights`
 // (one each, positive); their tokens must be below vocab_size and each file must have at least
-// min_tokens.
+// min_tokens. Each must have been prepared with the run's tokenizer `tok` (the copy in it,
+// read with `pattern` where a .tiktoken needs one): ids of another tokenizer are other text.
 TokenizedText open_token_dirs(const std::vector<std::string>& dirs,
                               const std::vector<double>& weights, int64_t vocab_size,
-                              int64_t min_tokens);
+                              int64_t min_tokens, const Tokenizer& tok,
+                              const std::string& pattern);
 
 struct Window {
   int stream = 0;

@@ -28,7 +28,9 @@ struct MoeConfig {
   double bias_rate = 0;        // aux-loss-free balancing: the bias step per update (0: off)
   int64_t every = 1;           // in a model: blocks i with (i + 1) % every == 0 get the mixture
   // One clear error for a mixture that cannot be built (k > E, ...).
-  void validate() const;
+  // depth > 0: the model's blocks, of which every `every`-th is a mixture; at least one must be
+  // (a model that asks for experts and gets none would train dense under a banner of experts).
+  void validate(int64_t depth = 0) const;
   bool enabled() const { return experts > 0; }
   // Parameters of one expert for a model of `dim` channels (its GEMMs' weights).
   int64_t expert_parameters(int64_t dim) const { return (swiglu ? 3 : 2) * dim * hidden; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "loom/train/config_file.h"
 #include "loom/train/profiler.h"
@@ -11,6 +12,10 @@
 namespace loom::train {
 
 namespace {
+
+// Step numbers, cadences in steps, seeds and the batch (bounded by memory instead): no bound of
+// their own beyond int64 (ConfigFile::kMaxCount bounds every other count).
+constexpr int64_t kAnyStep = std::numeric_limits<int64_t>::max();
 
 void check_pipeline(const Config& c, const std::string& path) {
   const auto& p = c.parallel.topology;
@@ -319,7 +324,7 @@ void read_dit(ConfigFile& f, Config& c) {
 
   auto& t = c.train;
   t.ema_decay = f.get_double("train", "ema_decay", t.ema_decay);
-  t.ema_start = f.get_int("train", "ema_start", t.ema_start);
+  t.ema_start = f.get_int("train", "ema_start", t.ema_start, kAnyStep);
   LOOM_CHECK(t.ema_decay >= 0 && t.ema_decay < 1)
       << "config " << path << ": train.ema_decay must be in [0, 1), got " << t.ema_decay;
 
@@ -332,19 +337,19 @@ void read_dit(ConfigFile& f, Config& c) {
       << "config " << path << ": diffusion.label_dropout must be in [0, 1] and "
       << "logit_normal_std positive";
 
-  c.sample.steps = f.get_int("sample", "steps", c.sample.steps);
+  c.sample.steps = f.get_int("sample", "steps", c.sample.steps, 10000);
   c.sample.cfg_scale = f.get_double("sample", "cfg_scale", c.sample.cfg_scale);
   c.sample.heun = f.get_bool("sample", "heun", c.sample.heun);
-  c.sample.per_class = f.get_int("sample", "per_class", c.sample.per_class);
-  c.sample.every = f.get_int("sample", "every", c.sample.every);
+  c.sample.per_class = f.get_int("sample", "per_class", c.sample.per_class, 10000);
+  c.sample.every = f.get_int("sample", "every", c.sample.every, kAnyStep);
   LOOM_CHECK(c.sample.steps > 0 && c.sample.per_class > 0 && c.sample.every >= 0)
       << "config " << path << ": sample.steps and sample.per_class must be positive, "
       << "sample.every non-negative";
 
   c.eval.classifier = f.get_string("eval", "classifier", c.eval.classifier);
-  c.eval.num_samples = f.get_int("eval", "num_samples", c.eval.num_samples);
+  c.eval.num_samples = f.get_int("eval", "num_samples", c.eval.num_samples, 1000000);
   // The held-out flow-matching loss on the test split: at the end, and every eval.every steps.
-  c.eval.every = f.get_int("eval", "every", 0);
+  c.eval.every = f.get_int("eval", "every", 0, kAnyStep);
   c.eval.val_images = f.get_int("eval", "val_images", c.eval.val_images);
   LOOM_CHECK(c.eval.every >= 0 && c.eval.val_images >= 0)
       << "config " << path << ": eval.every and eval.val_images must be non-negative";
@@ -419,14 +424,14 @@ void read_gpt(ConfigFile& f, Config& c) {
         << g.vocab_size;
   }
 
-  c.eval.every = f.get_int("eval", "every", c.eval.every);
-  c.eval.windows = f.get_int("eval", "windows", c.eval.windows);
+  c.eval.every = f.get_int("eval", "every", c.eval.every, kAnyStep);
+  c.eval.windows = f.get_int("eval", "windows", c.eval.windows, 1000000);
   LOOM_CHECK(c.eval.every >= 0 && c.eval.windows > 0)
       << "config " << path << ": eval.every must be non-negative and eval.windows positive";
 
   auto& s = c.lm_sample;
   s.prompt = f.get_string("sample", "prompt", s.prompt);
-  s.tokens = f.get_int("sample", "tokens", s.tokens);
+  s.tokens = f.get_int("sample", "tokens", s.tokens, 1000000);
   s.temperature = f.get_double("sample", "temperature", s.temperature);
   LOOM_CHECK(s.tokens >= 0 && s.temperature >= 0)
       << "config " << path << ": sample.tokens and sample.temperature must be non-negative";
@@ -439,11 +444,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   Config c;
   c.run.name = f.get_string("run", "name", c.run.name);
   c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);
-  c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed)));
+  c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed), kAnyStep));
   c.run.memory_limit_mb = f.get_double("run", "memory_limit_mb", c.run.memory_limit_mb);
   c.run.profile_steps = f.get_string("run", "profile_steps", c.run.profile_steps);
   c.run.tensorboard = f.get_bool("run", "tensorboard", c.run.tensorboard);
   c.run.id = f.get_string("run", "id", c.run.id);
+  // The run directory is out_dir/name: a name is one directory, never a path out of out_dir.
+  LOOM_CHECK(!c.run.name.empty() && c.run.name != "." && c.run.name != ".." &&
+             c.run.name.find('/') == std::string::npos)
+      << "config " << path << ": run.name '" << c.run.name
+      << "' must be one directory name (not empty, '.', '..', nor with a '/')";
+  LOOM_CHECK(!c.run.out_dir.empty()) << "config " << path << ": run.out_dir must not be empty";
   try {
     parse_profile_steps(c.run.profile_steps);
   } catch (const Error& e) {
@@ -460,15 +471,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       << "' is not known (expected dit, gpt, vit_classifier or dit_router)";
 
   auto& t = c.train;
-  t.steps = f.get_int("train", "steps", t.steps);
-  t.batch_size = f.get_int("train", "batch_size", t.batch_size);
-  t.grad_accum = f.get_int("train", "grad_accum", t.grad_accum);
-  t.log_every = f.get_int("train", "log_every", t.log_every);
-  t.ckpt_every = f.get_int("train", "ckpt_every", t.ckpt_every);
+  t.steps = f.get_int("train", "steps", t.steps, kAnyStep);
+  t.batch_size = f.get_int("train", "batch_size", t.batch_size, kAnyStep);  // memory decides
+  t.grad_accum = f.get_int("train", "grad_accum", t.grad_accum, 65536);
+  t.log_every = f.get_int("train", "log_every", t.log_every, kAnyStep);
+  t.ckpt_every = f.get_int("train", "ckpt_every", t.ckpt_every, kAnyStep);
   t.keep_checkpoints = f.get_int("train", "keep_checkpoints", t.keep_checkpoints);
   t.async_checkpoint = f.get_bool("train", "async_checkpoint", t.async_checkpoint);
   t.max_minutes = f.get_double("train", "max_minutes", t.max_minutes);
-  t.stop_after = f.get_int("train", "stop_after", t.stop_after);
+  t.stop_after = f.get_int("train", "stop_after", t.stop_after, kAnyStep);
   t.grad_clip = f.get_double("train", "grad_clip", t.grad_clip);
   read_precision(f, c);
   LOOM_CHECK(t.steps > 0 && t.batch_size > 0 && t.grad_accum > 0 && t.log_every > 0 &&
@@ -511,7 +522,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   auto& s = c.schedule;
   s.lr = o.lr;
   s.kind = f.get_string("optim", "schedule", s.kind);
-  s.warmup_steps = f.get_int("optim", "warmup_steps", s.warmup_steps);
+  s.warmup_steps = f.get_int("optim", "warmup_steps", s.warmup_steps, kAnyStep);
   s.min_lr_ratio = f.get_double("optim", "min_lr_ratio", s.min_lr_ratio);
   s.decay_fraction = f.get_double("optim", "decay_fraction", s.decay_fraction);
   s.total_steps = t.steps;

@@ -39,13 +39,10 @@ toml::table parse_value(const std::string& text) {
 
 ConfigFile::ConfigFile(const std::string& path, const std::vector<std::string>& overrides)
     : impl_(std::make_unique<Impl>()), path_(path) {
-  // A directory, a device or an empty file is no config (toml++ would read it as {}).
+  // A directory or a device is no config (toml++ would read it as {}).
   std::error_code ec;
   LOOM_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec))
       << "config " << path << " is not a regular file";
-  LOOM_CHECK(!std::filesystem::is_regular_file(path, ec) ||
-             std::filesystem::file_size(path, ec) > 0)
-      << "config " << path << " is empty";
   try {
     impl_->table = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -53,6 +50,8 @@ ConfigFile::ConfigFile(const std::string& path, const std::vector<std::string>& 
     LOOM_FAIL() << "config " << path << ":" << where.line << ":" << where.column << ": "
                 << e.description();
   }
+  // Nothing but blanks and comments would train every default, which no one asked for.
+  LOOM_CHECK(!impl_->table.empty()) << "config " << path << " is empty (no settings in it)";
   for (const std::string& o : overrides) {
     const size_t eq = o.find('='), dot = o.find('.');
     LOOM_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq)
@@ -99,7 +98,8 @@ std::string ConfigFile::get_string(const std::string& section, const std::string
   return v;
 }
 
-int64_t ConfigFile::get_int(const std::string& section, const std::string& key, int64_t fallback) {
+int64_t ConfigFile::get_int(const std::string& section, const std::string& key, int64_t fallback,
+                            int64_t max) {
   impl_->used.insert(section + "." + key);
   const toml::node* n = find(impl_->table, section, key);
   int64_t v = fallback;
@@ -107,6 +107,8 @@ int64_t ConfigFile::get_int(const std::string& section, const std::string& key, 
     LOOM_CHECK(n->is_integer()) << "config " << path_ << ": " << section << "." << key
                                 << " must be an integer";
     v = **n->as_integer();
+    LOOM_CHECK(v <= max) << "config " << path_ << ": " << section << "." << key
+                         << " must be at most " << max << ", got " << v;
   }
   impl_->resolved[section][key] = std::to_string(v);
   return v;

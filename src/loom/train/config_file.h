@@ -18,7 +18,11 @@ class ConfigFile {
   bool has(const std::string& section, const std::string& key) const;
   std::string get_string(const std::string& section, const std::string& key,
                          const std::string& fallback);
-  int64_t get_int(const std::string& section, const std::string& key, int64_t fallback);
+  // Every count a user can set is bounded: by kMaxCount unless the key gives its own `max`
+  // (train.steps may be larger; train.grad_accum, the micro-batches of one step, smaller).
+  static constexpr int64_t kMaxCount = (int64_t(1) << 31) - 1;
+  int64_t get_int(const std::string& section, const std::string& key, int64_t fallback,
+                  int64_t max = kMaxCount);
   double get_double(const std::string& section, const std::string& key, double fallback);
   bool get_bool(const std::string& section, const std::string& key, bool fallback);
   std::vector<int64_t> get_int_list(const std::string& section, const std::string& key,

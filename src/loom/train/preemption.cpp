@@ -11,6 +11,7 @@ namespace loom::train {
 namespace {
 
 std::atomic<int> noted{0};
+std::vector<int> armed;  // set before any signal can arrive; read by disarm_preemption
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 void note(int signal) {
@@ -48,6 +49,17 @@ void arm_preemption(const std::vector<int>& signals) {
   action.sa_flags = SA_RESTART;  // system calls inside MPI and I/O go on undisturbed
   sigemptyset(&action.sa_mask);
   for (int s : signals) ::sigaction(s, &action, nullptr);
+  armed = signals;
+}
+
+void disarm_preemption() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  for (int s : armed) ::sigaction(s, &action, nullptr);
+  // A signal noted after the last step (while its checkpoint was written) acts now.
+  if (const int s = preemption_signal()) ::raise(s);
 }
 
 int preemption_signal() {

@@ -3,7 +3,9 @@
 // the current step the ranks agree (any rank noted one: all stop), write a checkpoint, log a
 // `preempted` event and exit with kExitPreempted, which `loom launch` does not restart. A
 // second signal during the save changes nothing: the save completes or, killed, leaves the
-// previous checkpoint as `latest` (writes are atomic).
+// previous checkpoint as `latest` (writes are atomic). Once training's last checkpoint is
+// written there is nothing left to save: disarm_preemption() gives the signals back their
+// default (ending the process), so one during the final evaluation or sampling ends it at once.
 #pragma once
 #include <string>
 #include <vector>
@@ -24,6 +26,8 @@ class Preempted : public Error {
 std::vector<int> parse_signal_names(const std::string& names);
 // Installs the noting handler for each signal (replacing the default: ending the process).
 void arm_preemption(const std::vector<int>& signals);
+// Restores the default action of the armed signals; one already noted is raised now.
+void disarm_preemption();
 // The signal this process noted, or 0.
 int preemption_signal();
 

@@ -92,6 +92,9 @@ void Progress::log(int64_t step, double loss, double lr, Json extra, const std::
                   1e3 * dt / n, 1e3 * compute / n, 1e3 * waited / n, 1e3 * idle / n);
     if (ceiling_flops_ > 0) {
       const double achieved = flops_per_step_ * n / dt;
+      // The GEMM ceiling is what the machine was seen to do: a start-up measurement that a
+      // loaded machine made low is raised to what the steps reached (never an MFU over 100%).
+      ceiling_flops_ = std::max(ceiling_flops_, achieved);
       metrics.set("mfu", Json(achieved / ceiling_flops_));
       metrics.set("gflops", Json(achieved / 1e9));
       std::snprintf(mfu, sizeof mfu, " | MFU %.0f%% of GEMM", 100.0 * achieved / ceiling_flops_);

@@ -24,6 +24,7 @@
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/events.h"
 #include "loom/train/moe_balance.h"
+#include "loom/train/preemption.h"
 #include "loom/train/profiler.h"
 #include "loom/train/progress.h"
 #include "loom/train/recipe.h"
@@ -401,6 +402,11 @@ void train(const Config& cfg, const std::string& resume_from) {
     std::printf("%s\n", data.c_str());
   if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
 
+  // The GEMM ceiling (MFU's yardstick) is measured first, before the batch thread below
+  // competes with it for the cores.
+  const bool on_host = tc.device == cpu_device();
+  const double ceiling_gflops =
+      plan::measure_gemm_ceiling(tc.precision, on_host ? 1024 : 256, tc.device);
   // Batches are made on a background thread, in (step, micro) order from start_step, so the
   // step never waits for data.
   int64_t next_step = start_step, next_micro = 0;
@@ -422,9 +428,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   // One step's work against the GEMM ceiling and the hardware peak (the CPU's, from its ISA
   // and clock; on a GPU the measured ceiling alone).
-  const bool on_host = tc.device == cpu_device();
-  progress.count_flops(plan::train_step_flops(spec),
-                       plan::measure_gemm_ceiling(tc.precision, on_host ? 1024 : 256, tc.device),
+  progress.count_flops(plan::train_step_flops(spec), ceiling_gflops,
                        on_host ? plan::measure_hardware_peak(tc.precision).gflops : 0,
                        mesh.world()->size());
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
@@ -525,6 +529,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   guard.finish();
   profiler.finish();    // a run stopped inside the profile window still writes its trace
   checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
+  disarm_preemption();  // nothing left to save: a signal ends evaluation and sampling at once
   const int64_t steps_run = step - start_step;
   if (steps_run > 0) {
     const double items = double(steps_run) * double(spec.items_per_step());

@@ -20,7 +20,7 @@ void DitConfig::validate() const {
   LOOM_CHECK(width % 4 == 0) << "dit: width " << width << " must be a multiple of 4 (2-D sin-cos)";
   LOOM_CHECK(depth > 0 && channels > 0 && num_classes > 0 && mlp_ratio > 0)
       << "dit: depth, channels, num_classes and mlp_ratio must be positive";
-  if (moe.enabled()) moe_config().validate();
+  if (moe.enabled()) moe_config().validate(depth);
 }
 
 Tensor timestep_embedding(const Tensor& t, int64_t dim, double scale, double max_period) {

@@ -50,7 +50,7 @@ void GptConfig::validate() const {
         << "gpt: swiglu_hidden " << swiglu_hidden << " is only used by style \"llama\", not \""
         << style << "\" (which uses mlp_ratio)";
   }
-  if (moe.enabled()) moe_config().validate();
+  if (moe.enabled()) moe_config().validate(depth);
 }
 
 int64_t GptConfig::mlp_hidden() const {

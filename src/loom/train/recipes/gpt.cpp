@@ -43,7 +43,7 @@ Tokenizer load_tokenizer(const Config& cfg, const std::string& run_dir) {
 TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
   if (cfg.data.dataset == "tokens")
     return open_token_dirs(cfg.data.paths, cfg.data.weights, cfg.gpt.vocab_size,
-                           cfg.gpt.context + 2);
+                           cfg.gpt.context + 2, tok, cfg.data.tokenizer_pattern);
   const std::string source =
       cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
   return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt.context + 2);
