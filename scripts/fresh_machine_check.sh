@@ -93,6 +93,9 @@ if [ -d /usr/local/share/ca-certificates ]; then
   mkdir -p "$root/usr/local/share/ca-certificates"
   cp -rL /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
 fi
+# The root a mount point of its own: `ip netns exec` (the shaped-link test's network
+# namespaces) makes / a slave mount, which a plain directory under chroot cannot be.
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
