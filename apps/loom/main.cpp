@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "launch.h"
+#include "loom/backend/cpu/threads.h"
 #include "loom/bench/step_bench.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
@@ -254,6 +255,7 @@ loom::train::Resume resume_of(const std::string& word) {
 int train_command(const std::string& config_path, std::vector<std::string> overrides,
                   loom::train::Resume resume, bool overwrite) {
   loom::train::Config config = loom::train::load_config(config_path, overrides);
+  loom::cpu::use_threads(config.run.threads);
   loom::train::arm_preemption(loom::train::parse_signal_names(config.resilience.preempt_signals));
   loom::dist::init_world({config.parallel.timeout_s});
   loom::train::check_fits_in_memory(config, loom::dist::world_size());
@@ -875,6 +877,8 @@ int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  loom::cpu::set_wait_policy(argv);  // may start the program again, with the policy set
+  loom::cpu::use_threads(0);         // train sets run.threads once it has read its config
   int code = 1;
   try {
     code = run(argc, argv);

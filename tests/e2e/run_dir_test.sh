@@ -22,6 +22,8 @@
 #     count beyond its bound, moe.every beyond the depth, a NaN on the command line, a launch
 #     of 100000 processes or with a missing, empty or garbled hostfile
 #  15 a signal after the last checkpoint (the final sampling) ends the run at once
+#  16 threads: run.threads and OMP_NUM_THREADS set the count; with no wait policy in the
+#     environment, cores busy with another process make idle threads sleep, said in the banner
 # Usage: run_dir_test.sh LOOM MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -382,6 +384,25 @@ took=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ $status -eq 143 ] && "$loom" ckpt verify "$work/fifteen/tiny_dit" > /dev/null 2>&1 &&
   ok "15: SIGTERM during the final sampling ended the run in ${took} ms (status 143); step 4 verifies" ||
   fail "15: status $status after SIGTERM during the final sampling"
+
+# --- 16: threads ---
+T16=(--set run.out_dir="$work/sixteen" --set train.steps=1 --set sample.per_class=1 --overwrite)
+banner() { grep -m1 "threads (" "$work/sixteen.log"; }
+env -u OMP_NUM_THREADS "$loom" train "$dit" "${T16[@]}" --set run.threads=3 > "$work/sixteen.log" 2>&1
+banner | grep -q " 3 threads (" && ok "16: run.threads = 3: $(banner)" ||
+  fail "16: run.threads: $(banner)"
+OMP_NUM_THREADS=2 "$loom" train "$dit" "${T16[@]}" > "$work/sixteen.log" 2>&1
+banner | grep -q " 2 threads" && ok "16: OMP_NUM_THREADS=2: 2 threads" || fail "16: OMP_NUM_THREADS: $(banner)"
+( while :; do :; done ) &
+spinner=$!
+sleep 0.5
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$loom" train "$dit" "${T16[@]}" > "$work/sixteen.log" 2>&1
+kill $spinner
+banner | grep -q "idle threads sleep: cores shared, [0-9.]* busy with other work" &&
+  ok "16: beside a busy process: $(banner | grep -o 'idle threads sleep[^)]*')" ||
+  fail "16: beside a busy process: $(banner)"
+expect "16: run.threads = -1" 1 "run.threads must be >= 0" -- \
+  "$loom" train "$dit" "${T16[@]}" --set run.threads=-1
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "run directory: all checks passed"

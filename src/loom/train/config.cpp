@@ -449,6 +449,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   c.run.profile_steps = f.get_string("run", "profile_steps", c.run.profile_steps);
   c.run.tensorboard = f.get_bool("run", "tensorboard", c.run.tensorboard);
   c.run.id = f.get_string("run", "id", c.run.id);
+  c.run.threads = f.get_int("run", "threads", c.run.threads, 4096);
+  LOOM_CHECK(c.run.threads >= 0) << "config " << path
+                                 << ": run.threads must be >= 0 (0: the cores this process may "
+                                    "use), got "
+                                 << c.run.threads;
   // The run directory is out_dir/name: a name is one directory, never a path out of out_dir.
   LOOM_CHECK(!c.run.name.empty() && c.run.name != "." && c.run.name != ".." &&
              c.run.name.find('/') == std::string::npos)

@@ -27,6 +27,9 @@ struct RunConfig {
   // The run's identity (train/run_directory.h): set when a run starts, kept by its resumes,
   // recorded in config.toml and in every checkpoint. "" in a config: a new run gets one.
   std::string id;
+  // Threads of the CPU kernels; 0: OMP_NUM_THREADS, else the cores this process may use shared
+  // by the ranks on its host (backend/cpu/threads.h).
+  int64_t threads = 0;
 };
 
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.

@@ -40,7 +40,7 @@ bool may_change(const std::string& key) {
     if (key.rfind(s, 0) == 0) return true;
   static const char* const keys[] = {
       "run.id",  // decided by the run directory, not by the settings
-      "run.out_dir",  "run.memory_limit_mb", "run.profile_steps",  "run.tensorboard",
+      "run.out_dir",  "run.memory_limit_mb", "run.threads", "run.profile_steps",  "run.tensorboard",
       "train.stop_after", "train.max_minutes", "train.ckpt_every", "train.keep_checkpoints",
       "train.log_every",  "train.async_checkpoint", "train.device", "train.tf32",
       "data.cache_dir"};

@@ -3,7 +3,7 @@
 // compares the new settings with the recorded ones, key by key:
 //  - may change: how the run is bounded, saved, logged, evaluated and sampled, how it is laid
 //    out (a checkpoint reshards to any layout) and watched (run.memory_limit_mb, profile_steps,
-//    tensorboard; train.stop_after, max_minutes, ckpt_every, keep_checkpoints, log_every,
+//    tensorboard, threads; train.stop_after, max_minutes, ckpt_every, keep_checkpoints, log_every,
 //    async_checkpoint, device, tf32; data.cache_dir; [eval], [sample], [parallel], [dist],
 //    [resilience]);
 //  - extends: train.steps, where the learning rate so far does not depend on it: a constant

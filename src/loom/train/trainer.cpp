@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "loom/backend/cpu/threads.h"
 #include "loom/backend/backend.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/allocator.h"
@@ -395,9 +396,9 @@ void train(const Config& cfg, const std::string& resume_from) {
     write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
     recipe->write_run_files(run_dir);
   }
-  std::printf("%s, batch %lld x %lld, %d threads, %s\n", recipe->describe().c_str(),
+  std::printf("%s, batch %lld x %lld, %d threads (%s), %s\n", recipe->describe().c_str(),
               (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
-              model->describe().c_str());
+              cpu::wait_policy_description(), model->describe().c_str());
   if (const std::string data = recipe->describe_data(); !data.empty())
     std::printf("%s\n", data.c_str());
   if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
