@@ -83,14 +83,14 @@ echo "ok: BPE run ($tokens held-out tokens, $bytes bytes)"
 "$loom" train "$here/tiny_dit.toml" --set run.out_dir="$work/dit" --set train.stop_after=1 > /dev/null
 
 # --- bad input: one error line naming the problem, exit status 1 ---
-expect_error() {  # expect_error WHAT PATTERN -- command...
-  local what=$1 pattern=$2
+expect_error() {  # [want_status=N] expect_error WHAT PATTERN -- command...   (N: 1 by default)
+  local what=$1 pattern=$2 want=${want_status:-1}
   shift 3
   set +e
   "$@" > "$work/out.log" 2> "$work/err.log"
   local status=$?
   set -e
-  if [ $status -ne 1 ]; then fail "$what: exit status $status, expected 1"; return; fi
+  if [ $status -ne "$want" ]; then fail "$what: exit status $status, expected $want"; return; fi
   if [ "$(wc -l < "$work/err.log")" -ne 1 ]; then fail "$what: expected one error line, got: $(cat "$work/err.log")"; return; fi
   if ! grep -q "^loom: error: " "$work/err.log"; then fail "$what: not a 'loom: error:' line: $(cat "$work/err.log")"; return; fi
   if ! grep -q -- "$pattern" "$work/err.log"; then fail "$what: error does not mention '$pattern': $(cat "$work/err.log")"; return; fi
@@ -110,7 +110,7 @@ expect_error "unknown model kind" "model.kind 'rnn'" -- "$loom" train "$cfg" "${
 expect_error "unknown dataset" "data.dataset 'mnist'" -- "$loom" train "$cfg" "${run[@]}" --set data.dataset=mnist
 expect_error "wrong-type value" "model.width must be an integer" -- "$loom" train "$cfg" "${run[@]}" --set 'model.width="wide"'
 expect_error "bad value" "not divisible by heads" -- "$loom" train "$cfg" "${run[@]}" --set model.width=33
-expect_error "resume from a DiT run" "is of model kind dit" -- "$loom" train "$cfg" "${cache[@]}" --set run.out_dir="$work/dit" --set run.name=tiny_dit --resume
+want_status=3 expect_error "resume from a DiT run" "model.kind: 'dit' -> 'gpt'" -- "$loom" train "$cfg" "${cache[@]}" --set run.out_dir="$work/dit" --set run.name=tiny_dit --resume
 expect_error "eval of a DiT checkpoint with a missing classifier" "classifier" -- "$loom" eval "$work/dit/tiny_dit/step-000001" --classifier "$work/no_classifier"
 expect_error "eval: not a checkpoint" "trainer_state.json" -- "$loom" eval "$work"
 expect_error "tokenizer train without input" "--input FILE and --kjv" -- "$loom" tokenizer train --vocab 300 --out "$work/x.bpe"

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, GptDefaults) {
 
 TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
   for (const std::string& path :
-       {dit_file(), write("defaults.toml", "# every key at its default\n")}) {
+       {dit_file(), write("defaults.toml", "# every other key at its default\n[model]\nkind = \"dit\"\n")}) {
     const Config c = load_config(path);
     EXPECT_EQ(c.model_kind, "dit");
     EXPECT_EQ(c.data.dataset, "fashion_mnist");
@@ -85,6 +85,18 @@ TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
     EXPECT_EQ(c.dit.num_classes, c.flow.null_class);
     EXPECT_EQ(c.resolved_toml.find("vocab_size"), std::string::npos);
     EXPECT_EQ(c.resolved_toml.find("val_fraction"), std::string::npos);
+  }
+}
+
+// A file of blanks and comments sets nothing: it would train every default, which no one asked.
+TEST_F(ConfigTest, ConfigOfOnlyCommentsIsEmpty) {
+  const std::string path = write("comments.toml", "  \n# nothing set yet\n\n");
+  try {
+    load_config(path);
+    FAIL() << "a config of only comments was accepted";
+  } catch (const loom::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + " is empty (no settings in it)"), std::string::npos)
+        << e.what();
   }
 }
 
