@@ -86,6 +86,9 @@ if [ -f /etc/apt/sources.list.d/debian.sources ]; then
   [ -z "$keyring" ] || [ -f "$root$keyring" ] || install -D -m 644 "$keyring" "$root$keyring"
 fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# And its /etc/hosts, which every installed Debian has and debootstrap's minbase lacks: without
+# localhost and the host's own name, each mpirun rank beyond the cores waits 5 s at start.
+cp -L /etc/hosts "$root/etc/hosts" 2>/dev/null || true
 # Likewise the machine's own certificate authorities (a network that inspects HTTPS has its
 # own): the ca-certificates package that bootstrap installs adds them to the root's trust, so
 # the pinned PyPI wheels it fetches verify as on this machine.
