@@ -294,8 +294,9 @@ int64_t check_placement(const LaunchOptions& o) {
       std::istringstream words(line);
       std::string host, field;
       if (!(words >> host)) continue;  // blank or a comment
-      const bool host_ok = host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
-                                                  "TUVWXYZ0123456789.-_:[]") == std::string::npos;
+      const bool host_ok = host.find_first_not_of(
+                               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
+                               "TUVWXYZ0123456789.-_:[]") == std::string::npos;
       LOOM_CHECK(host_ok) << "launch --hostfile " << o.hostfile << ", line " << line_no << ": '"
                           << host << "' is not a host name";
       int64_t host_slots = 1;
@@ -303,9 +304,10 @@ int64_t check_placement(const LaunchOptions& o) {
         const size_t eq = field.find('=');
         const std::string key = field.substr(0, eq);
         char* end = nullptr;
-        const long long v = eq == std::string::npos ? 0 : std::strtoll(field.c_str() + eq + 1, &end, 10);
-        LOOM_CHECK((key == "slots" || key == "max_slots" || key == "max-slots") && v > 0 &&
-                   end && *end == 0)
+        const long long v =
+            eq == std::string::npos ? 0 : std::strtoll(field.c_str() + eq + 1, &end, 10);
+        LOOM_CHECK((key == "slots" || key == "max_slots" || key == "max-slots") && v > 0 && end &&
+                   *end == 0)
             << "launch --hostfile " << o.hostfile << ", line " << line_no << ": '" << field
             << "' is not slots=N or max_slots=N (N a positive integer)";
         if (key == "slots") host_slots = v;

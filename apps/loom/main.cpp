@@ -2,9 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,7 +31,6 @@
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
-#include "loom/train/config_file.h"
 #include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
@@ -43,6 +40,7 @@
 #include "loom/train/report.h"
 #include "loom/train/run_directory.h"
 #include "loom/train/trainer.h"
+#include "numbers.h"
 #include "rank_log.h"
 
 namespace {
@@ -149,40 +147,6 @@ int usage_error(const CLI::App& loom, const CLI::ParseError& e) {
   return 2;
 }
 
-// Numbers are read as Loom has always read them (strtoll in base 10 -- CLI11 alone would read
-// "010" as 8 -- and strtod) and refused in its words: "--steps: 'x' is not an integer". Every
-// count is bounded (at most 2^31 - 1, as in a config: ConfigFile::kMaxCount) and every number
-// finite: a count of 10^12 or a NaN guidance scale is a typo, never a request.
-CLI::Option* add_int(CLI::App& cmd, const std::string& name, int64_t& value,
-                     const std::string& help, int64_t min = std::numeric_limits<int64_t>::min(),
-                     int64_t max = loom::train::ConfigFile::kMaxCount) {
-  const std::string what = min == 1   ? "a positive integer"
-                           : min == 0 ? "a non-negative integer"
-                                      : "an integer";
-  const auto read = [min, max, what](std::string& text) -> std::string {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end != 0 || v < min) return "'" + text + "' is not " + what;
-    if (v > max || errno == ERANGE)
-      return "'" + text + "' is more than " + std::to_string(max);
-    text = std::to_string(v);  // the plain decimal, for CLI11 to read
-    return "";
-  };
-  return cmd.add_option(name, value, help)->transform(CLI::Validator(read, ""))->type_name("N");
-}
-
-CLI::Option* add_number(CLI::App& cmd, const std::string& name, double& value,
-                        const std::string& help, bool positive = false) {
-  const auto read = [positive](std::string& text) -> std::string {
-    char* end = nullptr;
-    const double v = std::strtod(text.c_str(), &end);
-    if (!text.empty() && *end == 0 && std::isfinite(v) && (!positive || v > 0)) return "";
-    return "'" + text + (positive ? "' is not a positive number" : "' is not a finite number");
-  };
-  return cmd.add_option(name, value, help)->check(CLI::Validator(read, ""))->type_name("S");
-}
-
 constexpr const char* kCheckpointHelp = "a step-NNNNNN directory, or a run directory (its latest)";
 
 // `--resume auto` is the one flag followed by a word of its own, and CLI11 would give an
@@ -262,9 +226,9 @@ int train_command(const std::string& config_path, std::vector<std::string> overr
   // run.memory_limit_mb holds from the start: the model build is inside it too.
   loom::host_allocator().set_limit(int64_t(config.run.memory_limit_mb * 1024 * 1024));
   // The run directory first: its lock, and whether this is its own run starting or resuming.
-  const loom::train::RunDirectory run = loom::train::RunDirectory::open(
-      config.run_dir(), config.run.id, config.resolved_toml, resume, overwrite,
-      *loom::dist::world());
+  const loom::train::RunDirectory run =
+      loom::train::RunDirectory::open(config.run_dir(), config.run.id, config.resolved_toml, resume,
+                                      overwrite, *loom::dist::world());
   if (config.run.id != run.id()) {  // recorded in config.toml and the checkpoints
     overrides.push_back("run.id=\"" + run.id() + "\"");
     config = loom::train::load_config(config_path, overrides);

@@ -77,7 +77,8 @@ TEST_F(ConfigTest, GptDefaults) {
 
 TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
   for (const std::string& path :
-       {dit_file(), write("defaults.toml", "# every other key at its default\n[model]\nkind = \"dit\"\n")}) {
+       {dit_file(),
+        write("defaults.toml", "# every other key at its default\n[model]\nkind = \"dit\"\n")}) {
     const Config c = load_config(path);
     EXPECT_EQ(c.model_kind, "dit");
     EXPECT_EQ(c.data.dataset, "fashion_mnist");

@@ -44,8 +44,7 @@ void make_room(const fs::path& dir, const std::string& run_id) {
   for (int n = 1; aside.empty() || fs::exists(aside); ++n)
     aside = dir.parent_path() / ("set-aside-" + dir.filename().string() + "-" + std::to_string(n));
   fs::rename(dir, aside);
-  std::fprintf(stderr,
-               "checkpoint: %s is not a checkpoint of run %s; moved to %s, not deleted\n",
+  std::fprintf(stderr, "checkpoint: %s is not a checkpoint of run %s; moved to %s, not deleted\n",
                dir.c_str(), run_id.c_str(), aside.c_str());
 }
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 
 // Cuts the file back to just after its last newline (to nothing when it has none).
 void drop_unfinished_line(int fd, const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   LOOM_CHECK(::fstat(fd, &st) == 0) << "cannot read " << path << ": " << std::strerror(errno);
   off_t end = st.st_size;
   char buf[4096];
@@ -64,7 +64,9 @@ JsonlFile::~JsonlFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void JsonlFile::append(const std::string& record) { append_whole(fd_, path_, record); }
+void JsonlFile::append(const std::string& record) {
+  append_whole(fd_, path_, record);
+}
 
 void append_jsonl_record(const std::string& path, const std::string& record) {
   // Not cut on opening: another process may be writing its line this very moment.

@@ -162,8 +162,10 @@ void check_prepared_with(const std::string& dir, const Tokenizer& tok, const std
   LOOM_CHECK(same_tokenizer(prepared, tok))
       << "token data " << dir << " was prepared with the tokenizer " << spec << " ("
       << prepared.bpe.vocab_size() << " tokens), not with this run's data.tokenizer ("
-      << (tok.bytes ? std::string("bytes") : tok.files.empty() ? "?" : tok.files.front()) << ", "
-      << tok.bpe.vocab_size() << " tokens): prepare it again with that tokenizer";
+      << (tok.bytes           ? std::string("bytes")
+          : tok.files.empty() ? "?"
+                              : tok.files.front())
+      << ", " << tok.bpe.vocab_size() << " tokens): prepare it again with that tokenizer";
 }
 
 }  // namespace

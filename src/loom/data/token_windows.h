@@ -76,8 +76,7 @@ TokenizedText tokenize_text(const std::string& source, const Tokenizer& tok, dou
 // read with `pattern` where a .tiktoken needs one): ids of another tokenizer are other text.
 TokenizedText open_token_dirs(const std::vector<std::string>& dirs,
                               const std::vector<double>& weights, int64_t vocab_size,
-                              int64_t min_tokens, const Tokenizer& tok,
-                              const std::string& pattern);
+                              int64_t min_tokens, const Tokenizer& tok, const std::string& pattern);
 
 struct Window {
   int stream = 0;

@@ -95,9 +95,8 @@ void MoeConfig::validate(int64_t depth) const {
   LOOM_CHECK(aux_loss >= 0 && z_loss >= 0 && bias_rate >= 0)
       << "moe.aux_loss, moe.z_loss and moe.bias_rate must be non-negative";
   LOOM_CHECK(every >= 1) << "moe.every must be at least 1, got " << every;
-  LOOM_CHECK(depth <= 0 || every <= depth)
-      << "moe.every " << every << " is more than model.depth " << depth
-      << ": no block would be a mixture of experts";
+  LOOM_CHECK(depth <= 0 || every <= depth) << "moe.every " << every << " is more than model.depth "
+                                           << depth << ": no block would be a mixture of experts";
 }
 
 MoE::MoE(int64_t dim, const MoeConfig& c, Init init) : config(c) {

@@ -157,8 +157,8 @@ void check_output_path(const std::string& path, const char* flag) {
     if (d == d.parent_path()) break;
   }
   LOOM_CHECK(!is_run_dir(out)) << flag << " " << path
-                                << " is a run directory; write elsewhere (a run's files are "
-                                   "changed only by the run)";
+                               << " is a run directory; write elsewhere (a run's files are "
+                                  "changed only by the run)";
   LOOM_CHECK(!(fs::exists(out) && is_run_dir(out.parent_path())))
       << flag << " " << path << " is one of the files of the run directory "
       << out.parent_path().string()

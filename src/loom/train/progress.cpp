@@ -31,9 +31,7 @@ double eta_seconds(double step_s, int64_t steps_left, double budget_s, double el
 
 Progress::Progress(const std::string& metrics_path, int64_t total_steps, const char* unit,
                    int64_t items_per_step, bool append)
-    : total_steps_(total_steps),
-      items_per_step_(items_per_step),
-      unit_(unit) {
+    : total_steps_(total_steps), items_per_step_(items_per_step), unit_(unit) {
   if (!metrics_path.empty()) metrics_ = std::make_unique<JsonlFile>(metrics_path, append);
   start_ = last_time_ = std::chrono::steady_clock::now();
 }

@@ -38,12 +38,21 @@ bool may_change(const std::string& key) {
   static const char* const sections[] = {"eval.", "sample.", "parallel.", "dist.", "resilience."};
   for (const char* s : sections)
     if (key.rfind(s, 0) == 0) return true;
-  static const char* const keys[] = {
-      "run.id",  // decided by the run directory, not by the settings
-      "run.out_dir",  "run.memory_limit_mb", "run.threads", "run.profile_steps",  "run.tensorboard",
-      "train.stop_after", "train.max_minutes", "train.ckpt_every", "train.keep_checkpoints",
-      "train.log_every",  "train.async_checkpoint", "train.device", "train.tf32",
-      "data.cache_dir"};
+  static const char* const keys[] = {"run.id",  // decided by the run directory, not by the settings
+                                     "run.out_dir",
+                                     "run.memory_limit_mb",
+                                     "run.threads",
+                                     "run.profile_steps",
+                                     "run.tensorboard",
+                                     "train.stop_after",
+                                     "train.max_minutes",
+                                     "train.ckpt_every",
+                                     "train.keep_checkpoints",
+                                     "train.log_every",
+                                     "train.async_checkpoint",
+                                     "train.device",
+                                     "train.tf32",
+                                     "data.cache_dir"};
   for (const char* k : keys)
     if (key == k) return true;
   return false;
@@ -69,17 +78,17 @@ optim::LrSchedule schedule_of(const Flat& c, int64_t total) {
 }
 
 // Whether every step taken so far had the same learning rate under either step count.
-bool same_rates_so_far(const Flat& c, int64_t old_total, int64_t new_total, int64_t steps_taken) {
+bool same_rates_so_far(const Flat& c, int64_t old_total, int64_t new_total, int64_t taken) {
   const optim::LrSchedule a = schedule_of(c, old_total), b = schedule_of(c, new_total);
-  for (int64_t s = 0; s < steps_taken; ++s)
+  for (int64_t s = 0; s < taken; ++s)
     if (a.lr_at(s) != b.lr_at(s)) return false;
   return true;
 }
 
 }  // namespace
 
-ResumeChanges compare_for_resume(const std::string& recorded_toml,
-                                 const std::string& resolved_toml, int64_t resume_step) {
+ResumeChanges compare_for_resume(const std::string& recorded_toml, const std::string& resolved_toml,
+                                 int64_t resume_step) {
   const Flat before = flatten(recorded_toml, "the run's config.toml");
   const Flat now = flatten(resolved_toml, "this run's settings");
   ResumeChanges changes;
@@ -87,8 +96,8 @@ ResumeChanges compare_for_resume(const std::string& recorded_toml,
     const auto it = now.find(key);
     if (it == now.end() || it->second == was || may_change(key)) continue;
     const std::string line = key + ": " + was + " -> " + it->second;
-    if (key == "train.steps" && same_rates_so_far(before, std::stoll(was), std::stoll(it->second),
-                                                  resume_step)) {
+    if (key == "train.steps" &&
+        same_rates_so_far(before, std::stoll(was), std::stoll(it->second), resume_step)) {
       changes.extended.push_back(line + " (the learning rates of the " +
                                  std::to_string(resume_step) + " steps taken stay as they were)");
     } else if (key == "train.steps") {

@@ -26,7 +26,7 @@ struct ResumeChanges {
 
 // recorded_toml: the run's config.toml; resolved_toml: this run's settings (Config's
 // resolved_toml); resume_step: the step the checkpoint holds.
-ResumeChanges compare_for_resume(const std::string& recorded_toml,
-                                 const std::string& resolved_toml, int64_t resume_step);
+ResumeChanges compare_for_resume(const std::string& recorded_toml, const std::string& resolved_toml,
+                                 int64_t resume_step);
 
 }  // namespace loom::train

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <optional>
 
-#include "loom/backend/cpu/threads.h"
 #include "loom/backend/backend.h"
+#include "loom/backend/cpu/threads.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/core/allocator.h"
 #include "loom/core/atomic_file.h"
