@@ -53,7 +53,7 @@ TEST(Progress, MfuNeverExceedsOneWhenTheCeilingWasMeasuredLow) {
   {
     Progress progress(path, 100, "img", 1, false);
     // 1e12 FLOP a step against a ceiling of 1 GFLOP/s: any step shorter than 1000 s beats it.
-    progress.count_flops(1e12, /*ceiling_gflops=*/1.0, /*hardware_gflops=*/0, /*ranks=*/1);
+    progress.count_flops(1e12, /*ceiling_gflops=*/1.0, /*hardware_gflops=*/2.0, /*ranks=*/1);
     testing::internal::CaptureStdout();
     progress.log(0, 1.0, 1e-3);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -68,6 +68,7 @@ TEST(Progress, MfuNeverExceedsOneWhenTheCeilingWasMeasuredLow) {
   ASSERT_TRUE(metrics.contains("mfu")) << last;
   EXPECT_LE(metrics.at("mfu").as_double(), 1.0) << last;
   EXPECT_GT(metrics.at("mfu").as_double(), 0.0) << last;
+  EXPECT_LE(metrics.at("mfu_hardware").as_double(), 1.0) << last;
 }
 
 }  // namespace

@@ -97,6 +97,7 @@ void Progress::log(int64_t step, double loss, double lr, Json extra, const std::
       metrics.set("gflops", Json(achieved / 1e9));
       std::snprintf(mfu, sizeof mfu, " | MFU %.0f%% of GEMM", 100.0 * achieved / ceiling_flops_);
       if (hardware_flops_ > 0) {
+        hardware_flops_ = std::max(hardware_flops_, achieved);  // the same rule as the ceiling
         metrics.set("mfu_hardware", Json(achieved / hardware_flops_));
         const size_t used = std::strlen(mfu);
         std::snprintf(mfu + used, sizeof mfu - used, ", %.0f%% of peak",

@@ -37,7 +37,7 @@ class Progress {
   // MFU on each line against two yardsticks, each `ranks` times a rank's figure (GFLOP/s,
   // measured at start-up): the GEMM ceiling (what Loom's matmul reaches on a large square
   // product) and the hardware peak (the vector units' multiply-add rate, plan/hardware_peak.h).
-  // `flops_per_step` is the whole job's (train_step_flops). A ceiling below what the steps
+  // `flops_per_step` is the whole job's (train_step_flops). A yardstick below what the steps
   // reach (measured while the machine was busy) is raised to it: MFU never exceeds 100%.
   // Each logged line also as TensorBoard scalars, in an event file under `dir`.
   void write_tensorboard(const std::string& dir);

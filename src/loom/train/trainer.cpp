@@ -403,11 +403,12 @@ void train(const Config& cfg, const std::string& resume_from) {
     std::printf("%s\n", data.c_str());
   if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
 
-  // The GEMM ceiling (MFU's yardstick) is measured first, before the batch thread below
-  // competes with it for the cores.
+  // MFU's yardsticks (GEMM ceiling, hardware peak) are measured first, before the batch thread
+  // below competes with them for the cores.
   const bool on_host = tc.device == cpu_device();
   const double ceiling_gflops =
       plan::measure_gemm_ceiling(tc.precision, on_host ? 1024 : 256, tc.device);
+  const double peak_gflops = on_host ? plan::measure_hardware_peak(tc.precision).gflops : 0;
   // Batches are made on a background thread, in (step, micro) order from start_step, so the
   // step never waits for data.
   int64_t next_step = start_step, next_micro = 0;
@@ -430,7 +431,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   // One step's work against the GEMM ceiling and the hardware peak (the CPU's, from its ISA
   // and clock; on a GPU the measured ceiling alone).
   progress.count_flops(plan::train_step_flops(spec), ceiling_gflops,
-                       on_host ? plan::measure_hardware_peak(tc.precision).gflops : 0,
+                       peak_gflops,
                        mesh.world()->size());
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
