@@ -131,7 +131,7 @@ timed() {  # STAGE COMMAND: runs COMMAND in the root as stage STAGE; its seconds
   in_root "$2" || fail
   took=$(( $(date +%s) - t0 ))
 }
-echo "fresh machine: bootstrap, build and tests in the clean root (about 35 minutes on 2 cores)"
+echo "fresh machine: bootstrap, build and tests in the clean root (about 12 minutes on 2 cores)"
 timed "scripts/bootstrap.sh" "bash scripts/bootstrap.sh"
 bootstrap_s=$took
 packages_after=$(chroot "$root" dpkg-query -W -f='${Status}\n' | grep -c "install ok installed")
