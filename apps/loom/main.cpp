@@ -355,6 +355,8 @@ struct EvalArgs {
   std::string checkpoint;
   int64_t windows = 0, samples = 1000, steps = 0;
   double cfg_scale = -1;
+  std::string sampler;    // "" (the run's [sample] heun), "euler" or "heun"
+  std::string precision;  // "" (the run's train.precision), "f32" or "bf16"
   std::string classifier = "assets/fmnist_classifier";
   ExpertArgs experts;
 };
@@ -370,6 +372,13 @@ void add_eval(CLI::App& cmd, EvalArgs& a) {
   add_int(cmd, "--samples", a.samples, "samples");
   add_int(cmd, "--steps", a.steps, "sampler steps (0: the run's [sample] steps)");
   add_number(cmd, "--cfg", a.cfg_scale, "guidance scale (negative: the run's [sample] cfg_scale)");
+  cmd.add_option("--sampler", a.sampler, "euler or heun (default: the run's [sample] heun)")
+      ->type_name("euler|heun")
+      ->check(CLI::IsMember({"euler", "heun"}).description(""));
+  cmd.add_option("--precision", a.precision,
+                 "the sampler's autocast (default: the run's train.precision)")
+      ->type_name("f32|bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}).description(""));
   cmd.add_option("--classifier", a.classifier, "the classifier's run directory")->type_name("DIR");
   add_experts(cmd, a.experts);
 }
@@ -384,7 +393,8 @@ int eval_command(EvalArgs a) {
     loom::train::DitSampleOptions o;
     o.steps = a.steps > 0 ? a.steps : cfg.sample.steps;
     o.cfg_scale = a.cfg_scale >= 0 ? a.cfg_scale : cfg.sample.cfg_scale;
-    o.heun = cfg.sample.heun;
+    o.heun = a.sampler.empty() ? cfg.sample.heun : a.sampler == "heun";
+    o.precision = a.precision.empty() ? cfg.train.precision : loom::dtype_from_name(a.precision);
     o.seed = cfg.run.seed;
     const auto routing = loom::train::routing_from_name(a.experts.routing);
     const auto q =
@@ -392,10 +402,10 @@ int eval_command(EvalArgs a) {
                                   a.classifier, cfg.data.path, a.samples, o);
     std::printf(
         "%s + %zu experts, %s routing: class accuracy %.2f%% of %lld samples, FID %.3f, "
-        "real-data floor %.3f (ratio %.1f), cfg %.1f, %lld steps\n",
+        "real-data floor %.3f (ratio %.2f), cfg %.2f, %lld %s steps\n",
         ckpt.c_str(), experts->experts.size(), a.experts.routing.c_str(), 100.0 * q.class_accuracy,
         (long long)q.samples, q.fid, q.fid_floor, q.fid / q.fid_floor, o.cfg_scale,
-        (long long)o.steps);
+        (long long)o.steps, o.heun ? "Heun" : "Euler");
     return 0;
   }
   if (kind == "dit") {
@@ -405,14 +415,16 @@ int eval_command(EvalArgs a) {
     loom::train::DitSampleOptions o;
     o.steps = a.steps > 0 ? a.steps : cfg.sample.steps;
     o.cfg_scale = a.cfg_scale >= 0 ? a.cfg_scale : cfg.sample.cfg_scale;
-    o.heun = cfg.sample.heun;
+    o.heun = a.sampler.empty() ? cfg.sample.heun : a.sampler == "heun";
+    o.precision = a.precision.empty() ? cfg.train.precision : loom::dtype_from_name(a.precision);
     o.seed = cfg.run.seed;
     const auto q = loom::train::evaluate_dit_checkpoint(ckpt, a.classifier, a.samples, o);
     std::printf(
         "%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
-        "(ratio %.1f), cfg %.1f, %lld steps -> %s/eval.json\n",
+        "(ratio %.2f), cfg %.2f, %lld %s steps -> %s/eval.json\n",
         ckpt.c_str(), 100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
-        q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, ckpt.c_str());
+        q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, o.heun ? "Heun" : "Euler",
+        ckpt.c_str());
     return 0;
   }
   LOOM_CHECK(kind == "gpt") << "eval: " << ckpt << " holds a checkpoint of model kind '" << kind

@@ -4,6 +4,7 @@
 
 #include "temp_dir_test.h"
 
+#include <cpuid.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -167,6 +168,26 @@ TEST_F(ConfigTest, TokenDataReadsBackTheSame) {
             std::vector<double>{1.0});
 }
 
+// train.precision "auto": bf16 where the CPU multiplies bf16 natively, by CPUID here (AMX:
+// leaf 7 EDX bit 22; AVX512-BF16: leaf 7 subleaf 1 EAX bit 5) rather than by asking oneDNN as
+// the config does; recorded as what it chose, so a resume elsewhere cannot change it silently.
+TEST_F(ConfigTest, AutoPrecisionIsBf16WhereTheCpuHasNativeBf16) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
+  const bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+  const bool native = amx || avx512_bf16;
+  const Config cfg = load_config(dit_file(), {"train.precision=auto"});
+  EXPECT_EQ(cfg.train.precision, native ? loom::DType::BF16 : loom::DType::F32);
+  EXPECT_NE(cfg.train.precision_choice.find(native ? "bf16 (" : "f32 ("), std::string::npos)
+      << cfg.train.precision_choice;
+  const std::string recorded = native ? "precision = 'bf16'" : "precision = 'f32'";
+  EXPECT_NE(cfg.resolved_toml.find(recorded), std::string::npos) << cfg.resolved_toml;
+  EXPECT_EQ(cfg.resolved_toml.find("'auto'"), std::string::npos);
+  EXPECT_TRUE(load_config(dit_file(), {"train.precision=f32"}).train.precision_choice.empty());
+  expect_error([&] { load_config(dit_file(), {"train.precision=fp16"}); },
+               {"train.precision \"fp16\" is not known (auto, f32, bf16"});
+}
+
 TEST_F(ConfigTest, Tf32IsForTheGpuOnly) {
   expect_error([&] { load_config(gpt_file(), {"train.tf32=true"}); },
                {"train.tf32 is for train.device \"cuda\""});
@@ -224,7 +245,7 @@ TEST_F(ConfigTest, LowPrecisionRecipesAndTheirKeys) {
                 .train.low_precision->block_size,
             64);
   expect_error([&] { load_config(dit_file(), {"train.precision=\"fp6\""}); },
-               {"train.precision \"fp6\" is not known (f32, bf16, fp8_tensorwise, fp8_delayed, "
+               {"train.precision \"fp6\" is not known (auto, f32, bf16, fp8_tensorwise, fp8_delayed, "
                 "fp8_blockwise, mxfp8 or nvfp4)"});
   expect_error(
       [&] {

@@ -13,14 +13,18 @@ FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
   const std::string s = std::to_string(step);
   Tensor eps = Tensor::empty(x0.shape(), DType::F32, x0.device());  // (B, C, H, W) noise
   fill_normal(eps, RngKey{seed, "flow.noise", s}, first_index * per_sample);
-  // Logit-normal t and label dropout: one draw per sample, at its global index.
+  // t (logit-normal or uniform) and label dropout: one draw per sample, at its global index.
   Tensor z = Tensor::empty({B});
-  fill_normal(z, RngKey{seed, "flow.t", s}, first_index, float(config.logit_normal_mean),
-              float(config.logit_normal_std));
+  if (config.uniform_t)
+    fill_uniform(z, RngKey{seed, "flow.t", s}, first_index);
+  else
+    fill_normal(z, RngKey{seed, "flow.t", s}, first_index, float(config.logit_normal_mean),
+                float(config.logit_normal_std));
   Tensor u = Tensor::empty({B});
   fill_uniform(u, RngKey{seed, "flow.label_dropout", s}, first_index);
   std::vector<float> t = to_vector(z);
-  for (float& v : t) v = 1.0f / (1.0f + std::exp(-v));
+  if (!config.uniform_t)
+    for (float& v : t) v = 1.0f / (1.0f + std::exp(-v));
   std::vector<int64_t> y = to_vector_i64(labels);
   const std::vector<float> drop = to_vector(u);
   for (int64_t i = 0; i < B; ++i)

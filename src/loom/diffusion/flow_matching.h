@@ -14,7 +14,10 @@ using VelocityFn = std::function<Tensor(const Tensor&, const Tensor&, const Tens
 struct FlowMatchingConfig {
   double label_dropout = 0.1;  // probability of replacing a label with the null class
   int64_t null_class = 10;
-  double logit_normal_mean = 0.0, logit_normal_std = 1.0;  // t = sigmoid(N(mean, std))
+  // The training times: logit-normal, t = sigmoid(N(mean, std)), which puts most of them in
+  // the middle where the velocity is hardest to predict; or uniform on [0, 1].
+  bool uniform_t = false;
+  double logit_normal_mean = 0.0, logit_normal_std = 1.0;
 };
 
 // One (micro-)batch's training example: the model's inputs and the velocity it should predict.

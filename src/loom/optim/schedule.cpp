@@ -28,10 +28,11 @@ double LrSchedule::lr_at(int64_t step) const {
   }
   // wsd: hold lr, then decay linearly to the floor over the last decay_fraction of steps.
   const int64_t decay_steps = int64_t(std::ceil(decay_fraction * double(total_steps)));
-  const int64_t decay_start = std::max(warmup_steps, total_steps - decay_steps);
-  if (step < decay_start) return lr;
-  const double progress = std::min(
-      1.0, double(step - decay_start) / double(std::max<int64_t>(total_steps - decay_start, 1)));
+  const int64_t first = decay_start >= 0 ? decay_start
+                                         : std::max(warmup_steps, total_steps - decay_steps);
+  if (step < first) return lr;
+  const double progress =
+      std::min(1.0, double(step - first) / double(std::max<int64_t>(total_steps - first, 1)));
   return lr + (floor - lr) * progress;
 }
 

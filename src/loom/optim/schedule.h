@@ -12,6 +12,10 @@ struct LrSchedule {
   int64_t total_steps = 1;
   double min_lr_ratio = 0.1;    // floor of cosine / end of the wsd decay, as a fraction of lr
   double decay_fraction = 0.2;  // wsd: the final fraction of steps that decays linearly
+  // wsd: the decay's first step, where set (>= 0) rather than from decay_fraction; a run timed
+  // by train.max_minutes fixes it, with total_steps, once it knows its step rate
+  // (train/decay_timing.h).
+  int64_t decay_start = -1;
   void validate() const;
   double lr_at(int64_t step) const;  // step counted from 0
 };

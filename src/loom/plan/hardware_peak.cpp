@@ -129,12 +129,12 @@ double dependent_adds(uint64_t* sink) {
   return double(kIterations) * 8;
 }
 
+}  // namespace
+
 bool has_amx_bf16() {  // CPUID leaf 7, EDX bit 22
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
 }
-
-}  // namespace
 
 HardwarePeak measure_hardware_peak(DType dtype) {
   HardwarePeak peak;

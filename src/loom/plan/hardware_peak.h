@@ -23,4 +23,8 @@ struct HardwarePeak {
 
 HardwarePeak measure_hardware_peak(DType dtype);
 
+// Whether the CPU has AMX tiles for bf16 (CPUID leaf 7, EDX bit 22; the kernel may still refuse
+// their state to a process).
+bool has_amx_bf16();
+
 }  // namespace loom::plan

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "loom/backend/cpu/gemm.h"
+#include "loom/plan/hardware_peak.h"
 #include "loom/train/config_file.h"
 #include "loom/train/profiler.h"
 
@@ -201,17 +203,39 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
       << "far: parallel.tp, pp, cp, ep and dp_replicate must be 1 and data_parallel \"ddp\"";
 }
 
+// train.precision "auto": bf16 autocast where it is faster than f32 and as good (its curves are
+// within +1%/-2% of f32's, docs/performance.md): on a GPU, and on a CPU whose oneDNN multiplies
+// bf16 natively (AVX512-BF16 or AMX); f32 elsewhere, where bf16 is widened to f32 and only
+// slower. Returns "f32" or "bf16" and says why in `why`.
+std::string auto_precision(const std::string& device, std::string& why) {
+  if (device == "cuda") {
+    why = "bf16 (train.precision \"auto\": bf16 tensor cores on the GPU)";
+    return "bf16";
+  }
+  if (cpu::native_bf16_gemm()) {
+    why = std::string("bf16 (train.precision \"auto\": this CPU multiplies bf16 natively, ") +
+          (plan::has_amx_bf16() ? "AMX" : "AVX512-BF16") + ")";
+    return "bf16";
+  }
+  why = "f32 (train.precision \"auto\": this CPU has no native bf16 matmul, AVX512-BF16 or AMX)";
+  return "f32";
+}
+
 // train.precision: f32, bf16, or a low-precision recipe (bf16 around the recipe's GEMMs), whose
 // [precision] keys are read only then.
 void read_precision(ConfigFile& f, Config& c) {
   const std::string& path = f.path();
-  const std::string name = f.get_string("train", "precision", "f32");
+  std::string name = f.get_string("train", "precision", "f32");
+  if (name == "auto") {
+    name = auto_precision(f.get_string("train", "device", "cpu"), c.train.precision_choice);
+    f.record("train", "precision", name);  // a resume elsewhere must not change it silently
+  }
   if (name == "f32" || name == "bf16") {
     c.train.precision = dtype_from_name(name);
     return;
   }
   LOOM_CHECK(precision::is_recipe_name(name))
-      << "config " << path << ": train.precision \"" << name << "\" is not known (f32, bf16, "
+      << "config " << path << ": train.precision \"" << name << "\" is not known (auto, f32, bf16, "
       << "fp8_tensorwise, fp8_delayed, fp8_blockwise, mxfp8 or nvfp4)";
   c.train.precision = DType::BF16;
   precision::RecipeConfig r =
@@ -329,6 +353,11 @@ void read_dit(ConfigFile& f, Config& c) {
       << "config " << path << ": train.ema_decay must be in [0, 1), got " << t.ema_decay;
 
   c.flow.label_dropout = f.get_double("diffusion", "label_dropout", c.flow.label_dropout);
+  const std::string times = f.get_string("diffusion", "timesteps", "logit_normal");
+  LOOM_CHECK(times == "logit_normal" || times == "uniform")
+      << "config " << path << ": diffusion.timesteps \"" << times
+      << "\" is not known (logit_normal or uniform)";
+  c.flow.uniform_t = times == "uniform";
   c.flow.logit_normal_mean =
       f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
   c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);

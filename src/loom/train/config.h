@@ -69,6 +69,8 @@ struct TrainLoopConfig {
   // F32, or BF16 ("bf16"): mixed precision (matmuls and attention on bf16 copies, f32 master
   // weights, gradients and optimizer state; see AutocastGuard)
   DType precision = DType::F32;
+  // train.precision "auto": what it chose and why, for the run's first lines ("" otherwise).
+  std::string precision_choice;
   // A low-precision recipe (train.precision = "fp8_tensorwise", ..., "nvfp4"; precision above is
   // then BF16 for everything else) and its [precision] keys; see precision/recipe.h.
   std::optional<precision::RecipeConfig> low_precision;

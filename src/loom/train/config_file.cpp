@@ -131,6 +131,11 @@ double ConfigFile::get_double(const std::string& section, const std::string& key
   return v;
 }
 
+void ConfigFile::record(const std::string& section, const std::string& key,
+                        const std::string& value) {
+  impl_->resolved[section][key] = quote(value);
+}
+
 bool ConfigFile::get_bool(const std::string& section, const std::string& key, bool fallback) {
   impl_->used.insert(section + "." + key);
   const toml::node* n = find(impl_->table, section, key);

@@ -31,6 +31,9 @@ class ConfigFile {
                                       const std::vector<double>& fallback);
   std::vector<std::string> get_string_list(const std::string& section, const std::string& key,
                                            const std::vector<std::string>& fallback);
+  // Records what a key resolved to in place of what it said (train.precision "auto" -> "bf16");
+  // `value` is a string.
+  void record(const std::string& section, const std::string& key, const std::string& value);
   // Throws naming every key that no getter asked for (unknown keys and typos).
   void check_all_keys_used() const;
   // The resolved config as TOML text (all values read, defaults included).

@@ -29,6 +29,8 @@ class Progress {
   // A time budget (train.max_minutes, as seconds; 0: none): the run stops at whichever comes
   // first, the last step or the budget, and so does the ETA.
   void set_time_budget(double seconds) { budget_s_ = seconds; }
+  // The run's end moved (a decay timed to the budget): the ETA counts to `steps`.
+  void set_total_steps(int64_t steps) { total_steps_ = steps; }
   // Whose memory the lines report: the host's (default) or the training device's.
   void count_memory_of(DeviceType device) { memory_device_ = device; }
   // The step's time is split into compute, exposed communication (waits on collectives) and

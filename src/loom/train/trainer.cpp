@@ -23,6 +23,7 @@
 #include "loom/plan/hardware_peak.h"
 #include "loom/precision/recipe.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/decay_timing.h"
 #include "loom/train/events.h"
 #include "loom/train/moe_balance.h"
 #include "loom/train/preemption.h"
@@ -191,6 +192,8 @@ class RoundAgreement {
     }
     return {any[0] > 0, any[1] > 0, any[2] > 0};
   }
+  // The run's end moved (a decay timed to the budget, train/decay_timing.h).
+  void set_steps(int64_t steps) { steps_ = steps; }
   // Before the run stops between rounds' ends (train.stop_after): no exchange left in flight.
   void settle() {
     if (work_) work_->wait();
@@ -199,7 +202,8 @@ class RoundAgreement {
 
  private:
   dist::ProcessGroup& world_;
-  const int64_t inner_steps_, steps_;
+  const int64_t inner_steps_;
+  int64_t steps_;
   bool noted_[3] = {false, false, false};  // out of time, preempted, roll back
   Tensor sent_;                            // (3,)
   dist::WorkPtr work_;
@@ -222,6 +226,7 @@ struct Loop {
   StepGuard& guard;
   MoeBalance& moe;
   const Progress& progress;
+  const DecayTiming& decay;  // the learning-rate schedule and the run's end
   Json data_state;                            // of the last batch taken: where the data resumes
   std::unique_ptr<RoundAgreement> agreement;  // DiLoCo; else every step's agreement
 
@@ -283,7 +288,7 @@ struct Loop {
       trace::Scope scope("grad_norm", "optimizer");
       r.grad_norm = model.grad_norm();
     }
-    r.lr = cfg.schedule.lr_at(step);
+    r.lr = decay.schedule().lr_at(step);
     const bool update = guard.accept(step, r.loss, r.grad_norm);
     if (update) {
       trace::Scope scope("optimizer_step", "optimizer");
@@ -291,7 +296,7 @@ struct Loop {
       model.after_optimizer_step();
     }
     moe.end_step(update);  // the aux-loss-free biases follow the update
-    if (diloco) r.outer = diloco->after_step(step, step + 1 == tc.steps);
+    if (diloco) r.outer = diloco->after_step(step, step + 1 == decay.end_step());
     if (diloco && (step + 1) % cfg.diloco->inner_steps == 0) moe.average_over_workers();
     model.zero_grad();
     // Between outer steps DiLoCo workers exchange nothing, not even the few bytes of an
@@ -376,9 +381,11 @@ void train(const Config& cfg, const std::string& resume_from) {
                             tc.async_checkpoint, tc.keep_checkpoints, workers);
 
   int64_t start_step = 0;
+  DecayTiming decay(cfg.schedule, tc.max_minutes * 60);
   if (!resume_from.empty()) {
     const Json state = checkpointer.load(resume_from);
     start_step = state.at("step").as_int();
+    decay.resume(state);
     recipe->resume(state);
     moe.resume(state);
     if (diloco) diloco->resume(state);
@@ -402,6 +409,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   if (const std::string data = recipe->describe_data(); !data.empty())
     std::printf("%s\n", data.c_str());
   if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
+  if (!tc.precision_choice.empty()) std::printf("precision %s\n", tc.precision_choice.c_str());
 
   // MFU's yardsticks (GEMM ceiling, hardware peak) are measured first, before the batch thread
   // below competes with them for the cores.
@@ -459,9 +467,11 @@ void train(const Config& cfg, const std::string& resume_from) {
                  guard,
                  moe,
                  progress,
+                 decay,
                  Json(),
                  cfg.diloco ? std::make_unique<RoundAgreement>(*mesh.world(),
-                                                               cfg.diloco->inner_steps, tc.steps)
+                                                               cfg.diloco->inner_steps,
+                                                               decay.end_step())
                             : nullptr};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
@@ -473,7 +483,7 @@ void train(const Config& cfg, const std::string& resume_from) {
     if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
     if (low_precision && tc.low_precision->recipe == precision::Recipe::Fp8Delayed)
       state.set("amax_history", amax_histories_json(*low_precision));
-    for (const Json& part : {step_loop.data_state, recipe->state(done),
+    for (const Json& part : {step_loop.data_state, decay.state(), recipe->state(done),
                              diloco ? diloco->state() : Json(), moe.state()})
       if (part.is_object())
         for (const auto& [key, value] : part.items()) state.set(key, value);
@@ -481,8 +491,13 @@ void train(const Config& cfg, const std::string& resume_from) {
   };
 
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
+  // The decay's time is checked over the whole world, every step alone, every 10 steps with
+  // others, once a round under DiLoCo (whose workers exchange nothing between rounds).
+  const int64_t decay_check_every =
+      cfg.diloco ? cfg.diloco->inner_steps : (mesh.world()->size() > 1 ? 10 : 1);
+  if (decay.fixed()) progress.set_total_steps(decay.end_step());
   int64_t step = start_step;
-  for (; step < tc.steps; ++step) {
+  for (; step < decay.end_step(); ++step) {
     const auto step_begin = Clock::now();
     profiler.begin_step(step);
     guard.begin_step(step);
@@ -491,7 +506,20 @@ void train(const Config& cfg, const std::string& resume_from) {
     profiler.end_step(step);
     train_seconds += seconds_since(step_begin);
 
-    const bool last = step + 1 == tc.steps;
+    if (decay.pending(step) && (step + 1) % decay_check_every == 0) {
+      const double elapsed = sum_over(*mesh.world(), {progress.elapsed_seconds()})[0] /
+                             double(mesh.world()->size());
+      if (decay.after_step(step, elapsed, step + 1 - start_step,
+                           cfg.diloco ? cfg.diloco->inner_steps : 1)) {
+        progress.set_total_steps(decay.end_step());
+        if (step_loop.agreement) step_loop.agreement->set_steps(decay.end_step());
+        if (rank == 0) {
+          std::printf("%s\n", decay.describe().c_str());
+          append_event(run_dir, "decay_timed", decay.state());
+        }
+      }
+    }
+    const bool last = step + 1 == decay.end_step();
     // sent_mb: what this rank has put on the wire so far (dist/process_group.h).
     Json metrics = Json::object({{"grad_norm", r.grad_norm},
                                  {"skipped_steps", guard.skipped()},
@@ -527,6 +555,9 @@ void train(const Config& cfg, const std::string& resume_from) {
       break;
     }
   }
+  if (decay.fixed() && step == decay.end_step() && step < tc.steps)
+    std::printf("stopping after step %lld (the decay timed to the budget is done, %s used)\n",
+                (long long)step, format_duration(progress.elapsed_seconds()).c_str());
   if (step_loop.agreement) step_loop.agreement->settle();
   guard.finish();
   profiler.finish();    // a run stopped inside the profile window still writes its trace

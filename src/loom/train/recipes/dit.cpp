@@ -52,6 +52,7 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
   // Sampling thousands of images takes minutes on a CPU: a line every 10 s says how far.
   const auto start = std::chrono::steady_clock::now();
   auto last_line = start;
+  AutocastGuard autocast(o.precision);
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
     Tensor x =
@@ -316,7 +317,8 @@ class DitRecipe : public Recipe {
             cfg_.run.seed,
             png_path,
             "",
-            model_.device()};
+            model_.device(),
+            cfg_.train.precision};
   }
   // The held-out images: Fashion-MNIST's test split, or the first eval.val_images of
   // data.val_path (a dataset "images" without one has no held-out loss).
@@ -354,7 +356,9 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
   load_selection_biases(model, ckpt_dir);
-  write_samples(velocity_of(model), cfg.dit, options);
+  DitSampleOptions o = options;
+  o.precision = cfg.train.precision;
+  write_samples(velocity_of(model), cfg.dit, o);
 }
 
 }  // namespace loom::train

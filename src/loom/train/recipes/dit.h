@@ -21,6 +21,9 @@ struct DitSampleOptions {
   std::string png_path;          // grid, one row per class ("" = none)
   std::string npy_prefix;        // writes <prefix>_images.npy (N, C, H, W) f32 and _labels.npy i64
   Device device = cpu_device();  // where the sampling runs: the velocity model's device
+  // The velocity model's autocast: the run's train.precision (bf16 where it trained in bf16:
+  // about 1.6x faster samples on a CPU with native bf16).
+  DType precision = DType::F32;
 };
 
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.

@@ -74,7 +74,9 @@ Json quality_json(const DitQuality& q, const DitSampleOptions& options) {
                        {"fid_floor", q.fid_floor},
                        {"fid_over_floor", q.fid / q.fid_floor},
                        {"cfg_scale", options.cfg_scale},
-                       {"sample_steps", options.steps}});
+                       {"sample_steps", options.steps},
+                       {"sampler", options.heun ? "heun" : "euler"},
+                       {"sampler_precision", dtype_name(options.precision)}});
 }
 
 }  // namespace loom::train
