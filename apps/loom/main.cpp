@@ -21,6 +21,7 @@
 #include "loom/core/allocator.h"
 #include "loom/core/error.h"
 #include "loom/core/json.h"
+#include "loom/core/json_file.h"
 #include "loom/data/bpe.h"
 #include "loom/data/npy.h"
 #include "loom/data/text.h"
@@ -31,6 +32,7 @@
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
+#include "loom/train/config_file.h"
 #include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
@@ -142,6 +144,12 @@ int usage_error(const CLI::App& loom, const CLI::ParseError& e) {
   if (!subcommands(command).empty()) {  // the (sub)command itself is missing or unknown
     const auto words = command->remaining();
     message = words.empty() ? "no command given" : "unknown command '" + path + words[0] + "'";
+    if (!words.empty()) {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : subcommands(command)) names.push_back(sub->get_name());
+      if (const std::string near = loom::train::closest_word(words[0], names); !near.empty())
+        message += " (did you mean '" + path + near + "'?)";
+    }
   }
   std::fprintf(stderr, "loom: error: %s\nrun 'loom %s--help'\n", message.c_str(), path.c_str());
   return 2;
@@ -293,6 +301,8 @@ void add_sample(CLI::App& cmd, SampleArgs& a) {
           std::numeric_limits<int64_t>::max());
   cmd.option_defaults()->group(kDitFlags);
   add_int(cmd, "--per-class", a.dit.per_class, "samples per class");
+  add_int(cmd, "--class", a.dit.only_class, "sample this class alone (one row; -1: every class)",
+          -1);
   add_int(cmd, "--steps", a.dit.steps, "sampler steps");
   add_number(cmd, "--cfg", a.dit.cfg_scale, "classifier-free guidance scale");
   cmd.add_flag("--heun", a.dit.heun, "Heun's sampler (second order)");
@@ -358,6 +368,7 @@ struct EvalArgs {
   std::string sampler;    // "" (the run's [sample] heun), "euler" or "heun"
   std::string precision;  // "" (the run's train.precision), "f32" or "bf16"
   std::string classifier = "assets/fmnist_classifier";
+  std::string out;  // "": <run directory>/eval-step-NNNNNN.json
   ExpertArgs experts;
 };
 
@@ -367,6 +378,9 @@ void add_eval(CLI::App& cmd, EvalArgs& a) {
       "evenly spread windows of it; DiT: class accuracy and FID of N samples against the "
       "classifier's features (docs/evaluation.md)");
   cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
+  cmd.add_option("--out", a.out,
+                 "the figures as JSON (default: eval-step-NNNNNN.json in the run directory)")
+      ->type_name("FILE");
   add_int(cmd, "--windows", a.windows, "held-out windows (0: all the text)", 0)->group(kGptFlags);
   cmd.option_defaults()->group(kDitFlags);
   add_int(cmd, "--samples", a.samples, "samples");
@@ -386,6 +400,16 @@ void add_eval(CLI::App& cmd, EvalArgs& a) {
 int eval_command(EvalArgs a) {
   const std::string ckpt = loom::checkpoint_from_user_path(a.checkpoint);
   const std::string kind = loom::train::checkpoint_model_kind(ckpt);
+  // By default eval-step-NNNNNN.json in the run directory: beside the run's own eval.json
+  // (never replacing it), not inside the checkpoint; a later evaluation of the same checkpoint
+  // replaces it.
+  const std::filesystem::path ckpt_path(ckpt);
+  const std::string out =
+      !a.out.empty()
+          ? a.out
+          : (ckpt_path.parent_path() / ("eval-" + ckpt_path.filename().string() + ".json"))
+                .string();
+  if (!a.out.empty()) loom::train::check_output_path(out, "--out");
   if (const auto experts = experts_of(ckpt, kind, a.experts)) {
     // The experts' mixture, with the first expert's [sample] settings by default.
     const loom::train::Config cfg = loom::train::load_config(
@@ -400,12 +424,17 @@ int eval_command(EvalArgs a) {
     const auto q =
         loom::train::evaluate_dit(loom::train::mixture_velocity(*experts, routing), experts->dit,
                                   a.classifier, cfg.data.path, a.samples, o);
+    loom::Json result = loom::train::quality_json(q, o);
+    result.set("checkpoint", ckpt);
+    result.set("experts", int64_t(experts->experts.size()));
+    result.set("routing", a.experts.routing);
+    loom::write_json_file(out, result);
     std::printf(
         "%s + %zu experts, %s routing: class accuracy %.2f%% of %lld samples, FID %.3f, "
-        "real-data floor %.3f (ratio %.2f), cfg %.2f, %lld %s steps\n",
+        "real-data floor %.3f (ratio %.2f), cfg %.2f, %lld %s steps -> %s\n",
         ckpt.c_str(), experts->experts.size(), a.experts.routing.c_str(), 100.0 * q.class_accuracy,
         (long long)q.samples, q.fid, q.fid_floor, q.fid / q.fid_floor, o.cfg_scale,
-        (long long)o.steps, o.heun ? "Heun" : "Euler");
+        (long long)o.steps, o.heun ? "Heun" : "Euler", out.c_str());
     return 0;
   }
   if (kind == "dit") {
@@ -418,13 +447,13 @@ int eval_command(EvalArgs a) {
     o.heun = a.sampler.empty() ? cfg.sample.heun : a.sampler == "heun";
     o.precision = a.precision.empty() ? cfg.train.precision : loom::dtype_from_name(a.precision);
     o.seed = cfg.run.seed;
-    const auto q = loom::train::evaluate_dit_checkpoint(ckpt, a.classifier, a.samples, o);
+    const auto q = loom::train::evaluate_dit_checkpoint(ckpt, a.classifier, a.samples, o, out);
     std::printf(
         "%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
-        "(ratio %.2f), cfg %.2f, %lld %s steps -> %s/eval.json\n",
+        "(ratio %.2f), cfg %.2f, %lld %s steps -> %s\n",
         ckpt.c_str(), 100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
         q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, o.heun ? "Heun" : "Euler",
-        ckpt.c_str());
+        out.c_str());
     return 0;
   }
   LOOM_CHECK(kind == "gpt") << "eval: " << ckpt << " holds a checkpoint of model kind '" << kind
@@ -432,9 +461,16 @@ int eval_command(EvalArgs a) {
   const loom::train::LmEvalResult r = loom::train::eval_gpt(ckpt, a.windows);
   std::printf(
       "held-out loss of %s: %.4f nats/token, %.4f nats/byte, %.4f bits/byte "
-      "(%lld windows, %lld tokens, %lld bytes)\n",
+      "(%lld windows, %lld tokens, %lld bytes) -> %s\n",
       ckpt.c_str(), r.nats_per_token(), r.nats_per_byte(), r.bits_per_byte(), (long long)r.windows,
-      (long long)r.tokens, (long long)r.bytes);
+      (long long)r.tokens, (long long)r.bytes, out.c_str());
+  loom::write_json_file(out, loom::Json::object({{"checkpoint", ckpt},
+                                                 {"windows", r.windows},
+                                                 {"tokens", r.tokens},
+                                                 {"bytes", r.bytes},
+                                                 {"nats_per_token", r.nats_per_token()},
+                                                 {"nats_per_byte", r.nats_per_byte()},
+                                                 {"bits_per_byte", r.bits_per_byte()}}));
   return 0;
 }
 
@@ -852,29 +888,56 @@ int run(int argc, char** argv) {
   }
 }
 
+// --debug (anywhere before a `--`): errors also say which check failed, where in the source.
+bool take_debug_flag(int& argc, char** argv) {
+  bool debug = false;
+  int out = 1;
+  bool literal = false;
+  for (int i = 1; i < argc; ++i) {
+    literal = literal || std::string(argv[i]) == "--";
+    if (!literal && std::string(argv[i]) == "--debug") {
+      debug = true;
+      continue;
+    }
+    argv[out++] = argv[i];
+  }
+  argc = out;
+  argv[argc] = nullptr;
+  return debug;
+}
+
+// What the user reads of an error: its message; with --debug also the failed condition and
+// its source location (which rank logs always get).
+std::string error_text(const std::exception& e, bool debug) {
+  const auto* error = dynamic_cast<const loom::Error*>(&e);
+  return error && !debug ? error->message() : e.what();
+}
+
 int main(int argc, char** argv) {
   loom::cpu::set_wait_policy(argv);  // may start the program again, with the policy set
-  loom::cpu::use_threads(0);         // train sets run.threads once it has read its config
+  const bool debug = take_debug_flag(argc, argv);
+  loom::cpu::use_threads(0);  // train sets run.threads once it has read its config
   int code = 1;
   try {
     code = run(argc, argv);
   } catch (const loom::train::Preempted& e) {
     // Every rank stops together (they agreed after the step), the checkpoint written.
-    std::fprintf(stderr, "loom: %s\n", e.what());
+    std::fprintf(stderr, "loom: %s\n", error_text(e, debug).c_str());
     code = loom::train::kExitPreempted;
   } catch (const loom::train::RunRefused& e) {
     // Every rank refuses together (RunDirectory::open agrees first): no abort needed.
-    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    std::fprintf(stderr, "loom: error: %s\n", error_text(e, debug).c_str());
     code = loom::train::kExitRefused;
   } catch (const std::exception& e) {
     if (loom::dist::world_size() > 1) {
       // The other ranks may be waiting for this one in a collective: end the whole job now.
-      std::fprintf(stderr, "loom: error (rank %d): %s\n", loom::dist::world_rank(), e.what());
-      std::printf("loom: error: %s\n", e.what());  // into this rank's log as well
+      std::fprintf(stderr, "loom: error (rank %d): %s\n", loom::dist::world_rank(),
+                   error_text(e, debug).c_str());
+      std::printf("loom: error: %s\n", e.what());  // into this rank's log, with where
       loom::cli::stop_rank_logs();
       loom::dist::abort_job(1);
     }
-    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    std::fprintf(stderr, "loom: error: %s\n", error_text(e, debug).c_str());
   }
   loom::cli::stop_rank_logs();
   loom::dist::shutdown_world();

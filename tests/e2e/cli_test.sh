@@ -51,12 +51,30 @@ PY
 # --- sample from a checkpoint, as PNG and .npy ---
 "$loom" sample "$work/a/tiny_dit/step-000006" --per-class 2 --steps 2 --png "$work/s.png" --npy "$work/s" > /dev/null
 [ -s "$work/s.png" ] && [ -s "$work/s_images.npy" ] && [ -s "$work/s_labels.npy" ] || fail "loom sample wrote no files"
+# One class alone: a row of it, every label that class; a class the model lacks is refused.
+"$loom" sample "$work/a/tiny_dit/step-000006" --class 3 --per-class 4 --steps 2 --npy "$work/c3" --png "$work/c3.png" > /dev/null
+/usr/bin/python3 - "$work/c3_labels.npy" "$work/c3_images.npy" <<'PY' || fail "loom sample --class 3"
+import sys
+import numpy as np
+labels, images = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert labels.tolist() == [3, 3, 3, 3], labels
+assert images.shape[0] == 4, images.shape
+print("ok: loom sample --class 3 drew 4 images of class 3")
+PY
+out=$("$loom" sample "$work/a/tiny_dit/step-000006" --class 10 --steps 1 --png "$work/c10.png" 2>&1) && fail "--class 10 accepted"
+grep -q "sample: --class 10 is not one of the model's classes (0..9)" <<< "$out" || fail "--class 10: $out"
 
-# --- evaluation with the shipped classifier: class accuracy and FID with its floor ---
+# --- evaluation with the shipped classifier: class accuracy and FID with its floor; run from
+# another directory, the default classifier (assets/fmnist_classifier) is the installation's,
+# and the figures go to the run's eval.json (or --out), never into the checkpoint ---
 repo=$(cd "$here/../.." && pwd)
-"$loom" eval "$work/a/tiny_dit/step-000006" --samples 50 --steps 2 --classifier "$repo/assets/fmnist_classifier" > "$work/eval.log"
-grep -q "class accuracy .* FID .* real-data floor" "$work/eval.log" || fail "loom eval printed no metrics: $(cat "$work/eval.log")"
-grep -q '"fid_floor"' "$work/a/tiny_dit/step-000006/eval.json" || fail "no eval.json"
+(cd "$work" && "$loom" eval a/tiny_dit/step-000006 --samples 50 --steps 2) > "$work/eval.log" 2>&1 ||
+  fail "loom eval from another directory: $(tail -1 "$work/eval.log")"
+grep -q "class accuracy .* FID .* real-data floor .* -> .*a/tiny_dit/eval-step-000006.json" "$work/eval.log" || fail "loom eval printed no metrics: $(cat "$work/eval.log")"
+grep -q "\"classifier\": \"$repo/assets/fmnist_classifier\"" "$work/a/tiny_dit/eval-step-000006.json" || fail "no eval.json in the run directory naming the installation's classifier"
+[ ! -e "$work/a/tiny_dit/step-000006/eval.json" ] || fail "eval.json written into the checkpoint"
+"$loom" eval "$work/a/tiny_dit" --samples 20 --steps 1 --out "$work/dit_eval.json" > /dev/null &&
+  grep -q '"samples": 20' "$work/dit_eval.json" || fail "loom eval --out"
 # The same evaluation at the end of training (eval.classifier), into the run's eval.json.
 "$loom" train "$cfg" --set run.out_dir="$work/e" --set train.steps=2 --set eval.num_samples=20 \
   --set eval.classifier="\"$repo/assets/fmnist_classifier\"" > "$work/e.log" 2>&1 ||
@@ -85,6 +103,8 @@ expect_error() {  # [want_status=N] expect_error WHAT PATTERN -- command...   (N
   if [ $status -ne "$want" ]; then fail "$what: exit status $status, expected $want"; return; fi
   if [ "$(wc -l < "$work/err.log")" -ne 1 ]; then fail "$what: expected one error line, got: $(cat "$work/err.log")"; return; fi
   if ! grep -q -- "$pattern" "$work/err.log"; then fail "$what: error does not mention '$pattern': $(cat "$work/err.log")"; return; fi
+  # Written for people: the failed C++ condition and its source file only with --debug.
+  if grep -qE '\.(cpp|h):[0-9]+' "$work/err.log"; then fail "$what: the error shows C++ source: $(cat "$work/err.log")"; return; fi
   echo "ok: $what -> $(cat "$work/err.log")"
 }
 expect_error "missing dataset" "/nonexistent" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set data.path=/nonexistent
@@ -94,10 +114,16 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte; do
 done
 truncate -s 1000000 "$work/trunc/train-images-idx3-ubyte"
 expect_error "truncated IDX file" "train-images-idx3-ubyte" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set data.path="$work/trunc"
-expect_error "unknown config key" "train.stepz" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.stepz=5
+expect_error "unknown config key" "train.stepz (did you mean train.steps?)" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.stepz=5
 expect_error "wrong-type value" "train.steps must be an integer" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set 'train.steps="many"'
-expect_error "bad value" "train.steps" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.steps=-4
+expect_error "bad value" "train.steps.* (given by --set train.steps=-4)" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.steps=-4
 expect_error "missing config file" "nope.toml" -- "$loom" train "$work/nope.toml"
+status=0; "$loom" tran "$cfg" 2> "$work/err.log" || status=$?
+[ $status = 2 ] && grep -q "unknown command 'tran' (did you mean 'train'?)" "$work/err.log" ||
+  fail "a misspelt command: status $status, $(cat "$work/err.log")"
+"$loom" train "$cfg" --set run.out_dir="$work/c" --set train.steps=-4 --debug 2> "$work/err.log" && fail "--debug: bad value accepted"
+grep -qE 'train.steps.* \[.* at .*config\.cpp:[0-9]+\]$' "$work/err.log" ||
+  fail "--debug does not show the failed check and its source: $(cat "$work/err.log")"
 # A resumed run keeps the settings its checkpoints were trained with: refused (3), every
 # difference named, config.toml untouched; with a config.toml edited by hand to another model,
 # the checkpoint itself refuses.

@@ -42,14 +42,17 @@ grep -q "final held-out loss at step 6: .* nats/token, .* nats/byte, .* bits/byt
   fail "no final held-out loss printed"
 
 # --- loom eval prints the held-out loss of a checkpoint: the same as eval.json at the end ---
-"$loom" eval "$work/a/tiny_gpt/step-000006" > "$work/eval.log"
-cat "$work/eval.log"
 want=$(sed -n 's/.*"nats_per_token": \([0-9.e+-]*\).*/\1/p' "$work/a/tiny_gpt/eval.json")
 want=$(printf "%.4f" "$want")
+"$loom" eval "$work/a/tiny_gpt/step-000006" > "$work/eval.log"
+cat "$work/eval.log"
+grep -q '"checkpoint": ".*step-000006"' "$work/a/tiny_gpt/eval-step-000006.json" ||
+  fail "loom eval wrote no eval.json into the run directory"
 grep -q "held-out loss of .*: $want nats/token, [0-9.]* nats/byte, [0-9.]* bits/byte" "$work/eval.log" ||
   fail "loom eval does not print the loss of eval.json ($want nats/token)"
-"$loom" eval "$work/a/tiny_gpt/step-000006" --windows 3 | grep -q "(3 windows, 48 tokens, 48 bytes)" ||
+"$loom" eval "$work/a/tiny_gpt/step-000006" --windows 3 --out "$work/w3.json" | grep -q "(3 windows, 48 tokens, 48 bytes)" ||
   fail "loom eval --windows 3 did not evaluate 3 windows of 16 tokens"
+grep -q '"windows": 3' "$work/w3.json" || fail "loom eval --out wrote no figures"
 
 # --- loom sample continues a prompt (greedy is deterministic) ---
 "$loom" sample "$work/a/tiny_gpt/step-000006" --prompt "In the beginning" --tokens 12 --temperature 0 > "$work/s1.txt"

@@ -36,6 +36,19 @@ for page in "$work/tiny_dit/report.html" "$work/gpt.html"; do
   timeout 120 "$browser" "${flags[@]}" --dump-dom "file://$page" > "$work/$kind.dom" 2> "$work/$kind.console" ||
     fail "$kind: chromium could not load the page: $(tail -2 "$work/$kind.console")"
   if grep -E "CONSOLE|Uncaught" "$work/$kind.console"; then fail "$kind: console messages"; fi
+  # The summary names the machine and threads, and gives units (%, MB, images/s or tokens/s).
+  for want in '<td>threads</td><td>[0-9]' '<td>cpu</td>' ' %</td>' ' MB</td>' ' \(images\|tokens\)/s</td>'; do
+    grep -q "$want" "$work/$kind.dom" || fail "$kind: the summary lacks '$want'"
+  done
+  # Axes from the data: a series that is never negative has no negative tick (throughput).
+  /usr/bin/python3 - "$work/$kind.dom" <<'PY' || fail "$kind: the throughput axis goes below zero"
+import re, sys
+dom = open(sys.argv[1]).read()
+svg = [p for p in dom.split("<svg ")[1:] if re.match(r'[^>]*>\s*<title>throughput', p)]
+assert svg, "no throughput plot"
+ticks = re.findall(r'text-anchor="end">([^<]*)<', svg[0])
+assert ticks and all(not t.startswith("-") for t in ticks), ticks
+PY
   for id in summary loss lr throughput memory step-time eval samples events ranks; do
     grep -q "<section id=\"$id\">" "$work/$kind.dom" || fail "$kind: no section '$id' in the rendered page"
   done

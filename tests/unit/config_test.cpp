@@ -188,6 +188,23 @@ TEST_F(ConfigTest, AutoPrecisionIsBf16WhereTheCpuHasNativeBf16) {
                {"train.precision \"fp16\" is not known (auto, f32, bf16"});
 }
 
+// A bad value given by --set is blamed on the override; one from the file is not.
+TEST_F(ConfigTest, BadOverrideIsNamed) {
+  expect_error(
+      [&] {
+        load_config(dit_file(), {"model.width=48", "train.steps=-4"});
+      },
+      {"train.steps", "(given by --set train.steps=-4)"});
+  try {
+    load_config(write("bad.toml", "[model]\nkind = \"dit\"\n[train]\nsteps = -4\n"),
+                {"model.width=48"});
+    ADD_FAILURE() << "train.steps = -4 accepted";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("given by"), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find("bad.toml"), std::string::npos) << e.message();
+  }
+}
+
 TEST_F(ConfigTest, Tf32IsForTheGpuOnly) {
   expect_error([&] { load_config(gpt_file(), {"train.tf32=true"}); },
                {"train.tf32 is for train.device \"cuda\""});
@@ -244,9 +261,10 @@ TEST_F(ConfigTest, LowPrecisionRecipesAndTheirKeys) {
                                      "precision.bf16_blocks=[1]"})
                 .train.low_precision->block_size,
             64);
-  expect_error([&] { load_config(dit_file(), {"train.precision=\"fp6\""}); },
-               {"train.precision \"fp6\" is not known (auto, f32, bf16, fp8_tensorwise, fp8_delayed, "
-                "fp8_blockwise, mxfp8 or nvfp4)"});
+  expect_error(
+      [&] { load_config(dit_file(), {"train.precision=\"fp6\""}); },
+      {"train.precision \"fp6\" is not known (auto, f32, bf16, fp8_tensorwise, fp8_delayed, "
+       "fp8_blockwise, mxfp8 or nvfp4)"});
   expect_error(
       [&] {
         load_config(dit_file(), {"train.precision=\"mxfp8\"", "precision.block_size=16"});

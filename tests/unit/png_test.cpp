@@ -157,6 +157,45 @@ TEST_F(Png, GridTilesRowMajorWithBlackPadding) {
   }
 }
 
+// Row labels: a margin of 2 digits x 4 columns x scale 2 + 2 x padding on the left, the grid
+// itself copied beside it, and each label's digits (3x5, scaled 2x) at the row's middle:
+// "7" is a top bar and a right stem; "1" a stem with a flag; "0" a ring.
+TEST_F(Png, LabelRowsWritesEachRowsClassToItsLeft) {
+  const int h = 10, w = 1, pad = 1;
+  const loom::ImageGrid grid = loom::image_grid(
+      loom::from_vector(std::vector<float>(size_t(2 * h * w), 0.0f), {2, 1, h, w}), 2, 1, pad);
+  const loom::ImageGrid out = loom::label_rows(grid, {7, 10}, h, pad);
+  const int margin = 2 * 4 * 2 + 2 * pad;
+  ASSERT_EQ(out.width, grid.width + margin);
+  ASSERT_EQ(out.height, grid.height);
+  const auto at = [&](int y, int x) { return int(out.pixels[size_t(y * out.width + x)]); };
+  for (int y = 0; y < grid.height; ++y)
+    for (int x = 0; x < grid.width; ++x)
+      EXPECT_EQ(at(y, margin + x), int(grid.pixels[size_t(y * grid.width + x)])) << y << "," << x;
+  // "7" in row 0 (its cell's rows 1..10): the bar on pixel rows 1-2, the stem at x 5-6 below.
+  for (int x = 1; x <= 6; ++x) EXPECT_EQ(at(1, x), 255) << x;
+  for (int y = 3; y <= 10; ++y) {
+    EXPECT_EQ(at(y, 1), 0) << y;
+    EXPECT_EQ(at(y, 4), 0) << y;
+    EXPECT_EQ(at(y, 5), 255) << y;
+    EXPECT_EQ(at(y, 6), 255) << y;
+  }
+  // "10" in row 1 (rows 12..21): "1" at x 1-6 (stem x 3-4, flag x 1-2 on its second row),
+  // "0" at x 9-14 (bars top and bottom, hollow inside).
+  EXPECT_EQ(at(12, 1), 0);
+  EXPECT_EQ(at(12, 3), 255);
+  EXPECT_EQ(at(14, 1), 255);
+  EXPECT_EQ(at(20, 1), 255);  // the foot
+  EXPECT_EQ(at(12, 9), 255);
+  EXPECT_EQ(at(14, 11), 0);
+  EXPECT_EQ(at(14, 13), 255);
+  EXPECT_EQ(at(16, 11), 0);
+  for (int y = 0; y < out.height; ++y)  // the padding between the digits and the grid stays black
+    for (int x = 15; x < margin; ++x) EXPECT_EQ(at(y, x), 0) << y << "," << x;
+  EXPECT_THROW(loom::label_rows(grid, {1}, h, pad), loom::Error);
+  EXPECT_THROW(loom::label_rows(grid, {1, -2}, h, pad), loom::Error);
+}
+
 TEST_F(Png, GridInterleavesRgbAndWritesAPng) {
   // One 1x2 RGB image: pixel 0 = (1, -1, 0), pixel 1 = (-1, 1, 0.5); channel-major input.
   const loom::Tensor img =

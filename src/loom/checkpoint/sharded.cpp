@@ -166,7 +166,8 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
         tensors_[part + "/" + key] = {t.dtype(), t.shape(), {{file, key, "", 0, t.numel()}}};
     }
     LOOM_CHECK(!tensors_.empty() || fs::exists(fs::path(dir_) / "trainer_state.json"))
-        << "checkpoint " << dir_ << " has no manifest.json (nor any .safetensors file)";
+        << dir_ << " is not a checkpoint: it has no manifest.json, .safetensors file or "
+        << "trainer_state.json (a checkpoint is a step-NNNNNN directory of a run)";
     return;
   }
   const std::string where = manifest_path.string();

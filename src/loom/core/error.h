@@ -10,7 +10,18 @@ namespace loom {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(what), message_(what) {}
+  // A failed check: what() is the message and then where (the condition, file and line).
+  Error(const std::string& message, const std::string& where)
+      : std::runtime_error(where.empty() ? message : message + " [" + where + "]"),
+        message_(message),
+        where_(where) {}
+  // What a user reads: the message alone (the command line shows where only with --debug).
+  const std::string& message() const { return message_; }
+  const std::string& where() const { return where_; }  // "" when not from a check
+
+ private:
+  std::string message_, where_;
 };
 
 namespace detail {
@@ -19,10 +30,10 @@ class CheckFailure {
  public:
   CheckFailure(const char* cond, const char* file, int line)
       : cond_(cond), file_(file), line_(line) {}
-  // Throws the message first (what the user reads), then where the check sits.
+  // Throws the message (what the user reads) and where the check sits.
   [[noreturn]] ~CheckFailure() noexcept(false) {
-    stream_ << " [" << (cond_ ? cond_ : "error") << " at " << file_ << ":" << line_ << "]";
-    throw Error(stream_.str());
+    throw Error(stream_.str(), std::string(cond_ ? cond_ : "error") + " at " + file_ + ":" +
+                                   std::to_string(line_));
   }
   template <typename T>
   CheckFailure& operator<<(const T& value) {

@@ -2,7 +2,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "loom/core/atomic_file.h"
 #include "loom/ops/creation.h"
@@ -112,6 +114,50 @@ ImageGrid image_grid(const Tensor& images, int rows, int cols, int padding) {
     }
   }
   return grid;
+}
+
+namespace {
+// Digits 0-9 in 3x5 pixels: five rows of three bits each, the high bit leftmost.
+constexpr uint8_t kDigits[10][5] = {
+    {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1},
+    {7, 4, 7, 1, 7}, {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}};
+constexpr int kScale = 2;
+}  // namespace
+
+ImageGrid label_rows(const ImageGrid& grid, const std::vector<int64_t>& labels, int cell_height,
+                     int padding) {
+  LOOM_CHECK(grid.height == int(labels.size()) * (cell_height + padding) + padding)
+      << "label_rows: " << labels.size() << " labels for a grid " << grid.height
+      << " pixels high with cells of " << cell_height;
+  size_t digits = 1;
+  for (int64_t label : labels) {
+    LOOM_CHECK(label >= 0) << "label_rows: a negative label " << label;
+    digits = std::max(digits, std::to_string(label).size());
+  }
+  const int margin = int(digits) * 4 * kScale + 2 * padding;
+  ImageGrid out;
+  out.channels = grid.channels;
+  out.width = grid.width + margin;
+  out.height = grid.height;
+  out.pixels.assign(size_t(out.width) * size_t(out.height) * size_t(out.channels), 0);
+  const size_t c = size_t(grid.channels);
+  for (int y = 0; y < grid.height; ++y)
+    std::copy_n(&grid.pixels[size_t(y) * size_t(grid.width) * c], size_t(grid.width) * c,
+                &out.pixels[(size_t(y) * size_t(out.width) + size_t(margin)) * c]);
+  for (size_t row = 0; row < labels.size(); ++row) {
+    const std::string text = std::to_string(labels[row]);
+    const int top = padding + int(row) * (cell_height + padding) + (cell_height - 5 * kScale) / 2;
+    for (size_t d = 0; d < text.size(); ++d)
+      for (int gy = 0; gy < 5 * kScale; ++gy)
+        for (int gx = 0; gx < 3 * kScale; ++gx) {
+          if (!((kDigits[text[d] - '0'][gy / kScale] >> (2 - gx / kScale)) & 1)) continue;
+          const int x = padding + int(d) * 4 * kScale + gx, y = top + gy;
+          if (y < 0 || y >= out.height) continue;
+          for (size_t ch = 0; ch < c; ++ch)
+            out.pixels[(size_t(y) * size_t(out.width) + size_t(x)) * c + ch] = 255;
+        }
+  }
+  return out;
 }
 
 }  // namespace loom

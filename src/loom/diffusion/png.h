@@ -29,4 +29,10 @@ struct ImageGrid {
 // the grid: width = cols * (W + padding) + padding, likewise for height.
 ImageGrid image_grid(const Tensor& images, int rows, int cols, int padding = 2);
 
+// `grid` (of image_grid, cells `cell_height` high, `padding` apart) with a margin on its left
+// where each row's label is written (white digits, 3x5 pixels scaled 2x): which class a row
+// of samples is. labels: one per row, non-negative.
+ImageGrid label_rows(const ImageGrid& grid, const std::vector<int64_t>& labels, int cell_height,
+                     int padding = 2);
+
 }  // namespace loom

@@ -468,7 +468,29 @@ void read_gpt(ConfigFile& f, Config& c) {
 
 }  // namespace
 
+namespace {
+Config read_config(const std::string& path, const std::vector<std::string>& overrides);
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    return read_config(path, overrides);
+  } catch (const Error& e) {
+    // A value given by --set is blamed on the override that gave it, not on the file.
+    std::string blamed;
+    for (const std::string& o : overrides) {
+      const std::string key = o.substr(0, o.find('='));
+      if (!key.empty() && e.message().find(key) != std::string::npos)
+        blamed += (blamed.empty() ? "--set " : ", --set ") + o;
+    }
+    if (blamed.empty()) throw;
+    throw Error(e.message() + " (given by " + blamed + ")", e.where());
+  }
+}
+
+namespace {
+
+Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
   ConfigFile f(path, overrides);
   Config c;
   c.run.name = f.get_string("run", "name", c.run.name);
@@ -662,6 +684,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   c.resolved_toml = f.resolved();
   return c;
 }
+
+}  // namespace
 
 std::string default_cache_dir(const std::string& out_dir) {
   const char* xdg = std::getenv("XDG_CACHE_HOME");

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -206,6 +207,29 @@ std::vector<std::string> ConfigFile::get_string_list(const std::string& section,
                    "strings", fallback, impl_->resolved[section][key]);
 }
 
+std::string closest_word(const std::string& word, const std::vector<std::string>& known) {
+  // Levenshtein distance, one row at a time.
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+        diagonal = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 4) + 1;
+  for (const std::string& k : known)
+    if (const size_t d = distance(word, k); d < best_distance) best = k, best_distance = d;
+  return best;
+}
+
 void ConfigFile::check_all_keys_used() const {
   std::vector<std::string> unknown;
   for (auto&& [section, node] : impl_->table)
@@ -214,8 +238,13 @@ void ConfigFile::check_all_keys_used() const {
       if (!impl_->used.count(name)) unknown.push_back(name);
     }
   if (unknown.empty()) return;
+  const std::vector<std::string> known(impl_->used.begin(), impl_->used.end());
   std::ostringstream os;
-  for (size_t i = 0; i < unknown.size(); ++i) os << (i ? ", " : "") << unknown[i];
+  for (size_t i = 0; i < unknown.size(); ++i) {
+    os << (i ? ", " : "") << unknown[i];
+    if (const std::string near = closest_word(unknown[i], known); !near.empty())
+      os << " (did you mean " << near << "?)";
+  }
   LOOM_FAIL() << "config " << path_ << ": unknown key" << (unknown.size() > 1 ? "s " : " ")
               << os.str();
 }

@@ -46,4 +46,8 @@ class ConfigFile {
   std::string path_;
 };
 
+// The word of `known` nearest to `word` by edit distance, if near enough to be a typo of it
+// (at most max(2, len / 4) edits), else "": for did-you-mean hints.
+std::string closest_word(const std::string& word, const std::vector<std::string>& known);
+
 }  // namespace loom::train

@@ -12,6 +12,7 @@
 #include "loom/core/error.h"
 #include "loom/core/json.h"
 #include "loom/data/text.h"
+#include "loom/train/progress.h"
 
 namespace loom::train {
 namespace fs = std::filesystem;
@@ -145,7 +146,8 @@ std::string plot(std::string title, const std::string& unit, std::vector<Series>
   if (x1 <= x0) x1 = x0 + 1;
   if (y1 <= y0) y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
   const double pad = (y1 - y0) * 0.05;
-  y0 -= stacked ? 0 : pad;
+  // The axis spans the data (with a margin), never below zero for a series that is not.
+  y0 = stacked ? y0 : y0 >= 0 ? std::max(0.0, y0 - pad) : y0 - pad;
   y1 += pad;
   const double W = 760, H = 260, left = 64, right = 16, top = 28, bottom = 36;
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
@@ -222,6 +224,25 @@ std::string scalar_text(const Json& v) {
   return v.dump();
 }
 
+// A summary value with its unit: "92.3 %", "412 MB", "14m53s", "623.6 images/s".
+std::string summary_text(const std::string& key, const Json& v, const std::string& unit_name) {
+  if (!v.is_number()) return scalar_text(v);
+  const double x = v.as_double();
+  char text[64];
+  if (key == "mfu")
+    std::snprintf(text, sizeof text, "%.1f %%", 100 * x);
+  else if (key == "mem_peak_bytes")
+    std::snprintf(text, sizeof text, x >= 1e9 ? "%.2f GB" : "%.0f MB",
+                  x >= 1e9 ? x / 1e9 : x / 1e6);
+  else if (key == "elapsed_s")
+    return format_duration(x);
+  else if (key == "img_per_s" || key == "tok_per_s")
+    std::snprintf(text, sizeof text, "%.1f %s", x, unit_name.c_str());
+  else
+    return scalar_text(v);
+  return text;
+}
+
 std::string image(const std::string& path, const std::string& caption) {
   return "<figure><img alt=\"" + escape(caption) + "\" src=\"data:image/png;base64," +
          base64(read_text_file(path)) + "\"/><figcaption>" + escape(caption) +
@@ -249,7 +270,7 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
         step = scalar_text(value);
       else if (key != "time" && key != "event")
         details += key + " " + scalar_text(value) + "; ";
-    if (e.find("step") && e.at("step").is_int())
+    if (e.find("step") && e.at("step").is_int() && what != "started")  // starts: in the table
       marks.push_back({double(e.at("step").as_int()), what + " at step " + step});
     event_rows.push_back({step, e.find("time") ? scalar_text(e.at("time")) : "", what, details});
   }
@@ -260,11 +281,25 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
   std::vector<std::vector<std::string>> summary = {{"", ""}};
   summary.push_back({"run", run_dir});
   summary.push_back({"model", gpt ? "gpt" : "dit"});
+  // Where it ran: the last start's machine, threads and processes (events.jsonl, "started").
+  for (auto e = events.rbegin(); e != events.rend(); ++e)
+    if (e->find("event") && scalar_text(e->at("event")) == "started") {
+      for (const char* key : {"cpu", "device", "threads", "processes", "precision"})
+        if (const Json* v = e->find(key)) summary.push_back({key, scalar_text(*v)});
+      break;
+    }
   if (!lines.empty()) {
     const Json& last = lines.back();
-    for (const char* key : {"step", "loss", "elapsed_s", unit.c_str(), "mfu", "mem_peak_bytes"})
+    const std::string unit_name = gpt ? "tokens/s" : "images/s";
+    const std::pair<const char*, const char*> keys[] = {{"step", "last step"},
+                                                        {"loss", "last loss"},
+                                                        {"elapsed_s", "elapsed"},
+                                                        {unit.c_str(), "throughput"},
+                                                        {"mfu", "MFU (of the GEMM ceiling)"},
+                                                        {"mem_peak_bytes", "peak memory"}};
+    for (const auto& [key, label] : keys)
       if (const Json* v = last.find(key))
-        summary.push_back({std::string("last ") + key, scalar_text(*v)});
+        summary.push_back({label, summary_text(key, *v, unit_name)});
   }
   const std::string config_path = (fs::path(run_dir) / "config.toml").string();
   std::string config = fs::is_regular_file(config_path)

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "loom/backend/backend.h"
@@ -137,6 +138,15 @@ std::vector<std::pair<std::string, std::vector<float>>> amax_histories_from(cons
   return out;
 }
 
+// The CPU's name as /proc/cpuinfo gives it ("AMD EPYC 9B45"), or "" where it has none.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
+  return "";
+}
+
 // What one optimizer step produced, agreed over the ranks.
 struct StepResult {
   double loss = 0, grad_norm = 0, lr = 0;
@@ -226,7 +236,7 @@ struct Loop {
   StepGuard& guard;
   MoeBalance& moe;
   const Progress& progress;
-  const DecayTiming& decay;  // the learning-rate schedule and the run's end
+  const DecayTiming& decay;                   // the learning-rate schedule and the run's end
   Json data_state;                            // of the last batch taken: where the data resumes
   std::unique_ptr<RoundAgreement> agreement;  // DiLoCo; else every step's agreement
 
@@ -410,6 +420,16 @@ void train(const Config& cfg, const std::string& resume_from) {
     std::printf("%s\n", data.c_str());
   if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
   if (!tc.precision_choice.empty()) std::printf("precision %s\n", tc.precision_choice.c_str());
+  if (rank == 0)  // where the run (or this part of it) ran, for its report
+    append_event(run_dir, "started",
+                 Json::object({{"step", start_step},
+                               {"cpu", cpu_model_name()},
+                               {"device", tc.device == cpu_device() ? "cpu" : "cuda"},
+                               {"threads", int64_t(omp_get_max_threads())},
+                               {"processes", int64_t(mesh.world()->size())},
+                               {"precision", tc.low_precision
+                                                 ? precision::recipe_name(tc.low_precision->recipe)
+                                                 : dtype_name(tc.precision)}}));
 
   // MFU's yardsticks (GEMM ceiling, hardware peak) are measured first, before the batch thread
   // below competes with them for the cores.
@@ -438,8 +458,7 @@ void train(const Config& cfg, const std::string& resume_from) {
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
   // One step's work against the GEMM ceiling and the hardware peak (the CPU's, from its ISA
   // and clock; on a GPU the measured ceiling alone).
-  progress.count_flops(plan::train_step_flops(spec), ceiling_gflops,
-                       peak_gflops,
+  progress.count_flops(plan::train_step_flops(spec), ceiling_gflops, peak_gflops,
                        mesh.world()->size());
   StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
   Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
@@ -469,9 +488,8 @@ void train(const Config& cfg, const std::string& resume_from) {
                  progress,
                  decay,
                  Json(),
-                 cfg.diloco ? std::make_unique<RoundAgreement>(*mesh.world(),
-                                                               cfg.diloco->inner_steps,
-                                                               decay.end_step())
+                 cfg.diloco ? std::make_unique<RoundAgreement>(
+                                  *mesh.world(), cfg.diloco->inner_steps, decay.end_step())
                             : nullptr};
 
   auto save = [&](int64_t done) {  // collective: every rank writes its pieces
@@ -507,8 +525,8 @@ void train(const Config& cfg, const std::string& resume_from) {
     train_seconds += seconds_since(step_begin);
 
     if (decay.pending(step) && (step + 1) % decay_check_every == 0) {
-      const double elapsed = sum_over(*mesh.world(), {progress.elapsed_seconds()})[0] /
-                             double(mesh.world()->size());
+      const double elapsed =
+          sum_over(*mesh.world(), {progress.elapsed_seconds()})[0] / double(mesh.world()->size());
       if (decay.after_step(step, elapsed, step + 1 - start_step,
                            cfg.diloco ? cfg.diloco->inner_steps : 1)) {
         progress.set_total_steps(decay.end_step());

@@ -24,6 +24,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Each row's class, written to its left.
+std::vector<int64_t> row_classes(int64_t classes, int64_t only_class = -1) {
+  if (only_class >= 0) return {only_class};
+  std::vector<int64_t> rows(size_t(classes), 0);
+  for (int64_t c = 0; c < classes; ++c) rows[size_t(c)] = c;
+  return rows;
+}
+
 Tensor sample_grid_labels(int64_t classes, int64_t per_class) {
   std::vector<int64_t> y;
   for (int64_t c = 0; c < classes; ++c)
@@ -79,20 +87,27 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
 
 void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
                    const DitSampleOptions& o) {
-  const int64_t classes = config.num_classes;
-  Tensor labels = sample_grid_labels(classes, o.per_class);
+  LOOM_CHECK(o.only_class < config.num_classes)
+      << "sample: --class " << o.only_class << " is not one of the model's classes (0.."
+      << config.num_classes - 1 << ")";
+  const int64_t rows = o.only_class >= 0 ? 1 : config.num_classes;
+  Tensor labels = o.only_class >= 0 ? full({o.per_class}, double(o.only_class), DType::I64)
+                                    : sample_grid_labels(rows, o.per_class);
   Tensor images = sample_dit_images(velocity, config, labels, o);
   if (!o.png_path.empty()) {
-    ImageGrid grid = image_grid(images, int(classes), int(o.per_class));
+    const ImageGrid grid = label_rows(image_grid(images, int(rows), int(o.per_class)),
+                                      row_classes(rows, o.only_class), int(config.image_size));
     write_png(o.png_path, grid.pixels, grid.width, grid.height, grid.channels);
   }
   if (!o.npy_prefix.empty()) {
     write_npy(o.npy_prefix + "_images.npy", images);
     write_npy(o.npy_prefix + "_labels.npy", labels);
   }
-  std::printf("samples: %lld images (%lld per class, %lld %s steps, cfg %.2f) -> %s%s%s\n",
-              (long long)images.size(0), (long long)o.per_class, (long long)o.steps,
-              o.heun ? "Heun" : "Euler", o.cfg_scale, o.png_path.c_str(),
+  std::printf("samples: %lld images (%s, %lld %s steps, cfg %.2f) -> %s%s%s\n",
+              (long long)images.size(0),
+              o.only_class >= 0 ? ("class " + std::to_string(o.only_class)).c_str()
+                                : (std::to_string(o.per_class) + " per class").c_str(),
+              (long long)o.steps, o.heun ? "Heun" : "Euler", o.cfg_scale, o.png_path.c_str(),
               !o.png_path.empty() && !o.npy_prefix.empty() ? " and " : "",
               o.npy_prefix.empty() ? "" : (o.npy_prefix + "_{images,labels}.npy").c_str());
 }
@@ -253,8 +268,10 @@ class DitRecipe : public Recipe {
     const std::unique_ptr<models::Dit> ema_model = gathered_ema();
     if (!ema_model) return {};
     const Tensor labels = sample_grid_labels(cfg_.dit.num_classes, cfg_.sample.per_class);
-    ImageGrid grid = image_grid(sample_dit_images(*ema_model, labels, sample_options("")),
-                                int(cfg_.dit.num_classes), int(cfg_.sample.per_class));
+    ImageGrid grid =
+        label_rows(image_grid(sample_dit_images(*ema_model, labels, sample_options("")),
+                              int(cfg_.dit.num_classes), int(cfg_.sample.per_class)),
+                   row_classes(cfg_.dit.num_classes), int(cfg_.dit.image_size));
     char name[32];
     std::snprintf(name, sizeof name, "step-%06lld.png", (long long)(step + 1));
     fs::create_directories(cfg_.run_dir() + "/samples");

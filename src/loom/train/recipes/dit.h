@@ -24,6 +24,7 @@ struct DitSampleOptions {
   // The velocity model's autocast: the run's train.precision (bf16 where it trained in bf16:
   // about 1.6x faster samples on a CPU with native bf16).
   DType precision = DType::F32;
+  int64_t only_class = -1;  // >= 0: one row, of this class alone (loom sample --class)
 };
 
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.
@@ -52,8 +53,9 @@ DitQuality evaluate_dit(const diffusion::VelocityFn& velocity, const models::Dit
                         int64_t num_samples, const DitSampleOptions& options);
 // What eval.json records of an evaluation.
 Json quality_json(const DitQuality& quality, const DitSampleOptions& options);
-// Loads the EMA weights of a checkpoint and evaluates them; writes <ckpt_dir>/eval.json.
+// Loads the EMA weights of a checkpoint and evaluates them; writes the figures to out_path.
 DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
-                                   int64_t num_samples, const DitSampleOptions& options);
+                                   int64_t num_samples, const DitSampleOptions& options,
+                                   const std::string& out_path);
 
 }  // namespace loom::train

@@ -53,7 +53,8 @@ DitQuality evaluate_dit(const diffusion::VelocityFn& velocity, const models::Dit
 }
 
 DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
-                                   int64_t num_samples, const DitSampleOptions& options) {
+                                   int64_t num_samples, const DitSampleOptions& options,
+                                   const std::string& out_path) {
   const Config cfg = run_config_of(ckpt_dir, "dit", "eval");
   models::Dit model(cfg.dit);
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
@@ -62,8 +63,9 @@ DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::strin
                                        const Tensor& y) { return model.forward(x, t, y); },
                               cfg.dit, classifier_dir, cfg.data.path, num_samples, options);
   Json result = quality_json(q, options);
-  result.set("classifier", classifier_dir);
-  write_json_file(ckpt_dir + "/eval.json", result);
+  result.set("checkpoint", ckpt_dir);
+  result.set("classifier", find_classifier(classifier_dir));
+  write_json_file(out_path, result);
   return q;
 }
 

@@ -159,10 +159,26 @@ Tensor classifier_features(const models::Vit& model, const Tensor& images) {
   return cat(parts, 0);
 }
 
-std::unique_ptr<models::Vit> load_classifier(const std::string& dir) {
+std::string find_classifier(const std::string& dir) {
+  if (fs::path(dir).is_absolute() || fs::exists(fs::path(dir) / "config.toml")) return dir;
+  // The installation's assets: beside the `loom` binary's folder (build/loom -> assets/).
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / dir;
+    if (fs::exists(installed / "config.toml")) return installed.string();
+  }
+  return dir;
+}
+
+std::unique_ptr<models::Vit> load_classifier(const std::string& given) {
+  const std::string dir = find_classifier(given);
   const std::string config = dir + "/config.toml";
-  LOOM_CHECK(fs::exists(config)) << "classifier: " << config << " not found (train one with "
-                                 << "`loom train configs/fmnist_classifier.toml`)";
+  LOOM_CHECK(fs::exists(config)) << "classifier: " << config << " not found"
+                                 << (fs::path(given).is_absolute()
+                                         ? ""
+                                         : " (nor in the installation beside the loom binary)")
+                                 << "; train one with `loom train configs/fmnist_classifier.toml`";
   const Config c = load_config(config);
   LOOM_CHECK(c.model_kind == "vit_classifier")
       << "classifier: " << config << " is of model.kind " << c.model_kind << ", not vit_classifier";

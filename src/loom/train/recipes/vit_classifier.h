@@ -15,7 +15,10 @@ std::unique_ptr<Recipe> make_vit_classifier_recipe(const Config& config);
 // Its blocks, for activation checkpointing and ZeRO's flat groups (data parallelism only).
 nn::ParallelPlan vit_plan(const models::Vit& model);
 
-// A trained classifier loaded from its directory.
+// A trained classifier loaded from its directory. A relative `dir` is looked for from the working
+// directory, then in the installation (the folder above the `loom` binary's: the repository for
+// build/loom), so a run's eval.classifier = "assets/fmnist_classifier" is found from any directory.
+std::string find_classifier(const std::string& dir);
 std::unique_ptr<models::Vit> load_classifier(const std::string& dir);
 // Top-1 accuracy of `model` on images (N, C, H, W) with labels (N), in batches; a
 // time-conditioned model (the experts' router) at time t >= 0, told the class labels `given`
