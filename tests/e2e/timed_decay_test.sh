@@ -20,9 +20,9 @@ timed=(--set run.id=timed --set train.steps=1000000 --set train.max_minutes=0.13
        --set optim.schedule=wsd --set optim.decay_fraction=0.5 --set optim.min_lr_ratio=0.1
        --set train.log_every=1 --set train.ckpt_every=40 --set train.keep_checkpoints=100000
        --set run.tensorboard=false --set eval.val_images=0 --set sample.per_class=1)
-start=$(date +%s.%N)
+start=$(date +%s%N)
 "$loom" train "$here/tiny_dit.toml" --set run.out_dir="$work/a" "${timed[@]}" > "$work/a.log"
-wall=$(echo "$(date +%s.%N) - $start" | bc)
+wall=$(( ($(date +%s%N) - start) / 1000000 ))  # ms
 run=$work/a/tiny_dit
 range=$(sed -n 's/^decay of the learning rate timed to the budget: steps \([0-9]*\)\.\.\([0-9]*\),.*/\1 \2/p' "$work/a.log")
 [ -n "$range" ] || fail "no timed decay in the log: $(tail -3 "$work/a.log")"
@@ -31,7 +31,7 @@ grep -q "stopping after step $end (the decay timed to the budget is done" "$work
   fail "the run did not end with its decay at step $end: $(tail -3 "$work/a.log")"
 /usr/bin/python3 - "$run" "$first" "$end" "$wall" <<'PY' || fail "timed decay's learning rates"
 import json, sys
-run, first, end, wall = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+run, first, end, wall = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]) / 1000
 peak, floor, warmup = 1e-3, 1e-4, 2
 m = [json.loads(l) for l in open(run + "/metrics.jsonl")]
 steps = [x["step"] for x in m]
