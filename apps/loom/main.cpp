@@ -33,6 +33,7 @@
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
+#include "loom/train/config_keys.h"
 #include "loom/train/config_file.h"
 #include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
@@ -494,6 +495,38 @@ void add_report(CLI::App& cmd, ReportArgs& a) {
   cmd.add_option("--out", a.out, "the HTML file (default RUN/report.html)")->type_name("FILE");
 }
 
+struct ConfigKeysArgs {
+  std::string section;
+  bool markdown = false;
+};
+
+void add_config_keys(CLI::App& cmd, ConfigKeysArgs& a) {
+  cmd.description("list every config key: its type, default, allowed values and meaning");
+  cmd.add_option("section", a.section, "only this section (run, model, train, optim, ...)")
+      ->type_name("SECTION");
+  cmd.add_flag("--markdown", a.markdown, "as docs/config.md (the whole reference)");
+}
+
+int config_keys_command(const ConfigKeysArgs& a) {
+  if (a.markdown) return std::fputs(loom::train::config_keys_markdown().c_str(), stdout), 0;
+  const std::string text = loom::train::config_keys_text(a.section);
+  if (text.empty()) {
+    std::vector<std::string> sections;
+    for (const std::string& name : loom::train::config_key_names())
+      if (const std::string s = name.substr(0, name.find('.'));
+          std::find(sections.begin(), sections.end(), s) == sections.end())
+        sections.push_back(s);
+    std::string known, near = loom::train::closest_word(a.section, sections);
+    for (const std::string& s : sections) known += (known.empty() ? "" : ", ") + s;
+    std::fprintf(stderr, "loom config keys: no section [%s]%s (sections: %s)\n",
+                 a.section.c_str(), near.empty() ? "" : (" (did you mean " + near + "?)").c_str(),
+                 known.c_str());
+    return 2;
+  }
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
 int report_command(const ReportArgs& a) {
   const loom::train::ReportSummary r = loom::train::write_report(a.run, a.out);
   std::printf("report: %s (%d plots, %d images, %d events)\n", r.path.c_str(), r.plots, r.images,
@@ -726,6 +759,7 @@ int run(int argc, char** argv) {
   TokenizerConvertArgs tokenizer_convert;
   DataPrepareArgs data_prepare;
   ReportArgs report;
+  ConfigKeysArgs config_keys;
   CkptExportArgs ckpt_export;
   std::string ckpt_verify;
   loom::cli::LaunchOptions launch;
@@ -740,6 +774,8 @@ int run(int argc, char** argv) {
   add_tokenizer_check(*tokenizer->add_subcommand("check"), tokenizer_check);
   add_tokenizer_convert(*tokenizer->add_subcommand("convert"), tokenizer_convert);
   add_report(*loom.add_subcommand("report"), report);
+  CLI::App* config = loom.add_subcommand("config")->require_subcommand(1);
+  add_config_keys(*config->add_subcommand("keys"), config_keys);
   CLI::App* data = loom.add_subcommand("data")->require_subcommand(1);
   add_data_prepare(*data->add_subcommand("prepare"), data_prepare);
   CLI::App* ckpt = loom.add_subcommand("ckpt")->require_subcommand(1);
@@ -764,6 +800,7 @@ int run(int argc, char** argv) {
     if (tokenizer->got_subcommand("check")) return tokenizer_check_command(tokenizer_check);
     if (tokenizer->got_subcommand("convert")) return tokenizer_convert_command(tokenizer_convert);
     if (loom.got_subcommand("report")) return report_command(report);
+    if (config->got_subcommand("keys")) return config_keys_command(config_keys);
     if (data->got_subcommand("prepare")) return data_prepare_command(data_prepare);
     if (ckpt->got_subcommand("export"))
       return ckpt_export_command(*ckpt->get_subcommand("export"), ckpt_export);

@@ -118,6 +118,12 @@ expect_error "unknown config key" "train.stepz (did you mean train.steps?)" -- "
 expect_error "wrong-type value" "train.steps must be an integer" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set 'train.steps="many"'
 expect_error "bad value" "train.steps.* (given by --set train.steps=-4)" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set train.steps=-4
 expect_error "missing config file" "nope.toml" -- "$loom" train "$work/nope.toml"
+expect_error "a key of another setting" "lowcomm.workers (not used by this config: read for model.kind dit, gpt when lowcomm.method" -- "$loom" train "$cfg" --set run.out_dir="$work/c" --set lowcomm.workers=2
+# The config reference: one section, the markdown of docs/config.md, a section that is not one.
+"$loom" config keys train > "$work/keys.txt" && grep -q '^  train.steps (integer) = 1000' "$work/keys.txt" &&
+  ! grep -q '^  optim' "$work/keys.txt" || fail "loom config keys train: $(head -5 "$work/keys.txt")"
+"$loom" config keys --markdown | cmp -s - "$here/../../docs/config.md" || fail "loom config keys --markdown is not docs/config.md"
+want_status=2 expect_error "config keys of no section" "no section \[trian\] (did you mean train?)" -- "$loom" config keys trian
 status=0; "$loom" tran "$cfg" 2> "$work/err.log" || status=$?
 [ $status = 2 ] && grep -q "unknown command 'tran' (did you mean 'train'?)" "$work/err.log" ||
   fail "a misspelt command: status $status, $(cat "$work/err.log")"

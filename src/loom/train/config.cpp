@@ -469,12 +469,16 @@ void read_gpt(ConfigFile& f, Config& c) {
 }  // namespace
 
 namespace {
-Config read_config(const std::string& path, const std::vector<std::string>& overrides);
+Config read_config(ConfigFile& f);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   std::vector<ConfigFile::Read>* reads) {
   try {
-    return read_config(path, overrides);
+    ConfigFile f(path, overrides);
+    Config c = read_config(f);
+    if (reads) *reads = f.reads();
+    return c;
   } catch (const Error& e) {
     // A value given by --set is blamed on the override that gave it, not on the file.
     std::string blamed;
@@ -490,8 +494,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 namespace {
 
-Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
-  ConfigFile f(path, overrides);
+Config read_config(ConfigFile& f) {
+  const std::string& path = f.path();
   Config c;
   c.run.name = f.get_string("run", "name", c.run.name);
   c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);

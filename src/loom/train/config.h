@@ -13,6 +13,7 @@
 #include "loom/optim/schedule.h"
 #include "loom/parallel/topology.h"
 #include "loom/precision/recipe.h"
+#include "loom/train/config_file.h"
 
 namespace loom::train {
 
@@ -161,8 +162,10 @@ struct Config {
 
 // Reads and validates a config; unknown keys, wrong types and bad values are errors naming
 // the key. Only the keys of the chosen model.kind are read, so a key of the other kind (say
-// model.patch in a gpt config) is an unknown key.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// model.patch in a gpt config) is an unknown key. `reads`, if given, receives every key read
+// with its type and fallback (the config reference's test).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   std::vector<ConfigFile::Read>* reads = nullptr);
 
 // Where dataset "kjv" puts kjv.txt when data.cache_dir is empty: $XDG_CACHE_HOME/loom, else
 // $HOME/.cache/loom, else <run.out_dir>/cache.

@@ -10,13 +10,21 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/train/config_keys.h"
 
 namespace loom::train {
 
 struct ConfigFile::Impl {
   toml::table table;
   std::set<std::string> used;                                          // "section.key"
+  std::vector<Read> reads;                                             // the first of each
   std::map<std::string, std::map<std::string, std::string>> resolved;  // for the run directory
+
+  // Marks section.key used; its first read is recorded with its type and fallback.
+  void note(const std::string& section, const std::string& key, const char* type,
+            const std::string& fallback) {
+    if (used.insert(section + "." + key).second) reads.push_back({section, key, type, fallback});
+  }
 };
 
 namespace {
@@ -25,6 +33,28 @@ std::string quote(const std::string& s) {
   std::ostringstream os;
   os << toml::value<std::string>(s);
   return os.str();
+}
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << toml::value<double>(v);
+  return os.str();
+}
+
+// A list as TOML text.
+template <typename T>
+std::string list_text(const std::vector<T>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    out += i ? ", " : "";
+    if constexpr (std::is_same_v<T, std::string>)
+      out += quote(v[i]);
+    else if constexpr (std::is_same_v<T, double>)
+      out += number_text(v[i]);
+    else
+      out += std::to_string(v[i]);
+  }
+  return out + "]";
 }
 
 // Parses the right-hand side of an override as a TOML value; a bare word becomes a string.
@@ -87,7 +117,7 @@ const toml::node* find(const toml::table& table, const std::string& section,
 
 std::string ConfigFile::get_string(const std::string& section, const std::string& key,
                                    const std::string& fallback) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "string", quote(fallback));
   const toml::node* n = find(impl_->table, section, key);
   std::string v = fallback;
   if (n) {
@@ -101,7 +131,7 @@ std::string ConfigFile::get_string(const std::string& section, const std::string
 
 int64_t ConfigFile::get_int(const std::string& section, const std::string& key, int64_t fallback,
                             int64_t max) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "integer", std::to_string(fallback));
   const toml::node* n = find(impl_->table, section, key);
   int64_t v = fallback;
   if (n) {
@@ -116,7 +146,7 @@ int64_t ConfigFile::get_int(const std::string& section, const std::string& key, 
 }
 
 double ConfigFile::get_double(const std::string& section, const std::string& key, double fallback) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "number", number_text(fallback));
   const toml::node* n = find(impl_->table, section, key);
   double v = fallback;
   if (n) {
@@ -126,9 +156,7 @@ double ConfigFile::get_double(const std::string& section, const std::string& key
     LOOM_CHECK(std::isfinite(v)) << "config " << path_ << ": " << section << "." << key
                                  << " must be a finite number, got " << v;
   }
-  std::ostringstream os;
-  os << toml::value<double>(v);
-  impl_->resolved[section][key] = os.str();
+  impl_->resolved[section][key] = number_text(v);
   return v;
 }
 
@@ -138,7 +166,7 @@ void ConfigFile::record(const std::string& section, const std::string& key,
 }
 
 bool ConfigFile::get_bool(const std::string& section, const std::string& key, bool fallback) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "boolean", fallback ? "true" : "false");
   const toml::node* n = find(impl_->table, section, key);
   bool v = fallback;
   if (n) {
@@ -171,30 +199,21 @@ std::vector<T> read_list(const toml::node* n, const std::string& name, const cha
       v.push_back(*x);
     }
   }
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    os << (i ? ", " : "");
-    if constexpr (std::is_same_v<T, std::string>)
-      os << quote(v[i]);
-    else
-      os << toml::value<T>(v[i]);
-  }
-  text = os.str() + "]";
+  text = list_text(v);
   return v;
 }
 }  // namespace
 
 std::vector<int64_t> ConfigFile::get_int_list(const std::string& section, const std::string& key,
                                               const std::vector<int64_t>& fallback) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "integer list", list_text(fallback));
   return read_list(find(impl_->table, section, key), "config " + path_ + ": " + section + "." + key,
                    "integers", fallback, impl_->resolved[section][key]);
 }
 
 std::vector<double> ConfigFile::get_double_list(const std::string& section, const std::string& key,
                                                 const std::vector<double>& fallback) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "number list", list_text(fallback));
   return read_list(find(impl_->table, section, key), "config " + path_ + ": " + section + "." + key,
                    "numbers", fallback, impl_->resolved[section][key]);
 }
@@ -202,7 +221,7 @@ std::vector<double> ConfigFile::get_double_list(const std::string& section, cons
 std::vector<std::string> ConfigFile::get_string_list(const std::string& section,
                                                      const std::string& key,
                                                      const std::vector<std::string>& fallback) {
-  impl_->used.insert(section + "." + key);
+  impl_->note(section, key, "string list", list_text(fallback));
   return read_list(find(impl_->table, section, key), "config " + path_ + ": " + section + "." + key,
                    "strings", fallback, impl_->resolved[section][key]);
 }
@@ -238,16 +257,21 @@ void ConfigFile::check_all_keys_used() const {
       if (!impl_->used.count(name)) unknown.push_back(name);
     }
   if (unknown.empty()) return;
-  const std::vector<std::string> known(impl_->used.begin(), impl_->used.end());
+  std::vector<std::string> known = config_key_names();
+  known.insert(known.end(), impl_->used.begin(), impl_->used.end());
   std::ostringstream os;
   for (size_t i = 0; i < unknown.size(); ++i) {
     os << (i ? ", " : "") << unknown[i];
-    if (const std::string near = closest_word(unknown[i], known); !near.empty())
+    if (const std::string why = config_key_unused_reason(unknown[i]); !why.empty())
+      os << " (not used by this config: " << why << ")";
+    else if (const std::string near = closest_word(unknown[i], known); !near.empty())
       os << " (did you mean " << near << "?)";
   }
   LOOM_FAIL() << "config " << path_ << ": unknown key" << (unknown.size() > 1 ? "s " : " ")
               << os.str();
 }
+
+const std::vector<ConfigFile::Read>& ConfigFile::reads() const { return impl_->reads; }
 
 std::string ConfigFile::resolved() const {
   std::ostringstream os;

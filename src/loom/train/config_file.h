@@ -34,8 +34,15 @@ class ConfigFile {
   // Records what a key resolved to in place of what it said (train.precision "auto" -> "bf16");
   // `value` is a string.
   void record(const std::string& section, const std::string& key, const std::string& value);
-  // Throws naming every key that no getter asked for (unknown keys and typos).
+  // Throws naming every key that no getter asked for: a key of the reference (config_keys.h)
+  // that this config does not use says when it is used, any other gets a did-you-mean.
   void check_all_keys_used() const;
+  // Every key a getter asked for, in order, with its type and the value it falls back to (TOML
+  // text): what the config reference is checked against.
+  struct Read {
+    std::string section, key, type, fallback;
+  };
+  const std::vector<Read>& reads() const;
   // The resolved config as TOML text (all values read, defaults included).
   std::string resolved() const;
   const std::string& path() const { return path_; }

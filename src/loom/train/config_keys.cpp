@@ -1,0 +1,376 @@
+#include "loom/train/config_keys.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+namespace loom::train {
+
+namespace {
+
+constexpr const char* kDit = "dit";
+constexpr const char* kGpt = "gpt";
+constexpr const char* kDitGpt = "dit gpt";
+constexpr const char* kVit = "vit_classifier dit_router";
+constexpr const char* kDitVit = "dit vit_classifier dit_router";
+constexpr const char* kMoe = "moe.experts > 0";
+constexpr const char* kDiloco = "lowcomm.method = \"diloco\"";
+
+// In the order read_config reads them, section by section.
+const std::vector<ConfigKey> kKeys = {
+    // [run]
+    {"run.name", "", "string", "\"run\"", "", "",
+     "the run directory's name under run.out_dir (one directory name)"},
+    {"run.out_dir", "", "string", "\"runs\"", "", "", "where run directories are made"},
+    {"run.seed", "", "integer", "0", "", "", "seed of the initial weights, data order and noise"},
+    {"run.memory_limit_mb", "", "number", "0.0", ">= 0", "",
+     "each process's live tensors may not exceed this (0: no limit)"},
+    {"run.profile_steps", "", "string", "\"\"", "\"A:B\" or \"\"", "",
+     "trace steps A..B as a Chrome trace in the run directory (\"\": no profile)"},
+    {"run.tensorboard", "", "boolean", "true", "", "",
+     "the main rank's metrics also as TensorBoard scalars (run_dir/tensorboard)"},
+    {"run.id", "", "string", "\"\"", "", "",
+     "the run's identity, kept by its resumes (\"\": a new run gets one)"},
+    {"run.threads", "", "integer", "0", "0 to 4096", "",
+     "threads of the CPU kernels (0: OMP_NUM_THREADS, else the cores this process may use, "
+     "shared by the ranks on its host)"},
+    // [model]
+    {"model.kind", "", "string", "\"dit\"", "dit, gpt, vit_classifier, dit_router", "",
+     "what is trained: a diffusion transformer, a language model, the Fashion-MNIST classifier, "
+     "or the router of decentralized diffusion experts"},
+    {"model.image_size", kDitVit, "integer", "28", "", "", "image height and width in pixels"},
+    {"model.channels", kDitVit, "integer", "1", "", "", "image channels"},
+    {"model.patch", kDit, "integer", "2", "divides image_size", "",
+     "patch size: the image is (image_size / patch)^2 tokens"},
+    {"model.patch", kVit, "integer", "4", "divides image_size", "",
+     "patch size: the image is (image_size / patch)^2 tokens"},
+    {"model.width", kDit, "integer", "256", "multiple of heads", "", "transformer width"},
+    {"model.width", kGpt, "integer", "384", "multiple of heads", "", "transformer width"},
+    {"model.width", kVit, "integer", "96", "multiple of heads", "", "transformer width"},
+    {"model.depth", kDitGpt, "integer", "6", "", "", "transformer blocks"},
+    {"model.depth", kVit, "integer", "4", "", "", "transformer blocks"},
+    {"model.heads", kDit, "integer", "4", "", "", "attention heads"},
+    {"model.heads", kGpt, "integer", "6", "", "", "attention heads"},
+    {"model.heads", kVit, "integer", "4", "", "", "attention heads"},
+    {"model.mlp_ratio", kDitGpt, "number", "4.0", "", "", "MLP hidden width / model width"},
+    {"model.mlp_ratio", kVit, "number", "2.0", "", "", "MLP hidden width / model width"},
+    {"model.num_classes", kDitVit, "integer", "10", "", "",
+     "classes (dit: the labels it is conditioned on; classifier: its outputs)"},
+    {"model.stem_channels", kVit, "integer", "0", "", "",
+     "channels of a two-convolution stem before the patch embedding (0: none)"},
+    {"model.labels", "dit_router", "integer", "0", ">= 0", "",
+     "classes the router is told (the class being sampled; 0: unconditional)"},
+    {"model.style", kGpt, "string", "\"gpt2\"", "gpt2, llama", "",
+     "gpt2: LayerNorm, GELU, learned positions; llama: RMSNorm, SwiGLU, rotary positions"},
+    {"model.vocab_size", kGpt, "integer", "256", "", "", "tokens of the tokenizer"},
+    {"model.context", kGpt, "integer", "256", "", "", "tokens per training sequence"},
+    {"model.kv_heads", kGpt, "integer", "0", "divides heads", "",
+     "key/value heads, grouped-query attention (0: as many as heads)"},
+    {"model.rope_theta", kGpt, "number", "10000.0", "", "", "rotary position base (llama)"},
+    {"model.tie_embeddings", kGpt, "boolean", "(true for gpt2, false for llama)", "", "",
+     "the output head shares the token embedding"},
+    {"model.swiglu_hidden", kGpt, "integer", "0", "", "",
+     "SwiGLU hidden width (llama only; 0: 8/3 x width rounded up to a multiple of 64)"},
+    // [moe]
+    {"moe.experts", kDitGpt, "integer", "0", "", "",
+     "experts of a mixture in place of each MLP (0: a dense model)"},
+    {"moe.top_k", kDitGpt, "integer", "2", "1 to experts", kMoe, "experts each token is routed to"},
+    {"moe.gating", kDitGpt, "string", "\"softmax\"", "softmax, sigmoid", kMoe,
+     "the router's scores"},
+    {"moe.renormalize", kDitGpt, "boolean", "true", "", kMoe,
+     "the top-k gates are renormalized to sum to 1"},
+    {"moe.hidden", kDitGpt, "integer", "0", ">= 0", kMoe,
+     "each expert's hidden width (0: the dense MLP's)"},
+    {"moe.shared_experts", kDitGpt, "integer", "0", "", kMoe,
+     "experts every token goes through besides its routed ones"},
+    {"moe.aux_loss", kDitGpt, "number", "0.01", "", kMoe, "weight of the load-balancing loss"},
+    {"moe.z_loss", kDitGpt, "number", "0.001", "", kMoe, "weight of the router z-loss"},
+    {"moe.bias_rate", kDitGpt, "number", "0.0", "", kMoe,
+     "rate of the auxiliary-loss-free balancing bias (0: off)"},
+    {"moe.every", kDitGpt, "integer", "1", "1 to depth", kMoe,
+     "every N-th block has the mixture, the others a dense MLP"},
+    // [data]
+    {"data.dataset", kDit, "string", "\"fashion_mnist\"", "fashion_mnist, images", "",
+     "the training images: Fashion-MNIST, or PNG files (data.path)"},
+    {"data.dataset", kGpt, "string", "\"kjv\"", "kjv, text, tokens", "",
+     "the training text: the King James Bible, a UTF-8 file, or `loom data prepare` shards"},
+    {"data.path", kDitVit, "string", "\"/usr/share/datasets/fashion-mnist\"", "", "",
+     "Fashion-MNIST's directory, or (dataset images) a folder with labels.txt, a .tar shard or "
+     "a directory of shards"},
+    {"data.path", kGpt, "string", "\"\"", "", "",
+     "the text file (dataset text) or the directory of `loom data prepare` (dataset tokens)"},
+    {"data.val_path", kDit, "string", "\"\"", "", "data.dataset = \"images\"",
+     "held-out PNG images, as data.path (\"\": none)"},
+    {"data.clusters", kDit, "string", "\"\"", "", "",
+     "assignments of `loom cluster`: train a decentralized expert on one cluster"},
+    {"data.clusters", "dit_router", "string", "\"\"", "required", "",
+     "assignments of `loom cluster` the router learns to predict"},
+    {"data.cluster", kDit, "integer", "-1", ">= 0", "data.clusters set",
+     "the cluster this expert trains on"},
+    {"data.paths", kGpt, "string list", "([data.path])", "", "data.dataset = \"tokens\"",
+     "several directories of `loom data prepare`, mixed"},
+    {"data.weights", kGpt, "number list", "(1.0 for each path)", "> 0, one per path",
+     "data.dataset = \"tokens\"", "mixing weights of data.paths"},
+    {"data.val_fraction", kGpt, "number", "0.05", "(0, 1)", "",
+     "the held-out tail of the text"},
+    {"data.tokenizer", kGpt, "string", "\"bytes\"", "", "",
+     "bytes, a file of `loom tokenizer train`, a Hugging Face tokenizer.json (or its "
+     "directory) or a .tiktoken file"},
+    {"data.tokenizer_pattern", kGpt, "string", "\"gpt2\"", "gpt2, cl100k, o200k", "",
+     "the pre-tokenizer pattern of a .tiktoken tokenizer"},
+    {"data.cache_dir", kGpt, "string", "\"\"", "", "",
+     "where dataset kjv puts kjv.txt (\"\": $XDG_CACHE_HOME/loom, else ~/.cache/loom)"},
+    // [train]
+    {"train.steps", "", "integer", "1000", "> 0", "",
+     "optimizer steps (with max_minutes, the ceiling)"},
+    {"train.batch_size", "", "integer", "64", "> 0, divisible by the data-parallel ranks", "",
+     "global batch of one micro-batch (samples or sequences)"},
+    {"train.grad_accum", "", "integer", "1", "1 to 65536", "",
+     "micro-batches per step (pipeline parallelism: its micro-batches)"},
+    {"train.log_every", "", "integer", "10", "> 0", "", "steps between progress lines"},
+    {"train.ckpt_every", "", "integer", "0", ">= 0", "",
+     "steps between checkpoints (0: only at the end)"},
+    {"train.keep_checkpoints", "", "integer", "2", "> 0", "", "checkpoints kept, newest first"},
+    {"train.async_checkpoint", "", "boolean", "false", "", "",
+     "write checkpoints on a background thread from a snapshot"},
+    {"train.max_minutes", "", "number", "0.0", ">= 0", "",
+     "time budget: stop and checkpoint when it is spent (0: none); optim.schedule wsd times "
+     "its decay to it"},
+    {"train.stop_after", "", "integer", "0", ">= 0", "",
+     "stop and checkpoint once this global step is done (0: at train.steps)"},
+    {"train.grad_clip", "", "number", "1.0", "", "", "global gradient norm clip (<= 0: none)"},
+    {"train.precision", "", "string", "\"f32\"",
+     "auto, f32, bf16, fp8_tensorwise, fp8_delayed, fp8_blockwise, mxfp8, nvfp4", "",
+     "matmul precision (auto: bf16 where the GPU or CPU multiplies it natively, else f32); f32 "
+     "master weights and optimizer state always"},
+    {"train.device", "", "string", "\"cpu\"", "cpu, cuda", "", "where the model trains"},
+    {"train.tf32", "", "boolean", "false", "", "",
+     "f32 GEMMs on TF32 tensor cores (train.device cuda only)"},
+    {"train.init_from", kGpt, "string", "\"\"", "", "",
+     "a Hugging Face model directory to start from (\"\": random weights)"},
+    {"train.ema_decay", kDit, "number", "0.999", "[0, 1)", "",
+     "decay of the weights' exponential moving average that is sampled"},
+    {"train.ema_start", kDit, "integer", "0", ">= 0", "",
+     "steps before the average starts tracking (it copies the weights until then)"},
+    {"train.augment", "vit_classifier", "boolean", "true", "", "",
+     "random flips and shifts by up to 2 pixels"},
+    // [precision]
+    {"precision.amax_history", "", "integer", "16", ">= 1", "train.precision = \"fp8_delayed\"",
+     "steps of amax history a delayed scale is taken from"},
+    {"precision.block_size", "", "integer", "128", "16 to 1024, a power of two",
+     "train.precision = \"fp8_blockwise\"", "values per scale"},
+    {"precision.hadamard", "", "boolean", "true", "", "train.precision = \"nvfp4\"",
+     "a random Hadamard transform before quantising the weight gradient's operands"},
+    {"precision.stochastic_rounding", "", "boolean", "true", "", "train.precision = \"nvfp4\"",
+     "gradients rounded stochastically to FP4"},
+    {"precision.bf16_blocks", "", "integer list", "([0, -1] for nvfp4, else [])", "-depth to depth - 1",
+     "a low-precision recipe", "blocks kept in bf16 (negative: from the last)"},
+    // [diffusion]
+    {"diffusion.label_dropout", kDit, "number", "0.1", "[0, 1]", "",
+     "labels dropped to \"no label\" so guidance has an unconditional model"},
+    {"diffusion.label_dropout", "dit_router", "number", "0.1", "[0, 1]", "model.labels > 0",
+     "labels dropped to \"no label\", as the experts drop theirs"},
+    {"diffusion.timesteps", kDit, "string", "\"logit_normal\"", "logit_normal, uniform", "",
+     "the training times' distribution"},
+    {"diffusion.logit_normal_mean", "dit dit_router", "number", "0.0", "", "",
+     "mean of the logit-normal times"},
+    {"diffusion.logit_normal_std", "dit dit_router", "number", "1.0", "> 0", "",
+     "deviation of the logit-normal times"},
+    // [sample]
+    {"sample.steps", kDit, "integer", "50", "1 to 10000", "",
+     "sampler steps of the end-of-run grid and evaluation"},
+    {"sample.cfg_scale", kDit, "number", "2.0", "", "", "classifier-free guidance scale"},
+    {"sample.heun", kDit, "boolean", "false", "", "", "Heun's second-order sampler (else Euler)"},
+    {"sample.per_class", kDit, "integer", "10", "1 to 10000", "", "samples per class in the grid"},
+    {"sample.every", kDit, "integer", "0", ">= 0", "",
+     "also a grid every N steps (0: at the end only)"},
+    {"sample.prompt", kGpt, "string", "\"\"", "", "",
+     "text continued at the end of training (\"\": after a newline)"},
+    {"sample.tokens", kGpt, "integer", "0", "0 to 1000000", "",
+     "tokens sampled at the end of training (0: none)"},
+    {"sample.temperature", kGpt, "number", "0.8", ">= 0", "", "sampling temperature (0: greedy)"},
+    // [eval]
+    {"eval.classifier", kDit, "string", "\"\"", "", "",
+     "checkpoint of the Fashion-MNIST classifier that judges samples (\"\": none; relative: "
+     "the working directory, else Loom's installation)"},
+    {"eval.num_samples", kDit, "integer", "1000", "1 to 1000000", "",
+     "samples judged at the end (accuracy and FID)"},
+    {"eval.every", kDit, "integer", "0", ">= 0", "",
+     "steps between held-out loss evaluations (0: at the end only)"},
+    {"eval.every", kGpt, "integer", "100", ">= 0", "",
+     "steps between held-out loss evaluations (0: at the end only)"},
+    {"eval.val_images", kDit, "integer", "1000", ">= 0", "",
+     "test images of the held-out loss (0: none)"},
+    {"eval.windows", kGpt, "integer", "64", "1 to 1000000", "",
+     "validation windows of the periodic held-out loss"},
+    // [optim]
+    {"optim.lr", "", "number", "0.001", ">= 0", "", "peak learning rate (AdamW)"},
+    {"optim.beta1", "", "number", "0.9", "[0, 1)", "", "AdamW's first-moment decay"},
+    {"optim.beta2", "", "number", "0.999", "[0, 1)", "", "AdamW's second-moment decay"},
+    {"optim.eps", "", "number", "1e-08", "> 0", "", "AdamW's epsilon"},
+    {"optim.weight_decay", "", "number", "0.0", ">= 0", "", "decoupled weight decay"},
+    {"optim.schedule", "", "string", "\"cosine\"", "constant, cosine, wsd", "",
+     "learning-rate schedule after warmup (wsd: warmup-stable-decay)"},
+    {"optim.warmup_steps", "", "integer", "0", ">= 0", "", "linear warmup steps"},
+    {"optim.min_lr_ratio", "", "number", "0.1", "[0, 1]", "",
+     "the last learning rate / optim.lr (cosine, wsd)"},
+    {"optim.decay_fraction", "", "number", "0.2", "[0, 1]", "",
+     "wsd: the share of the run (of train.max_minutes, if set) spent decaying"},
+    // [parallel] and [lowcomm]
+    {"parallel.pp", "", "integer", "1", ">= 1", "", "pipeline-parallel stages"},
+    {"lowcomm.method", "", "string", "\"none\"", "none, diloco", "",
+     "DiLoCo: workers train apart and meet every inner_steps"},
+    {"lowcomm.workers", kDitGpt, "integer", "0", ">= 1", kDiloco,
+     "DiLoCo workers (the mesh's dp_replicate groups)"},
+    {"lowcomm.inner_steps", kDitGpt, "integer", "50", ">= 1, divides train.steps", kDiloco,
+     "steps between outer steps"},
+    {"lowcomm.outer_lr", kDitGpt, "number", "0.7", "> 0", kDiloco, "outer optimizer's rate"},
+    {"lowcomm.outer_momentum", kDitGpt, "number", "0.9", "[0, 1)", kDiloco,
+     "outer optimizer's momentum"},
+    {"lowcomm.nesterov", kDitGpt, "boolean", "true", "", kDiloco, "Nesterov outer momentum"},
+    {"lowcomm.compression", kDitGpt, "string", "\"none\"", "none, int8, int4", kDiloco,
+     "quantisation of the outer deltas on the wire"},
+    {"lowcomm.block_size", kDitGpt, "integer", "128", ">= 1", kDiloco,
+     "values per quantisation scale"},
+    {"lowcomm.scale_dtype", kDitGpt, "string", "\"f32\"", "f32, bf16", kDiloco,
+     "type of the quantisation scales"},
+    {"lowcomm.error_feedback", kDitGpt, "boolean", "true", "", kDiloco,
+     "the quantisation error is carried into the next round"},
+    {"lowcomm.fragments", kDitGpt, "integer", "1", "divides inner_steps", kDiloco,
+     "streaming DiLoCo: fragments of the model synchronised in turn"},
+    {"lowcomm.overlap_steps", kDitGpt, "integer", "0", "[0, inner_steps / fragments)", kDiloco,
+     "inner steps a fragment's exchange overlaps"},
+    {"lowcomm.mixing", kDitGpt, "number", "0.0", "[0, 1)", kDiloco,
+     "share of the local fragment kept when the outer result arrives late"},
+    {"parallel.dp_replicate", "", "integer", "(lowcomm.workers, else 1)", ">= 1", "",
+     "replicated data-parallel groups (HSDP's replicas, DiLoCo's workers)"},
+    {"parallel.dp_shard", "", "integer", "-1", "-1 or >= 1", "",
+     "sharded data-parallel ranks (-1: the processes the other axes leave)"},
+    {"parallel.cp", "", "integer", "1", ">= 1", "", "context-parallel ranks"},
+    {"parallel.tp", "", "integer", "1", ">= 1", "", "tensor-parallel ranks"},
+    {"parallel.data_parallel", "", "string", "\"ddp\"", "ddp, zero1, zero2, zero3, fsdp", "",
+     "what data-parallel ranks shard (zero3 = fsdp: parameters too)"},
+    {"parallel.gather_dtype", "", "string", "\"f32\"", "f32, bf16 (zero3)", "",
+     "type of ZeRO-3's parameter all-gathers"},
+    {"parallel.activation_checkpointing", "", "string", "\"none\"", "none, full, selective", "",
+     "activations recomputed in the backward pass instead of kept"},
+    {"parallel.sequence_parallel", "", "boolean", "false", "", "",
+     "norms and residuals split over the tensor-parallel ranks by sequence"},
+    {"parallel.context_parallel", "", "string", "\"ring\"", "ring, ulysses", "",
+     "how attention is split over the context-parallel ranks"},
+    {"parallel.pipeline_schedule", "", "string", "\"1f1b\"", "gpipe, 1f1b, interleaved", "",
+     "pipeline schedule"},
+    {"parallel.pipeline_chunks", "", "integer", "1", ">= 1", "",
+     "model chunks per stage (interleaved)"},
+    {"parallel.bucket_mb", "", "number", "25.0", "> 0", "",
+     "gradient all-reduce bucket size in MB"},
+    {"dist.timeout_s", "", "number", "600.0", "> 0", "",
+     "a collective older than this aborts the run (the hang watchdog)"},
+    {"parallel.ep", "", "integer", "1", ">= 1, divides moe.experts", "",
+     "expert-parallel ranks (carved from the data-parallel ones)"},
+    // [resilience]
+    {"resilience.max_skips_in_row", "", "integer", "3", "> 0", "",
+     "bad steps skipped in a row before the run rolls back to its last checkpoint"},
+    {"resilience.max_rollbacks", "", "integer", "2", ">= 0", "",
+     "rollbacks before the run stops instead"},
+    {"resilience.skip_spikes", "", "boolean", "false", "", "",
+     "treat a loss spike like a non-finite step"},
+    {"resilience.straggler_every", "", "integer", "50", ">= 0", "",
+     "steps between comparisons of the ranks' compute time (0: off)"},
+    {"resilience.straggler_factor", "", "number", "1.5", "> 1", "",
+     "a rank is a straggler above this times the median"},
+    {"resilience.spike_zscore", "", "number", "6.0", ">= 0", "",
+     "a loss this many deviations above the last 50 is a spike (0: off)"},
+    {"resilience.consistency_every", "", "integer", "100", ">= 0", "",
+     "steps between comparisons of the replicas' weight hashes (0: off)"},
+    {"resilience.preempt_signals", "", "string", "\"TERM,INT,USR1\"", "signal names, or \"\"", "",
+     "signals that checkpoint the run and exit 75"},
+};
+
+std::string section_of(const std::string& name) { return name.substr(0, name.find('.')); }
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() { return kKeys; }
+
+std::vector<std::string> config_key_names() {
+  std::vector<std::string> names;
+  for (const ConfigKey& k : kKeys)
+    if (std::find(names.begin(), names.end(), k.name) == names.end()) names.push_back(k.name);
+  return names;
+}
+
+std::string config_keys_text(const std::string& section) {
+  std::ostringstream os;
+  std::string last_section;
+  for (const ConfigKey& k : kKeys) {
+    const std::string s = section_of(k.name);
+    if (!section.empty() && s != section) continue;
+    if (s != last_section) os << (last_section.empty() ? "" : "\n") << "[" << s << "]\n";
+    last_section = s;
+    os << "  " << k.name << " (" << k.type << ") = " << k.fallback;
+    if (*k.kinds) os << "   model.kind " << k.kinds;
+    os << "\n      " << k.meaning;
+    if (*k.allowed) os << "\n      allowed: " << k.allowed;
+    if (*k.when) os << "\n      read when " << k.when;
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string config_keys_markdown() {
+  std::ostringstream os;
+  os << "# Config reference\n\n"
+     << "Every key `loom train` reads, section by section: its type, its default, the values it\n"
+     << "takes, the model kinds (`model.kind`) that read it and when. A key that no reader asks\n"
+     << "for is an error naming it. The same table prints with `loom config keys [SECTION]`;\n"
+     << "this page is generated from it (`loom config keys --markdown > docs/config.md`) and a\n"
+     << "test fails when the two differ, or when the table and what the trainer reads differ.\n"
+     << "A default in parentheses is computed from other keys. Values are TOML; `--set\n"
+     << "section.key=value` overrides one key on the command line.\n";
+  std::string last_section;
+  for (const ConfigKey& k : kKeys) {
+    const std::string s = section_of(k.name);
+    if (s != last_section) {
+      os << "\n## [" << s << "]\n\n"
+         << "| key | type | default | allowed | read by | meaning |\n"
+         << "|---|---|---|---|---|---|\n";
+      last_section = s;
+    }
+    std::string read_by = *k.kinds ? std::string(k.kinds) : "all";
+    if (*k.when) read_by += ", when " + std::string(k.when);
+    auto cell = [](std::string text) {  // a | inside a table cell must be escaped
+      for (size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2))
+        text.replace(at, 1, "\\|");
+      return text;
+    };
+    os << "| `" << k.name << "` | " << k.type << " | `" << cell(k.fallback) << "` | "
+       << cell(k.allowed) << " | " << cell(read_by) << " | " << cell(k.meaning) << " |\n";
+  }
+  return os.str();
+}
+
+std::string config_key_unused_reason(const std::string& name) {
+  std::set<std::string> kinds, whens;
+  bool every_kind = false, found = false;
+  for (const ConfigKey& k : kKeys) {
+    if (name != k.name) continue;
+    found = true;
+    if (*k.kinds == 0) every_kind = true;
+    std::istringstream words(k.kinds);
+    for (std::string w; words >> w;) kinds.insert(w);
+    if (*k.when) whens.insert(k.when);
+  }
+  if (!found) return "";
+  std::string out;
+  if (!every_kind) {
+    std::string list;
+    for (const std::string& k : kinds) list += (list.empty() ? "" : ", ") + k;
+    out = "read for model.kind " + list;
+  }
+  for (const std::string& w : whens) out += (out.empty() ? "read when " : " when ") + w;
+  return out;
+}
+
+}  // namespace loom::train
