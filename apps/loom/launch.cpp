@@ -1,5 +1,7 @@
 #include "launch.h"
 
+#include "job_stderr.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -55,6 +57,7 @@ struct Outcome {
   int status = 0;          // the exit status, or 128 + signal
   std::string cause;       // the first line that says why, or the status
   bool preempted = false;  // the job checkpointed and stopped on a preemption signal
+  JobStderr errors;        // what of its stderr was left out
 };
 
 // A preemption signal to the launcher (SIGTERM, SIGINT, SIGUSR1): noted here, passed on to
@@ -160,6 +163,18 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   ::setpgid(pid, pid);  // as the child does: whichever runs first
   std::string error_line, notice_line, hang_cause, line;
   bool preempted = false;
+  JobStderr shown;
+  // Each whole line: kept if it says why the job failed, printed as JobStderr decides.
+  auto take_line = [&] {
+    if (error_line.empty() && line.find("loom: error") != std::string::npos) error_line = line;
+    if (line.rfind("loom: preempted", 0) == 0) preempted = true;
+    if (notice_line.empty() && (line.find("exited on signal") != std::string::npos ||
+                                line.find("LOOM_FAULT") != std::string::npos))
+      notice_line = line;
+    const std::string out = shown.take(line);
+    ::write(STDERR_FILENO, out.data(), out.size());
+    line.clear();
+  };
   int forwarded = 0;
   char buf[4096];
   for (;;) {
@@ -196,20 +211,16 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
     const ssize_t n = ::read(pipe_fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    ::write(STDERR_FILENO, buf, size_t(n));
     for (ssize_t k = 0; k < n; ++k) {
-      if (buf[k] != '\n') {
+      if (buf[k] == '\n')
+        take_line();
+      else
         line += buf[k];
-        continue;
-      }
-      if (error_line.empty() && line.find("loom: error") != std::string::npos) error_line = line;
-      if (line.rfind("loom: preempted", 0) == 0) preempted = true;
-      if (notice_line.empty() && (line.find("exited on signal") != std::string::npos ||
-                                  line.find("LOOM_FAULT") != std::string::npos))
-        notice_line = line;
-      line.clear();
     }
   }
+  if (!line.empty()) take_line();  // a last line without its newline
+  const std::string held = shown.finish();
+  ::write(STDERR_FILENO, held.data(), held.size());
   ::close(pipe_fds[0]);
   int wstatus = 0;
   while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
@@ -219,6 +230,7 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   Outcome out;
   out.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
   out.preempted = preempted || (forwarded != 0 && out.status == kExitPreempted);
+  out.errors = shown;
   if (out.preempted) out.status = kExitPreempted;
   out.cause = !hang_cause.empty()    ? hang_cause
               : !error_line.empty()  ? error_line
@@ -349,6 +361,17 @@ int launch(const LaunchOptions& options, const std::string& run_dir) {
   std::fflush(stderr);
   // Not exec'd: the launcher stays to pass signals on and to leave no process behind.
   const Outcome out = run_attempt(args, 0, "", Watch{});
+  if (out.status != 0 && !out.preempted) {  // the launcher's one line, after the job's error
+    const JobStderr& e = out.errors;
+    std::string said = e.saw_error() ? "; its error is above" : "";
+    if (e.saw_error() && !e.first_error_rank().empty())
+      said = "; the error above is rank " + e.first_error_rank() + "'s";
+    if (e.repeats_left_out() > 0)
+      said += " (" + std::to_string(e.repeats_left_out()) + " more rank" +
+              (e.repeats_left_out() > 1 ? "s" : "") + " printed the same)";
+    std::fprintf(stderr, "launch: the job failed with exit status %d%s\n", out.status,
+                 said.c_str());
+  }
   return out.status;
 }
 

@@ -864,8 +864,8 @@ int main(int argc, char** argv) {
       // The other ranks may be waiting for this one in a collective: end the whole job now.
       std::fprintf(stderr, "loom: error (rank %d): %s\n", loom::dist::world_rank(),
                    error_text(e, debug).c_str());
-      std::printf("loom: error: %s\n", e.what());  // into this rank's log, with where
       loom::cli::stop_rank_logs();
+      loom::cli::append_to_rank_log(std::string("loom: error: ") + e.what());  // with where
       loom::dist::abort_job(1);
     }
     std::fprintf(stderr, "loom: error: %s\n", error_text(e, debug).c_str());

@@ -15,6 +15,7 @@ namespace loom::cli {
 namespace {
 
 std::thread g_copier;  // main rank: copies stdout to the console and the log file
+std::string g_path;    // this rank's log file, once started
 
 void write_all(int fd, const char* p, ssize_t n) {
   while (n > 0) {
@@ -33,6 +34,7 @@ void start_rank_logs(const std::string& run_dir) {
   const std::string dir = run_dir + "/logs";
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/rank-" + std::to_string(rank) + ".log";
+  g_path = path;
   std::fflush(stdout);
   if (rank != 0) {
     LOOM_CHECK(std::freopen(path.c_str(), "w", stdout)) << "cannot open " << path << " for writing";
@@ -72,6 +74,15 @@ void stop_rank_logs() {
   ::dup2(null_fd, STDOUT_FILENO);
   ::close(null_fd);
   g_copier.join();
+}
+
+void append_to_rank_log(const std::string& line) {
+  if (g_path.empty()) return;
+  std::fflush(stdout);
+  if (std::FILE* f = std::fopen(g_path.c_str(), "a")) {
+    std::fprintf(f, "%s\n", line.c_str());
+    std::fclose(f);
+  }
 }
 
 }  // namespace loom::cli

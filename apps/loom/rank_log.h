@@ -10,5 +10,8 @@ namespace loom::cli {
 void start_rank_logs(const std::string& run_dir);
 // Flushes and closes the log (joins the console copier of the main rank).
 void stop_rank_logs();
+// After stop_rank_logs: adds `line` to this rank's log file alone, not the console (an
+// error's full text, with the failed check and its source); nothing where no log was started.
+void append_to_rank_log(const std::string& line);
 
 }  // namespace loom::cli

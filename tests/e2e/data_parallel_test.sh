@@ -158,6 +158,24 @@ echo -n "dit via loom launch -n 2 vs 1 process: "
 /usr/bin/python3 "$here/compare_runs.py" "$work/dit-np1/tiny_dit" "$work/dit-launch/tiny_dit" 1e-5 ||
   fail "loom launch run differs"
 
+# Under loom launch an error that every rank meets is printed once, without OpenMPI's banner or
+# C++ source, then the launcher's one line; its full text (with the check) is in the rank log.
+"$loom" launch -n 2 -- train "$here/tiny_dit.toml" --set run.out_dir="$work/launch-bad" \
+  --set train.stepz=3 > "$work/launch-bad.out" 2> "$work/launch-bad.err" && fail "launch: a bad key was accepted"
+[ "$(grep -c 'loom: error' "$work/launch-bad.err")" = 1 ] &&
+  grep -q "^launch: the job failed with exit status 1; the error above is rank [01]'s (1 more rank printed the same)$" "$work/launch-bad.err" &&
+  [ "$(wc -l < "$work/launch-bad.err")" = 3 ] && ! grep -qE 'MPI_ABORT|\.cpp:[0-9]' "$work/launch-bad.err" "$work/launch-bad.out" ||
+  fail "launch: the error is not printed once: $(cat "$work/launch-bad.err" "$work/launch-bad.out")"
+# An error after the rank logs started (no dataset there): once on the console, in full (with
+# the failed check) in the rank logs.
+"$loom" launch -n 2 -- train "$here/tiny_dit.toml" --set run.out_dir="$work/launch-bad" \
+  --set data.path=/nonexistent > "$work/launch-bad2.out" 2> "$work/launch-bad2.err" && fail "launch: a missing dataset was accepted"
+[ "$(grep -c 'loom: error' "$work/launch-bad2.err")" = 1 ] && ! grep -qE 'MPI_ABORT|\.cpp:[0-9]' "$work/launch-bad2.err" "$work/launch-bad2.out" ||
+  fail "launch: a data error is not printed once: $(cat "$work/launch-bad2.err" "$work/launch-bad2.out")"
+# (The first rank's abort may end the other before it writes: one log at least.)
+grep -q "^loom: error: IDX file /nonexistent.* at .*idx\.cpp:[0-9]*\]$" "$work"/launch-bad/tiny_dit/logs/rank-*.log ||
+  fail "no rank log has the error in full: $(tail -q -n2 "$work"/launch-bad/tiny_dit/logs/rank-*.log)"
+
 # A global batch that does not split over the ranks: one clear error, non-zero exit, no hang.
 start=$SECONDS
 "$mpirun" --oversubscribe -np 3 "$loom" train "$here/tiny_dit.toml" --set run.out_dir="$work/bad" \
