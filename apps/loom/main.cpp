@@ -34,6 +34,7 @@
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "loom/train/config_keys.h"
+#include "loom/train/dry_run.h"
 #include "loom/train/config_file.h"
 #include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
@@ -77,6 +78,8 @@ struct TrainArgs {
   std::vector<std::string> overrides;  // --set and --profile, in the order given
   std::string resume;                  // "" (a fresh run), "latest" or "auto"
   bool overwrite = false;
+  bool dry_run = false;
+  int64_t processes = 0;  // --dry-run: the job's size (0: what the degrees set)
 };
 
 // --profile steps=A:B is the config key run.profile_steps.
@@ -106,6 +109,12 @@ void add_train(CLI::App& cmd, TrainArgs& a) {
       ->type_name("[auto]")
       ->check(CLI::IsMember({"latest", "auto"}).description(""));
   cmd.add_flag("--overwrite", a.overwrite, "move a run already in the directory aside, start anew");
+  cmd.add_flag("--dry-run", a.dry_run,
+               "print the resolved config, the layout and each rank's memory, then exit");
+  cmd.add_option("--processes", a.processes,
+                 "--dry-run: the processes of the job (default: the product of the degrees)")
+      ->type_name("N")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd.add_option_function<std::string>(
          "--profile", [&a](const std::string& v) { a.overrides.push_back(profile_override(v)); },
          "Chrome traces of steps A..B in <run dir>/trace/")
@@ -787,6 +796,12 @@ int run(int argc, char** argv) {
   loom.add_subcommand("help")->group("");  // `loom help`: as `loom --help`; not listed
   try {
     parse(loom, {argv + 1, argv + argc});
+    if (loom.got_subcommand("train") && train.dry_run)
+      return std::fputs(
+                 loom::train::dry_run_report(train.config, train.overrides, train.processes)
+                     .c_str(),
+                 stdout),
+             0;
     if (loom.got_subcommand("train"))
       return train_command(train.config, train.overrides, resume_of(train.resume), train.overwrite);
     if (loom.got_subcommand("sample"))

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -35,10 +37,21 @@ std::string quote(const std::string& s) {
   return os.str();
 }
 
+// The shortest text that reads back as v, as a TOML float (0.05, not 0.050000000000000003).
 std::string number_text(double v) {
-  std::ostringstream os;
-  os << toml::value<double>(v);
-  return os.str();
+  if (!std::isfinite(v)) {
+    std::ostringstream os;
+    os << toml::value<double>(v);
+    return os.str();
+  }
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string text = buf;
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
 }
 
 // A list as TOML text.

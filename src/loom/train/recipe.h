@@ -105,6 +105,8 @@ std::unique_ptr<Recipe> make_recipe(const Config& config);
 // What checking a checkpoint of config's kind needs, without data: the bare model (its
 // parameters' names and shapes) and the names of the per-piece states the recipe saves.
 std::unique_ptr<nn::Module> make_bare_model(const Config& config);
+// The parallel plan of a bare model of config's kind.
+nn::ParallelPlan bare_model_plan(const Config& config, const nn::Module& bare_model);
 std::vector<std::string> recipe_piece_states(const std::string& model_kind);
 // The shape of a step of `samples` (global) of config's model, for the cost model: the FLOPs
 // and the unit of the progress line, the memory a run needs.

@@ -18,6 +18,7 @@ struct Registered {
   const char* kind;
   std::unique_ptr<Recipe> (*make)(const Config&);
   std::unique_ptr<nn::Module> (*bare_model)(const Config&);
+  nn::ParallelPlan (*plan_of)(const nn::Module& bare_model);
   std::vector<std::string> piece_states;
   plan::StepShape (*step_shape)(const Config&, int64_t samples);
 };
@@ -28,6 +29,7 @@ const std::array<Registered, 4> kRecipes = {{
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Dit>(c.dit);
      },
+     [](const nn::Module& m) { return static_cast<const models::Dit&>(m).parallel_plan(); },
      {"ema"},
      [](const Config& c, int64_t images) { return plan::dit_step(c.run.name, c.dit, images); }},
     {"gpt",
@@ -35,6 +37,7 @@ const std::array<Registered, 4> kRecipes = {{
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Gpt>(c.gpt);
      },
+     [](const nn::Module& m) { return static_cast<const models::Gpt&>(m).parallel_plan(); },
      {},
      [](const Config& c, int64_t windows) {
        return plan::gpt_step(c.run.name, c.gpt, windows, c.gpt.context);
@@ -44,6 +47,7 @@ const std::array<Registered, 4> kRecipes = {{
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Vit>(c.vit);
      },
+     [](const nn::Module& m) { return vit_plan(static_cast<const models::Vit&>(m)); },
      {},
      [](const Config& c, int64_t images) { return plan::vit_step(c.run.name, c.vit, images); }},
     {"dit_router",
@@ -51,6 +55,7 @@ const std::array<Registered, 4> kRecipes = {{
      [](const Config& c) -> std::unique_ptr<nn::Module> {
        return std::make_unique<models::Vit>(c.vit);
      },
+     [](const nn::Module& m) { return vit_plan(static_cast<const models::Vit&>(m)); },
      {},
      [](const Config& c, int64_t images) { return plan::vit_step(c.run.name, c.vit, images); }},
 }};
@@ -73,6 +78,10 @@ std::unique_ptr<Recipe> make_recipe(const Config& config) {
 
 std::unique_ptr<nn::Module> make_bare_model(const Config& config) {
   return registered(config.model_kind).bare_model(config);
+}
+
+nn::ParallelPlan bare_model_plan(const Config& config, const nn::Module& bare_model) {
+  return registered(config.model_kind).plan_of(bare_model);
 }
 
 std::vector<std::string> recipe_piece_states(const std::string& model_kind) {
