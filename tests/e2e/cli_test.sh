@@ -37,7 +37,7 @@ done
   > "$work/v.log" 2>&1 || fail "training with eval.every: $(tail -2 "$work/v.log")"
 /usr/bin/python3 - "$work/v/tiny_dit/metrics.jsonl" "$work/v.log" <<'PY' || fail "DiT held-out loss"
 import json, re, sys
-m = [json.loads(l) for l in open(sys.argv[1])]
+m = [x for x in map(json.loads, open(sys.argv[1])) if "loss" in x]  # step records
 val = [x["val"]["loss"] for x in m if "val" in x]
 assert len(val) == 2, f"expected held-out losses at steps 3 and 6, got {val}"
 final = float(re.search(r"final held-out loss at step 6: ([0-9.]+) \(500 test images\)", open(sys.argv[2]).read()).group(1))
@@ -137,6 +137,13 @@ conf=$(md5sum < "$work/a/tiny_dit/config.toml")
 want_status=3 expect_error "resume with another model" "model.width: 32 -> 48" -- "$loom" train "$cfg" --set run.out_dir="$work/a" --set model.width=48 --resume
 want_status=3 expect_error "resume with other heads and seed" "model.heads: 2 -> 4; run.seed: 3 -> 99" -- "$loom" train "$cfg" --set run.out_dir="$work/a" --set model.heads=4 --set run.seed=99 --resume
 [ "$(md5sum < "$work/a/tiny_dit/config.toml")" = "$conf" ] || fail "a refused resume changed config.toml"
+# A finished run (trained to its last step and evaluated) resumed: it says so and does nothing.
+sums=$(cat "$work/a/tiny_dit/metrics.jsonl" "$work/a/tiny_dit/config.toml" "$work/a/tiny_dit/samples.png" | md5sum)
+"$loom" train "$cfg" "${id[@]}" --set run.out_dir="$work/a" --resume > "$work/done.log" 2>&1 &&
+  grep -q "tiny_dit is finished: its 6 steps are trained and evaluated" "$work/done.log" &&
+  ! grep -q "^step \|^eval\|^checkpoint" "$work/done.log" &&
+  [ "$(cat "$work/a/tiny_dit/metrics.jsonl" "$work/a/tiny_dit/config.toml" "$work/a/tiny_dit/samples.png" | md5sum)" = "$sums" ] ||
+  fail "resuming a finished run: $(cat "$work/done.log")"
 cp -r "$work/a" "$work/a-edited" && sed -i 's/^width = 32$/width = 48/' "$work/a-edited/tiny_dit/config.toml"
 expect_error "checkpoint of another model" "another model" -- "$loom" train "$cfg" --set run.out_dir="$work/a-edited" --set model.width=48 --resume
 expect_error "sample: not a checkpoint" "trainer_state.json" -- "$loom" sample "$work"

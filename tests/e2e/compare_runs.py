@@ -24,7 +24,7 @@ from sharded_checkpoint import read_checkpoint
 
 def losses(run):
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        return {m["step"]: float(m["loss"]) for m in map(json.loads, f)}
+        return {m["step"]: float(m["loss"]) for m in map(json.loads, f) if "loss" in m}
 
 
 def newest_checkpoint(run):

@@ -42,7 +42,7 @@ assert pp > 0, "no memory table in the dry run"
 measured = {}  # stage -> the most any of its ranks holds, per category
 for rank in range(np):
     f = f"{run}/metrics.jsonl" if rank == 0 else f"{run}/logs/metrics-rank-{rank}.jsonl"
-    mem = [json.loads(l) for l in open(f)][-1]["mem"]
+    mem = [m for m in map(json.loads, open(f)) if "mem" in m][-1]["mem"]
     stage = rank // (np // pp)  # the mesh's first axis is pp
     most = measured.setdefault(stage, [0.0] * len(cats))
     for i, cat in enumerate(cats):

@@ -34,7 +34,7 @@ def peak(S):
     for r in range(4):
         path = f"{work}/cp4-{S}/tiny_gpt/" + ("metrics.jsonl" if r == 0 else f"logs/metrics-rank-{r}.jsonl")
         with open(path) as f:
-            mem = json.loads(f.readlines()[-1])["mem"]
+            mem = [m for m in map(json.loads, f) if "mem" in m][-1]["mem"]
         worst = max(worst, mem["activations"]["peak"])
     return worst
 peaks = {S: peak(S) for S in (8192, 16384, 32768)}

@@ -36,7 +36,7 @@ work = sys.argv[1]
 failed = False
 for model in ("gpt", "dit"):
     def losses(p):
-        return [json.loads(l)["loss"] for l in open(f"{work}/{model}_{p}/metrics.jsonl")]
+        return [m["loss"] for m in map(json.loads, open(f"{work}/{model}_{p}/metrics.jsonl")) if "loss" in m]
     a, b = losses("f32"), losses("bf16")
     assert len(a) == len(b) == 200, (len(a), len(b))
     rel = [(sum(b[i:i + 20]) - sum(a[i:i + 20])) / abs(sum(a[i:i + 20])) for i in range(0, 200, 20)]

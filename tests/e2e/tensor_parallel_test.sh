@@ -47,7 +47,7 @@ done
 import json, sys
 def params(path):
     with open(path) as f:
-        return json.loads(f.readlines()[-1])["mem"]["parameters"]["peak"]
+        return [m for m in map(json.loads, f) if "mem" in m][-1]["mem"]["parameters"]["peak"]
 work = sys.argv[1]
 one = params(f"{work}/gpt2-np1/tiny_gpt/metrics.jsonl")
 ranks = [params(f"{work}/gpt2-tp2/tiny_gpt/metrics.jsonl"),

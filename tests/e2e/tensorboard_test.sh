@@ -27,8 +27,12 @@ acc = EventAccumulator(os.path.join(run, "tensorboard"), size_guidance={"scalars
 acc.Reload()
 tags = acc.Tags()["scalars"]
 want = {}
+finals = []  # each start's final evaluation: no loss, its figures as final_eval/* scalars
 for line in open(os.path.join(run, "metrics.jsonl")):
     m = json.loads(line)
+    if "final_eval" in m:
+        finals.append(m)
+        continue
     want[m["step"]] = m
 f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
 checked = 0
@@ -47,7 +51,13 @@ for tag in ("loss", "lr", "tok_per_s", "mem_live_bytes", "time_s/step", "val/nat
     for step, v in expected.items():
         assert events[step] == v, f"{tag} at step {step}: {events[step]} vs {v}"
         checked += 1
-print(f"ok: {checked} scalars over {len(want)} logged steps match metrics.jsonl ({len(tags)} tags, 2 event files)")
+assert [f["step"] for f in finals] == [4, 8], f"final evaluations at {[f['step'] for f in finals]}"
+for key in ("nats_per_token", "bits_per_byte"):
+    events = {e.step: e.value for e in acc.Scalars("final_eval/" + key)}
+    expected = {f["step"]: f32(f["final_eval"][key]) for f in finals}
+    assert events == expected, f"final_eval/{key}: {events} vs metrics.jsonl {expected}"
+    checked += len(expected)
+print(f"ok: {checked} scalars over {len(want)} logged steps and the final evaluation match metrics.jsonl ({len(tags)} tags, 2 event files)")
 PY
 [ $? -eq 0 ] || exit 1
 

@@ -37,7 +37,7 @@ def state_peak(run, rank):
     run_dir = f"{work}/{run}/tiny_gpt"
     path = f"{run_dir}/metrics.jsonl" if rank == 0 else f"{run_dir}/logs/metrics-rank-{rank}.jsonl"
     with open(path) as f:
-        mem = json.loads(f.readlines()[-1])["mem"]
+        mem = [m for m in map(json.loads, f) if "mem" in m][-1]["mem"]
     return sum(mem[c]["peak"] for c in ("parameters", "gradients", "optimizer"))
 
 one = state_peak("np1", 0)
@@ -51,7 +51,7 @@ for run in ("zero2", "zero3"):
         worst = ratio
 def activation_peak(run):
     with open(f"{work}/{run}/tiny_gpt/metrics.jsonl") as f:
-        return json.loads(f.readlines()[-1])["mem"]["activations"]["peak"]
+        return [m for m in map(json.loads, f) if "mem" in m][-1]["mem"]["activations"]["peak"]
 act, act_ckpt = activation_peak("np1"), activation_peak("np1-ac")
 print(f"activation checkpointing (1 process): activation peak {act_ckpt} B of {act} B = "
       f"{act_ckpt / act:.3f}x")

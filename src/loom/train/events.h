@@ -11,5 +11,7 @@ namespace loom::train {
 
 void append_event(const std::string& run_dir, const std::string& event,
                   Json fields = Json::object());
+// The "step" of the last `event` in run_dir/events.jsonl; -1 if there is none (or no file).
+int64_t last_event_step(const std::string& run_dir, const std::string& event);
 
 }  // namespace loom::train

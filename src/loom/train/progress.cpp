@@ -48,6 +48,12 @@ void Progress::write_tensorboard(const std::string& dir) {
   tensorboard_ = std::make_unique<TensorBoardWriter>(dir);
 }
 
+void Progress::log_final_eval(int64_t step, const Json& figures) {
+  const Json record = Json::object({{"step", step}, {"final_eval", figures}});
+  if (metrics_) metrics_->append(record.dump());
+  if (tensorboard_) tensorboard_->add_scalars(Json::object({{"final_eval", figures}}), step);
+}
+
 double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }

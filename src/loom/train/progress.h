@@ -25,6 +25,10 @@ class Progress {
   // strings ("nan"), which JSON can hold.
   void log(int64_t step, double loss, double lr, Json extra = Json::object(),
            const std::string& note = "");
+  // The run's final evaluation at `step` (1-based, the last step done): one more record,
+  // {"step": N, "final_eval": {...}}, without a loss (readers of step records skip it), and
+  // TensorBoard scalars final_eval/<figure> at that step.
+  void log_final_eval(int64_t step, const Json& figures);
   double elapsed_seconds() const;
   // A time budget (train.max_minutes, as seconds; 0: none): the run stops at whichever comes
   // first, the last step or the budget, and so does the ETA.

@@ -96,8 +96,10 @@ class Recipe {
     ImageGrid grid;
   };
   virtual std::vector<Image> images(int64_t step) { return {}; }
-  // After the last step and checkpoint: the report, samples, eval.json. Collective.
-  virtual void finish(const RunSummary& summary) = 0;
+  // After the last step and checkpoint: the report, samples, eval.json. Collective. Returns
+  // the final evaluation's figures on the main rank (the trainer adds them to metrics.jsonl
+  // and TensorBoard), null where there are none.
+  virtual Json finish(const RunSummary& summary) = 0;
 };
 
 // The recipe of config.model_kind; an unknown kind is an error naming the known ones.

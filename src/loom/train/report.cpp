@@ -254,7 +254,10 @@ std::string image(const std::string& path, const std::string& caption) {
 ReportSummary write_report(const std::string& run_dir, const std::string& out_path) {
   ReportSummary r;
   r.path = out_path.empty() ? (fs::path(run_dir) / "report.html").string() : out_path;
-  const std::vector<Json> lines = read_jsonl((fs::path(run_dir) / "metrics.jsonl").string(), true);
+  // The step records (the final evaluation's record, without a loss, is in eval.json too).
+  std::vector<Json> lines;
+  for (Json& line : read_jsonl((fs::path(run_dir) / "metrics.jsonl").string(), true))
+    if (line.contains("loss")) lines.push_back(std::move(line));
   std::vector<Json> events = read_jsonl((fs::path(run_dir) / "events.jsonl").string(), false);
   const std::string name = fs::path(run_dir).filename().string();
   const bool gpt = !lines.empty() && lines.back().contains("tok_per_s");

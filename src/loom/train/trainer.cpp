@@ -401,6 +401,21 @@ void train(const Config& cfg, const std::string& resume_from) {
     if (diloco) diloco->resume(state);
     if (low_precision && state.contains("amax_history"))
       low_precision->set_histories(amax_histories_from(state.at("amax_history")));
+    // A run that ended at its last step, evaluated, has nothing to do (the main rank's
+    // events say so; every rank hears it).
+    const bool done = start_step == decay.end_step() &&
+                      sum_over(*mesh.world(), {rank == 0 && last_event_step(run_dir, "finished") ==
+                                                               start_step
+                                                           ? 1.0
+                                                           : 0.0})[0] > 0;
+    if (done) {
+      std::printf(
+          "%s is finished: its %lld steps are trained and evaluated (eval.json, report.html); "
+          "nothing to do. To train further: --set train.steps=N with a larger N; to evaluate "
+          "again: loom eval %s\n",
+          run_dir.c_str(), (long long)start_step, run_dir.c_str());
+      return;
+    }
     std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
     if (rank == 0)
       append_event(run_dir, "resumed",
@@ -588,10 +603,13 @@ void train(const Config& cfg, const std::string& resume_from) {
                 items, spec.unit(), format_duration(train_seconds).c_str(), items / train_seconds,
                 spec.unit());
   }
-  recipe->finish({step, steps_run, train_seconds});
+  const Json final_eval = recipe->finish({step, steps_run, train_seconds});
+  if (rank == 0 && final_eval.is_object()) progress.log_final_eval(step, final_eval);
   if (rank == 0) {  // the page to read the run by (loom report makes it again at any time)
     const ReportSummary report = write_report(run_dir);
     std::printf("report: %s\n", report.path.c_str());
+    // Trained to its end and evaluated: a --resume of it has nothing to do.
+    if (step == decay.end_step()) append_event(run_dir, "finished", Json::object({{"step", step}}));
   }
 }
 

@@ -281,7 +281,7 @@ class DitRecipe : public Recipe {
     return {{"samples", std::move(grid)}};
   }
 
-  void finish(const RunSummary& summary) override {
+  Json finish(const RunSummary& summary) override {
     // The held-out loss (all ranks: collective), unless the pipeline splits the model.
     const bool held_out = has_held_out();
     const double val_loss = held_out ? held_out_loss() : 0;
@@ -290,19 +290,19 @@ class DitRecipe : public Recipe {
                   (long long)summary.step, val_loss,
                   (long long)std::min<int64_t>(cfg_.eval.val_images, val_.images.size(0)));
     const std::unique_ptr<models::Dit> ema = gathered_ema();
-    if (!ema) return;  // samples and evaluation: the main rank alone
+    if (!ema) return Json();  // samples and evaluation: the main rank alone
+    Json result = Json::object({{"step", summary.step}});
+    if (held_out) result.set("val_loss", val_loss);
     const models::Dit& ema_model = *ema;
     // Samples from the EMA weights: one row per class.
     const DitSampleOptions so = sample_options(cfg_.run_dir() + "/samples.png");
     write_samples(velocity_of(ema_model), cfg_.dit, so);
-    if (cfg_.eval.classifier.empty()) return;
+    if (cfg_.eval.classifier.empty()) return held_out ? result : Json();
     const DitQuality q = evaluate_dit(velocity_of(ema_model), cfg_.dit, cfg_.eval.classifier,
                                       cfg_.data.path, cfg_.eval.num_samples, so);
     const double images_per_second =
         double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
         std::max(summary.train_seconds, 1e-9);
-    Json result = Json::object({{"step", summary.step}});
-    if (held_out) result.set("val_loss", val_loss);
     const Json quality = quality_json(q, so);  // items() refers into it: it must outlive the loop
     for (const auto& [key, value] : quality.items()) result.set(key, value);
     result.set("train_seconds", summary.train_seconds);
@@ -313,6 +313,7 @@ class DitRecipe : public Recipe {
         "ratio %.1f) -> %s/eval.json\n",
         100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor, q.fid / q.fid_floor,
         cfg_.run_dir().c_str());
+    return result;
   }
 
  private:

@@ -87,9 +87,9 @@ class DitRouterRecipe : public Recipe {
     return cross_entropy(model_.forward(fm.xt, fm.t, told), from_vector(cluster, {B}));
   }
   // Its accuracy at a few times t on the first 2000 training images, noised afresh.
-  void finish(const RunSummary& summary) override {
+  Json finish(const RunSummary& summary) override {
     const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
-    if (!run_->main) return;
+    if (!run_->main) return Json();
     models::Vit trained(cfg_.vit);
     load_state_dict(trained, as_map(weights), "the trained weights");
     const int64_t n = std::min<int64_t>(2000, images_.size(0));
@@ -106,8 +106,9 @@ class DitRouterRecipe : public Recipe {
       std::printf(" %.1f: %.1f%%", t, 100 * acc);
     }
     std::printf("\n");
-    write_json_file(cfg_.run_dir() + "/eval.json",
-                    Json::object({{"accuracy_by_t", by_t}, {"steps", summary.step}}));
+    const Json result = Json::object({{"accuracy_by_t", by_t}, {"steps", summary.step}});
+    write_json_file(cfg_.run_dir() + "/eval.json", result);
+    return result;
   }
 
  private:

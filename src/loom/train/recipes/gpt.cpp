@@ -282,7 +282,7 @@ class GptRecipe : public Recipe {
     return eval_json(r);
   }
 
-  void finish(const RunSummary& summary) override {
+  Json finish(const RunSummary& summary) override {
     // The final held-out loss, over the whole held-out split.
     const auto t0 = std::chrono::steady_clock::now();
     const LmEvalResult r =
@@ -298,7 +298,7 @@ class GptRecipe : public Recipe {
         full_model->to(model_.device());  // the sample runs on the training device
       }
     }
-    if (!run_->main) return;  // the report, the file and the text sample: the main rank alone
+    if (!run_->main) return Json();  // the file and the text sample: the main rank alone
     Json result = eval_json(r);
     result.set("step", Json(summary.step));
     result.set("source", Json(data_.source));
@@ -313,6 +313,7 @@ class GptRecipe : public Recipe {
       std::printf("sample (%lld tokens, temperature %.2f):\n%s\n", (long long)so.tokens,
                   so.temperature, generate(*full_model, tok_, so).c_str());
     }
+    return result;
   }
 
  private:

@@ -94,9 +94,9 @@ class VitClassifierRecipe : public Recipe {
   Tensor loss(const Batch& b, const Slot&) override {
     return cross_entropy(model_.forward(b.x), b.y);
   }
-  void finish(const RunSummary& summary) override {
+  Json finish(const RunSummary& summary) override {
     const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
-    if (!run_->main) return;
+    if (!run_->main) return Json();
     models::Vit trained(cfg_.vit);
     load_state_dict(trained, as_map(weights), "the trained weights");
     const double accuracy = classifier_accuracy(trained, test_.images, test_.labels);
@@ -104,8 +104,9 @@ class VitClassifierRecipe : public Recipe {
                 (long long)test_.images.size(0));
     const std::string dir = cfg_.run_dir();
     save_safetensors(dir + "/model.safetensors", state_dict(trained));
-    write_json_file(dir + "/eval.json",
-                    Json::object({{"test_accuracy", accuracy}, {"steps", summary.step}}));
+    const Json result = Json::object({{"test_accuracy", accuracy}, {"steps", summary.step}});
+    write_json_file(dir + "/eval.json", result);
+    return result;
   }
 
  private:
