@@ -155,7 +155,8 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   std::set<std::string> mixtures;  // modules with a router: their w1/w2/w3 are expert stacks
   for (const nn::NamedParameter& p : params) {
     const size_t at = p.name.rfind(".router.weight");
-    if (at != std::string::npos && at + 14 == p.name.size()) mixtures.insert(p.name.substr(0, at));
+    if (at != std::string::npos && at + 14 == p.name.size())
+      mixtures.insert(p.name.substr(0, at));
   }
 
   // Which pipeline rank holds each block, and each rank's blocks.
@@ -176,8 +177,7 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   std::vector<double> rest_bytes(static_cast<size_t>(pp), 0.0);
   std::map<int64_t, double> by_block;
   for (const nn::NamedParameter& p : params) {
-    const double bytes =
-        kF32 * local_elements(p, plan, mixtures, tp, t.ep, vocab_split);
+    const double bytes = kF32 * local_elements(p, plan, mixtures, tp, t.ep, vocab_split);
     int64_t block = -1;
     for (int64_t b = 0; b < depth && block < 0; ++b)
       if (in_module(p.name, plan.blocks[size_t(b)])) block = b;
@@ -193,7 +193,8 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
     if (first) rest_bytes[0] += bytes;
     if (last && pp > 1) rest_bytes[size_t(pp - 1)] += bytes;
   }
-  for (const auto& [b, bytes] : by_block) block_bytes[size_t(block_rank[size_t(b)])].push_back(bytes);
+  for (const auto& [b, bytes] : by_block)
+    block_bytes[size_t(block_rank[size_t(b)])].push_back(bytes);
 
   // Micro-batches (model chunks) in flight per pipeline rank at the schedule's peak.
   std::vector<int64_t> in_flight(size_t(pp), 1);
@@ -212,16 +213,15 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   const double whole = sp ? v.whole / double(tp) + 2 * v.width : v.whole;
   // Ring attention keeps contiguous copies of q, k and v.
   const bool ring = t.dims.cp > 1 && t.context_parallel == parallel::ContextParallelKind::Ring;
-  const double split = v.split + (ring ? v.qkv : 0);
-  const double per_block = whole + split / double(tp);          // values per token
+  const double copies = ring ? v.qkv : 0;
+  const double per_block = whole + (v.split + copies) / double(tp);  // values per token
   // Recompute keeps each block's input (full), and also the projections' and attention's
   // outputs (selective).
   const double input = sp ? v.width / double(tp) : v.width;
-  const double cp_copies = ring ? v.qkv : 0;
   double kept = per_block;
   if (t.recompute == parallel::Recompute::Full) kept = input;
   if (t.recompute == parallel::Recompute::Selective)
-    kept = input + (v.matmul_split + cp_copies) / double(tp);
+    kept = input + (v.matmul_split + copies) / double(tp);
 
   for (int64_t r = 0; r < pp; ++r) {
     RankMemory& m = ranks[size_t(r)];
