@@ -29,17 +29,18 @@ TEST(DecayTiming, FixesTheDecayToFillTheRestOfTheBudget) {
   // 50 s of 100 used: the decay's time (80 s) has not come.
   EXPECT_FALSE(d.after_step(99, 50.0, 100));
   EXPECT_FALSE(d.fixed());
-  // 80 s for 200 steps: 0.4 s a step; 100 - 80 - 1 (the margin) = 19 s hold 47 steps.
+  // 80 s for 200 steps: 0.4 s a step; 20 s left, less 5% of them and 1% of the budget (the
+  // margin) = 18 s, hold 45 steps.
   EXPECT_TRUE(d.after_step(199, 80.0, 200));
   EXPECT_TRUE(d.fixed());
   EXPECT_FALSE(d.pending(200));
-  EXPECT_EQ(d.end_step(), 247);
+  EXPECT_EQ(d.end_step(), 245);
   const LrSchedule& s = d.schedule();
   EXPECT_DOUBLE_EQ(s.lr_at(199), 1.0);
   EXPECT_DOUBLE_EQ(s.lr_at(200), 1.0);
-  for (int64_t step : {210, 230, 246})
-    EXPECT_NEAR(s.lr_at(step), 1.0 + (0.1 - 1.0) * double(step - 200) / 47.0, 1e-12) << step;
-  EXPECT_NEAR(s.lr_at(247), 0.1, 1e-12);  // past the end: the floor
+  for (int64_t step : {210, 230, 244})
+    EXPECT_NEAR(s.lr_at(step), 1.0 + (0.1 - 1.0) * double(step - 200) / 45.0, 1e-12) << step;
+  EXPECT_NEAR(s.lr_at(245), 0.1, 1e-12);  // past the end: the floor
 }
 
 TEST(DecayTiming, StepsThatRunOutFirstDecayByTheirOwnSchedule) {
@@ -52,8 +53,8 @@ TEST(DecayTiming, StepsThatRunOutFirstDecayByTheirOwnSchedule) {
     EXPECT_DOUBLE_EQ(d.schedule().lr_at(step), planned.lr_at(step));
   // A decay timed past the last step ends with the steps.
   DecayTiming late(planned, 100);
-  EXPECT_TRUE(late.after_step(99, 80.0, 100));  // 0.8 s a step: 23 steps, to 123
-  EXPECT_EQ(late.end_step(), 123);
+  EXPECT_TRUE(late.after_step(99, 80.0, 100));  // 0.8 s a step: 18 s hold 22 steps, to 122
+  EXPECT_EQ(late.end_step(), 122);
   DecayTiming capped(wsd(150), 1000);
   EXPECT_TRUE(capped.after_step(99, 800.0, 1000));  // 0.8 s a step: 237 steps, capped at 150
   EXPECT_EQ(capped.end_step(), 150);
@@ -61,7 +62,7 @@ TEST(DecayTiming, StepsThatRunOutFirstDecayByTheirOwnSchedule) {
 
 TEST(DecayTiming, EndsOnAWholeRoundAndWithoutABudgetNeverTimes) {
   DecayTiming d(wsd(100000), 100);
-  EXPECT_TRUE(d.after_step(199, 80.0, 200, /*multiple=*/8));  // 247 rounded down to 240
+  EXPECT_TRUE(d.after_step(199, 80.0, 200, /*multiple=*/8));  // 245 rounded down to 240
   EXPECT_EQ(d.end_step(), 240);
   DecayTiming none(wsd(100000), 0);
   EXPECT_FALSE(none.pending(500));
@@ -75,10 +76,10 @@ TEST(DecayTiming, AResumedRunKeepsTheDecayItFixed) {
   DecayTiming d(wsd(100000), 100);
   ASSERT_TRUE(d.after_step(199, 80.0, 200));
   DecayTiming again(wsd(100000), /*a new budget*/ 50);
-  again.resume(loom::Json::object({{"step", 220}, {"decay_start", 200}, {"decay_end", 247}}));
+  again.resume(loom::Json::object({{"step", 220}, {"decay_start", 200}, {"decay_end", 245}}));
   EXPECT_TRUE(again.fixed());
   EXPECT_FALSE(again.pending(230));
-  EXPECT_EQ(again.end_step(), 247);
+  EXPECT_EQ(again.end_step(), 245);
   for (int64_t step = 0; step < 260; ++step)
     EXPECT_EQ(again.schedule().lr_at(step), d.schedule().lr_at(step)) << step;
   DecayTiming untimed(wsd(100000), 100);

@@ -22,7 +22,9 @@ bool DecayTiming::after_step(int64_t step, double elapsed_s, int64_t steps_timed
   if (!pending(step) || steps_timed <= 0) return false;
   if (elapsed_s < (1.0 - schedule_.decay_fraction) * budget_s_) return false;
   const double step_s = elapsed_s / double(steps_timed);
-  const double left_s = budget_s_ - elapsed_s - 0.01 * budget_s_;
+  // The margin: 1% of the budget (the last checkpoint) and 5% of the time left (a slower
+  // stretch on a shared machine: the budget's stop must not cut the decay short).
+  const double left_s = (budget_s_ - elapsed_s) * 0.95 - 0.01 * budget_s_;
   const int64_t first = step + 1;
   int64_t end = first + std::max<int64_t>(1, int64_t(std::floor(left_s / step_s)));
   if (multiple > 1) end = std::max(first + multiple, end / multiple * multiple);
