@@ -68,13 +68,15 @@ std::string dry_run_report(const std::string& config_path,
 
   std::ostringstream os;
   os << "dry run of " << config_path << " on " << processes << " process"
-     << (processes > 1 ? "es" : "") << ": nothing allocated, started or written\n\n";
+     << (processes > 1 ? "es" : "")
+     << ": nothing started or written (the model built, never initialised)\n\n";
   const std::string changed = differences(c, reads);
   os << "config (what differs from the defaults; every key: loom config keys):\n"
      << (changed.empty() ? "  (nothing)\n" : changed) << "\n";
 
   double parameters = 0;
-  for (const nn::NamedParameter& p : model->named_parameters()) parameters += double(p.tensor.numel());
+  for (const nn::NamedParameter& p : model->named_parameters())
+    parameters += double(p.tensor.numel());
   os << "model: " << c.model_kind << ", " << format("%.0f", parameters) << " parameters ("
      << format("%.1f", parameters * 4 / 1e6) << " MB in f32), " << plan.blocks.size()
      << " blocks\n\n";
@@ -122,21 +124,27 @@ std::string dry_run_report(const std::string& config_path,
   }
   // Every process builds the whole model before it shards it (for now): a peak at start-up.
   const double build = parameters * 4;
-  const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  const double budget = c.run.memory_limit_mb > 0 ? c.run.memory_limit_mb * 1048576.0 : physical;
   os << "  start-up: each process builds the whole model first, " << megabytes(build)
      << " MB\n\n";
-  const double host = c.train.device.type == DeviceType::CPU
-                          ? double(processes) * std::max(most, build)
-                          : std::max(most, build);
-  os << (c.run.memory_limit_mb > 0 ? "run.memory_limit_mb per process: " : "this machine: ")
-     << format("%.1f", budget / 1e6) << " MB; ";
-  if (c.run.memory_limit_mb > 0)
-    os << (std::max(most, build) <= budget ? "fits" : "does NOT fit") << "\n";
-  else
-    os << format("%.1f", host / 1e6) << " MB for "
-       << (c.train.device.type == DeviceType::CPU ? "all processes on this host" : "one process")
-       << ": " << (host <= budget ? "fits" : "does NOT fit") << "\n";
+  const double per_process = std::max(most, build);
+  if (c.train.device.type != DeviceType::CPU) {
+    os << "per GPU: " << format("%.1f", per_process / 1e6)
+       << " MB at the most (not checked against the device's memory here)\n";
+  } else if (c.run.memory_limit_mb > 0) {
+    const double limit = c.run.memory_limit_mb * 1048576.0;
+    os << "run.memory_limit_mb per process: " << format("%.1f", limit / 1e6) << " MB; "
+       << format("%.1f", per_process / 1e6) << " MB at the most: "
+       << (per_process <= limit ? "fits" : "does NOT fit") << "\n";
+  } else {
+    // The processes share this host (a job over several hosts: its share of them per host).
+    const double physical =
+        double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+    const double host = double(processes) * per_process;
+    os << "this machine: " << format("%.1f", physical / 1e6) << " MB; "
+       << format("%.1f", host / 1e6) << " MB for " << processes << " process"
+       << (processes > 1 ? "es" : "") << " here at the most: "
+       << (host <= physical ? "fits" : "does NOT fit") << "\n";
+  }
   return os.str();
 }
 
