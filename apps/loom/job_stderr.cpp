@@ -37,8 +37,11 @@ std::string JobStderr::take(const std::string& line) {
     banner_ = line + "\n";
     return "";
   }
-  // "[host:pid] 3 more processes have sent help message ..." and how to see them all.
-  static const std::regex aggregated(R"(^\[[^\]]*\] (\d+ more process|Set MCA parameter "orte_base_help_aggregate"))");
+  // "[host:pid] 3 more processes have sent help message ...", how to see them all, and
+  // OpenMPI's own error in gathering such messages as a job aborts (show_help.c).
+  static const std::regex aggregated(
+      R"(^\[[^\]]*\] (\d+ more process|Set MCA parameter "orte_base_help_aggregate"|)"
+      R"(\[\[[0-9,]+\],[0-9]+\] ORTE_ERROR_LOG: .*show_help\.c))");
   if (std::regex_search(line, aggregated)) return "";
   static const std::regex error(R"(^loom: error(?: \(rank (\d+)\))?: (.*)$)");
   std::smatch m;
