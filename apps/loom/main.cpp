@@ -33,9 +33,9 @@
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
+#include "loom/train/config_file.h"
 #include "loom/train/config_keys.h"
 #include "loom/train/dry_run.h"
-#include "loom/train/config_file.h"
 #include "loom/train/hf_interop.h"
 #include "loom/train/preemption.h"
 #include "loom/train/recipes/dit.h"
@@ -109,12 +109,14 @@ void add_train(CLI::App& cmd, TrainArgs& a) {
       ->type_name("[auto]")
       ->check(CLI::IsMember({"latest", "auto"}).description(""));
   cmd.add_flag("--overwrite", a.overwrite, "move a run already in the directory aside, start anew");
-  cmd.add_flag("--dry-run", a.dry_run,
-               "print the resolved config, the layout and each rank's memory, then exit");
+  CLI::Option* dry_run =
+      cmd.add_flag("--dry-run", a.dry_run,
+                   "print the resolved config, the layout and each rank's memory, then exit");
   cmd.add_option("--processes", a.processes,
                  "--dry-run: the processes of the job (default: the product of the degrees)")
       ->type_name("N")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->needs(dry_run);
   cmd.add_option_function<std::string>(
          "--profile", [&a](const std::string& v) { a.overrides.push_back(profile_override(v)); },
          "Chrome traces of steps A..B in <run dir>/trace/")

@@ -124,6 +124,9 @@ expect_error "a key of another setting" "lowcomm.workers (not used by this confi
   ! grep -q '^  optim' "$work/keys.txt" || fail "loom config keys train: $(head -5 "$work/keys.txt")"
 "$loom" config keys --markdown | cmp -s - "$here/../../docs/config.md" || fail "loom config keys --markdown is not docs/config.md"
 want_status=2 expect_error "config keys of no section" "no section \[trian\] (did you mean train?)" -- "$loom" config keys trian
+status=0; "$loom" train "$cfg" --processes 4 2> "$work/err.log" || status=$?
+[ $status = 2 ] && grep -q "processes requires --dry-run" "$work/err.log" ||
+  fail "--processes without --dry-run: status $status, $(cat "$work/err.log")"
 status=0; "$loom" tran "$cfg" 2> "$work/err.log" || status=$?
 [ $status = 2 ] && grep -q "unknown command 'tran' (did you mean 'train'?)" "$work/err.log" ||
   fail "a misspelt command: status $status, $(cat "$work/err.log")"

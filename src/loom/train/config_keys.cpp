@@ -164,7 +164,8 @@ const std::vector<ConfigKey> kKeys = {
      "a random Hadamard transform before quantising the weight gradient's operands"},
     {"precision.stochastic_rounding", "", "boolean", "true", "", "train.precision = \"nvfp4\"",
      "gradients rounded stochastically to FP4"},
-    {"precision.bf16_blocks", "", "integer list", "([0, -1] for nvfp4, else [])", "-depth to depth - 1",
+    {"precision.bf16_blocks", "", "integer list", "([0, -1] for nvfp4, else [])",
+     "-depth to depth - 1",
      "a low-precision recipe", "blocks kept in bf16 (negative: from the last)"},
     // [diffusion]
     {"diffusion.label_dropout", kDit, "number", "0.1", "[0, 1]", "",

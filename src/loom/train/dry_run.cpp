@@ -95,8 +95,8 @@ std::string dry_run_report(const std::string& config_path,
     os << "\n";
   }
   os << "  dp " << dp << " (" << d.dp_replicate << " replicated x " << d.dp_shard << " sharded): "
-     << parallel::name_of(t.data_parallel) << ", " << c.train.batch_size << " samples a micro-batch, "
-     << c.train.batch_size / dp << " per rank\n";
+     << parallel::name_of(t.data_parallel) << ", " << c.train.batch_size
+     << " samples a micro-batch, " << c.train.batch_size / dp << " per rank\n";
   if (d.cp > 1)
     os << "  cp " << d.cp << ": " << parallel::name_of(t.context_parallel)
        << " attention, each rank 1/" << d.cp << " of every sequence\n";
