@@ -57,13 +57,17 @@ double local_elements(const nn::NamedParameter& p, const nn::ParallelPlan& plan,
 // a Linear keeps its input; the fused attention keeps q, k, v, its output and one log-sum-exp
 // per head; RoPE makes rotated copies of q and k; the MLP keeps fc1's output and GELU's;
 // SwiGLU both gates' outputs and their product; a DiT block's fused norm-and-modulate keeps
-// its input, statistics and output, and each gated residual its branch's output.
+// its input, statistics and output, and each gated residual its branch's output. Also, per
+// token, what the last stage holds after the blocks at its peak (the head's backward: the
+// final norm's input and output and its gradient, the outputs and their gradient).
 struct BlockValues {
   double whole = 0, split = 0;
   double qkv = 0;           // q, k and v per token (context parallelism copies them)
   double matmul_split = 0;  // of `split`, the projections' and attention's outputs
   double mlp_backward = 0;  // the MLP's largest transient in backward (split)
   double width = 0;
+  double tokens = 0;                    // per sample (sequence or image)
+  double head = 0, head_vocabulary = 0;  // the head's peak: whole, and split with the vocabulary
 };
 
 BlockValues block_values(const StepShape& s) {
@@ -83,63 +87,32 @@ BlockValues block_values(const StepShape& s) {
       b.whole = 4 * C + 2;
       b.split = b.qkv + (H + KV) * Dh + C + H + 3 * F;
       b.matmul_split = b.qkv + C + H + 2 * F;
-      b.mlp_backward = 2 * F;
     } else {
       b.whole = 4 * C + 4;
       b.split = b.qkv + C + H + 2 * F;
       b.matmul_split = b.qkv + C + H + F;
-      b.mlp_backward = 2 * F;
     }
-  } else if (s.kind == "dit") {
-    const models::DitConfig& c = s.dit;
-    const double C = double(c.width), H = double(c.heads);
-    const double F = double(c.mlp_hidden());
-    b.width = C;
-    b.qkv = 3 * C;
-    b.whole = 6 * C + 4;  // fused norm-and-modulate: input, statistics, output; gated outputs
-    b.split = b.qkv + C + H + 2 * F;
-    b.matmul_split = b.qkv + C + H + F;
     b.mlp_backward = 2 * F;
-  } else {
-    const models::VitConfig& c = s.vit;
-    const double C = double(c.width), H = double(c.heads);
-    const double F = c.mlp_ratio * C;
-    b.width = C;
-    b.qkv = 3 * C;
-    b.whole = 4 * C + 4;
-    b.split = b.qkv + C + H + 2 * F;
-    b.matmul_split = b.qkv + C + H + F;
-    b.mlp_backward = 2 * F;
+    b.tokens = double(s.seq);
+    b.head = 3 * C + 2;
+    b.head_vocabulary = 2 * double(c.vocab_size);  // the logits and their gradient
+    return b;
   }
+  // The DiT and the classifier: a ViT block, the DiT's with adaLN's fused norms and gates.
+  const bool dit = s.kind == "dit";
+  const double C = double(dit ? s.dit.width : s.vit.width);
+  const double H = double(dit ? s.dit.heads : s.vit.heads);
+  const double F = dit ? double(s.dit.mlp_hidden()) : s.vit.mlp_ratio * C;
+  b.width = C;
+  b.qkv = 3 * C;
+  b.whole = dit ? 6 * C + 4 : 4 * C + 4;
+  b.split = b.qkv + C + H + 2 * F;
+  b.matmul_split = b.qkv + C + H + F;
+  b.mlp_backward = 2 * F;
+  const double grid = double(dit ? s.dit.image_size / s.dit.patch : s.vit.image_size / s.vit.patch);
+  b.tokens = grid * grid + (dit ? 0 : 1);  // the classifier's class token
+  b.head = 3 * C + 2 + (dit ? 2 * double(s.dit.patch * s.dit.patch * s.dit.channels) : 0);
   return b;
-}
-
-// Tokens one block of this rank sees per micro-batch: its data-parallel share of the batch,
-// its context-parallel share of each sequence.
-double tokens_per_micro_batch(const StepShape& s, const parallel::Topology& t) {
-  const double sequences = double(s.batch) / double(t.dims.dp_replicate * t.dims.dp_shard);
-  double T = 0;
-  if (s.kind == "gpt") T = double(s.seq);
-  if (s.kind == "dit") T = double(s.dit.tokens());
-  if (s.kind == "vit") {
-    const double g = double(s.vit.image_size / s.vit.patch);
-    T = g * g + 1;
-  }
-  return sequences * T / double(t.dims.cp);
-}
-
-// Per token: what the last stage holds after the blocks at its peak (the head's backward):
-// the final norm's input and output, the logits and their gradient, the norm's gradient.
-double head_values(const StepShape& s, int64_t tp, bool vocab_split) {
-  if (s.kind == "gpt") {
-    const double V = double(s.gpt.vocab_size) / double(vocab_split ? tp : 1);
-    return 3 * double(s.gpt.width) + 2 * V + 2;
-  }
-  if (s.kind == "dit") {
-    const double out = double(s.dit.patch * s.dit.patch * s.dit.channels);
-    return 3 * double(s.dit.width) + 2 * out + 2;
-  }
-  return 3 * double(s.vit.width) + 2;
 }
 
 }  // namespace
@@ -206,7 +179,10 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   }
 
   const BlockValues v = block_values(shape);
-  const double n = tokens_per_micro_batch(shape, t);
+  // Tokens one block of this rank sees per micro-batch: its data-parallel share of the batch,
+  // its context-parallel share of each sequence.
+  const double n = double(shape.batch) / double(t.dims.dp_replicate * t.dims.dp_shard) *
+                   v.tokens / double(t.dims.cp);
   const bool sp = t.sequence_parallel && tp > 1;
   // With sequence parallelism the norms run on 1/tp of the rows, but each column linear keeps
   // its gathered (whole) input: two per block.
@@ -280,7 +256,8 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
     const double chunks_blocks = double(m.blocks) / double(chunks);
     double values = double(in_flight[size_t(r)]) * chunks_blocks * kept;
     if (t.recompute != parallel::Recompute::None) values += per_block;
-    const double head = r == pp - 1 ? head_values(shape, tp, vocab_split) : 0;
+    const double head =
+        r == pp - 1 ? v.head + v.head_vocabulary / double(vocab_split ? tp : 1) : 0;
     values += std::max(v.mlp_backward / double(tp), head);
     m.activations = kF32 * values * n;
   }

@@ -111,7 +111,9 @@ std::string dry_run_report(const std::string& config_path,
                                                     : "selective")
      << "\n\n";
 
-  os << "memory per rank, MB (predicted; activations counted in f32):\n"
+  os << "memory per rank, MB (predicted; activations counted in f32"
+     << (shape.vit.stem_channels > 0 ? ", the convolutional stem's not counted" : "")
+     << "):\n"
      << "  rank      blocks  parameters   gradients   optimizer activations communication"
         "       total\n";
   double most = 0;
