@@ -1,7 +1,6 @@
 #include "loom/train/config_keys.h"
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 #include <sstream>
 
