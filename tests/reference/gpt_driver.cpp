@@ -68,7 +68,7 @@ reference::TrainSpec train_spec() {
   spec.steps = 20;
   spec.adamw = optim::AdamWConfig{3e-3, 0.9, 0.95, 1e-8, 0.1};
   spec.grad_clip = 1.5;
-  spec.schedule.kind = "cosine";
+  spec.schedule.kind = optim::LrSchedule::Kind::Cosine;
   spec.schedule.warmup_steps = 5;
   spec.schedule.min_lr_ratio = 0.1;
   return spec;

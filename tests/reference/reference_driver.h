@@ -43,7 +43,7 @@ struct TrainSpec {
   double grad_clip = 0.0;  // train.grad_clip: > 0 clips the global gradient norm to it
   // The learning rate of each step. As train/config.cpp does, its lr is adamw.lr and its
   // total_steps is `steps` (both set by write_reference_case); the rest is the driver's choice.
-  optim::LrSchedule schedule{"constant"};
+  optim::LrSchedule schedule{optim::LrSchedule::Kind::Constant};
 };
 
 inline std::vector<std::pair<std::string, Tensor>> named_values(const nn::Module& model) {
@@ -82,7 +82,7 @@ inline void write_reference_case(const std::string& dir, const nn::Module& model
                          {"eps", a.eps},
                          {"weight_decay", a.weight_decay},
                          {"grad_clip", spec.grad_clip},
-                         {"schedule", Json::object({{"kind", schedule.kind},
+                         {"schedule", Json::object({{"kind", optim::name_of(schedule.kind)},
                                                     {"warmup_steps", schedule.warmup_steps},
                                                     {"min_lr_ratio", schedule.min_lr_ratio},
                                                     {"decay_fraction", schedule.decay_fraction}})},

@@ -13,7 +13,7 @@ using loom::train::DecayTiming;
 
 LrSchedule wsd(int64_t total) {
   LrSchedule s;
-  s.kind = "wsd";
+  s.kind = LrSchedule::Kind::Wsd;
   s.lr = 1.0;
   s.warmup_steps = 10;
   s.total_steps = total;
@@ -68,7 +68,7 @@ TEST(DecayTiming, EndsOnAWholeRoundAndWithoutABudgetNeverTimes) {
   EXPECT_FALSE(none.pending(500));
   EXPECT_FALSE(none.after_step(500, 1e9, 501));
   LrSchedule constant = wsd(100000);
-  constant.kind = "constant";
+  constant.kind = LrSchedule::Kind::Constant;
   EXPECT_FALSE(DecayTiming(constant, 100).after_step(199, 99.0, 200));
 }
 

@@ -6,7 +6,8 @@
 namespace loom::optim {
 
 struct LrSchedule {
-  std::string kind = "cosine";  // "constant", "cosine", "wsd"
+  enum class Kind { Constant, Cosine, Wsd };  // "constant", "cosine", "wsd" in a config
+  Kind kind = Kind::Cosine;
   double lr = 1e-3;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
@@ -19,5 +20,11 @@ struct LrSchedule {
   void validate() const;
   double lr_at(int64_t step) const;  // step counted from 0
 };
+
+// From a config's spelling; another name throws "<what> '<name>' (expected constant, cosine or
+// wsd)".
+LrSchedule::Kind schedule_kind_from_name(const std::string& name,
+                                         const std::string& what = "schedule");
+const char* name_of(LrSchedule::Kind kind);
 
 }  // namespace loom::optim

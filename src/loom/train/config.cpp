@@ -581,7 +581,7 @@ Config read_config(ConfigFile& f) {
       << "weight_decay non-negative";
   auto& s = c.schedule;
   s.lr = o.lr;
-  s.kind = f.get_string("optim", "schedule", s.kind);
+  s.kind = choice(f, "optim", "schedule", "cosine", optim::schedule_kind_from_name);
   s.warmup_steps = f.get_int("optim", "warmup_steps", s.warmup_steps, kAnyStep);
   s.min_lr_ratio = f.get_double("optim", "min_lr_ratio", s.min_lr_ratio);
   s.decay_fraction = f.get_double("optim", "decay_fraction", s.decay_fraction);

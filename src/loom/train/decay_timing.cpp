@@ -12,7 +12,7 @@ DecayTiming::DecayTiming(const optim::LrSchedule& planned, double budget_s)
     : schedule_(planned), budget_s_(budget_s) {}
 
 bool DecayTiming::pending(int64_t step) const {
-  if (fixed_ || schedule_.kind != "wsd" || budget_s_ <= 0) return false;
+  if (fixed_ || schedule_.kind != optim::LrSchedule::Kind::Wsd || budget_s_ <= 0) return false;
   if (step + 1 < schedule_.warmup_steps) return false;
   return schedule_.lr_at(step + 1) == schedule_.lr;  // the steps' own decay has not begun
 }

@@ -66,9 +66,10 @@ optim::LrSchedule schedule_of(const Flat& c, int64_t total) {
     return it->second;
   };
   optim::LrSchedule s;
-  s.kind = get("optim.schedule");
-  if (s.kind.size() >= 2 && (s.kind.front() == '\'' || s.kind.front() == '"'))
-    s.kind = s.kind.substr(1, s.kind.size() - 2);
+  std::string kind = get("optim.schedule");
+  if (kind.size() >= 2 && (kind.front() == '\'' || kind.front() == '"'))
+    kind = kind.substr(1, kind.size() - 2);
+  s.kind = optim::schedule_kind_from_name(kind, "optim.schedule");
   s.lr = std::stod(get("optim.lr"));
   s.warmup_steps = std::stoll(get("optim.warmup_steps"));
   s.min_lr_ratio = std::stod(get("optim.min_lr_ratio"));
