@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
 
   std::vector<pollfd> fds(dirs.size());
   std::vector<char> buf(65536);
+  int64_t dropped = 0;
   for (;;) {
     // Sleep until a frame arrives or the earliest queued one is due.
     Clock::time_point next = Clock::time_point::max();
@@ -118,8 +120,13 @@ int main(int argc, char** argv) {
     for (Direction& dir : dirs)
       while (!dir.queue.empty() && dir.queue.front().due <= now) {
         const std::vector<char>& f = dir.queue.front().bytes;
-        // A frame the other end cannot take now is dropped, as a full link drops it.
-        if (write(dir.to, f.data(), f.size()) < 0 && errno != EAGAIN && errno != EIO) die("write");
+        // A frame the other end cannot take now (full, down, out of buffers) is dropped, as a
+        // full link drops it; TCP sends it again. Only a closed descriptor ends the line.
+        if (write(dir.to, f.data(), f.size()) < 0) {
+          if (errno == EBADF) die("write");
+          if (dropped++ == 0) std::fprintf(stderr, "loom_delay_line: dropping frames: %s\n",
+                                           std::strerror(errno));
+        }
         dir.queue.pop_front();
       }
   }

@@ -9,6 +9,7 @@
 #   rig_mpirun ARGS...      mpirun in the hub, one rank per worker namespace (a launch agent
 #                           enters each), TCP only, over the rig's addresses
 #   rig_tx_bytes I          bytes worker I's link has sent so far
+#   rig_health              the delay line's state and messages (for a failed run)
 #   rig_down                kills what runs in the namespaces and deletes them (also on exit)
 # Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; rig_check says whether it can run.
 RIG_NET=10.213.0
@@ -116,16 +117,27 @@ rig_up() {
   esac
   RIG_DELAYED=$([ $mode = tbf ] && echo 0 || echo 1)
   # The agent mpirun starts each daemon through: host 10.213.0.I is namespace $RIG-wI.
+  # Each start and its exit status go to RIG_AGENT_LOG (rig_health shows it).
   RIG_AGENT=$(mktemp /tmp/loom-rig-agent.XXXXXX)
+  RIG_AGENT_LOG=$(mktemp /tmp/loom-rig-agent-log.XXXXXX)
   cat > "$RIG_AGENT" << AGENT
 #!/bin/sh
 while [ "\${1#-}" != "\$1" ]; do shift; done
 host=\$1; shift
-exec ip netns exec "$RIG-w\${host##*.}" sh -c "\$*"
+echo "\$(date +%T.%N) \$host: starting" >> "$RIG_AGENT_LOG"
+ip netns exec "$RIG-w\${host##*.}" unshare --uts sh -c "hostname $RIG-w\${host##*.} && \$*" \\
+  2>> "$RIG_AGENT_LOG"
+rc=\$?
+echo "\$(date +%T.%N) \$host: exit \$rc" >> "$RIG_AGENT_LOG"
+exit \$rc
 AGENT
   chmod +x "$RIG_AGENT"
 }
 
+# Each worker's daemon also gets a host name of its own (a UTS namespace): on one shared name
+# the daemons of different "hosts" met in what OpenMPI keeps per host, and a run hung at start
+# about once in ten (no rank printed anything). PMIX_MCA_gds=hash: PMIx's job data in each
+# process's memory, not in shared-memory segments per host name.
 # rtc ^hwloc: OpenMPI 4.1's daemons, started this way, at times crashed sharing the hwloc
 # topology through shared memory (a segfault in hwloc_shmem_topology_write); binding is not
 # wanted here anyway. No tree spawn and direct routing: mpirun starts and talks to every daemon
@@ -138,7 +150,19 @@ rig_mpirun() {
     --mca plm_rsh_agent "$RIG_AGENT" --mca btl tcp,self --mca rtc ^hwloc \
     --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
     --mca btl_tcp_if_include "$RIG_NET.0/24" --mca oob_tcp_if_include "$RIG_NET.0/24" \
-    -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x LOOM_FAULT -x PATH "$@"
+    -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x LOOM_FAULT -x PATH -x PMIX_MCA_gds=hash "$@"
+}
+
+# rig_health: what a failed run needs to be understood: whether the delay line still runs, and
+# what it said.
+rig_health() {
+  local i
+  for i in $(seq 1 "$RIG_K"); do echo "worker $i runs: $(ip netns pids "$RIG-w$i" | xargs -r ps -o comm= -p | tr '\n' ' ')"; done
+  [ -n "${RIG_AGENT_LOG:-}" ] && sed 's/^/launch agent: /' "$RIG_AGENT_LOG"
+  [ -n "${RIG_DELAY_PID:-}" ] || return 0
+  if kill -0 "$RIG_DELAY_PID" 2> /dev/null; then echo "delay line: running"; else
+    echo "delay line: exited"; fi
+  sed 's/^/delay line: /' "$RIG_DELAY_LOG"
 }
 
 rig_tx_bytes() {
@@ -157,6 +181,6 @@ rig_down() {
     ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null
     ip netns del "$ns" 2> /dev/null
   done
-  [ -n "${RIG_AGENT:-}" ] && rm -f "$RIG_AGENT"
+  [ -n "${RIG_AGENT:-}" ] && rm -f "$RIG_AGENT" "$RIG_AGENT_LOG"
   return 0
 }
