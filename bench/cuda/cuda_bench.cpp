@@ -49,14 +49,14 @@ double gemm_ceiling_gflops() {
 }
 
 // NAME:BATCH[:SEQ] as the step it names.
-plan::StepShape step_shape(const std::string& arg) {
+bench::BenchModel step_shape(const std::string& arg) {
   const size_t c1 = arg.find(':'), c2 = arg.find(':', c1 + 1);
   LOOM_CHECK(c1 != std::string::npos) << "expected NAME:BATCH[:SEQ], got '" << arg << "'";
-  const plan::StepShape spec = bench::bench_spec(arg.substr(0, c1));
+  const bench::BenchModel standard = bench::bench_model(arg.substr(0, c1));
   const int64_t batch = std::stoll(arg.substr(c1 + 1, c2 - c1 - 1));
-  const int64_t seq = c2 == std::string::npos ? spec.seq : std::stoll(arg.substr(c2 + 1));
-  return spec.kind == "gpt" ? plan::gpt_step(spec.name, spec.gpt, batch, seq)
-                            : plan::dit_step(spec.name, spec.dit, batch);
+  const int64_t seq =
+      c2 == std::string::npos ? standard.shape.items_per_sample : std::stoll(arg.substr(c2 + 1));
+  return bench::bench_model(standard.config, batch, seq);
 }
 
 }  // namespace
@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
     std::printf("%-12s %6s %5s %-5s %10s %12s %9s %8s %8s\n", "config", "batch", "seq", "prec",
                 "median ms", "items/s", "TFLOP/s", "MFU-gemm", "MFU-peak");
     for (int i = 1; i < argc; ++i) {
-      const plan::StepShape spec = step_shape(argv[i]);
-      const int64_t batch = spec.batch, seq = spec.seq;
+      const bench::BenchModel spec = step_shape(argv[i]);
+      const int64_t batch = spec.shape.batch, seq = spec.shape.items_per_sample;
       for (const char* precision : {"bf16", "fp8_tensorwise", "f32"}) {
         bench::BenchOptions options;
         options.precision = precision;
@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
         options.steps = 10;
         const bench::BenchResult r = bench::run_bench(spec, options, ceiling);
         std::printf("%-12s %6lld %5lld %-5s %10.2f %12.0f %9.1f %7.1f%% %7.1f%%\n",
-                    spec.name.c_str(), (long long)batch, (long long)seq, precision, r.median_ms,
-                    r.items_per_s, r.gflops / 1e3, 100.0 * r.gflops / ceiling,
+                    spec.shape.name.c_str(), (long long)batch, (long long)seq, precision,
+                    r.median_ms, r.items_per_s, r.gflops / 1e3, 100.0 * r.gflops / ceiling,
                     100.0 * r.gflops / kH200DenseBf16Gflops);
         std::fflush(stdout);
       }

@@ -135,14 +135,20 @@ TEST(CudaTraining, DitMatchesTheCpu) {
 
 // `loom bench`'s step on the device: the same final loss as on the CPU after the same steps.
 TEST(CudaTraining, BenchStepsOnTheDevice) {
-  const loom::plan::StepShape gpt_spec = loom::plan::gpt_step("tiny_gpt", gpt("llama"), 2, 16);
+  loom::train::Config gpt_config, dit_config;
+  gpt_config.run.name = "tiny_gpt";
+  gpt_config.model_kind = loom::train::ModelKind::Gpt;
+  gpt_config.model = gpt("llama");
   loom::models::DitConfig dit;
   dit.image_size = 8;
   dit.patch = 2;
   dit.width = 32;
   dit.depth = 1;
   dit.heads = 2;
-  const loom::plan::StepShape dit_spec = loom::plan::dit_step("tiny_dit", dit, 4);
+  dit_config.run.name = "tiny_dit";
+  dit_config.model = dit;
+  const loom::bench::BenchModel gpt_spec = loom::bench::bench_model(gpt_config, 2, 16);
+  const loom::bench::BenchModel dit_spec = loom::bench::bench_model(dit_config, 4);
   for (const auto& spec : {gpt_spec, dit_spec})
     for (const char* precision : {"f32", "fp8_tensorwise"}) {  // the device check's, but bf16
       loom::bench::BenchOptions options;
@@ -152,7 +158,7 @@ TEST(CudaTraining, BenchStepsOnTheDevice) {
       const double cpu = loom::bench::run_bench(spec, options, 0).final_loss;
       options.device = kCuda;
       const double cuda = loom::bench::run_bench(spec, options, 0).final_loss;
-      EXPECT_NEAR(cuda, cpu, 1e-4 * std::fabs(cpu)) << spec.name << " " << precision;
+      EXPECT_NEAR(cuda, cpu, 1e-4 * std::fabs(cpu)) << spec.shape.name << " " << precision;
     }
 }
 

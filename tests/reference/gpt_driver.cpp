@@ -137,7 +137,7 @@ Json moe_json(const models::GptConfig& c, nn::Module& model) {
 
 Json config_json(const models::GptConfig& c, nn::Module& model) {
   return Json::object({{"moe", moe_json(c, model)},
-                       {"style", c.style},
+                       {"style", models::name_of(c.style)},
                        {"vocab_size", c.vocab_size},
                        {"context", c.context},
                        {"width", c.width},

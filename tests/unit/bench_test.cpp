@@ -36,36 +36,46 @@ double traced_gemm_flops(const std::string& json) {
   return total;
 }
 
-StepShape tiny_gpt() {
-  return plan::gpt_step(
-      "tiny_gpt", {.vocab_size = 96, .context = 32, .width = 48, .depth = 2, .heads = 3}, 2, 16);
+BenchModel tiny_gpt() {
+  train::Config c;
+  c.run.name = "tiny_gpt";
+  c.model_kind = train::ModelKind::Gpt;
+  c.model = models::GptConfig{.vocab_size = 96, .context = 32, .width = 48, .depth = 2, .heads = 3};
+  return bench_model(c, 2, 16);
 }
 
-StepShape tiny_dit() {
-  return plan::dit_step("tiny_dit",
-                        {.image_size = 8, .patch = 2, .width = 32, .depth = 2, .heads = 2}, 3);
+BenchModel tiny_dit() {
+  train::Config c;
+  c.run.name = "tiny_dit";
+  c.model_kind = train::ModelKind::Dit;
+  c.model = models::DitConfig{.image_size = 8, .patch = 2, .width = 32, .depth = 2, .heads = 2};
+  return bench_model(c, 3);
 }
 
 // Attention's two products per step (forward + backward = 3x forward), which the fused
 // attention kernel computes and the GEMM count therefore does not see.
-double attention_flops(const StepShape& s) {
-  if (s.kind == "gpt") {
-    const double keys = (double(s.seq) + 1) / 2;
-    return 3.0 * double(s.gpt.depth) * 4.0 * keys * double(s.gpt.width) * double(s.seq * s.batch);
+double attention_flops(const BenchModel& m) {
+  const StepShape& s = m.shape;
+  if (m.config.model_kind == train::ModelKind::Gpt) {
+    const models::GptConfig& g = m.config.gpt();
+    const double seq = double(s.items_per_sample), keys = (seq + 1) / 2;
+    return 3.0 * double(g.depth) * 4.0 * keys * double(g.width) * seq * double(s.batch);
   }
-  const double T = double(s.dit.tokens());
-  return 3.0 * double(s.dit.depth) * 4.0 * T * double(s.dit.width) * T * double(s.batch);
+  const models::DitConfig& d = m.config.dit();
+  const double T = double(d.tokens());
+  return 3.0 * double(d.depth) * 4.0 * T * double(d.width) * T * double(s.batch);
 }
 
 TEST(Bench, AnalyticFlopsMatchTheGemmsOfAStep) {
-  for (const StepShape& spec : {tiny_gpt(), tiny_dit()}) {
+  for (const BenchModel& model : {tiny_gpt(), tiny_dit()}) {
+    const StepShape& spec = model.shape;
     BenchOptions o;
     o.warmup = 0;
     o.steps = 1;
     trace::start(trace::now_ns());
-    run_bench(spec, o, 0);
+    run_bench(model, o, 0);
     const std::string json = trace::stop(0, "test");
-    const double counted = traced_gemm_flops(json) + attention_flops(spec);
+    const double counted = traced_gemm_flops(json) + attention_flops(model);
     // The step's GEMMs: forward, and dX and dW in backward; run_bench's own loss (item) and
     // the optimizer run none. The count leaves out only the patch/label embeddings' input
     // gradients (no dX of the first layer is computed), so it may fall short by those.
@@ -75,15 +85,16 @@ TEST(Bench, AnalyticFlopsMatchTheGemmsOfAStep) {
 }
 
 TEST(Bench, StandardConfigsHaveTheIssueShapes) {
-  const StepShape gpt2 = bench_spec("gpt2_124m");
+  const BenchModel gpt2_model = bench_model("gpt2_124m");
+  const StepShape& gpt2 = gpt2_model.shape;
   // GPT-2 small's 124M parameters (with the 1024-position table and tied head), and about 193
   // GFLOP per B4 x T64 step: 6 * 124M * 256 tokens plus attention.
-  models::Gpt model(gpt2.gpt);
+  models::Gpt model(gpt2_model.config.gpt());
   EXPECT_NEAR(double(model.num_parameters()) / 1e6, 124.5, 0.5);
   EXPECT_NEAR(train_step_flops(gpt2) / 1e9, 190.7, 1.0);
   EXPECT_EQ(gpt2.items_per_step(), 256);
-  EXPECT_EQ(bench_spec("dit_small").items_per_step(), 64);
-  EXPECT_THROW(bench_spec("gpt3"), Error);
+  EXPECT_EQ(bench_model("dit_small").shape.items_per_step(), 64);
+  EXPECT_THROW(bench_model("gpt3"), Error);
 }
 
 TEST(Bench, TimesStepsAndReportsConsistentRates) {

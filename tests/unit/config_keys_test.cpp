@@ -19,9 +19,9 @@
 
 namespace {
 
+using loom::train::config_keys;
 using loom::train::ConfigFile;
 using loom::train::ConfigKey;
-using loom::train::config_keys;
 
 const std::string kSource = LOOM_SOURCE_DIR;
 
@@ -42,15 +42,17 @@ class ConfigKeysTest : public TempDirTest {
         {kSource + "/configs/dit_fmnist_full.toml", {}},
         {kSource + "/configs/gpt_kjv.toml", {}},
         {kSource + "/configs/fmnist_classifier.toml", {}},
-        {dit, {"moe.experts=4", "train.precision=fp8_delayed", "lowcomm.method=diloco",
-               "lowcomm.workers=2", "train.steps=100"}},
-        {dit, {"data.dataset=images", "data.path=x", "data.clusters=c", "data.cluster=0",
-               "train.precision=fp8_blockwise", "eval.classifier=\"\""}},
+        {dit,
+         {"moe.experts=4", "train.precision=fp8_delayed", "lowcomm.method=diloco",
+          "lowcomm.workers=2", "train.steps=100"}},
+        {dit,
+         {"data.dataset=images", "data.path=x", "data.clusters=c", "data.cluster=0",
+          "train.precision=fp8_blockwise", "eval.classifier=\"\""}},
         {dit, {"train.precision=nvfp4"}},
-        {gpt, {"data.dataset=tokens", "data.path=x", "train.init_from=y", "train.device=cuda",
-               "train.tf32=true"}},
-        {gpt, {"moe.experts=4", "lowcomm.method=diloco", "lowcomm.workers=2",
-               "train.steps=100"}},
+        {gpt,
+         {"data.dataset=tokens", "data.path=x", "train.init_from=y", "train.device=cuda",
+          "train.tf32=true"}},
+        {gpt, {"moe.experts=4", "lowcomm.method=diloco", "lowcomm.workers=2", "train.steps=100"}},
         {router, {}},
         {router, {"model.labels=10"}},
     };
@@ -67,12 +69,14 @@ bool reads_for(const ConfigKey& k, const std::string& kind) {
 
 // The TOML value of `text` ("v = text"), for comparing defaults by value: 0.1 and
 // 0.10000000000000001 are one double, 1 and 1.0 are not one value.
-toml::table value_of(const std::string& text) { return toml::parse("v = " + text); }
+toml::table value_of(const std::string& text) {
+  return toml::parse("v = " + text);
+}
 
 TEST_F(ConfigKeysTest, EveryKeyReadIsInTheReferenceWithItsTypeAndDefault) {
   for (const Case& c : cases()) {
     std::vector<ConfigFile::Read> reads;
-    const std::string kind = loom::train::load_config(c.path, c.overrides, &reads).model_kind;
+    const std::string kind = loom::train::load_config(c.path, c.overrides, &reads).spec().name;
     for (const ConfigFile::Read& r : reads) {
       const std::string name = r.section + "." + r.key;
       SCOPED_TRACE(c.path + " (model.kind " + kind + "): " + name);
@@ -93,7 +97,7 @@ TEST_F(ConfigKeysTest, EveryRowOfTheReferenceIsRead) {
   std::set<std::pair<std::string, std::string>> read;  // (key, kind)
   for (const Case& c : cases()) {
     std::vector<ConfigFile::Read> reads;
-    const std::string kind = loom::train::load_config(c.path, c.overrides, &reads).model_kind;
+    const std::string kind = loom::train::load_config(c.path, c.overrides, &reads).spec().name;
     for (const ConfigFile::Read& r : reads) read.insert({r.section + "." + r.key, kind});
   }
   for (const ConfigKey& k : config_keys()) {

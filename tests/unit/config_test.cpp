@@ -49,17 +49,17 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
 
 TEST_F(ConfigTest, GptDefaults) {
   const Config c = load_config(gpt_file());
-  EXPECT_EQ(c.model_kind, "gpt");
+  EXPECT_EQ(c.model_kind, loom::train::ModelKind::Gpt);
   const loom::models::GptConfig d;
-  EXPECT_EQ(c.gpt.style, "gpt2");
-  EXPECT_EQ(c.gpt.vocab_size, 256);
-  EXPECT_EQ(c.gpt.context, d.context);
-  EXPECT_EQ(c.gpt.width, d.width);
-  EXPECT_EQ(c.gpt.depth, d.depth);
-  EXPECT_EQ(c.gpt.heads, d.heads);
-  EXPECT_EQ(c.gpt.kv_heads, 0);
-  EXPECT_TRUE(c.gpt.tie_embeddings);
-  EXPECT_EQ(c.data.dataset, "kjv");
+  EXPECT_EQ(c.gpt().style, loom::models::GptStyle::Gpt2);
+  EXPECT_EQ(c.gpt().vocab_size, 256);
+  EXPECT_EQ(c.gpt().context, d.context);
+  EXPECT_EQ(c.gpt().width, d.width);
+  EXPECT_EQ(c.gpt().depth, d.depth);
+  EXPECT_EQ(c.gpt().heads, d.heads);
+  EXPECT_EQ(c.gpt().kv_heads, 0);
+  EXPECT_TRUE(c.gpt().tie_embeddings);
+  EXPECT_EQ(c.data.dataset, loom::train::Dataset::Kjv);
   EXPECT_EQ(c.data.path, "");
   EXPECT_DOUBLE_EQ(c.data.val_fraction, 0.05);
   EXPECT_EQ(c.data.tokenizer, "bytes");
@@ -81,10 +81,10 @@ TEST_F(ConfigTest, DitDefaultsAreUnchanged) {
        {dit_file(),
         write("defaults.toml", "# every other key at its default\n[model]\nkind = \"dit\"\n")}) {
     const Config c = load_config(path);
-    EXPECT_EQ(c.model_kind, "dit");
-    EXPECT_EQ(c.data.dataset, "fashion_mnist");
+    EXPECT_EQ(c.model_kind, loom::train::ModelKind::Dit);
+    EXPECT_EQ(c.data.dataset, loom::train::Dataset::FashionMnist);
     EXPECT_EQ(c.data.path, "/usr/share/datasets/fashion-mnist");
-    EXPECT_EQ(c.dit.num_classes, c.flow.null_class);
+    EXPECT_EQ(c.dit().num_classes, c.flow.null_class);
     EXPECT_EQ(c.resolved_toml.find("vocab_size"), std::string::npos);
     EXPECT_EQ(c.resolved_toml.find("val_fraction"), std::string::npos);
   }
@@ -108,12 +108,12 @@ TEST_F(ConfigTest, LlamaStyleUntiesTheHeadUnlessTold) {
             "[model]\nkind = \"gpt\"\nstyle = \"llama\"\nwidth = 64\nheads = 4\n"
             "kv_heads = 2\nswiglu_hidden = 128\n");
   Config c = load_config(path);
-  EXPECT_TRUE(c.gpt.is_llama());
-  EXPECT_FALSE(c.gpt.tie_embeddings);
-  EXPECT_EQ(c.gpt.kv_heads, 2);
-  EXPECT_EQ(c.gpt.mlp_hidden(), 128);
+  EXPECT_TRUE(c.gpt().is_llama());
+  EXPECT_FALSE(c.gpt().tie_embeddings);
+  EXPECT_EQ(c.gpt().kv_heads, 2);
+  EXPECT_EQ(c.gpt().mlp_hidden(), 128);
   c = load_config(path, {"model.tie_embeddings=true"});
-  EXPECT_TRUE(c.gpt.tie_embeddings);
+  EXPECT_TRUE(c.gpt().tie_embeddings);
 }
 
 TEST_F(ConfigTest, SetOverridesFileValues) {
@@ -124,11 +124,11 @@ TEST_F(ConfigTest, SetOverridesFileValues) {
   const Config c =
       load_config(path, {"model.width=64", "train.steps=70", "data.path=b.txt",
                          "data.val_fraction=0.1", "optim.lr=3e-3", "run.name=x", "eval.every=0"});
-  EXPECT_EQ(c.gpt.width, 64);
-  EXPECT_EQ(c.gpt.heads, 4);
+  EXPECT_EQ(c.gpt().width, 64);
+  EXPECT_EQ(c.gpt().heads, 4);
   EXPECT_EQ(c.train.steps, 70);
   EXPECT_EQ(c.schedule.total_steps, 70);
-  EXPECT_EQ(c.data.dataset, "text");
+  EXPECT_EQ(c.data.dataset, loom::train::Dataset::Text);
   EXPECT_EQ(c.data.path, "b.txt");  // a bare word is a string
   EXPECT_DOUBLE_EQ(c.data.val_fraction, 0.1);
   EXPECT_DOUBLE_EQ(c.adamw.lr, 3e-3);
@@ -137,8 +137,8 @@ TEST_F(ConfigTest, SetOverridesFileValues) {
   EXPECT_EQ(c.eval.every, 0);
   // --set can switch the model kind: then the other kind's keys are read.
   const Config d = load_config(dit_file(), {"model.kind=gpt", "model.depth=2"});
-  EXPECT_EQ(d.model_kind, "gpt");
-  EXPECT_EQ(d.gpt.depth, 2);
+  EXPECT_EQ(d.model_kind, loom::train::ModelKind::Gpt);
+  EXPECT_EQ(d.gpt().depth, 2);
 }
 
 TEST_F(ConfigTest, ResolvedConfigReadsBackTheSame) {
@@ -147,8 +147,8 @@ TEST_F(ConfigTest, ResolvedConfigReadsBackTheSame) {
                    "model.vocab_size=300", "sample.prompt=\"And\\nGod\"", "sample.tokens=5"});
   const Config r = load_config(write("resolved.toml", c.resolved_toml));
   EXPECT_EQ(r.resolved_toml, c.resolved_toml);
-  EXPECT_EQ(r.gpt.width, 96);
-  EXPECT_EQ(r.gpt.vocab_size, 300);
+  EXPECT_EQ(r.gpt().width, 96);
+  EXPECT_EQ(r.gpt().vocab_size, 300);
   EXPECT_EQ(r.data.tokenizer, "tok.bpe");
   EXPECT_EQ(r.lm_sample.prompt, "And\nGod");
 }

@@ -43,7 +43,7 @@ int64_t expected_parameters(const GptConfig& c) {
   const int64_t Hkv = c.kv_heads == 0 ? c.heads : c.kv_heads;
   const int64_t qkv_out = (c.heads + 2 * Hkv) * Dh;
   int64_t n = V * C;  // tok_embed
-  if (c.style == "gpt2") {
+  if (!c.is_llama()) {
     const int64_t F = int64_t(c.mlp_ratio * double(C));
     n += c.context * C;                             // pos_embed
     const int64_t block = 2 * (2 * C)               // norm1, norm2: weight + bias
@@ -151,9 +151,13 @@ TEST(Gpt, ConfigErrorsNameTheField) {
   c = GptConfig::llama();
   c.kv_heads = 4;
   EXPECT_NE(message(c).find("heads 6 is not a multiple of kv_heads 4"), std::string::npos);
-  c = GptConfig{};
-  c.style = "mamba";
-  EXPECT_NE(message(c).find("unknown style 'mamba'"), std::string::npos);
+  try {
+    loom::models::gpt_style_from_name("mamba", "model.style");
+    ADD_FAILURE() << "style mamba accepted";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(std::string(e.message()),
+              "model.style 'mamba' is not known (expected gpt2 or llama)");
+  }
   c = GptConfig{};
   c.swiglu_hidden = 512;
   EXPECT_NE(message(c).find("swiglu_hidden 512 is only used by style \"llama\""),

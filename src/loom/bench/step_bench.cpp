@@ -11,62 +11,71 @@
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/json.h"
-#include "loom/core/rng.h"
 #include "loom/core/trace.h"
-#include "loom/diffusion/flow_matching.h"
 #include "loom/ops/creation.h"
-#include "loom/ops/detail.h"
 #include "loom/ops/matmul.h"
-#include "loom/ops/shape.h"
 #include "loom/optim/adamw.h"
 #include "loom/plan/hardware_peak.h"
 #include "loom/precision/recipe.h"
 
 namespace loom::bench {
 
-using plan::StepShape;
+BenchModel bench_model(train::Config config, int64_t samples, int64_t tokens) {
+  const plan::StepShape shape = config.spec().step_shape(config, samples, tokens);
+  return {std::move(config), shape};
+}
 
-std::vector<StepShape> standard_bench_specs() {
+namespace {
+
+train::Config named(const std::string& name, train::ModelKind kind) {
+  train::Config c;
+  c.run.name = name;
+  c.model_kind = kind;
+  return c;
+}
+
+train::Config gpt(const std::string& name, const models::GptConfig& g) {
+  train::Config c = named(name, train::ModelKind::Gpt);
+  c.model = g;
+  return c;
+}
+
+train::Config dit(const std::string& name, const models::DitConfig& d) {
+  train::Config c = named(name, train::ModelKind::Dit);
+  c.model = d;
+  return c;
+}
+
+}  // namespace
+
+std::vector<BenchModel> standard_bench_models() {
   return {
       // GPT-2 124M: 12 layers, 12 heads, width 768, vocabulary 50304 (50257 padded to a
       // multiple of 64), tied embeddings, 1024 positions; batch 4 x 64 tokens.
-      plan::gpt_step("gpt2_124m",
-                     {.vocab_size = 50304, .context = 1024, .width = 768, .depth = 12, .heads = 12},
-                     4, 64),
+      bench_model(
+          gpt("gpt2_124m",
+              {.vocab_size = 50304, .context = 1024, .width = 768, .depth = 12, .heads = 12}),
+          4, 64),
       // The small GPT: 6 layers, width 384, 6 heads, byte vocabulary; batch 16 x 256.
-      plan::gpt_step("gpt_small",
-                     {.vocab_size = 256, .context = 256, .width = 384, .depth = 6, .heads = 6}, 16,
-                     256),
+      bench_model(gpt("gpt_small",
+                      {.vocab_size = 256, .context = 256, .width = 384, .depth = 6, .heads = 6}),
+                  16, 256),
       // DiT-small: width 256, depth 6, 4 heads, patch 2 on 28x28x1 (196 tokens); batch 64.
-      plan::dit_step("dit_small", {.patch = 2, .width = 256, .depth = 6, .heads = 4}, 64),
+      bench_model(dit("dit_small", {.patch = 2, .width = 256, .depth = 6, .heads = 4}), 64),
   };
 }
 
-StepShape bench_spec(const std::string& name) {
+BenchModel bench_model(const std::string& name) {
   std::string known;
-  for (const StepShape& s : standard_bench_specs()) {
-    if (s.name == name) return s;
-    known += (known.empty() ? "" : ", ") + s.name;
+  for (const BenchModel& m : standard_bench_models()) {
+    if (m.shape.name == name) return m;
+    known += (known.empty() ? "" : ", ") + m.shape.name;
   }
   LOOM_FAIL() << "bench: unknown config '" << name << "' (known: " << known << ", all)";
   return {};
 }
 
-namespace {
-
-Tensor random_ids(const Shape& shape, int64_t vocab, const std::string& name) {
-  const uint64_t key = RngKey{1, "bench.data", name}.hash();
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  std::vector<int64_t> ids(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i)
-    ids[size_t(i)] = std::min(vocab - 1, int64_t(uniform_at(key, uint64_t(i)) * float(vocab)));
-  return from_vector(ids, shape);
-}
-
-}  // namespace
-
-BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double ceiling_gflops) {
+BenchResult run_bench(const BenchModel& bench, const BenchOptions& options, double ceiling_gflops) {
   LOOM_CHECK(options.steps > 0 && options.warmup >= 0)
       << "bench: steps must be positive and warmup non-negative (got " << options.steps << ", "
       << options.warmup << ")";
@@ -80,31 +89,12 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
       << "bench: " << options.precision << " is emulated on the CPU only (fp8_tensorwise and "
       << "fp8_delayed run on the GPU)";
   const DType compute = options.precision == "f32" ? DType::F32 : DType::BF16;
-  std::shared_ptr<nn::Module> model;
-  std::function<Tensor()> loss_fn;
-  if (spec.kind == "gpt") {
-    auto gpt = std::make_shared<models::Gpt>(spec.gpt);
-    Tensor ids = random_ids({spec.batch, spec.seq + 1}, spec.gpt.vocab_size, spec.name);
-    Tensor inputs = detail::raw_to_device(contiguous(narrow(ids, 1, 0, spec.seq)), options.device);
-    Tensor targets = detail::raw_to_device(contiguous(narrow(ids, 1, 1, spec.seq)), options.device);
-    loss_fn = [gpt, inputs, targets] { return gpt->loss(inputs, targets); };
-    model = gpt;
-  } else {
-    auto dit = std::make_shared<models::Dit>(spec.dit);
-    const models::DitConfig& c = spec.dit;
-    Tensor x0 = randn({spec.batch, c.channels, c.image_size, c.image_size},
-                      RngKey{1, "bench.data", "x0"}, DType::F32, options.device);
-    Tensor labels =
-        detail::raw_to_device(random_ids({spec.batch}, c.num_classes, spec.name), options.device);
-    diffusion::FlowMatchingConfig flow;
-    flow.null_class = c.num_classes;
-    loss_fn = [dit, x0, labels, flow] {
-      return diffusion::flow_matching_loss(
-          [&](const Tensor& x, const Tensor& t, const Tensor& y) { return dit->forward(x, t, y); },
-          x0, labels, flow, 1, 0);
-    };
-    model = dit;
-  }
+  const plan::StepShape& spec = bench.shape;
+  LOOM_CHECK(bench.config.spec().bench_step != nullptr)
+      << "bench: model.kind " << bench.config.spec().name << " is not benchmarked";
+  const train::BenchStep step = bench.config.spec().bench_step(bench.config, spec, options.device);
+  nn::Module* model = step.model.get();
+  const std::function<Tensor()>& loss_fn = step.loss;
   model->init_parameters(0);
   model->to(options.device);
   // A low-precision recipe with its defaults: its GEMMs emulated on the CPU (the cost of
@@ -176,11 +166,11 @@ BenchResult run_bench(const StepShape& spec, const BenchOptions& options, double
 
 void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& options,
                     const std::string& json_path) {
-  std::vector<StepShape> specs;
+  std::vector<BenchModel> specs;
   for (const auto& n : names) {  // all checked before any runs
-    if (n != "all") specs.push_back(bench_spec(n));
+    if (n != "all") specs.push_back(bench_model(n));
     if (n == "all")
-      for (const auto& s : standard_bench_specs()) specs.push_back(s);
+      for (const auto& s : standard_bench_models()) specs.push_back(s);
   }
   LOOM_CHECK(options.trace_path.empty() || specs.size() == 1)
       << "bench: --trace writes one config's step; name one config (got " << specs.size() << ")";
@@ -231,7 +221,7 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
     r.hardware_gflops = peak.gflops;
     r.mfu_hardware = peak.gflops > 0 ? r.gflops / peak.gflops : 0;
     char items[32];
-    std::snprintf(items, sizeof items, "%.1f %s", r.items_per_s, specs[k].unit());
+    std::snprintf(items, sizeof items, "%.1f %s", r.items_per_s, specs[k].shape.unit);
     std::printf("%-10s %-5s %9.1f %9.1f %9.1f %12s %8.1f %8.1f %8.1f%% %8.1f%%\n", r.name.c_str(),
                 r.precision.c_str(), r.median_ms, r.min_ms, r.max_ms, items, r.gflop_per_step,
                 r.gflops, 100.0 * r.mfu, 100.0 * r.mfu_hardware);
@@ -241,7 +231,7 @@ void run_benchmarks(const std::vector<std::string>& names, const BenchOptions& o
                                     {"ms", Json::Array(r.step_ms.begin(), r.step_ms.end())},
                                     {"median_ms", r.median_ms},
                                     {"items_per_s", r.items_per_s},
-                                    {"unit", specs[k].unit()},
+                                    {"unit", specs[k].shape.unit},
                                     {"gflop_per_step", r.gflop_per_step},
                                     {"gflops", r.gflops},
                                     {"ceiling_gflops", r.ceiling_gflops},

@@ -9,12 +9,22 @@
 #include "loom/core/device.h"
 
 #include "loom/plan/cost_model.h"
+#include "loom/train/config.h"
 
 namespace loom::bench {
 
+// A benchmarked model: a model kind's config (model.kind, its model section; run.name is the
+// benchmark's name) and the shape of its step.
+struct BenchModel {
+  train::Config config;
+  plan::StepShape shape;
+};
+// `samples` of `tokens` each (a sequence model's; 0: its context) of `config`'s model.
+BenchModel bench_model(train::Config config, int64_t samples, int64_t tokens = 0);
+
 // The standard configs (bench/compare/torch_bench.py mirrors them).
-std::vector<plan::StepShape> standard_bench_specs();
-plan::StepShape bench_spec(const std::string& name);  // throws naming the known ones
+std::vector<BenchModel> standard_bench_models();
+BenchModel bench_model(const std::string& name);  // throws naming the known ones
 
 struct BenchOptions {
   int64_t warmup = 2;
@@ -38,8 +48,7 @@ struct BenchResult {
 };
 
 // Runs warm-up and timed AdamW steps (grad clip 1.0, weight decay 0.1) on synthetic data.
-BenchResult run_bench(const plan::StepShape& spec, const BenchOptions& options,
-                      double ceiling_gflops);
+BenchResult run_bench(const BenchModel& model, const BenchOptions& options, double ceiling_gflops);
 
 // `loom bench NAMES...` ("all": the standard ones): the ceiling measured before and after,
 // each config's steps timed, a table on stdout and, with json_path, one JSON line per config.

@@ -1,7 +1,5 @@
 #include "loom/checkpoint/sharded.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -57,16 +55,6 @@ std::string read_bytes(const std::string& path) {
 }
 
 }  // namespace
-
-uint64_t xxh64(const void* data, size_t nbytes, uint64_t seed) {
-  return XXH64(data, nbytes, seed);
-}
-
-std::string xxh64_hex(const void* data, size_t nbytes) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)XXH64(data, nbytes, 0));
-  return buf;
-}
 
 void write_rank_shard(const std::string& dir, int rank, const std::vector<TensorPiece>& pieces) {
   const std::string file = rank_name(rank, "safetensors");

@@ -23,14 +23,11 @@
 #include <vector>
 
 #include "loom/checkpoint/safetensors.h"
+#include "loom/core/hash.h"
 #include "loom/core/json.h"
 #include "loom/core/tensor.h"
 
 namespace loom {
-
-// xxhash64 (seed 0) of a byte range, as a number and as 16 lower-case hex digits.
-uint64_t xxh64(const void* data, size_t nbytes, uint64_t seed = 0);
-std::string xxh64_hex(const void* data, size_t nbytes);
 
 // Elements [begin, end) of the row-major global tensor `name` (of `shape`): what one rank
 // writes or reads. data: end - begin contiguous elements (any dtype the tensor has).

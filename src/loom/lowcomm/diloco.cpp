@@ -67,7 +67,7 @@ DiLoCo::DiLoCo(parallel::ParallelModel& model, std::shared_ptr<dist::ProcessGrou
   // makes it so whatever happened before).
   workers_->broadcast(global_, 0)->wait();
   copy_pieces(/*to_pieces=*/true, global_, 0, numel_);
-  model_.after_optimizer_step();
+  model_.sync_parameters();
   if (c.quant.kind != Compression::None && c.error_feedback) {
     error_ = flat_zeros(numel_);
     owner_error_ = flat_zeros(numel_);
@@ -196,7 +196,7 @@ OuterStep DiLoCo::apply(int f, bool replace) {
     for (int64_t i = fr.begin; i < fr.end; ++i) r[i] = alpha * r[i] + (1 - alpha) * g[i];
     copy_pieces(/*to_pieces=*/true, result_, fr.begin, fr.end);
   }
-  model_.after_optimizer_step();  // ZeRO-3's full parameters follow the pieces
+  model_.sync_parameters();  // ZeRO-3's full parameters follow the pieces
   in_flight_ = -1;
   OuterStep out;
   out.delta_norm = std::sqrt(sq);

@@ -31,6 +31,14 @@ struct NamedParameter {
   bool weight_decay;  // false for norms, biases and embeddings by default
 };
 
+// The parameters an optimizer steps and, where their owner keeps the optimizer's moments in
+// storage of its own (ZeRO's flat shards), views of them (else empty): what a parallelised
+// model gives the optimizer (parallel::ParallelModel::optimizer_params, optim::make_adamw).
+struct OptimizerParams {
+  std::vector<NamedParameter> params;
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+};
+
 class Module {
  public:
   virtual ~Module() = default;

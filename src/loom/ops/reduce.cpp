@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "loom/backend/backend.h"
 #include "loom/ops/creation.h"
 #include "loom/ops/detail.h"
 #include "loom/ops/elementwise.h"
@@ -179,6 +180,18 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
   }
   Tensor s = sum(x, dims, /*keepdim=*/true);  // x's rank, summed dims as 1
   return reshape(s, shape);
+}
+
+double sum_squares(const std::vector<Tensor>& tensors, const std::vector<double>& weights) {
+  NoGradGuard no_grad;
+  double total = 0.0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (!t.defined()) continue;
+    const double sq = backend_for(t.device()).sum_squares(contiguous(to_dtype(t, DType::F32)));
+    total += weights.empty() ? sq : sq * weights[i];
+  }
+  return total;
 }
 
 }  // namespace loom

@@ -76,15 +76,7 @@ std::unique_ptr<AdamW> make_adamw(const OptimizerParams& p, const AdamWConfig& c
 }
 
 double grad_sum_squares(const std::vector<Tensor>& grads, const std::vector<double>& weights) {
-  NoGradGuard no_grad;
-  double total = 0.0;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    if (!g.defined()) continue;
-    const double sq = backend_for(g.device()).sum_squares(contiguous(to_dtype(g, DType::F32)));
-    total += weights.empty() ? sq : sq * weights[i];
-  }
-  return total;
+  return sum_squares(grads, weights);
 }
 
 double clip_scale(double norm, double max_norm) {

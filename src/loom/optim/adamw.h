@@ -44,10 +44,7 @@ class AdamW {
 
 // What an optimizer is built from: the parameters and, when someone else owns their moments'
 // storage (ZeRO's flat shards), views of it aligned with them; empty: the optimizer allocates.
-struct OptimizerParams {
-  std::vector<nn::NamedParameter> params;
-  std::vector<Tensor> exp_avg, exp_avg_sq;
-};
+using OptimizerParams = nn::OptimizerParams;
 std::unique_ptr<AdamW> make_adamw(const OptimizerParams& params, const AdamWConfig& config);
 
 // Clipping by the global L2 norm, in two halves so that sharded training can sum the squares

@@ -156,48 +156,45 @@ std::string ParallelModel::describe() const {
   return s.str();
 }
 
-optim::OptimizerParams ParallelModel::optimizer_params() const {
+nn::OptimizerParams ParallelModel::optimizer_params() const {
   if (zero_experts_) {
-    optim::OptimizerParams out = zero_->optimizer_params();
-    const optim::OptimizerParams& e = zero_experts_->optimizer_params();
+    nn::OptimizerParams out = zero_->optimizer_params();
+    const nn::OptimizerParams& e = zero_experts_->optimizer_params();
     out.params.insert(out.params.end(), e.params.begin(), e.params.end());
     out.exp_avg.insert(out.exp_avg.end(), e.exp_avg.begin(), e.exp_avg.end());
     out.exp_avg_sq.insert(out.exp_avg_sq.end(), e.exp_avg_sq.begin(), e.exp_avg_sq.end());
     return out;
   }
   if (zero_) return zero_->optimizer_params();
-  optim::OptimizerParams out;
+  nn::OptimizerParams out;
   for (const auto& p : pieces_) out.params.push_back({p.name, p.value, p.weight_decay});
   return out;
 }
 
-std::vector<TensorPiece> ParallelModel::checkpoint_pieces(
-    const std::vector<PieceValues>& contents_list) const {
-  // Replicas hold the same pieces: replica q of Q writes the q-th part of each (the cp ranks
+std::vector<PieceSpan> ParallelModel::piece_spans(bool share) const {
+  // Replicas hold the same pieces: replica q of Q takes the q-th part of each (the cp ranks
   // are replicas, and the tp ranks are of the parameters they do not split).
   const int64_t T = tp_->size();
-  std::vector<TensorPiece> out;
-  for (const auto& contents : contents_list) {
-    for (size_t k = 0; k < pieces_.size(); ++k) {
-      const auto& p = pieces_[k];
+  std::vector<PieceSpan> out;
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const auto& p = pieces_[k];
+    int64_t q = 0, Q = 1;
+    if (share) {
       const bool split = tp_sharded(p);
       const int64_t t = split ? 0 : tp_->rank(), Tq = split ? 1 : T;
-      // What both pipeline ends hold (maybe sharded differently): the first stage writes it.
+      // What both pipeline ends hold (maybe sharded differently): the first stage's.
       if (ends_shared_.count(p.name) && !pipeline_.first) continue;
-      int64_t q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
-      int64_t Q = replicas_->size() * cp_->size() * Tq;
+      q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
+      Q = replicas_->size() * cp_->size() * Tq;
       if (ep_sharded(p)) {  // an expert's replicas: the ranks holding the same experts
         q = zero_experts_ ? tp_->rank() : edp_->rank() * T + tp_->rank();  // (ZeRO: a shard)
         Q = zero_experts_ ? T : edp_->size() * T;
       }
-      const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
-      for (const auto& range : whole_ranges(p)) {
-        const int64_t n = range.end - range.begin, a = n * q / Q, b = n * (q + 1) / Q;
-        if (a == b && n > 0) continue;
-        out.push_back({contents.prefix + p.name + contents.suffix, whole_shape(p), range.begin + a,
-                       range.begin + b,
-                       value.as_strided({b - a}, {1}, value.offset() + range.offset + a)});
-      }
+    }
+    for (const auto& range : whole_ranges(p)) {
+      const int64_t n = range.end - range.begin, a = n * q / Q, b = n * (q + 1) / Q;
+      if (share && a == b && n > 0) continue;
+      out.push_back({k, whole_shape(p), range.begin + a, range.begin + b, range.offset + a});
     }
   }
   return out;
@@ -445,15 +442,14 @@ double ParallelModel::grad_norm() {
                       (ends_shared_.count(p.name) ? 0.5 : 1.0));
   }
   // ZeRO's shards add up over dp_shard (the experts': over edp x ep, the whole dp group).
-  Tensor shared =
-      from_vector(std::vector<float>{float(optim::grad_sum_squares(grads, weights))}, {1});
+  Tensor shared = from_vector(std::vector<float>{float(sum_squares(grads, weights))}, {1});
   if (zero_ && mesh_.degree("dp_shard") > 1)
     mesh_.group("dp_shard")->all_reduce(shared, dist::ReduceOp::Sum)->wait();
   double local = double(shared.data<float>()[0]);
   if (ep_) {
     // (whole on every tp rank, so 1/tp each, as the other whole parameters)
     Tensor experts = from_vector(
-        std::vector<float>{float(optim::grad_sum_squares(
+        std::vector<float>{float(sum_squares(
             expert_grads, std::vector<double>(expert_grads.size(), 1.0 / double(tp_->size()))))},
         {1});
     (zero_experts_ ? dp_ : ep_)->all_reduce(experts, dist::ReduceOp::Sum)->wait();
@@ -465,7 +461,7 @@ double ParallelModel::grad_norm() {
   return std::sqrt(double(sum.data<float>()[0]));
 }
 
-void ParallelModel::after_optimizer_step() {
+void ParallelModel::sync_parameters() {
   if (zero_) zero_->sync_parameters();
   if (zero_experts_) zero_experts_->sync_parameters();
 }
@@ -474,22 +470,6 @@ void ParallelModel::zero_grad() {
   if (zero_experts_) zero_experts_->zero_grad();
   if (zero_) return zero_->zero_grad();  // its gradients are views of the shards: kept, zeroed
   for (const auto& p : pieces_) p.value.set_grad(Tensor());  // the next backward makes new ones
-}
-
-void ParallelModel::load_checkpoint(const CheckpointReader& ckpt,
-                                    const std::vector<PieceValues>& contents_list) {
-  for (const auto& contents : contents_list) {
-    for (size_t k = 0; k < pieces_.size(); ++k) {
-      const auto& p = pieces_[k];
-      const Tensor& value = contents.values.empty() ? p.value : contents.values.at(k);
-      for (const auto& range : whole_ranges(p))
-        ckpt.read(contents.prefix + p.name + contents.suffix, whole_shape(p), range.begin,
-                  range.end,
-                  value.as_strided({range.end - range.begin}, {1}, value.offset() + range.offset));
-    }
-  }
-  if (zero_) zero_->sync_parameters();
-  if (zero_experts_) zero_experts_->sync_parameters();
 }
 
 }  // namespace loom::parallel

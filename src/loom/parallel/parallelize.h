@@ -28,11 +28,9 @@
 #include <tuple>
 #include <vector>
 
-#include "loom/checkpoint/sharded.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/nn/module.h"
 #include "loom/nn/parallel_plan.h"
-#include "loom/optim/adamw.h"
 #include "loom/parallel/ddp.h"
 #include "loom/parallel/expert_parallel.h"
 #include "loom/parallel/pipeline.h"
@@ -44,12 +42,14 @@ namespace loom::parallel {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
-// One checkpointed quantity of every piece, stored as "<prefix><param><suffix>": the model
-// ("model/", ""), a moment ("optimizer/", ".exp_avg"), an EMA ("ema/", ""). values are aligned
-// with ParallelModel::pieces(); empty: the pieces' own values.
-struct PieceValues {
-  std::string prefix, suffix;
-  std::vector<Tensor> values;
+// Where part of one of this rank's pieces lies in its whole tensor: elements [begin, end) of
+// the whole tensor (of shape whole_shape, as one process would hold it) are the piece's value's
+// elements from `offset` on. A checkpoint holds whole tensors' element ranges, so any layout
+// reads what any other wrote (train/checkpointer.cpp).
+struct PieceSpan {
+  size_t piece = 0;  // into ParallelModel::pieces()
+  Shape whole_shape;
+  int64_t begin = 0, end = 0, offset = 0;
 };
 
 // Pipeline parallelism: the schedule and what this rank runs of it.
@@ -70,7 +70,7 @@ class ParallelModel {
   std::vector<nn::NamedParameter> piece_parameters() const;
   // What the optimizer is built from (optim::make_adamw): the pieces, and under ZeRO the
   // storage of their moments in its flat shards.
-  optim::OptimizerParams optimizer_params() const;
+  nn::OptimizerParams optimizer_params() const;
   const Pipeline* pipeline() const { return pipeline_.schedule.ranks > 1 ? &pipeline_ : nullptr; }
   // Context parallelism with a model that takes sequence shards (its plan says so): the rows
   // of a T-long sequence this rank feeds the model; empty when it takes whole sequences.
@@ -90,17 +90,17 @@ class ParallelModel {
   // once after. Returns the step's mean loss, on every rank.
   double run_pipeline_step(const PipelineStages& stages);
   // Global gradient norm: over every parameter's whole gradient, each element counted once
-  // however it is split or replicated. Clipping is the optimizer's (optim::clip_scale).
+  // however it is split or replicated. Clipping is the optimizer's.
   double grad_norm();
-  void after_optimizer_step();  // the full parameters follow the updated pieces (ZeRO)
+  // After the pieces changed (an optimizer step, a checkpoint loaded): the full parameters
+  // follow them (ZeRO).
+  void sync_parameters();
   void zero_grad();
 
-  // Checkpoints hold whole tensors' element ranges: a tensor-parallel part is written as the
-  // ranges of the whole it covers, so any layout reads any other. What this rank writes of
-  // `contents`; replicas split the writing of what they share.
-  std::vector<TensorPiece> checkpoint_pieces(const std::vector<PieceValues>& contents) const;
-  // Reads this rank's pieces of `contents` from a checkpoint of any layout.
-  void load_checkpoint(const CheckpointReader& ckpt, const std::vector<PieceValues>& contents);
+  // Every element range of this rank's pieces in their whole tensors (what loading reads);
+  // share: only this rank's share of what its replicas hold alike (what saving writes, each
+  // element once).
+  std::vector<PieceSpan> piece_spans(bool share) const;
   // Whole tensors named as the parameters from per-piece values (collective over the mesh).
   NamedTensors gather_full(const std::vector<Tensor>& values);
 

@@ -34,7 +34,6 @@
 
 #include "loom/dist/process_group.h"
 #include "loom/nn/module.h"
-#include "loom/optim/adamw.h"
 
 namespace loom::parallel {
 
@@ -75,7 +74,7 @@ class ZeroDataParallel {
   // What the optimizer is built from: this rank's pieces (named "<name>[begin:end]", in the
   // order of pieces(), their gradients bound to the shard's) and their moments' storage in
   // the flat shards.
-  const optim::OptimizerParams& optimizer_params() const { return optimizer_params_; }
+  const nn::OptimizerParams& optimizer_params() const { return optimizer_params_; }
   // This rank's master weights: one piece per parameter that overlaps its shard.
   const std::vector<ParamPiece>& pieces() const { return pieces_; }
 
@@ -100,7 +99,7 @@ class ZeroDataParallel {
   std::vector<ParamPiece> pieces_;
   std::vector<std::pair<size_t, int64_t>> piece_at_;  // (group, offset in its shard) per piece
   std::vector<nn::Module*> wrapped_;
-  optim::OptimizerParams optimizer_params_;
+  nn::OptimizerParams optimizer_params_;
 };
 
 }  // namespace loom::parallel

@@ -50,71 +50,6 @@ double local_elements(const nn::NamedParameter& p, const nn::ParallelPlan& plan,
   return n;
 }
 
-// Per token, in f32 values, what one block keeps for backward: `whole` is replicated over
-// tensor-parallel ranks (norms and their inputs, row-parallel outputs), `split` divides by tp
-// (projections' outputs, attention's output and log-sum-exp, the MLP's hidden values). Counted
-// from the blocks' ops: LayerNorm keeps its input and two statistics per row, RMSNorm one;
-// a Linear keeps its input; the fused attention keeps q, k, v, its output and one log-sum-exp
-// per head; RoPE makes rotated copies of q and k; the MLP keeps fc1's output and GELU's;
-// SwiGLU both gates' outputs and their product; a DiT block's fused norm-and-modulate keeps
-// its input, statistics and output, and each gated residual its branch's output. Also, per
-// token, what the last stage holds after the blocks at its peak (the head's backward: the
-// final norm's input and output and its gradient, the outputs and their gradient).
-struct BlockValues {
-  double whole = 0, split = 0;
-  double qkv = 0;           // q, k and v per token (context parallelism copies them)
-  double matmul_split = 0;  // of `split`, the projections' and attention's outputs
-  double mlp_backward = 0;  // the MLP's largest transient in backward (split)
-  double width = 0;
-  double tokens = 0;                    // per sample (sequence or image)
-  double head = 0, head_vocabulary = 0;  // the head's peak: whole, and split with the vocabulary
-};
-
-BlockValues block_values(const StepShape& s) {
-  BlockValues b;
-  if (s.kind == "gpt") {
-    const models::GptConfig& c = s.gpt;
-    const double C = double(c.width), H = double(c.heads), Dh = double(c.head_dim());
-    const double KV = double(c.num_kv_heads());
-    const nn::MoeConfig moe = c.moe_config();
-    // A mixture's hidden values: each token's k experts and the shared ones (approximately).
-    const double F = c.moe.enabled()
-                         ? double((moe.top_k + moe.shared_experts) * moe.hidden)
-                         : double(c.mlp_hidden());
-    b.width = C;
-    b.qkv = (H + 2 * KV) * Dh;
-    if (c.is_llama()) {
-      b.whole = 4 * C + 2;
-      b.split = b.qkv + (H + KV) * Dh + C + H + 3 * F;
-      b.matmul_split = b.qkv + C + H + 2 * F;
-    } else {
-      b.whole = 4 * C + 4;
-      b.split = b.qkv + C + H + 2 * F;
-      b.matmul_split = b.qkv + C + H + F;
-    }
-    b.mlp_backward = 2 * F;
-    b.tokens = double(s.seq);
-    b.head = 3 * C + 2;
-    b.head_vocabulary = 2 * double(c.vocab_size);  // the logits and their gradient
-    return b;
-  }
-  // The DiT and the classifier: a ViT block, the DiT's with adaLN's fused norms and gates.
-  const bool dit = s.kind == "dit";
-  const double C = double(dit ? s.dit.width : s.vit.width);
-  const double H = double(dit ? s.dit.heads : s.vit.heads);
-  const double F = dit ? double(s.dit.mlp_hidden()) : s.vit.mlp_ratio * C;
-  b.width = C;
-  b.qkv = 3 * C;
-  b.whole = dit ? 6 * C + 4 : 4 * C + 4;
-  b.split = b.qkv + C + H + 2 * F;
-  b.matmul_split = b.qkv + C + H + F;
-  b.mlp_backward = 2 * F;
-  const double grid = double(dit ? s.dit.image_size / s.dit.patch : s.vit.image_size / s.vit.patch);
-  b.tokens = grid * grid + (dit ? 0 : 1);  // the classifier's class token
-  b.head = 3 * C + 2 + (dit ? 2 * double(s.dit.patch * s.dit.patch * s.dit.channels) : 0);
-  return b;
-}
-
 }  // namespace
 
 std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::ParallelPlan& plan,
@@ -128,8 +63,7 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   std::set<std::string> mixtures;  // modules with a router: their w1/w2/w3 are expert stacks
   for (const nn::NamedParameter& p : params) {
     const size_t at = p.name.rfind(".router.weight");
-    if (at != std::string::npos && at + 14 == p.name.size())
-      mixtures.insert(p.name.substr(0, at));
+    if (at != std::string::npos && at + 14 == p.name.size()) mixtures.insert(p.name.substr(0, at));
   }
 
   // Which pipeline rank holds each block, and each rank's blocks.
@@ -178,11 +112,11 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
     in_flight = sim.peak_in_flight;
   }
 
-  const BlockValues v = block_values(shape);
+  const BlockValues& v = shape.values;
   // Tokens one block of this rank sees per micro-batch: its data-parallel share of the batch,
   // its context-parallel share of each sequence.
-  const double n = double(shape.batch) / double(t.dims.dp_replicate * t.dims.dp_shard) *
-                   v.tokens / double(t.dims.cp);
+  const double n = double(shape.batch) / double(t.dims.dp_replicate * t.dims.dp_shard) * v.tokens /
+                   double(t.dims.cp);
   const bool sp = t.sequence_parallel && tp > 1;
   // With sequence parallelism the norms run on 1/tp of the rows, but each column linear keeps
   // its gathered (whole) input: two per block.
@@ -245,8 +179,8 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
     // A pipeline's stage inputs are leaves whose gradients (sent back, the sends waited for at
     // the end of the step) stay until then: every micro-batch's, on each stage but the first.
     if (pp > 1)
-      m.gradients += double(chunks - (r == 0 ? 1 : 0)) * double(layout.micro_batches) * n *
-                     v.width * kF32;
+      m.gradients +=
+          double(chunks - (r == 0 ? 1 : 0)) * double(layout.micro_batches) * n * v.width * kF32;
     // An EMA of the weights this rank holds (its pieces: under ZeRO the shard) counts as
     // optimizer state.
     if (layout.ema)
@@ -256,8 +190,7 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
     const double chunks_blocks = double(m.blocks) / double(chunks);
     double values = double(in_flight[size_t(r)]) * chunks_blocks * kept;
     if (t.recompute != parallel::Recompute::None) values += per_block;
-    const double head =
-        r == pp - 1 ? v.head + v.head_vocabulary / double(vocab_split ? tp : 1) : 0;
+    const double head = r == pp - 1 ? v.head + v.head_vocabulary / double(vocab_split ? tp : 1) : 0;
     values += std::max(v.mlp_backward / double(tp), head);
     m.activations = kF32 * values * n;
   }

@@ -10,6 +10,7 @@
 
 #include "loom/backend/backend.h"
 #include "loom/core/error.h"
+#include "loom/core/json.h"
 #include "loom/core/rng.h"
 #include "loom/nn/layers.h"
 
@@ -410,6 +411,51 @@ void LowPrecision::set_histories(
     LOOM_CHECK(found) << "precision: the checkpoint's amax history of " << key
                       << " belongs to no quantised layer of this run";
   }
+}
+
+// A low-precision recipe's last step per operand role: the fractions of values saturated and
+// flushed to zero, and the largest magnitude quantised (this rank's); with fp8_delayed also
+// each layer's amaxes, the entries its histories took this step.
+Json LowPrecision::metrics() const {
+  Json out = Json::object();
+  if (config_.recipe == Recipe::Fp8Delayed) {
+    Json layers = Json::object();
+    for (const auto& [name, amax] : layer_amax())
+      layers.set(name, Json::object({{"input", double(amax[0])},
+                                     {"weight", double(amax[1])},
+                                     {"grad", double(amax[2])}}));
+    out.set("amax", layers);
+  }
+  for (GemmOperand role : {GemmOperand::Input, GemmOperand::Weight, GemmOperand::OutputGrad}) {
+    const RoleStats s = stats(role);
+    const double n = double(std::max<int64_t>(s.values, 1));
+    out.set(role_name(role), Json::object({{"saturated", double(s.saturated) / n},
+                                           {"flushed", double(s.flushed) / n},
+                                           {"amax", double(s.amax)}}));
+  }
+  return out;
+}
+
+Json LowPrecision::state() const {
+  if (config_.recipe != Recipe::Fp8Delayed) return Json::object();
+  Json histories = Json::object();
+  for (const auto& [key, values] : this->histories()) {
+    Json::Array a;
+    for (float v : values) a.push_back(Json(double(v)));
+    histories.set(key, Json::array(std::move(a)));
+  }
+  return Json::object({{"amax_history", histories}});
+}
+
+void LowPrecision::resume(const Json& trainer_state) {
+  if (!trainer_state.contains("amax_history")) return;
+  std::vector<std::pair<std::string, std::vector<float>>> h;
+  for (const auto& [key, values] : trainer_state.at("amax_history").items()) {
+    std::vector<float> history;
+    for (const Json& v : values.as_array()) history.push_back(float(v.as_double()));
+    h.emplace_back(key, std::move(history));
+  }
+  set_histories(h);
 }
 
 }  // namespace loom::precision

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/json.h"
 #include "loom/nn/module.h"
 #include "loom/ops/linear_quantizer.h"
 #include "loom/precision/quantize.h"
@@ -85,6 +86,15 @@ class LowPrecision {
   // fp8_delayed's amax histories by layer name (oldest first): what a checkpoint keeps.
   std::vector<std::pair<std::string, std::vector<float>>> histories() const;
   void set_histories(const std::vector<std::pair<std::string, std::vector<float>>>& h);
+
+  // The last step per operand role: the fractions of values saturated and flushed to zero and
+  // the largest magnitude quantised (this rank's); with fp8_delayed also each layer's amaxes,
+  // the entries its histories took this step. The progress line's "precision" metrics.
+  Json metrics() const;
+  // What a checkpoint's trainer_state.json keeps (fp8_delayed: "amax_history", by
+  // "<layer>/<role>"; else nothing), and resuming from it.
+  Json state() const;
+  void resume(const Json& trainer_state);
 
   struct Layer;
   struct DeviceCounts;

@@ -23,12 +23,12 @@ void check_contents(const CheckpointReader& ckpt, const std::string& dir, const 
                                  << "run directory's), so its model cannot be known";
   const Config cfg = load_config(config.string());
   const std::string kind = state.at("model_kind").as_string();
-  LOOM_CHECK(kind == cfg.model_kind)
+  LOOM_CHECK(kind == cfg.spec().name)
       << "checkpoint " << dir << " holds a " << kind << " model, but " << config.string() << " a "
-      << cfg.model_kind;
+      << cfg.spec().name;
   const std::unique_ptr<nn::Module> model = make_bare_model(cfg);
   std::vector<std::string> parts = {"model/", "optimizer/.exp_avg", "optimizer/.exp_avg_sq"};
-  for (const std::string& state : recipe_piece_states(kind)) parts.push_back(state + "/");
+  for (const std::string& state : cfg.spec().piece_states) parts.push_back(state + "/");
   for (const nn::NamedParameter& p : model->named_parameters())
     for (const std::string& part : parts) {
       const size_t slash = part.find('/') + 1;
@@ -47,16 +47,17 @@ std::string checkpoint_model_kind(const std::string& ckpt_dir) {
   return read_trainer_state(CheckpointReader(ckpt_dir)).at("model_kind").as_string();
 }
 
-Config run_config_of(const std::string& ckpt_dir, const std::string& kind, const char* what) {
+Config run_config_of(const std::string& ckpt_dir, std::optional<ModelKind> kind, const char* what) {
   const std::string found = checkpoint_model_kind(ckpt_dir);
-  LOOM_CHECK(kind.empty() || found == kind)
-      << what << ": " << ckpt_dir << " is a checkpoint of a " << found << " model, not a " << kind;
+  LOOM_CHECK(!kind || found == model_spec(*kind).name)
+      << what << ": " << ckpt_dir << " is a checkpoint of a " << found << " model, not a "
+      << model_spec(*kind).name;
   const fs::path config = fs::path(ckpt_dir).parent_path() / "config.toml";
   LOOM_CHECK(fs::exists(config)) << what << ": " << config.string()
                                  << " not found (expected beside the checkpoint directory)";
   Config cfg = load_config(config.string());
-  LOOM_CHECK(cfg.model_kind == found)
-      << what << ": the config beside " << ckpt_dir << " is of model.kind " << cfg.model_kind;
+  LOOM_CHECK(cfg.spec().name == found)
+      << what << ": the config beside " << ckpt_dir << " is of model.kind " << cfg.spec().name;
   return cfg;
 }
 

@@ -2,6 +2,7 @@
 // checkpoint/run_checkpoints.h): which one a resume continues from, whether one holds all a resume
 // needs, and the run config beside one.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,8 @@ namespace loom::train {
 // "dit", "gpt", ...: the model kind in a checkpoint's trainer_state.json.
 std::string checkpoint_model_kind(const std::string& ckpt_dir);
 // The config of the run a checkpoint belongs to (config.toml beside it), after checking that
-// the checkpoint is of model kind `kind` ("": any); `what` names the command in errors.
-Config run_config_of(const std::string& ckpt_dir, const std::string& kind, const char* what);
+// the checkpoint is of model kind `kind` (none: any); `what` names the command in errors.
+Config run_config_of(const std::string& ckpt_dir, std::optional<ModelKind> kind, const char* what);
 
 // Reads every tensor and file of a checkpoint, checking each against the manifest; throws
 // naming what is damaged (a truncated or corrupted file, a missing one).

@@ -30,11 +30,29 @@ void Checkpointer::wait() {
   if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
 }
 
-std::vector<parallel::PieceValues> Checkpointer::contents(bool saving) const {
+namespace {
+
+// A checkpoint holds whole tensors' element ranges (parallel::PieceSpan): a tensor-parallel
+// part is written as the ranges of the whole it covers, so any layout reads any other.
+Tensor span_of(const parallel::ParallelModel& model, const PieceValues& contents,
+               const parallel::PieceSpan& span) {
+  const Tensor& value =
+      contents.values.empty() ? model.pieces()[span.piece].value : contents.values.at(span.piece);
+  return value.as_strided({span.end - span.begin}, {1}, value.offset() + span.offset);
+}
+
+std::string name_of(const parallel::ParallelModel& model, const PieceValues& contents,
+                    const parallel::PieceSpan& span) {
+  return contents.prefix + model.pieces()[span.piece].name + contents.suffix;
+}
+
+}  // namespace
+
+std::vector<PieceValues> Checkpointer::contents(bool saving) const {
   const std::string worker =
       layout_.worker > 0 ? "worker" + std::to_string(layout_.worker) + "/" : "";
   // The model first: a checkpoint of another model fails on its weights' names and shapes.
-  std::vector<parallel::PieceValues> out{{worker + "model/", "", {}}};
+  std::vector<PieceValues> out{{worker + "model/", "", {}}};
   const auto moments = optimizer_.named_state();  // exp_avg, exp_avg_sq per piece, in order
   std::vector<Tensor> m, v;
   for (size_t k = 0; k < moments.size(); k += 2) {
@@ -51,7 +69,13 @@ std::vector<parallel::PieceValues> Checkpointer::contents(bool saving) const {
 
 std::string Checkpointer::save(int64_t step, const Json& state) {
   if (layout_.settle) layout_.settle(false);
-  std::vector<TensorPiece> pieces = model_.checkpoint_pieces(contents(/*saving=*/true));
+  // What this rank writes: its share of what the replicas hold alike.
+  std::vector<TensorPiece> pieces;
+  const std::vector<parallel::PieceSpan> spans = model_.piece_spans(/*share=*/true);
+  for (const PieceValues& c : contents(/*saving=*/true))
+    for (const parallel::PieceSpan& span : spans)
+      pieces.push_back({name_of(model_, c, span), span.whole_shape, span.begin, span.end,
+                        span_of(model_, c, span)});
   wait();
   // The files are written from host memory: an async save's snapshot (which the step may
   // overwrite meanwhile without changing what is written), and any piece on a device.
@@ -88,7 +112,12 @@ Json Checkpointer::load(const std::string& ckpt_dir) {
       << "; this run has "
       << (layout_.workers > 0 ? std::to_string(layout_.workers) + " DiLoCo workers" : "no DiLoCo")
       << " (lowcomm.workers)";
-  model_.load_checkpoint(reader, contents(/*saving=*/false));
+  const std::vector<parallel::PieceSpan> spans = model_.piece_spans(/*share=*/false);
+  for (const PieceValues& c : contents(/*saving=*/false))
+    for (const parallel::PieceSpan& span : spans)
+      reader.read(name_of(model_, c, span), span.whole_shape, span.begin, span.end,
+                  span_of(model_, c, span));
+  model_.sync_parameters();
   optimizer_.set_steps_taken(state.at("optimizer_steps").as_int());
   return state;
 }

@@ -32,6 +32,14 @@ struct WorkerLayout {
   std::function<void(bool loading)> settle;
 };
 
+// One checkpointed quantity of every piece of the parallelised model, stored as
+// "<prefix><param><suffix>": the model ("model/", ""), a moment ("optimizer/", ".exp_avg"), an
+// EMA ("ema/", ""). values are aligned with ParallelModel::pieces(); empty: the pieces' own.
+struct PieceValues {
+  std::string prefix, suffix;
+  std::vector<Tensor> values;
+};
+
 class Checkpointer {
  public:
   // extra: the recipe's per-piece state, asked for at every save and load. async: pieces are
@@ -54,7 +62,7 @@ class Checkpointer {
 
  private:
   // What this rank writes (saving) or reads (loading: the shared state on every worker too).
-  std::vector<parallel::PieceValues> contents(bool saving) const;
+  std::vector<PieceValues> contents(bool saving) const;
   parallel::ParallelModel& model_;
   optim::AdamW& optimizer_;
   std::function<std::vector<PieceState>()> extra_;

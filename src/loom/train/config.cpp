@@ -9,17 +9,14 @@
 #include "loom/backend/cpu/gemm.h"
 #include "loom/plan/hardware_peak.h"
 #include "loom/train/config_file.h"
+#include "loom/train/config_read.h"
 #include "loom/train/profiler.h"
 
 namespace loom::train {
 
 namespace {
 
-// Step numbers, cadences in steps, seeds and the batch (bounded by memory instead): no bound of
-// their own beyond int64 (ConfigFile::kMaxCount bounds every other count).
-constexpr int64_t kAnyStep = std::numeric_limits<int64_t>::max();
-
-void check_pipeline(const Config& c, const std::string& path) {
+void check_pipeline(const Config& c, const ParallelFacts& m, const std::string& path) {
   const auto& p = c.parallel.topology;
   const bool interleaved = p.pipeline_schedule == parallel::ScheduleKind::Interleaved1F1B;
   const int64_t pp = p.dims.pp, V = p.pipeline_chunks, M = c.train.grad_accum;
@@ -28,10 +25,9 @@ void check_pipeline(const Config& c, const std::string& path) {
       << "config " << path << ": parallel.pipeline_chunks " << V
       << " (more than 1 only with pipeline_schedule = \"interleaved\")";
   if (pp == 1) return;
-  LOOM_CHECK(c.model_kind != "vit_classifier" && c.model_kind != "dit_router")
-      << "config " << path << ": model.kind " << c.model_kind
-      << " has no pipeline parallelism (parallel.pp 1)";
-  const int64_t depth = c.model_kind == "gpt" ? c.gpt.depth : c.dit.depth;
+  LOOM_CHECK(m.pipeline) << "config " << path << ": model.kind " << c.spec().name
+                         << " has no pipeline parallelism (parallel.pp 1)";
+  const int64_t depth = m.depth;
   LOOM_CHECK(pp * V <= depth) << "config " << path << ": parallel.pp " << pp
                               << " x pipeline_chunks " << V << " = " << pp * V
                               << " stages for model.depth " << depth
@@ -44,33 +40,27 @@ void check_pipeline(const Config& c, const std::string& path) {
 
 // Heads, features and tokens must split over the tensor- and context-parallel ranks: checked
 // here, before any work, with the keys to change.
-void check_model_parallel(const Config& c, const std::string& path) {
+void check_model_parallel(const Config& c, const ParallelFacts& m, const std::string& path) {
   const auto& p = c.parallel.topology;
   const int64_t tp = p.dims.tp, cp = p.dims.cp;
   LOOM_CHECK(tp >= 1 && cp >= 1) << "config " << path << ": parallel.tp and cp must be >= 1, got "
                                  << tp << " and " << cp;
   LOOM_CHECK(!p.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
-  check_pipeline(c, path);
+  check_pipeline(c, m, path);
   if (tp == 1 && cp == 1) return;
-  LOOM_CHECK(c.model_kind != "vit_classifier" && c.model_kind != "dit_router")
-      << "config " << path << ": model.kind " << c.model_kind
-      << " has no tensor or context parallelism";
-  const bool gpt = c.model_kind == "gpt";
-  const int64_t heads = gpt ? c.gpt.heads : c.dit.heads;
-  const int64_t kv_heads = gpt ? c.gpt.num_kv_heads() : heads;
-  const int64_t hidden = gpt ? c.gpt.mlp_hidden() : int64_t(double(c.dit.width) * c.dit.mlp_ratio);
-  const int64_t tokens = gpt ? c.gpt.context : c.dit.tokens();
+  LOOM_CHECK(m.tensor_and_context) << "config " << path << ": model.kind " << c.spec().name
+                                   << " has no tensor or context parallelism";
+  const int64_t heads = m.heads, kv_heads = m.kv_heads, hidden = m.mlp_hidden, tokens = m.tokens;
   LOOM_CHECK(heads % tp == 0 && kv_heads % tp == 0)
       << "config " << path << ": model.heads " << heads << " (key/value heads " << kv_heads
       << ") must be divisible by parallel.tp " << tp;
   LOOM_CHECK(hidden % tp == 0) << "config " << path << ": the MLP's " << hidden
                                << " hidden features must be divisible by parallel.tp " << tp;
-  LOOM_CHECK(!gpt || p.dims.pp > 1 || c.gpt.vocab_size % tp == 0)
-      << "config " << path << ": model.vocab_size " << c.gpt.vocab_size
+  LOOM_CHECK(m.vocab == 0 || p.dims.pp > 1 || m.vocab % tp == 0)
+      << "config " << path << ": model.vocab_size " << m.vocab
       << " must be divisible by parallel.tp " << tp << " (the embedding and head split over it)";
-  const std::string what =
-      std::to_string(tokens) + (gpt ? " tokens (model.context)" : " tokens per image");
+  const std::string& what = m.tokens_what;
   const bool ring = p.context_parallel == parallel::ContextParallelKind::Ring;
   if (cp > 1) {
     LOOM_CHECK(tokens % (ring ? 2 * cp : cp) == 0)
@@ -91,34 +81,6 @@ void check_model_parallel(const Config& c, const std::string& path) {
 
 // [lowcomm]: only method is read unless it is "diloco", so a DiLoCo key in a run without it is
 // an unknown key.
-// [moe]: a mixture of experts in place of the MLP (model.kind gpt). Without moe.experts every
-// other key of the section is an unknown key.
-void read_moe(ConfigFile& f, nn::MoeConfig& m) {
-  const std::string& path = f.path();
-  m.experts = f.get_int("moe", "experts", 0);
-  if (m.experts == 0) return;
-  m.top_k = f.get_int("moe", "top_k", m.top_k);
-  const std::string gating = f.get_string("moe", "gating", "softmax");
-  LOOM_CHECK(gating == "softmax" || gating == "sigmoid")
-      << "config " << path << ": moe.gating '" << gating << "' (expected softmax or sigmoid)";
-  m.gating = gating == "softmax" ? nn::MoeGating::Softmax : nn::MoeGating::Sigmoid;
-  m.renormalize = f.get_bool("moe", "renormalize", m.renormalize);
-  m.hidden = f.get_int("moe", "hidden", 0);
-  m.shared_experts = f.get_int("moe", "shared_experts", m.shared_experts);
-  m.aux_loss = f.get_double("moe", "aux_loss", 0.01);
-  m.z_loss = f.get_double("moe", "z_loss", 0.001);
-  m.bias_rate = f.get_double("moe", "bias_rate", 0.0);
-  m.every = f.get_int("moe", "every", m.every);
-  LOOM_CHECK(m.hidden >= 0) << "config " << path << ": moe.hidden must be non-negative";
-  try {
-    nn::MoeConfig filled = m;
-    if (filled.hidden == 0) filled.hidden = 1;  // the model's default, known to be positive
-    filled.validate();
-  } catch (const Error& e) {
-    LOOM_FAIL() << "config " << path << ": " << e.what();
-  }
-}
-
 void read_lowcomm(ConfigFile& f, Config& c) {
   const std::string& path = f.path();
   const std::string method = f.get_string("lowcomm", "method", "none");
@@ -161,8 +123,8 @@ void read_lowcomm(ConfigFile& f, Config& c) {
       << "config " << path << ": train.steps " << c.train.steps
       << " is not a multiple of lowcomm.inner_steps " << d.inner_steps
       << " (a DiLoCo run ends on an outer step, its workers agreeing)";
-  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
-      << "config " << path << ": lowcomm.method \"diloco\" trains dit and gpt models";
+  LOOM_CHECK(c.spec().diloco) << "config " << path << ": lowcomm.method \"diloco\" does not "
+                              << "train model.kind " << c.spec().name;
   c.diloco = d;
 }
 
@@ -179,9 +141,9 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
   if (name == "cpu") return;
   c.train.device = Device{DeviceType::CUDA, 0};
   const auto& d = c.parallel.topology.dims;
-  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt")
-      << "config " << path << ": train.device \"cuda\" trains model.kind dit or gpt; "
-      << c.model_kind << " trains on the cpu only so far";
+  LOOM_CHECK(c.spec().cuda) << "config " << path << ": train.device \"cuda\" does not train "
+                            << "model.kind " << c.spec().name << " yet; it trains on the cpu "
+                            << "only so far";
   // The recipes with one scale per tensor run on fp8 tensor cores; the block-scaled ones have
   // no device kernels yet.
   const auto* low = c.train.low_precision ? &*c.train.low_precision : nullptr;
@@ -191,7 +153,8 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
       << (low ? precision::recipe_name(low->recipe) : "")
       << "\" is not built for train.device \"cuda\" yet (f32, bf16, fp8_tensorwise and "
       << "fp8_delayed are)";
-  LOOM_CHECK(!(c.model_kind == "gpt" ? c.gpt.moe : c.dit.moe).enabled())
+  const nn::MoeConfig* moe = c.spec().parallel_facts(c).moe;
+  LOOM_CHECK(!moe || !moe->enabled())
       << "config " << path << ": a mixture of experts (moe.experts) is not built for "
       << "train.device \"cuda\" yet";
   LOOM_CHECK(!c.diloco) << "config " << path
@@ -268,205 +231,33 @@ void read_precision(ConfigFile& f, Config& c) {
   c.train.low_precision = r;
 }
 
-// A key whose value names one of an enum's values: parsed here, once.
-template <typename Parse>
-auto choice(ConfigFile& f, const char* section, const char* key, const char* fallback,
-            Parse parse) {
-  return parse(f.get_string(section, key, fallback),
-               "config " + f.path() + ": " + section + "." + key);
-}
-
-// The Fashion-MNIST classifier that judges DiT samples (train/recipes/vit_classifier.h).
-void read_vit(ConfigFile& f, Config& c) {
-  auto& v = c.vit;
-  v.time_conditioning = c.model_kind == "dit_router";
-  v.image_size = f.get_int("model", "image_size", v.image_size);
-  v.channels = f.get_int("model", "channels", v.channels);
-  v.patch = f.get_int("model", "patch", v.patch);
-  v.width = f.get_int("model", "width", v.width);
-  v.depth = f.get_int("model", "depth", v.depth);
-  v.heads = f.get_int("model", "heads", v.heads);
-  v.mlp_ratio = f.get_double("model", "mlp_ratio", v.mlp_ratio);
-  v.num_classes = f.get_int("model", "num_classes", v.num_classes);
-  v.stem_channels = f.get_int("model", "stem_channels", v.stem_channels);
-  v.validate();
-  c.data.path = f.get_string("data", "path", c.data.path);
-  if (c.model_kind == "vit_classifier") {
-    c.train.augment = f.get_bool("train", "augment", c.train.augment);
-    return;
-  }
-  // dit_router: which cluster of `loom cluster` a noisy image x_t comes from.
-  c.data.clusters = f.get_string("data", "clusters", "");
-  LOOM_CHECK(!c.data.clusters.empty())
-      << "config " << f.path() << ": model.kind dit_router needs data.clusters (the "
-      << "assignments of `loom cluster`)";
-  c.flow.logit_normal_mean =
-      f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
-  c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);
-  // model.labels > 0: the router is told the class being sampled (dropped to "no label" at
-  // diffusion.label_dropout, as the experts drop theirs, for guidance's unconditional half).
-  v.label_classes = f.get_int("model", "labels", 0);
-  c.flow.label_dropout = v.label_classes > 0 ? f.get_double("diffusion", "label_dropout", 0.1) : 0;
-  c.flow.null_class = v.label_classes;
-  LOOM_CHECK(c.flow.logit_normal_std > 0 && v.label_classes >= 0 && c.flow.label_dropout >= 0 &&
-             c.flow.label_dropout <= 1)
-      << "config " << f.path() << ": diffusion.logit_normal_std must be positive, model.labels "
-      << "non-negative, diffusion.label_dropout in [0, 1]";
-}
-
-void read_dit(ConfigFile& f, Config& c) {
-  const std::string& path = f.path();
-  auto& d = c.dit;
-  d.image_size = f.get_int("model", "image_size", d.image_size);
-  d.channels = f.get_int("model", "channels", d.channels);
-  d.patch = f.get_int("model", "patch", d.patch);
-  d.width = f.get_int("model", "width", d.width);
-  d.depth = f.get_int("model", "depth", d.depth);
-  d.heads = f.get_int("model", "heads", d.heads);
-  d.mlp_ratio = f.get_double("model", "mlp_ratio", d.mlp_ratio);
-  d.num_classes = f.get_int("model", "num_classes", d.num_classes);
-  read_moe(f, d.moe);
-  d.validate();
-
-  c.data.dataset = f.get_string("data", "dataset", "fashion_mnist");
-  c.data.path = f.get_string("data", "path", c.data.path);
-  LOOM_CHECK(c.data.dataset == "fashion_mnist" || c.data.dataset == "images")
-      << "config " << path << ": data.dataset '" << c.data.dataset
-      << "' is not known for model.kind dit (expected fashion_mnist or images)";
-  if (c.data.dataset == "images") {  // PNG files: a folder with labels.txt, or .tar shards
-    c.data.val_path = f.get_string("data", "val_path", "");
-    LOOM_CHECK(f.has("data", "path"))
-        << "config " << path << ": data.dataset \"images\" needs data.path (a folder with "
-        << "labels.txt, a .tar shard or a directory of shards)";
-  }
-  c.data.clusters = f.get_string("data", "clusters", "");
-  if (!c.data.clusters.empty()) {
-    c.data.cluster = f.get_int("data", "cluster", -1);
-    LOOM_CHECK(c.data.cluster >= 0) << "config " << path << ": data.clusters needs data.cluster "
-                                    << "(the cluster this expert trains on, from 0)";
-  }
-
-  auto& t = c.train;
-  t.ema_decay = f.get_double("train", "ema_decay", t.ema_decay);
-  t.ema_start = f.get_int("train", "ema_start", t.ema_start, kAnyStep);
-  LOOM_CHECK(t.ema_decay >= 0 && t.ema_decay < 1)
-      << "config " << path << ": train.ema_decay must be in [0, 1), got " << t.ema_decay;
-
-  c.flow.label_dropout = f.get_double("diffusion", "label_dropout", c.flow.label_dropout);
-  const std::string times = f.get_string("diffusion", "timesteps", "logit_normal");
-  LOOM_CHECK(times == "logit_normal" || times == "uniform")
-      << "config " << path << ": diffusion.timesteps \"" << times
-      << "\" is not known (logit_normal or uniform)";
-  c.flow.uniform_t = times == "uniform";
-  c.flow.logit_normal_mean =
-      f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
-  c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);
-  c.flow.null_class = d.num_classes;
-  LOOM_CHECK(c.flow.label_dropout >= 0 && c.flow.label_dropout <= 1 && c.flow.logit_normal_std > 0)
-      << "config " << path << ": diffusion.label_dropout must be in [0, 1] and "
-      << "logit_normal_std positive";
-
-  c.sample.steps = f.get_int("sample", "steps", c.sample.steps, 10000);
-  c.sample.cfg_scale = f.get_double("sample", "cfg_scale", c.sample.cfg_scale);
-  c.sample.heun = f.get_bool("sample", "heun", c.sample.heun);
-  c.sample.per_class = f.get_int("sample", "per_class", c.sample.per_class, 10000);
-  c.sample.every = f.get_int("sample", "every", c.sample.every, kAnyStep);
-  LOOM_CHECK(c.sample.steps > 0 && c.sample.per_class > 0 && c.sample.every >= 0)
-      << "config " << path << ": sample.steps and sample.per_class must be positive, "
-      << "sample.every non-negative";
-
-  c.eval.classifier = f.get_string("eval", "classifier", c.eval.classifier);
-  c.eval.num_samples = f.get_int("eval", "num_samples", c.eval.num_samples, 1000000);
-  // The held-out flow-matching loss on the test split: at the end, and every eval.every steps.
-  c.eval.every = f.get_int("eval", "every", 0, kAnyStep);
-  c.eval.val_images = f.get_int("eval", "val_images", c.eval.val_images);
-  LOOM_CHECK(c.eval.every >= 0 && c.eval.val_images >= 0)
-      << "config " << path << ": eval.every and eval.val_images must be non-negative";
-  LOOM_CHECK(c.data.dataset == "fashion_mnist" || c.eval.classifier.empty())
-      << "config " << path << ": eval.classifier judges samples against Fashion-MNIST; set "
-      << "eval.classifier = \"\" for data.dataset \"images\"";
-}
-
-void read_gpt(ConfigFile& f, Config& c) {
-  const std::string& path = f.path();
-  auto& g = c.gpt;
-  c.train.init_from = f.get_string("train", "init_from", "");
-  g.style = f.get_string("model", "style", g.style);
-  LOOM_CHECK(g.style == "gpt2" || g.style == "llama")
-      << "config " << path << ": model.style '" << g.style
-      << "' is not known (expected gpt2 or llama)";
-  g.vocab_size = f.get_int("model", "vocab_size", g.vocab_size);
-  g.context = f.get_int("model", "context", g.context);
-  g.width = f.get_int("model", "width", g.width);
-  g.depth = f.get_int("model", "depth", g.depth);
-  g.heads = f.get_int("model", "heads", g.heads);
-  g.kv_heads = f.get_int("model", "kv_heads", g.kv_heads);
-  g.mlp_ratio = f.get_double("model", "mlp_ratio", g.mlp_ratio);
-  g.rope_theta = f.get_double("model", "rope_theta", g.rope_theta);
-  // The style's convention (GptConfig::llama unties the head) unless the config says otherwise.
-  g.tie_embeddings = f.get_bool("model", "tie_embeddings", !g.is_llama());
-  g.swiglu_hidden = f.get_int("model", "swiglu_hidden", g.swiglu_hidden);
-  read_moe(f, g.moe);
-  g.validate();
-
-  auto& d = c.data;
-  d.dataset = f.get_string("data", "dataset", "kjv");
-  d.path = f.get_string("data", "path", "");
-  d.val_fraction = f.get_double("data", "val_fraction", d.val_fraction);
-  d.tokenizer = f.get_string("data", "tokenizer", d.tokenizer);
-  d.tokenizer_pattern = f.get_string("data", "tokenizer_pattern", d.tokenizer_pattern);
-  d.cache_dir = f.get_string("data", "cache_dir", d.cache_dir);
-  LOOM_CHECK(d.dataset == "kjv" || d.dataset == "text" || d.dataset == "tokens")
-      << "config " << path << ": data.dataset '" << d.dataset
-      << "' is not known for model.kind gpt (expected kjv, text or tokens)";
-  if (d.dataset == "tokens") {  // data.paths and data.weights are unknown keys otherwise
-    d.paths = f.get_string_list(
-        "data", "paths",
-        d.path.empty() ? std::vector<std::string>{} : std::vector<std::string>{d.path});
-    d.weights = f.get_double_list("data", "weights", std::vector<double>(d.paths.size(), 1.0));
-    // (a resolved config holds both, the one directory twice)
-    LOOM_CHECK(!d.paths.empty() && (d.path.empty() || d.paths == std::vector<std::string>{d.path}))
-        << "config " << path << ": data.dataset \"tokens\" needs data.path (a directory of "
-        << "`loom data prepare`) or data.paths (several), not both";
-    LOOM_CHECK(d.weights.size() == d.paths.size())
-        << "config " << path << ": data.weights has " << d.weights.size() << " entries for "
-        << d.paths.size() << " data.paths";
-    for (double w : d.weights)
-      LOOM_CHECK(w > 0 && std::isfinite(w))
-          << "config " << path << ": data.weights must be positive, got " << w;
-  }
-  if (d.dataset == "text") {
-    LOOM_CHECK(!d.path.empty()) << "config " << path
-                                << ": data.dataset \"text\" needs data.path (a UTF-8 text file)";
-  } else if (d.dataset == "kjv") {
-    LOOM_CHECK(d.path.empty()) << "config " << path << ": data.path '" << d.path
-                               << "' is not used by data.dataset \"kjv\" (use dataset = \"text\" "
-                                  "to train on a file)";
-  }
-  LOOM_CHECK(d.val_fraction > 0 && d.val_fraction < 1)
-      << "config " << path << ": data.val_fraction must be in (0, 1), got " << d.val_fraction;
-  LOOM_CHECK(!d.tokenizer.empty())
-      << "config " << path << ": data.tokenizer must be \"bytes\" or the path of a tokenizer";
-  if (d.tokenizer == "bytes") {
-    LOOM_CHECK(g.vocab_size == 256)
-        << "config " << path << ": data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is "
-        << g.vocab_size;
-  }
-
-  c.eval.every = f.get_int("eval", "every", c.eval.every, kAnyStep);
-  c.eval.windows = f.get_int("eval", "windows", c.eval.windows, 1000000);
-  LOOM_CHECK(c.eval.every >= 0 && c.eval.windows > 0)
-      << "config " << path << ": eval.every must be non-negative and eval.windows positive";
-
-  auto& s = c.lm_sample;
-  s.prompt = f.get_string("sample", "prompt", s.prompt);
-  s.tokens = f.get_int("sample", "tokens", s.tokens, 1000000);
-  s.temperature = f.get_double("sample", "temperature", s.temperature);
-  LOOM_CHECK(s.tokens >= 0 && s.temperature >= 0)
-      << "config " << path << ": sample.tokens and sample.temperature must be non-negative";
-}
-
 }  // namespace
+
+void read_moe(ConfigFile& f, nn::MoeConfig& m) {
+  const std::string& path = f.path();
+  m.experts = f.get_int("moe", "experts", 0);
+  if (m.experts == 0) return;
+  m.top_k = f.get_int("moe", "top_k", m.top_k);
+  const std::string gating = f.get_string("moe", "gating", "softmax");
+  LOOM_CHECK(gating == "softmax" || gating == "sigmoid")
+      << "config " << path << ": moe.gating '" << gating << "' (expected softmax or sigmoid)";
+  m.gating = gating == "softmax" ? nn::MoeGating::Softmax : nn::MoeGating::Sigmoid;
+  m.renormalize = f.get_bool("moe", "renormalize", m.renormalize);
+  m.hidden = f.get_int("moe", "hidden", 0);
+  m.shared_experts = f.get_int("moe", "shared_experts", m.shared_experts);
+  m.aux_loss = f.get_double("moe", "aux_loss", 0.01);
+  m.z_loss = f.get_double("moe", "z_loss", 0.001);
+  m.bias_rate = f.get_double("moe", "bias_rate", 0.0);
+  m.every = f.get_int("moe", "every", m.every);
+  LOOM_CHECK(m.hidden >= 0) << "config " << path << ": moe.hidden must be non-negative";
+  try {
+    nn::MoeConfig filled = m;
+    if (filled.hidden == 0) filled.hidden = 1;  // the model's default, known to be positive
+    filled.validate();
+  } catch (const Error& e) {
+    LOOM_FAIL() << "config " << path << ": " << e.what();
+  }
+}
 
 namespace {
 Config read_config(ConfigFile& f);
@@ -524,11 +315,9 @@ Config read_config(ConfigFile& f) {
       << "config " << path << ": run.memory_limit_mb must be >= 0 (0: no limit), got "
       << c.run.memory_limit_mb;
 
-  c.model_kind = f.get_string("model", "kind", c.model_kind);
-  LOOM_CHECK(c.model_kind == "dit" || c.model_kind == "gpt" || c.model_kind == "vit_classifier" ||
-             c.model_kind == "dit_router")
-      << "config " << path << ": model.kind '" << c.model_kind
-      << "' is not known (expected dit, gpt, vit_classifier or dit_router)";
+  const ModelSpec& spec =
+      model_spec(f.get_string("model", "kind", model_spec(ModelKind::Dit).name), "config " + path);
+  c.model_kind = spec.kind;
 
   auto& t = c.train;
   t.steps = f.get_int("train", "steps", t.steps, kAnyStep);
@@ -551,17 +340,10 @@ Config read_config(ConfigFile& f) {
       << "config " << path << ": run.profile_steps " << c.run.profile_steps
       << " ends after the last step (" << last_step << ", from train.steps and train.stop_after)";
 
-  if (c.model_kind == "dit") {
-    read_dit(f, c);
-  } else if (c.model_kind == "gpt") {
-    read_gpt(f, c);
-  } else {
-    read_vit(f, c);
-  }
+  spec.read(f, c);
+  const ParallelFacts facts = spec.parallel_facts(c);
   if (c.train.low_precision) {
-    const int64_t depth = c.model_kind == "gpt"   ? c.gpt.depth
-                          : c.model_kind == "dit" ? c.dit.depth
-                                                  : c.vit.depth;
+    const int64_t depth = facts.depth;
     for (int64_t b : c.train.low_precision->bf16_blocks)
       LOOM_CHECK(b >= -depth && b < depth)
           << "config " << path << ": precision.bf16_blocks: block " << b << " does not exist ("
@@ -620,11 +402,9 @@ Config read_config(ConfigFile& f) {
   p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
-  check_model_parallel(c, path);
+  check_model_parallel(c, facts, path);
   p.ep = f.get_int("parallel", "ep", p.ep);
-  const nn::MoeConfig* moe = c.model_kind == "gpt"   ? &c.gpt.moe
-                             : c.model_kind == "dit" ? &c.dit.moe
-                                                     : nullptr;
+  const nn::MoeConfig* moe = facts.moe;
   if (p.ep != 1) {
     LOOM_CHECK(p.ep > 1) << "config " << path << ": parallel.ep must be at least 1, got " << p.ep;
     LOOM_CHECK(moe && moe->enabled())
@@ -646,8 +426,7 @@ Config read_config(ConfigFile& f) {
     // workers, are not built yet; data, expert and tensor parallelism (the experts whole on
     // every tp rank), DiLoCo and activation checkpointing are.
     LOOM_CHECK(p.dims.cp == 1 && p.dims.pp == 1)
-        << "config " << path << ": a mixture of experts (moe.experts "
-        << (c.model_kind == "gpt" ? c.gpt.moe.experts : c.dit.moe.experts)
+        << "config " << path << ": a mixture of experts (moe.experts " << moe->experts
         << ") trains with data, expert and tensor parallelism only; parallel.cp and pp must "
         << "be 1";
     LOOM_CHECK(!c.diloco || p.ep == 1)
@@ -690,6 +469,37 @@ Config read_config(ConfigFile& f) {
 }
 
 }  // namespace
+
+const char* name_of(Dataset dataset) {
+  switch (dataset) {
+    case Dataset::FashionMnist:
+      return "fashion_mnist";
+    case Dataset::Images:
+      return "images";
+    case Dataset::Kjv:
+      return "kjv";
+    case Dataset::Text:
+      return "text";
+    case Dataset::Tokens:
+      return "tokens";
+  }
+  return "?";
+}
+
+Dataset dataset_from_name(const std::string& name, const std::vector<Dataset>& allowed,
+                          const std::string& what, const std::string& kind) {
+  std::string known;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (name == name_of(allowed[i])) return allowed[i];
+    known += (i == 0                    ? ""
+              : i + 1 == allowed.size() ? " or "
+                                        : ", ") +
+             std::string(name_of(allowed[i]));
+  }
+  LOOM_FAIL() << what << " '" << name << "' is not known for model.kind " << kind << " (expected "
+              << known << ")";
+  return allowed[0];
+}
 
 std::string default_cache_dir(const std::string& out_dir) {
   const char* xdg = std::getenv("XDG_CACHE_HOME");

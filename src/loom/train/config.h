@@ -2,8 +2,10 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/lowcomm/diloco.h"
 #include "loom/models/dit/dit.h"
@@ -14,6 +16,7 @@
 #include "loom/parallel/topology.h"
 #include "loom/precision/recipe.h"
 #include "loom/train/config_file.h"
+#include "loom/train/model_spec.h"
 
 namespace loom::train {
 
@@ -33,10 +36,18 @@ struct RunConfig {
   int64_t threads = 0;
 };
 
+// data.dataset: what a run trains on. Each model kind takes its own (its spec reads the key):
+// dit fashion_mnist or images (PNG files), gpt kjv (the King James Bible), text (a file) or
+// tokens (directories of `loom data prepare`).
+enum class Dataset { FashionMnist, Images, Kjv, Text, Tokens };
+const char* name_of(Dataset dataset);
+// The dataset `name` names among `allowed` (model.kind `kind`'s), or an error naming `what`.
+Dataset dataset_from_name(const std::string& name, const std::vector<Dataset>& allowed,
+                          const std::string& what, const std::string& kind);
+
 // Keys read depend on model.kind: dit reads dataset and path; gpt reads all of them.
 struct DataConfig {
-  std::string dataset =
-      "fashion_mnist";  // dit: "fashion_mnist" or "images"; gpt: "kjv", "text" or "tokens"
+  Dataset dataset = Dataset::FashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // gpt: the text file (dataset "text")
   // gpt, dataset "tokens": directories of `loom data prepare` (data.path, or several in
   // data.paths), mixed for training by data.weights (default: all 1)
@@ -143,11 +154,19 @@ struct Config {
   ResilienceConfig resilience;
   // [lowcomm] method = "diloco": the dp_replicate groups are DiLoCo workers (lowcomm/diloco.h).
   std::optional<lowcomm::DiLoCoConfig> diloco;
-  // "dit", "gpt" or "vit_classifier"; only that kind's keys are accepted
-  std::string model_kind = "dit";
-  models::DitConfig dit;
-  models::GptConfig gpt;
-  models::VitConfig vit;
+  // model.kind: only that kind's keys are accepted (its spec reads them, model_spec.h), and
+  // `model` holds its model's config: the DiT's, the GPT's, or the ViT's (the classifier and
+  // the experts' router).
+  ModelKind model_kind = ModelKind::Dit;
+  std::variant<models::DitConfig, models::GptConfig, models::VitConfig> model;
+  const ModelSpec& spec() const { return model_spec(model_kind); }
+  // The model's config; asking for another kind's is an error naming both.
+  models::DitConfig& dit() { return model_as<models::DitConfig>("dit"); }
+  const models::DitConfig& dit() const { return const_cast<Config*>(this)->dit(); }
+  models::GptConfig& gpt() { return model_as<models::GptConfig>("gpt"); }
+  const models::GptConfig& gpt() const { return const_cast<Config*>(this)->gpt(); }
+  models::VitConfig& vit() { return model_as<models::VitConfig>("vit"); }
+  const models::VitConfig& vit() const { return const_cast<Config*>(this)->vit(); }
   DataConfig data;
   TrainLoopConfig train;
   optim::AdamWConfig adamw;
@@ -158,6 +177,15 @@ struct Config {
   EvalConfig eval;
   std::string resolved_toml;  // what was read, defaults included (saved in the run directory)
   std::string run_dir() const { return run.out_dir + "/" + run.name; }
+
+ private:
+  template <typename ModelConfig>
+  ModelConfig& model_as(const char* what) {
+    ModelConfig* m = std::get_if<ModelConfig>(&model);
+    LOOM_CHECK(m != nullptr) << "a config of model.kind " << spec().name << " has no " << what
+                             << " model";
+    return *m;
+  }
 };
 
 // Reads and validates a config; unknown keys, wrong types and bad values are errors naming

@@ -34,13 +34,15 @@ std::string differences(const Config& c, const std::vector<ConfigFile::Read>& re
     if (now == toml::parse("v = " + r.fallback)) continue;
     std::ostringstream text;
     text << now;  // "v = value"
-    os << "  " << r.section << "." << r.key << text.str().substr(1) << "   (default "
-       << r.fallback << ")\n";
+    os << "  " << r.section << "." << r.key << text.str().substr(1) << "   (default " << r.fallback
+       << ")\n";
   }
   return os.str();
 }
 
-std::string megabytes(double bytes) { return format("%10.3f", bytes / 1e6); }
+std::string megabytes(double bytes) {
+  return format("%10.3f", bytes / 1e6);
+}
 
 }  // namespace
 
@@ -63,9 +65,8 @@ std::string dry_run_report(const std::string& config_path,
   const std::unique_ptr<nn::Module> model = make_bare_model(c);  // reserved, not touched
   const nn::ParallelPlan plan = bare_model_plan(c, *model);
   const plan::StepShape shape = step_shape(c, c.train.batch_size);
-  const std::vector<plan::RankMemory> ranks =
-      plan::predict_memory(*model, plan, shape,
-                           {t, c.train.grad_accum, !recipe_piece_states(c.model_kind).empty()});
+  const std::vector<plan::RankMemory> ranks = plan::predict_memory(
+      *model, plan, shape, {t, c.train.grad_accum, !c.spec().piece_states.empty()});
 
   std::ostringstream os;
   os << "dry run of " << config_path << " on " << processes << " process"
@@ -78,7 +79,7 @@ std::string dry_run_report(const std::string& config_path,
   double parameters = 0;
   for (const nn::NamedParameter& p : model->named_parameters())
     parameters += double(p.tensor.numel());
-  os << "model: " << c.model_kind << ", " << format("%.0f", parameters) << " parameters ("
+  os << "model: " << c.spec().name << ", " << format("%.0f", parameters) << " parameters ("
      << format("%.1f", parameters * 4 / 1e6) << " MB in f32), " << plan.blocks.size()
      << " blocks\n\n";
 
@@ -95,8 +96,8 @@ std::string dry_run_report(const std::string& config_path,
       os << (s ? " | " : " ") << split[s].first << "-" << split[s].second - 1;
     os << "\n";
   }
-  os << "  dp " << dp << " (" << d.dp_replicate << " replicated x " << d.dp_shard << " sharded): "
-     << parallel::name_of(t.data_parallel) << ", " << c.train.batch_size
+  os << "  dp " << dp << " (" << d.dp_replicate << " replicated x " << d.dp_shard
+     << " sharded): " << parallel::name_of(t.data_parallel) << ", " << c.train.batch_size
      << " samples a micro-batch, " << c.train.batch_size / dp << " per rank\n";
   if (d.cp > 1)
     os << "  cp " << d.cp << ": " << parallel::name_of(t.context_parallel)
@@ -113,8 +114,7 @@ std::string dry_run_report(const std::string& config_path,
      << "\n\n";
 
   os << "memory per rank, MB (predicted; activations counted in f32"
-     << (shape.vit.stem_channels > 0 ? ", the convolutional stem's not counted" : "")
-     << "):\n"
+     << (shape.not_counted.empty() ? "" : ", " + shape.not_counted + " not counted") << "):\n"
      << "  rank      blocks  parameters   gradients   optimizer activations communication"
         "       total\n";
   double most = 0;
@@ -127,8 +127,7 @@ std::string dry_run_report(const std::string& config_path,
   }
   // Every process builds the whole model before it shards it (for now): a peak at start-up.
   const double build = parameters * 4;
-  os << "  start-up: each process builds the whole model first, " << megabytes(build)
-     << " MB\n\n";
+  os << "  start-up: each process builds the whole model first, " << megabytes(build) << " MB\n\n";
   const double per_process = std::max(most, build);
   if (c.train.device.type != DeviceType::CPU) {
     os << "per GPU: " << format("%.1f", per_process / 1e6)
@@ -136,17 +135,16 @@ std::string dry_run_report(const std::string& config_path,
   } else if (c.run.memory_limit_mb > 0) {
     const double limit = c.run.memory_limit_mb * 1048576.0;
     os << "run.memory_limit_mb per process: " << format("%.1f", limit / 1e6) << " MB; "
-       << format("%.1f", per_process / 1e6) << " MB at the most: "
-       << (per_process <= limit ? "fits" : "does NOT fit") << "\n";
+       << format("%.1f", per_process / 1e6)
+       << " MB at the most: " << (per_process <= limit ? "fits" : "does NOT fit") << "\n";
   } else {
     // The processes share this host (a job over several hosts: its share of them per host).
-    const double physical =
-        double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+    const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
     const double host = double(processes) * per_process;
     os << "this machine: " << format("%.1f", physical / 1e6) << " MB; "
        << format("%.1f", host / 1e6) << " MB for " << processes << " process"
-       << (processes > 1 ? "es" : "") << " here at the most: "
-       << (host <= physical ? "fits" : "does NOT fit") << "\n";
+       << (processes > 1 ? "es" : "")
+       << " here at the most: " << (host <= physical ? "fits" : "does NOT fit") << "\n";
   }
   return os.str();
 }

@@ -143,11 +143,11 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
                    int64_t shard_bytes) {
   LOOM_CHECK(dtype == DType::F32 || dtype == DType::BF16)
       << "hf export: tensors are written as f32 or bf16, not " << dtype_name(dtype);
-  const Config cfg = run_config_of(ckpt_dir, "gpt", "ckpt export --format hf");
+  const Config cfg = run_config_of(ckpt_dir, ModelKind::Gpt, "ckpt export --format hf");
   std::map<std::string, Tensor> weights;
   for (auto& [name, t] : CheckpointReader(ckpt_dir).read_all("model")) weights[name] = t;
   Named tensors;
-  for (const NameMap& m : name_maps(cfg.gpt)) {
+  for (const NameMap& m : name_maps(cfg.gpt())) {
     const Tensor t = take(weights, m.loom, "hf export: the checkpoint");
     if (m.hf.size() == 1) {
       tensors.emplace_back(m.hf[0], m.transposed ? contiguous(transpose(t, 0, 1)) : t);
@@ -160,7 +160,7 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
   LOOM_CHECK(weights.empty()) << "hf export: " << weights.begin()->first
                               << " has no Hugging Face name (a model this export does not know)";
   HfExport result;
-  result.architecture = cfg.gpt.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  result.architecture = cfg.gpt().is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
   for (auto& [name, t] : tensors) {
     if (dtype == DType::BF16) t = to_dtype(t, DType::BF16);
     result.bytes += int64_t(t.nbytes());
@@ -193,7 +193,7 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
                     Json::object({{"metadata", Json::object({{"total_size", result.bytes}})},
                                   {"weight_map", weight_map}}));
   }
-  write_json_file(out_dir + "/config.json", hf_config(cfg.gpt, dtype));
+  write_json_file(out_dir + "/config.json", hf_config(cfg.gpt(), dtype));
   // The run's tokenizer goes with it: a tokenizer.json as it was given, any other written as one.
   const std::string run_dir = std::filesystem::path(ckpt_dir).parent_path().string();
   const Tokenizer tok = read_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern, run_dir);
@@ -202,7 +202,7 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
   else
     write_tokenizer_json(tok.bpe, out_dir + "/tokenizer.json");
   Json tok_config = Json::object(
-      {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", cfg.gpt.context}});
+      {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", cfg.gpt().context}});
   if (const int32_t eot = tok.bpe.special_id("<|endoftext|>"); eot >= 0)
     for (const char* role : {"bos_token", "eos_token"}) tok_config.set(role, "<|endoftext|>");
   write_json_file(out_dir + "/tokenizer_config.json", tok_config);
@@ -247,7 +247,8 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
   const std::string got =
       arch && arch->is_array() && !arch->as_array().empty() ? arch->as_array()[0].as_string() : "";
   LOOM_CHECK(got == want) << "hf import: " << dir << "/config.json: architecture '" << got
-                          << "', but model.style \"" << c.style << "\" is " << want;
+                          << "', but model.style \"" << models::name_of(c.style) << "\" is "
+                          << want;
   const Json expected = hf_config(c, DType::F32);
   // transformers 5 writes RoPE's settings as rope_parameters; plain RoPE only.
   const Json* rope = j.find("rope_parameters");

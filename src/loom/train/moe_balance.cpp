@@ -38,6 +38,24 @@ MoeBalance::MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token
   for (auto& [path, moe] : layers_) moe->loss_scale = loss_scale;
 }
 
+namespace {
+
+std::vector<dist::ProcessGroup*> token_groups_of(const dist::DeviceMesh& mesh,
+                                                 bool sequence_parallel, bool diloco) {
+  std::vector<dist::ProcessGroup*> groups = {mesh.group(diloco ? "dp_shard" : "dp").get()};
+  if (sequence_parallel && mesh.degree("tp") > 1) groups.push_back(mesh.group("tp").get());
+  return groups;
+}
+
+}  // namespace
+
+MoeBalance::MoeBalance(nn::Module& model, const dist::DeviceMesh& mesh, bool sequence_parallel,
+                       int64_t grad_accum, bool diloco)
+    : MoeBalance(model, token_groups_of(mesh, sequence_parallel, diloco),
+                 1.0 / double(grad_accum) /
+                     double(sequence_parallel && mesh.degree("tp") > 1 ? mesh.degree("tp") : 1),
+                 diloco ? mesh.group("dp_replicate").get() : nullptr) {}
+
 void MoeBalance::begin_step() {
   for (auto& [path, moe] : layers_) moe->reset_stats();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/json.h"
+#include "loom/dist/device_mesh.h"
 #include "loom/dist/process_group.h"
 #include "loom/nn/moe.h"
 
@@ -26,6 +27,11 @@ class MoeBalance {
   // token_groups are then the worker's own.
   MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups, double loss_scale,
              dist::ProcessGroup* workers = nullptr);
+  // A run's on `mesh`: the dp ranks route different tokens (a DiLoCo worker's own: dp_shard,
+  // the workers dp_replicate), and with sequence parallelism the tp ranks too; each
+  // forward's losses weigh 1 / grad_accum (and 1 / tp with sequence parallelism).
+  MoeBalance(nn::Module& model, const dist::DeviceMesh& mesh, bool sequence_parallel,
+             int64_t grad_accum, bool diloco);
   bool active() const { return !layers_.empty(); }
 
   void begin_step();

@@ -102,14 +102,13 @@ class Recipe {
   virtual Json finish(const RunSummary& summary) = 0;
 };
 
-// The recipe of config.model_kind; an unknown kind is an error naming the known ones.
+// The recipe of config.model_kind (its spec's, train/model_spec.h).
 std::unique_ptr<Recipe> make_recipe(const Config& config);
 // What checking a checkpoint of config's kind needs, without data: the bare model (its
-// parameters' names and shapes) and the names of the per-piece states the recipe saves.
+// parameters' names and shapes).
 std::unique_ptr<nn::Module> make_bare_model(const Config& config);
 // The parallel plan of a bare model of config's kind.
 nn::ParallelPlan bare_model_plan(const Config& config, const nn::Module& bare_model);
-std::vector<std::string> recipe_piece_states(const std::string& model_kind);
 // The shape of a step of `samples` (global) of config's model, for the cost model: the FLOPs
 // and the unit of the progress line, the memory a run needs.
 plan::StepShape step_shape(const Config& config, int64_t samples);

@@ -12,6 +12,7 @@
 #include "loom/core/error.h"
 #include "loom/core/json.h"
 #include "loom/data/text.h"
+#include "loom/train/config_file.h"
 #include "loom/train/progress.h"
 
 namespace loom::train {
@@ -283,7 +284,11 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
   // Summary: what the run is and how it ended.
   std::vector<std::vector<std::string>> summary = {{"", ""}};
   summary.push_back({"run", run_dir});
-  summary.push_back({"model", gpt ? "gpt" : "dit"});
+  // model.kind as the run's config.toml says (the run directory's own record of it).
+  const fs::path run_config = fs::path(run_dir) / "config.toml";
+  if (fs::exists(run_config))
+    summary.push_back(
+        {"model", ConfigFile(run_config.string(), {}).get_string("model", "kind", "")});
   // Where it ran: the last start's machine, threads and processes (events.jsonl, "started").
   for (auto e = events.rbegin(); e != events.rend(); ++e)
     if (e->find("event") && scalar_text(e->at("event")) == "started") {

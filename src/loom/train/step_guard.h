@@ -44,22 +44,33 @@ class StepGuard {
   StepGuard(const Config& cfg, const dist::DeviceMesh& mesh, const parallel::ParallelModel& model,
             const optim::AdamW& optimizer, Checkpointer& checkpointer, std::string run_dir);
 
-  // step: 0-based index of the step about to run.
-  void begin_step(int64_t step);
+  // One step under the guard (step: its 0-based index): the heartbeat and test faults before
+  // it, the straggler comparison after it (collective every straggler_every steps; data_wait():
+  // the seconds the run has waited for data so far). Returns what train_step() returns.
+  template <typename Step, typename DataWait>
+  auto run_step(int64_t step, Step&& train_step, DataWait&& data_wait) {
+    begin_step(step);
+    auto result = train_step();
+    end_step(step, data_wait());
+    return result;
+  }
+  // The checkpoint of `step` (0-based, completed) under the guard: the replicas agree first,
+  // the checkpoint test faults follow. save() writes it and returns its directory.
+  template <typename Save>
+  std::string checkpoint(int64_t step, Save&& save) {
+    before_checkpoint(step);
+    const std::string dir = save();
+    after_checkpoint(dir, step + 1);
+    return dir;
+  }
   Tensor guard_loss(const Tensor& loss, int64_t step) const;  // the nan fault
   // After the gradients are reduced: whether to apply the update (else: skip and count).
   bool accept(int64_t step, double loss, double grad_norm);
   // After a skipped step: whether too many came in a row, and the rollback itself (collective:
   // everything the checkpointer saves comes back).
   bool needs_rollback() const { return in_row_ >= rc_.max_skips_in_row; }
-  Json roll_back(int64_t step);  // returns the loaded checkpoint's trainer_state.json
-  // After the step; collective every straggler_every steps. data_wait: total seconds the run
-  // has waited for data so far.
-  void end_step(int64_t step, double data_wait);
+  Json roll_back(int64_t step);           // returns the loaded checkpoint's trainer_state.json
   void finish() { report_stragglers(); }  // after the last step: the last comparison
-  // Before saving the state of `step` (0-based, completed): the replicas must agree.
-  void before_checkpoint(int64_t step);
-  void after_checkpoint(const std::string& dir, int64_t step);  // corrupt/truncate faults
 
   int64_t skipped() const { return skipped_; }
   // Collective over the world, after every step: whether any rank noted a preemption signal.
@@ -70,6 +81,11 @@ class StepGuard {
   [[noreturn]] void finish_preempted(int64_t step);
 
  private:
+  void begin_step(int64_t step);
+  void end_step(int64_t step, double data_wait);
+  void before_checkpoint(int64_t step);                         // the replicas must agree
+  void after_checkpoint(const std::string& dir, int64_t step);  // corrupt/truncate faults
+
   const ResilienceConfig& rc_;
   const dist::DeviceMesh& mesh_;
   const parallel::ParallelModel& model_;

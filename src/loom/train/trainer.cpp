@@ -20,6 +20,7 @@
 #include "loom/dist/nccl_group.h"
 #include "loom/dist/world.h"
 #include "loom/lowcomm/diloco.h"
+#include "loom/lowcomm/round_agreement.h"
 #include "loom/ops/ops.h"
 #include "loom/plan/hardware_peak.h"
 #include "loom/precision/recipe.h"
@@ -94,50 +95,6 @@ Slot slot_of(const TrainLoopConfig& tc, const dist::ProcessGroup& dp, int64_t st
   return {step, micro, micro * tc.batch_size + dp.rank() * count, count};
 }
 
-// A low-precision recipe's last step per operand role: the fractions of values saturated and
-// flushed to zero, and the largest magnitude quantised (this rank's); with fp8_delayed also
-// each layer's amaxes, the entries its histories took this step.
-Json precision_metrics(const precision::LowPrecision& low) {
-  Json out = Json::object();
-  if (low.config().recipe == precision::Recipe::Fp8Delayed) {
-    Json layers = Json::object();
-    for (const auto& [name, amax] : low.layer_amax())
-      layers.set(name, Json::object({{"input", double(amax[0])},
-                                     {"weight", double(amax[1])},
-                                     {"grad", double(amax[2])}}));
-    out.set("amax", layers);
-  }
-  for (GemmOperand role : {GemmOperand::Input, GemmOperand::Weight, GemmOperand::OutputGrad}) {
-    const precision::RoleStats s = low.stats(role);
-    const double n = double(std::max<int64_t>(s.values, 1));
-    out.set(precision::role_name(role), Json::object({{"saturated", double(s.saturated) / n},
-                                                      {"flushed", double(s.flushed) / n},
-                                                      {"amax", double(s.amax)}}));
-  }
-  return out;
-}
-
-// fp8_delayed's amax histories in trainer_state.json: {"blocks.0.attn.qkv/input": [..], ..}.
-Json amax_histories_json(const precision::LowPrecision& low) {
-  Json out = Json::object();
-  for (const auto& [key, values] : low.histories()) {
-    Json::Array a;
-    for (float v : values) a.push_back(Json(double(v)));
-    out.set(key, Json::array(std::move(a)));
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, std::vector<float>>> amax_histories_from(const Json& j) {
-  std::vector<std::pair<std::string, std::vector<float>>> out;
-  for (const auto& [key, values] : j.items()) {
-    std::vector<float> h;
-    for (const Json& v : values.as_array()) h.push_back(float(v.as_double()));
-    out.emplace_back(key, std::move(h));
-  }
-  return out;
-}
-
 // The CPU's name as /proc/cpuinfo gives it ("AMD EPYC 9B45"), or "" where it has none.
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -153,70 +110,6 @@ struct StepResult {
   bool out_of_time = false;                 // some rank used up train.max_minutes
   bool preempted = false;                   // some rank noted a preemption signal
   std::optional<lowcomm::OuterStep> outer;  // DiLoCo: the outer step taken after this one
-};
-
-// What every rank must act on together, at the same step.
-struct Decision {
-  bool out_of_time = false, preempted = false, roll_back = false;
-};
-
-// DiLoCo's agreement once an outer round: what each rank noted during a round is summed over
-// the world at the round's end without waiting for it, and read at the end of the next round,
-// long since arrived, so a slow link's round trip never holds a step. When that calls for
-// action (or the run ends), the round's own notes are agreed then and there, so that every
-// rank acts on the same facts at the same step: a decision comes one or two rounds after the
-// fact.
-class RoundAgreement {
- public:
-  RoundAgreement(dist::ProcessGroup& world, int64_t inner_steps, int64_t steps)
-      : world_(world), inner_steps_(inner_steps), steps_(steps) {}
-
-  // After each step, this rank's notes; returns what to do now.
-  Decision after_step(int64_t step, bool out_of_time, bool preempted, bool roll_back) {
-    noted_[0] = noted_[0] || out_of_time;
-    noted_[1] = noted_[1] || preempted;
-    noted_[2] = noted_[2] || roll_back;
-    if ((step + 1) % inner_steps_ != 0) return {};
-    if (world_.size() == 1) {
-      const Decision mine{noted_[0], noted_[1], noted_[2]};
-      noted_[0] = noted_[1] = noted_[2] = false;
-      return mine;
-    }
-    std::vector<float> any(3, 0.0f);
-    if (work_) {
-      work_->wait();
-      work_ = nullptr;
-      any = to_vector(sent_);
-    }
-    const std::vector<float> mine = {float(noted_[0]), float(noted_[1]), float(noted_[2])};
-    noted_[0] = noted_[1] = noted_[2] = false;
-    const bool act =
-        step + 1 == steps_ || std::any_of(any.begin(), any.end(), [](float v) { return v > 0; });
-    sent_ = from_vector(mine, {3});
-    work_ = world_.all_reduce(sent_, dist::ReduceOp::Sum);
-    if (act) {
-      work_->wait();
-      work_ = nullptr;
-      const std::vector<float> now = to_vector(sent_);
-      for (size_t i = 0; i < 3; ++i) any[i] += now[i];
-    }
-    return {any[0] > 0, any[1] > 0, any[2] > 0};
-  }
-  // The run's end moved (a decay timed to the budget, train/decay_timing.h).
-  void set_steps(int64_t steps) { steps_ = steps; }
-  // Before the run stops between rounds' ends (train.stop_after): no exchange left in flight.
-  void settle() {
-    if (work_) work_->wait();
-    work_ = nullptr;
-  }
-
- private:
-  dist::ProcessGroup& world_;
-  const int64_t inner_steps_;
-  int64_t steps_;
-  bool noted_[3] = {false, false, false};  // out of time, preempted, roll back
-  Tensor sent_;                            // (3,)
-  dist::WorkPtr work_;
 };
 
 // The parts of a run the step touches.
@@ -236,9 +129,9 @@ struct Loop {
   StepGuard& guard;
   MoeBalance& moe;
   const Progress& progress;
-  const DecayTiming& decay;                   // the learning-rate schedule and the run's end
-  Json data_state;                            // of the last batch taken: where the data resumes
-  std::unique_ptr<RoundAgreement> agreement;  // DiLoCo; else every step's agreement
+  const DecayTiming& decay;  // the learning-rate schedule and the run's end
+  Json data_state;           // of the last batch taken: where the data resumes
+  std::unique_ptr<lowcomm::RoundAgreement> agreement;  // DiLoCo; else every step's agreement
 
   // The next micro-batch, on the model's device (made on the host by the prefetch thread).
   Batch next_batch() {
@@ -303,7 +196,7 @@ struct Loop {
     if (update) {
       trace::Scope scope("optimizer_step", "optimizer");
       optimizer.step(r.lr, optim::clip_scale(r.grad_norm, tc.grad_clip));  // clipped in the update
-      model.after_optimizer_step();
+      model.sync_parameters();
     }
     moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == decay.end_step());
@@ -312,7 +205,7 @@ struct Loop {
     // Between outer steps DiLoCo workers exchange nothing, not even the few bytes of an
     // agreement (a round trip each on a slow link): a worker that ran out of skips trains on
     // (its skipped steps changed nothing) until the workers agree on the rollback.
-    Decision d{r.out_of_time, guard.preemption_noted(), guard.needs_rollback()};
+    lowcomm::Decision d{r.out_of_time, guard.preemption_noted(), guard.needs_rollback()};
     if (agreement)
       d = agreement->after_step(step, d.out_of_time, d.preempted, d.roll_back);
     else
@@ -327,88 +220,252 @@ struct Loop {
 
 }  // namespace
 
-void train(const Config& cfg, const std::string& resume_from) {
-  const TrainLoopConfig& tc = cfg.train;
-  const std::string run_dir = cfg.run_dir();
-  set_allow_tf32(tc.tf32);
-  const dist::DeviceMesh mesh(world_for(tc.device, cfg.parallel.timeout_s),
-                              cfg.parallel.topology.dims);
-  check_same_config(*mesh.world(), cfg.resolved_toml);
-  const auto dp = mesh.group("dp");
-  LOOM_CHECK(tc.batch_size % dp->size() == 0)
-      << "train.batch_size " << tc.batch_size << " (the global batch) does not split "
-      << "evenly over " << dp->size() << " data-parallel ranks"
-      << (cfg.diloco ? " (" + std::to_string(cfg.diloco->workers) + " DiLoCo workers x " +
-                           std::to_string(mesh.degree("dp_shard")) + " each)"
-                     : "");
-  const int rank = mesh.world()->rank();
+namespace {
 
-  // Everything that can fail on bad input is read before the run directory is touched.
-  std::unique_ptr<Recipe> recipe = make_recipe(cfg);
-  // Built and initialised on the host (the same weights for every device), then moved whole.
-  recipe->model().to(tc.device);
-  // A low-precision recipe wraps the linear layers of the whole model, before it is split.
-  std::unique_ptr<precision::LowPrecision> low_precision;
-  if (tc.low_precision)
-    low_precision = std::make_unique<precision::LowPrecision>(recipe->model(), *tc.low_precision);
-  auto model = parallel::parallelize(recipe->model(), recipe->parallel_plan(), mesh,
-                                     cfg.parallel.topology, tc.grad_accum);
-  auto optimizer = optim::make_adamw(model->optimizer_params(), cfg.adamw);
-  // Peaks (and the memory limit) from here on describe training, not building the full model
-  // before sharding it.
-  host_allocator().reset_peak();
-  host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
-  allocator_for(tc.device.type).reset_peak();
-  RunContext context{*model, *dp, rank == 0};
-  recipe->start(context);
-  std::unique_ptr<lowcomm::DiLoCo> diloco;
-  WorkerLayout workers;
-  if (cfg.diloco) {
-    diloco = std::make_unique<lowcomm::DiLoCo>(*model, mesh.group("dp_replicate"), *cfg.diloco);
-    workers = {cfg.diloco->workers, mesh.coordinate("dp_replicate"),
-               [&] { return diloco->shared_state(); },
-               [&](bool loading) { diloco->settle(/*drop=*/loading); }};
+// A run's parts, built in this order, each from those before it: the mesh; the recipe, its
+// data and its single-device model (built and initialised on the host, the same weights for
+// every device, then moved to train.device); a low-precision recipe around the whole model's
+// linear layers, before it is split; the parallelised model and its optimizer; DiLoCo; the
+// mixture's balancing; the checkpointer; the learning-rate schedule and the run's end.
+struct RunParts {
+  explicit RunParts(const Config& c)
+      : cfg(c),
+        mesh(world_for(c.train.device, c.parallel.timeout_s), c.parallel.topology.dims),
+        dp(mesh.group("dp")),
+        rank(mesh.world()->rank()),
+        decay(c.schedule, c.train.max_minutes * 60) {
+    const TrainLoopConfig& tc = cfg.train;
+    check_same_config(*mesh.world(), cfg.resolved_toml);
+    LOOM_CHECK(tc.batch_size % dp->size() == 0)
+        << "train.batch_size " << tc.batch_size << " (the global batch) does not split "
+        << "evenly over " << dp->size() << " data-parallel ranks"
+        << (cfg.diloco ? " (" + std::to_string(cfg.diloco->workers) + " DiLoCo workers x " +
+                             std::to_string(mesh.degree("dp_shard")) + " each)"
+                       : "");
+    // Everything that can fail on bad input is read before the run directory is touched.
+    recipe = make_recipe(cfg);
+    recipe->model().to(tc.device);
+    if (tc.low_precision)
+      low_precision = std::make_unique<precision::LowPrecision>(recipe->model(), *tc.low_precision);
+    model = parallel::parallelize(recipe->model(), recipe->parallel_plan(), mesh,
+                                  cfg.parallel.topology, tc.grad_accum);
+    optimizer = optim::make_adamw(model->optimizer_params(), cfg.adamw);
+    // Peaks (and the memory limit) from here on describe training, not building the full model
+    // before sharding it.
+    host_allocator().reset_peak();
+    host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
+    allocator_for(tc.device.type).reset_peak();
+    context = std::make_unique<RunContext>(RunContext{*model, *dp, rank == 0});
+    recipe->start(*context);
+    WorkerLayout workers;
+    if (cfg.diloco) {
+      diloco = std::make_unique<lowcomm::DiLoCo>(*model, mesh.group("dp_replicate"), *cfg.diloco);
+      workers = {cfg.diloco->workers, mesh.coordinate("dp_replicate"),
+                 [this] { return diloco->shared_state(); },
+                 [this](bool loading) { diloco->settle(/*drop=*/loading); }};
+    }
+    moe =
+        std::make_unique<MoeBalance>(recipe->model(), mesh, cfg.parallel.topology.sequence_parallel,
+                                     tc.grad_accum, cfg.diloco.has_value());
+    checkpointer = std::make_unique<Checkpointer>(
+        mesh, *model, *optimizer, [this] { return per_worker_state(); }, cfg.spec().name,
+        cfg.run_dir(), tc.async_checkpoint, tc.keep_checkpoints, workers);
   }
-  auto per_worker_state = [&] {
+
+  // The recipe's per-piece state (an EMA) and DiLoCo's, which each worker keeps its own of.
+  std::vector<PieceState> per_worker_state() const {
     std::vector<PieceState> state = recipe->piece_state();
     if (diloco)
       for (auto& s : diloco->worker_state()) state.push_back(s);
     return state;
-  };
-  // A mixture's balancing: the ranks that route other tokens (a DiLoCo worker's own), and how
-  // its losses are scaled.
-  const auto token_dp = cfg.diloco ? mesh.group("dp_shard") : dp;
-  const auto workers_group = cfg.diloco ? mesh.group("dp_replicate") : nullptr;
-  std::vector<dist::ProcessGroup*> token_groups = {token_dp.get()};
-  const auto tp = mesh.group("tp");
-  double balance_scale = 1.0 / double(tc.grad_accum);
-  if (cfg.parallel.topology.sequence_parallel && tp->size() > 1) {
-    token_groups.push_back(tp.get());
-    balance_scale /= double(tp->size());
   }
-  MoeBalance moe(recipe->model(), token_groups, balance_scale, workers_group.get());
-  Checkpointer checkpointer(mesh, *model, *optimizer, per_worker_state, cfg.model_kind, run_dir,
-                            tc.async_checkpoint, tc.keep_checkpoints, workers);
 
-  int64_t start_step = 0;
-  DecayTiming decay(cfg.schedule, tc.max_minutes * 60);
-  if (!resume_from.empty()) {
-    const Json state = checkpointer.load(resume_from);
-    start_step = state.at("step").as_int();
+  // Every part from a checkpoint; returns its trainer_state.json.
+  Json resume(const std::string& checkpoint) {
+    const Json state = checkpointer->load(checkpoint);
     decay.resume(state);
     recipe->resume(state);
-    moe.resume(state);
+    moe->resume(state);
     if (diloco) diloco->resume(state);
-    if (low_precision && state.contains("amax_history"))
-      low_precision->set_histories(amax_histories_from(state.at("amax_history")));
-    // A run that ended at its last step, evaluated, has nothing to do (the main rank's
-    // events say so; every rank hears it).
-    const bool done = start_step == decay.end_step() &&
-                      sum_over(*mesh.world(), {rank == 0 && last_event_step(run_dir, "finished") ==
-                                                               start_step
-                                                           ? 1.0
-                                                           : 0.0})[0] > 0;
-    if (done) {
+    if (low_precision) low_precision->resume(state);
+    return state;
+  }
+
+  // Collective: every rank writes its pieces of the checkpoint after `done` steps, and what
+  // each part records in trainer_state.json (data_state: where the data resumes).
+  std::string save(int64_t done, const Json& data_state) {
+    Json state = Json::object({{"model_kind", cfg.spec().name},
+                               {"run_id", cfg.run.id},
+                               {"step", done},
+                               {"optimizer_steps", optimizer->steps_taken()},
+                               {"seed", int64_t(cfg.run.seed)}});
+    if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
+    for (const Json& part :
+         {data_state, decay.state(), recipe->state(done), diloco ? diloco->state() : Json(),
+          moe->state(), low_precision ? low_precision->state() : Json()})
+      if (part.is_object())
+        for (const auto& [key, value] : part.items()) state.set(key, value);
+    return checkpointer->save(done, state);
+  }
+
+  const Config& cfg;
+  const dist::DeviceMesh mesh;
+  const std::shared_ptr<dist::ProcessGroup> dp;
+  const int rank;
+  std::unique_ptr<Recipe> recipe;
+  std::unique_ptr<precision::LowPrecision> low_precision;  // null: none
+  std::unique_ptr<parallel::ParallelModel> model;
+  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<RunContext> context;
+  std::unique_ptr<lowcomm::DiLoCo> diloco;  // null: no DiLoCo
+  std::unique_ptr<MoeBalance> moe;
+  std::unique_ptr<Checkpointer> checkpointer;
+  DecayTiming decay;
+};
+
+// The step's parts. fp8_delayed's amaxes are maxed over the ranks that hold the same layers
+// (data, context and tensor parallel peers), so every one scales alike and as one process
+// would; DiLoCo workers keep their own: nothing crosses the slow link between outer steps.
+Loop make_loop(RunParts& run, Prefetcher<Batch>& prefetch, StepGuard& guard,
+               const Progress& progress) {
+  const Config& cfg = run.cfg;
+  const dist::DeviceMesh& mesh = run.mesh;
+  auto max_over_replicas = [&mesh, &cfg](std::vector<float>& values) {
+    Tensor t = from_vector(values, {int64_t(values.size())});
+    for (const char* axis : {cfg.diloco ? "dp_shard" : "dp", "cp", "tp"})
+      if (mesh.degree(axis) > 1) mesh.group(axis)->all_reduce(t, dist::ReduceOp::Max)->wait();
+    values = to_vector(t);
+  };
+  return Loop{cfg,
+              cfg.train,
+              *run.dp,
+              cfg.diloco ? *mesh.group("dp_shard") : *run.dp,
+              *run.recipe,
+              *run.model,
+              *run.optimizer,
+              run.diloco.get(),
+              run.low_precision.get(),
+              max_over_replicas,
+              prefetch,
+              guard,
+              *run.moe,
+              progress,
+              run.decay,
+              Json(),
+              cfg.diloco ? std::make_unique<lowcomm::RoundAgreement>(
+                               *mesh.world(), cfg.diloco->inner_steps, run.decay.end_step())
+                         : nullptr};
+}
+
+// A resumed run that ended at its last step, evaluated, has nothing to do (the main rank's
+// events say so; every rank hears it).
+bool finished_already(const RunParts& run, int64_t step) {
+  const bool mine = run.rank == 0 && last_event_step(run.cfg.run_dir(), "finished") == step;
+  return step == run.decay.end_step() && sum_over(*run.mesh.world(), {mine ? 1.0 : 0.0})[0] > 0;
+}
+
+// The run's first lines, and (main rank) its config.toml, the recipe's files and the `started`
+// event: only a run that starts (or validly resumes) records its config, so a failed --resume
+// never overwrites the config of the run it refused.
+void announce(const RunParts& run, int64_t start_step) {
+  const Config& cfg = run.cfg;
+  const TrainLoopConfig& tc = cfg.train;
+  const std::string run_dir = cfg.run_dir();
+  if (run.rank == 0) {
+    fs::create_directories(run_dir);
+    write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
+    run.recipe->write_run_files(run_dir);
+  }
+  std::printf("%s, batch %lld x %lld, %d threads (%s), %s\n", run.recipe->describe().c_str(),
+              (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
+              cpu::wait_policy_description(), run.model->describe().c_str());
+  if (const std::string data = run.recipe->describe_data(); !data.empty())
+    std::printf("%s\n", data.c_str());
+  if (run.low_precision) std::printf("%s\n", run.low_precision->describe().c_str());
+  if (!tc.precision_choice.empty()) std::printf("precision %s\n", tc.precision_choice.c_str());
+  if (run.rank == 0)  // where the run (or this part of it) ran, for its report
+    append_event(run_dir, "started",
+                 Json::object({{"step", start_step},
+                               {"cpu", cpu_model_name()},
+                               {"device", tc.device == cpu_device() ? "cpu" : "cuda"},
+                               {"threads", int64_t(omp_get_max_threads())},
+                               {"processes", int64_t(run.mesh.world()->size())},
+                               {"precision", tc.low_precision
+                                                 ? precision::recipe_name(tc.low_precision->recipe)
+                                                 : dtype_name(tc.precision)}}));
+}
+
+// The step's figures besides loss and learning rate, for the progress line and metrics.jsonl.
+Json step_metrics(const RunParts& run, const StepResult& r, int64_t skipped) {
+  // sent_mb: what this rank has put on the wire so far (dist/process_group.h).
+  Json metrics = Json::object({{"grad_norm", r.grad_norm},
+                               {"skipped_steps", skipped},
+                               {"sent_mb", double(dist::bytes_sent()) / 1e6}});
+  if (run.low_precision) metrics.set("precision", run.low_precision->metrics());
+  if (run.moe->active()) metrics.set("moe", run.moe->metrics());
+  if (r.outer)
+    metrics.set("outer", Json::object({{"sent_mb", double(r.outer->bytes_sent) / 1e6},
+                                       {"seconds", r.outer->seconds},
+                                       {"delta_norm", r.outer->delta_norm},
+                                       {"fragments", r.outer->fragments}}));
+  return metrics;
+}
+
+// The decay timed to train.max_minutes: fixed in steps once the step rate is known, its time
+// checked over the whole world, every step alone, every 10 steps with others, once a round
+// under DiLoCo (whose workers exchange nothing between rounds).
+void time_decay(RunParts& run, int64_t step, int64_t start_step, Progress& progress,
+                lowcomm::RoundAgreement* agreement) {
+  const Config& cfg = run.cfg;
+  const dist::ProcessGroup& world = *run.mesh.world();
+  const int64_t every = cfg.diloco ? cfg.diloco->inner_steps : (world.size() > 1 ? 10 : 1);
+  if (!run.decay.pending(step) || (step + 1) % every != 0) return;
+  const double elapsed =
+      sum_over(*run.mesh.world(), {progress.elapsed_seconds()})[0] / double(world.size());
+  if (!run.decay.after_step(step, elapsed, step + 1 - start_step,
+                            cfg.diloco ? cfg.diloco->inner_steps : 1))
+    return;
+  progress.set_total_steps(run.decay.end_step());
+  if (agreement) agreement->set_steps(run.decay.end_step());
+  if (run.rank == 0) {
+    std::printf("%s\n", run.decay.describe().c_str());
+    append_event(cfg.run_dir(), "decay_timed", run.decay.state());
+  }
+}
+
+// After the last step: the throughput, the recipe's final evaluation (into metrics.jsonl and
+// TensorBoard), the report and, for a run trained to its end, the `finished` event.
+void finish(RunParts& run, Progress& progress, const plan::StepShape& spec, int64_t step,
+            int64_t steps_run, double train_seconds) {
+  const std::string run_dir = run.cfg.run_dir();
+  if (steps_run > 0) {
+    const double items = double(steps_run) * double(spec.items_per_step());
+    std::printf("trained %lld steps, %.0f %s in %s of steps: %.1f %s/s\n", (long long)steps_run,
+                items, spec.unit, format_duration(train_seconds).c_str(), items / train_seconds,
+                spec.unit);
+  }
+  const Json final_eval = run.recipe->finish({step, steps_run, train_seconds});
+  if (run.rank == 0 && final_eval.is_object()) progress.log_final_eval(step, final_eval);
+  if (run.rank == 0) {  // the page to read the run by (loom report makes it again at any time)
+    const ReportSummary report = write_report(run_dir);
+    std::printf("report: %s\n", report.path.c_str());
+    // Trained to its end and evaluated: a --resume of it has nothing to do.
+    if (step == run.decay.end_step())
+      append_event(run_dir, "finished", Json::object({{"step", step}}));
+  }
+}
+
+}  // namespace
+
+void train(const Config& cfg, const std::string& resume_from) {
+  const TrainLoopConfig& tc = cfg.train;
+  const std::string run_dir = cfg.run_dir();
+  set_allow_tf32(tc.tf32);
+  RunParts run(cfg);
+  int64_t start_step = 0;
+  if (!resume_from.empty()) {
+    start_step = run.resume(resume_from).at("step").as_int();
+    if (finished_already(run, start_step)) {
       std::printf(
           "%s is finished: its %lld steps are trained and evaluated (eval.json, report.html); "
           "nothing to do. To train further: --set train.steps=N with a larger N; to evaluate "
@@ -417,168 +474,68 @@ void train(const Config& cfg, const std::string& resume_from) {
       return;
     }
     std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
-    if (rank == 0)
+    if (run.rank == 0)
       append_event(run_dir, "resumed",
                    Json::object({{"step", start_step}, {"checkpoint", resume_from}}));
   }
-  // Only a run that starts (or validly resumes) records its config: a failed --resume must
-  // not overwrite the config of the run it refused.
-  if (rank == 0) {
-    fs::create_directories(run_dir);
-    write_file_atomic(run_dir + "/config.toml", cfg.resolved_toml);
-    recipe->write_run_files(run_dir);
-  }
-  std::printf("%s, batch %lld x %lld, %d threads (%s), %s\n", recipe->describe().c_str(),
-              (long long)tc.batch_size, (long long)tc.grad_accum, omp_get_max_threads(),
-              cpu::wait_policy_description(), model->describe().c_str());
-  if (const std::string data = recipe->describe_data(); !data.empty())
-    std::printf("%s\n", data.c_str());
-  if (low_precision) std::printf("%s\n", low_precision->describe().c_str());
-  if (!tc.precision_choice.empty()) std::printf("precision %s\n", tc.precision_choice.c_str());
-  if (rank == 0)  // where the run (or this part of it) ran, for its report
-    append_event(run_dir, "started",
-                 Json::object({{"step", start_step},
-                               {"cpu", cpu_model_name()},
-                               {"device", tc.device == cpu_device() ? "cpu" : "cuda"},
-                               {"threads", int64_t(omp_get_max_threads())},
-                               {"processes", int64_t(mesh.world()->size())},
-                               {"precision", tc.low_precision
-                                                 ? precision::recipe_name(tc.low_precision->recipe)
-                                                 : dtype_name(tc.precision)}}));
+  announce(run, start_step);
 
-  // MFU's yardsticks (GEMM ceiling, hardware peak) are measured first, before the batch thread
-  // below competes with them for the cores.
-  const bool on_host = tc.device == cpu_device();
-  const double ceiling_gflops =
-      plan::measure_gemm_ceiling(tc.precision, on_host ? 1024 : 256, tc.device);
-  const double peak_gflops = on_host ? plan::measure_hardware_peak(tc.precision).gflops : 0;
+  // MFU's yardsticks are measured first, before the batch thread competes for the cores.
+  const plan::MfuYardsticks yardsticks = plan::measure_mfu_yardsticks(tc.precision, tc.device);
   // Batches are made on a background thread, in (step, micro) order from start_step, so the
   // step never waits for data.
   int64_t next_step = start_step, next_micro = 0;
   Prefetcher<Batch> prefetch([&] {
-    Batch b = recipe->make_batch(slot_of(tc, *dp, next_step, next_micro));
+    Batch b = run.recipe->make_batch(slot_of(tc, *run.dp, next_step, next_micro));
     if (++next_micro == tc.grad_accum) {
       next_micro = 0;
       ++next_step;
     }
     return b;
   });
-
   const plan::StepShape spec = step_shape(cfg, tc.batch_size * tc.grad_accum);
-  Progress progress(metrics_path(run_dir, rank), tc.steps, spec.unit(), spec.items_per_step(),
+  Progress progress(metrics_path(run_dir, run.rank), tc.steps, spec.unit, spec.items_per_step(),
                     /*append=*/start_step > 0);
-  if (rank == 0 && cfg.run.tensorboard) progress.write_tensorboard(run_dir + "/tensorboard");
+  if (run.rank == 0 && cfg.run.tensorboard) progress.write_tensorboard(run_dir + "/tensorboard");
   progress.set_time_budget(tc.max_minutes * 60);
   progress.count_memory_of(tc.device.type);
   progress.count_data_wait([&] { return prefetch.waited_seconds(); });
-  // One step's work against the GEMM ceiling and the hardware peak (the CPU's, from its ISA
-  // and clock; on a GPU the measured ceiling alone).
-  progress.count_flops(plan::train_step_flops(spec), ceiling_gflops, peak_gflops,
-                       mesh.world()->size());
-  StepGuard guard(cfg, mesh, *model, *optimizer, checkpointer, run_dir);
-  Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *mesh.world());
-  recipe->model().name_for_trace();
-  // fp8_delayed's amaxes: the max over the ranks that hold the same layers (data, context and
-  // tensor parallel peers), so every one scales alike and as one process would. DiLoCo workers
-  // keep their own: nothing crosses the slow link between outer steps.
-  auto max_over_replicas = [&mesh, &cfg](std::vector<float>& values) {
-    Tensor t = from_vector(values, {int64_t(values.size())});
-    for (const char* axis : {cfg.diloco ? "dp_shard" : "dp", "cp", "tp"})
-      if (mesh.degree(axis) > 1) mesh.group(axis)->all_reduce(t, dist::ReduceOp::Max)->wait();
-    values = to_vector(t);
-  };
-  Loop step_loop{cfg,
-                 tc,
-                 *dp,
-                 cfg.diloco ? *mesh.group("dp_shard") : *dp,
-                 *recipe,
-                 *model,
-                 *optimizer,
-                 diloco.get(),
-                 low_precision.get(),
-                 max_over_replicas,
-                 prefetch,
-                 guard,
-                 moe,
-                 progress,
-                 decay,
-                 Json(),
-                 cfg.diloco ? std::make_unique<RoundAgreement>(
-                                  *mesh.world(), cfg.diloco->inner_steps, decay.end_step())
-                            : nullptr};
-
-  auto save = [&](int64_t done) {  // collective: every rank writes its pieces
-    Json state = Json::object({{"model_kind", cfg.model_kind},
-                               {"run_id", cfg.run.id},
-                               {"step", done},
-                               {"optimizer_steps", optimizer->steps_taken()},
-                               {"seed", int64_t(cfg.run.seed)}});
-    if (cfg.diloco) state.set("diloco_workers", cfg.diloco->workers);
-    if (low_precision && tc.low_precision->recipe == precision::Recipe::Fp8Delayed)
-      state.set("amax_history", amax_histories_json(*low_precision));
-    for (const Json& part : {step_loop.data_state, decay.state(), recipe->state(done),
-                             diloco ? diloco->state() : Json(), moe.state()})
-      if (part.is_object())
-        for (const auto& [key, value] : part.items()) state.set(key, value);
-    return checkpointer.save(done, state);
-  };
+  progress.count_flops(plan::train_step_flops(spec), yardsticks.gemm_gflops, yardsticks.peak_gflops,
+                       run.mesh.world()->size());
+  StepGuard guard(cfg, run.mesh, *run.model, *run.optimizer, *run.checkpointer, run_dir);
+  Profiler profiler(parse_profile_steps(cfg.run.profile_steps), run_dir, *run.mesh.world());
+  run.recipe->model().name_for_trace();
+  Loop step_loop = make_loop(run, prefetch, guard, progress);
 
   double train_seconds = 0;  // time in training steps (not evaluation or checkpoints)
-  // The decay's time is checked over the whole world, every step alone, every 10 steps with
-  // others, once a round under DiLoCo (whose workers exchange nothing between rounds).
-  const int64_t decay_check_every =
-      cfg.diloco ? cfg.diloco->inner_steps : (mesh.world()->size() > 1 ? 10 : 1);
-  if (decay.fixed()) progress.set_total_steps(decay.end_step());
+  if (run.decay.fixed()) progress.set_total_steps(run.decay.end_step());
   int64_t step = start_step;
-  for (; step < decay.end_step(); ++step) {
+  for (; step < run.decay.end_step(); ++step) {
     const auto step_begin = Clock::now();
     profiler.begin_step(step);
-    guard.begin_step(step);
-    const StepResult r = step_loop.train_step(step);
-    guard.end_step(step, prefetch.waited_seconds());
+    const StepResult r = guard.run_step(
+        step, [&] { return step_loop.train_step(step); },
+        [&] { return prefetch.waited_seconds(); });
     profiler.end_step(step);
     train_seconds += seconds_since(step_begin);
+    time_decay(run, step, start_step, progress, step_loop.agreement.get());
 
-    if (decay.pending(step) && (step + 1) % decay_check_every == 0) {
-      const double elapsed =
-          sum_over(*mesh.world(), {progress.elapsed_seconds()})[0] / double(mesh.world()->size());
-      if (decay.after_step(step, elapsed, step + 1 - start_step,
-                           cfg.diloco ? cfg.diloco->inner_steps : 1)) {
-        progress.set_total_steps(decay.end_step());
-        if (step_loop.agreement) step_loop.agreement->set_steps(decay.end_step());
-        if (rank == 0) {
-          std::printf("%s\n", decay.describe().c_str());
-          append_event(run_dir, "decay_timed", decay.state());
-        }
-      }
-    }
-    const bool last = step + 1 == decay.end_step();
-    // sent_mb: what this rank has put on the wire so far (dist/process_group.h).
-    Json metrics = Json::object({{"grad_norm", r.grad_norm},
-                                 {"skipped_steps", guard.skipped()},
-                                 {"sent_mb", double(dist::bytes_sent()) / 1e6}});
-    if (low_precision) metrics.set("precision", precision_metrics(*low_precision));
-    if (moe.active()) metrics.set("moe", moe.metrics());
-    if (r.outer)
-      metrics.set("outer", Json::object({{"sent_mb", double(r.outer->bytes_sent) / 1e6},
-                                         {"seconds", r.outer->seconds},
-                                         {"delta_norm", r.outer->delta_norm},
-                                         {"fragments", r.outer->fragments}}));
+    const bool last = step + 1 == run.decay.end_step();
+    Json metrics = step_metrics(run, r, guard.skipped());
     const bool eval_now = cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0;
-    const Json val = eval_now ? recipe->evaluate(step) : Json();
+    const Json val = eval_now ? run.recipe->evaluate(step) : Json();
     if (!val.is_null()) metrics.set("val", val);
     if (cfg.sample.every > 0 && (step + 1) % cfg.sample.every == 0)
-      for (const Recipe::Image& image : recipe->images(step))
+      for (const Recipe::Image& image : run.recipe->images(step))
         progress.add_image(image.tag, image.grid, step + 1);
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
-      progress.log(step, r.loss, r.lr, metrics, moe.summary());
+      progress.log(step, r.loss, r.lr, metrics, run.moe->summary());
     const bool stop =
         r.out_of_time || r.preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
-      guard.before_checkpoint(step);
-      const std::string dir = save(step + 1);
-      if (rank == 0) std::printf("checkpoint %s\n", dir.c_str());
-      guard.after_checkpoint(dir, step + 1);
+      const std::string dir =
+          guard.checkpoint(step, [&] { return run.save(step + 1, step_loop.data_state); });
+      if (run.rank == 0) std::printf("checkpoint %s\n", dir.c_str());
     }
     if (r.preempted) guard.finish_preempted(step + 1);
     if (stop) {
@@ -588,29 +545,15 @@ void train(const Config& cfg, const std::string& resume_from) {
       break;
     }
   }
-  if (decay.fixed() && step == decay.end_step() && step < tc.steps)
+  if (run.decay.fixed() && step == run.decay.end_step() && step < tc.steps)
     std::printf("stopping after step %lld (the decay timed to the budget is done, %s used)\n",
                 (long long)step, format_duration(progress.elapsed_seconds()).c_str());
   if (step_loop.agreement) step_loop.agreement->settle();
   guard.finish();
-  profiler.finish();    // a run stopped inside the profile window still writes its trace
-  checkpointer.wait();  // the last checkpoint is complete before the run reports or exits
-  disarm_preemption();  // nothing left to save: a signal ends evaluation and sampling at once
-  const int64_t steps_run = step - start_step;
-  if (steps_run > 0) {
-    const double items = double(steps_run) * double(spec.items_per_step());
-    std::printf("trained %lld steps, %.0f %s in %s of steps: %.1f %s/s\n", (long long)steps_run,
-                items, spec.unit(), format_duration(train_seconds).c_str(), items / train_seconds,
-                spec.unit());
-  }
-  const Json final_eval = recipe->finish({step, steps_run, train_seconds});
-  if (rank == 0 && final_eval.is_object()) progress.log_final_eval(step, final_eval);
-  if (rank == 0) {  // the page to read the run by (loom report makes it again at any time)
-    const ReportSummary report = write_report(run_dir);
-    std::printf("report: %s\n", report.path.c_str());
-    // Trained to its end and evaluated: a --resume of it has nothing to do.
-    if (step == decay.end_step()) append_event(run_dir, "finished", Json::object({{"step", step}}));
-  }
+  profiler.finish();         // a run stopped inside the profile window still writes its trace
+  run.checkpointer->wait();  // the last checkpoint is complete before the run reports or exits
+  disarm_preemption();       // nothing left to save: a signal ends evaluation and sampling at once
+  finish(run, progress, spec, step, step - start_step, train_seconds);
 }
 
 void check_fits_in_memory(const Config& c, int world_size) {

@@ -24,9 +24,17 @@ Tensor apply_norm(const nn::Module& norm, bool llama, const Tensor& x) {
 
 }  // namespace
 
+GptStyle gpt_style_from_name(const std::string& name, const std::string& what) {
+  if (name == "gpt2") return GptStyle::Gpt2;
+  LOOM_CHECK(name == "llama") << what << " '" << name << "' is not known (expected gpt2 or llama)";
+  return GptStyle::Llama;
+}
+
+const char* name_of(GptStyle style) {
+  return style == GptStyle::Llama ? "llama" : "gpt2";
+}
+
 void GptConfig::validate() const {
-  LOOM_CHECK(style == "gpt2" || style == "llama")
-      << "gpt: unknown style '" << style << "' (expected \"gpt2\" or \"llama\")";
   LOOM_CHECK(vocab_size > 0) << "gpt: vocab_size must be positive, got " << vocab_size;
   LOOM_CHECK(context > 0) << "gpt: context must be positive, got " << context;
   LOOM_CHECK(width > 0) << "gpt: width must be positive, got " << width;
@@ -48,7 +56,7 @@ void GptConfig::validate() const {
         << "gpt: mlp_ratio " << mlp_ratio << " gives no MLP hidden units at width " << width;
     LOOM_CHECK(swiglu_hidden == 0)
         << "gpt: swiglu_hidden " << swiglu_hidden << " is only used by style \"llama\", not \""
-        << style << "\" (which uses mlp_ratio)";
+        << name_of(style) << "\" (which uses mlp_ratio)";
   }
   if (moe.enabled()) moe_config().validate(depth);
 }

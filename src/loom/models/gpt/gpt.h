@@ -14,15 +14,22 @@
 
 namespace loom::models {
 
+// model.style: GPT-2's blocks (LayerNorm, GELU, learned positions) or Llama's (RMSNorm,
+// SwiGLU, rotary positions).
+enum class GptStyle { Gpt2, Llama };
+// "gpt2" or "llama"; another name fails naming `what` and the known ones.
+GptStyle gpt_style_from_name(const std::string& name, const std::string& what);
+const char* name_of(GptStyle style);
+
 struct GptConfig {
   int64_t vocab_size = 256;
   int64_t context = 256;  // longest sequence (size of the learned position table for gpt2)
   int64_t width = 384;
   int64_t depth = 6;
   int64_t heads = 6;
-  int64_t kv_heads = 0;         // 0: same as heads (MHA); fewer: grouped-query attention
-  double mlp_ratio = 4.0;       // gpt2: MLP hidden = mlp_ratio * width
-  std::string style = "gpt2";   // or "llama"
+  int64_t kv_heads = 0;    // 0: same as heads (MHA); fewer: grouped-query attention
+  double mlp_ratio = 4.0;  // gpt2: MLP hidden = mlp_ratio * width
+  GptStyle style = GptStyle::Gpt2;
   double rope_theta = 10000.0;  // llama only
   // Style and tying are independent: GptConfig::llama() unties, the plain struct ties.
   bool tie_embeddings = true;
@@ -37,12 +44,12 @@ struct GptConfig {
   static GptConfig gpt2() { return GptConfig{}; }
   static GptConfig llama() {
     GptConfig c;
-    c.style = "llama";
+    c.style = GptStyle::Llama;
     c.tie_embeddings = false;
     return c;
   }
 
-  bool is_llama() const { return style == "llama"; }
+  bool is_llama() const { return style == GptStyle::Llama; }
   int64_t num_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t head_dim() const { return width / heads; }
   int64_t mlp_hidden() const;        // the MLP's hidden size for the style (see the fields above)

@@ -123,28 +123,28 @@ ImageDataset training_data(const Config& cfg) {
 
 // A dataset of PNG files (data.dataset "images"), read as needed.
 std::unique_ptr<ImageFiles> image_files(const std::string& path, const Config& cfg) {
-  return std::make_unique<ImageFiles>(path, cfg.dit.channels, cfg.dit.image_size,
-                                      cfg.dit.num_classes);
+  return std::make_unique<ImageFiles>(path, cfg.dit().channels, cfg.dit().image_size,
+                                      cfg.dit().num_classes);
 }
 
 class DitRecipe : public Recipe {
  public:
   explicit DitRecipe(const Config& cfg)
       : cfg_(cfg),
-        files_(cfg.data.dataset == "images" ? image_files(cfg.data.path, cfg) : nullptr),
+        files_(cfg.data.dataset == Dataset::Images ? image_files(cfg.data.path, cfg) : nullptr),
         data_(files_ ? ImageDataset{} : training_data(cfg)),
-        model_(cfg.dit) {
+        model_(cfg.dit()) {
     if (files_) {  // checked as it opened
       model_.init_parameters(cfg.run.seed);
       return;
     }
-    LOOM_CHECK(data_.images.size(1) == cfg.dit.channels &&
-               data_.images.size(2) == cfg.dit.image_size)
+    LOOM_CHECK(data_.images.size(1) == cfg.dit().channels &&
+               data_.images.size(2) == cfg.dit().image_size)
         << "dataset images " << data_.images.shape() << " do not match model.channels "
-        << cfg.dit.channels << " and model.image_size " << cfg.dit.image_size;
-    LOOM_CHECK(data_.num_classes <= cfg.dit.num_classes)
+        << cfg.dit().channels << " and model.image_size " << cfg.dit().image_size;
+    LOOM_CHECK(data_.num_classes <= cfg.dit().num_classes)
         << "dataset has " << data_.num_classes << " classes, model.num_classes is "
-        << cfg.dit.num_classes;
+        << cfg.dit().num_classes;
     model_.init_parameters(cfg.run.seed);
   }
 
@@ -152,8 +152,8 @@ class DitRecipe : public Recipe {
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
   std::string describe() const override {
     const int64_t total = model_.num_parameters();
-    return "dit: " + parameter_count(total, cfg_.dit.active_parameters(total), cfg_.dit.moe) +
-           ", " + std::to_string(cfg_.dit.tokens()) + " tokens per image";
+    return "dit: " + parameter_count(total, cfg_.dit().active_parameters(total), cfg_.dit().moe) +
+           ", " + std::to_string(cfg_.dit().tokens()) + " tokens per image";
   }
   std::string describe_data() const override {
     if (files_)
@@ -202,7 +202,7 @@ class DitRecipe : public Recipe {
     for (size_t m = 0; m < batches.size(); ++m)
       fm->push_back(diffusion::flow_matching_batch(batches[m].x, batches[m].y, cfg_.flow,
                                                    cfg_.run.seed, slots[m].step, slots[m].first));
-    const int64_t T = cfg_.dit.tokens();
+    const int64_t T = cfg_.dit().tokens();
     auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
     auto tokens = [T](const Tensor& a) { return contiguous(narrow(a, 1, 0, T)); };  // (B, T, D)
     auto conditioning = [T](const Tensor& a) {                                      // (B, D)
@@ -223,7 +223,7 @@ class DitRecipe : public Recipe {
     st.loss = [=, &model](const Tensor& out, int64_t m) {
       return mse(model.head(tokens(out), conditioning(out)), (*fm)[size_t(m)].target);
     };
-    st.activation_shape = {batches.at(0).x.size(0), T + 1, cfg_.dit.width};
+    st.activation_shape = {batches.at(0).x.size(0), T + 1, cfg_.dit().width};
     return st;
   }
 
@@ -267,11 +267,11 @@ class DitRecipe : public Recipe {
     // A grid from the EMA weights as they are now, one row per class, as at the end.
     const std::unique_ptr<models::Dit> ema_model = gathered_ema();
     if (!ema_model) return {};
-    const Tensor labels = sample_grid_labels(cfg_.dit.num_classes, cfg_.sample.per_class);
+    const Tensor labels = sample_grid_labels(cfg_.dit().num_classes, cfg_.sample.per_class);
     ImageGrid grid =
         label_rows(image_grid(sample_dit_images(*ema_model, labels, sample_options("")),
-                              int(cfg_.dit.num_classes), int(cfg_.sample.per_class)),
-                   row_classes(cfg_.dit.num_classes), int(cfg_.dit.image_size));
+                              int(cfg_.dit().num_classes), int(cfg_.sample.per_class)),
+                   row_classes(cfg_.dit().num_classes), int(cfg_.dit().image_size));
     char name[32];
     std::snprintf(name, sizeof name, "step-%06lld.png", (long long)(step + 1));
     fs::create_directories(cfg_.run_dir() + "/samples");
@@ -296,9 +296,9 @@ class DitRecipe : public Recipe {
     const models::Dit& ema_model = *ema;
     // Samples from the EMA weights: one row per class.
     const DitSampleOptions so = sample_options(cfg_.run_dir() + "/samples.png");
-    write_samples(velocity_of(ema_model), cfg_.dit, so);
+    write_samples(velocity_of(ema_model), cfg_.dit(), so);
     if (cfg_.eval.classifier.empty()) return held_out ? result : Json();
-    const DitQuality q = evaluate_dit(velocity_of(ema_model), cfg_.dit, cfg_.eval.classifier,
+    const DitQuality q = evaluate_dit(velocity_of(ema_model), cfg_.dit(), cfg_.eval.classifier,
                                       cfg_.data.path, cfg_.eval.num_samples, so);
     const double images_per_second =
         double(summary.steps_run * cfg_.train.batch_size * cfg_.train.grad_accum) /
@@ -321,7 +321,7 @@ class DitRecipe : public Recipe {
   std::unique_ptr<models::Dit> gathered_ema() {
     const parallel::NamedTensors weights = run_->model.gather_full(piece_state()[0].second);
     if (!run_->main) return nullptr;
-    auto model = std::make_unique<models::Dit>(cfg_.dit);
+    auto model = std::make_unique<models::Dit>(cfg_.dit());
     load_state_dict(*model, as_map(weights), "ema");
     nn::copy_selection_biases(model_, *model);  // not averaged: the live model's choices
     model->to(model_.device());                 // samples on the training device
@@ -370,13 +370,13 @@ std::unique_ptr<Recipe> make_dit_recipe(const Config& config) {
 }
 
 void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
-  const Config cfg = run_config_of(ckpt_dir, "dit", "sample");
-  models::Dit model(cfg.dit);
+  const Config cfg = run_config_of(ckpt_dir, ModelKind::Dit, "sample");
+  models::Dit model(cfg.dit());
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
   load_selection_biases(model, ckpt_dir);
   DitSampleOptions o = options;
   o.precision = cfg.train.precision;
-  write_samples(velocity_of(model), cfg.dit, o);
+  write_samples(velocity_of(model), cfg.dit(), o);
 }
 
 }  // namespace loom::train

@@ -11,6 +11,8 @@
 namespace loom::train {
 
 std::unique_ptr<Recipe> make_dit_recipe(const Config& config);
+// A step of `batch` images of `config`'s DiT, for the cost and memory models (dit_spec.cpp).
+plan::StepShape dit_step_shape(std::string name, const models::DitConfig& config, int64_t batch);
 
 struct DitSampleOptions {
   int64_t per_class = 10;

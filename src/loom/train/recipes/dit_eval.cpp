@@ -9,6 +9,7 @@
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/moe_balance.h"
+#include "loom/train/recipes/commands.h"
 #include "loom/train/recipes/dit.h"
 #include "loom/train/recipes/vit_classifier.h"
 
@@ -55,13 +56,13 @@ DitQuality evaluate_dit(const diffusion::VelocityFn& velocity, const models::Dit
 DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::string& classifier_dir,
                                    int64_t num_samples, const DitSampleOptions& options,
                                    const std::string& out_path) {
-  const Config cfg = run_config_of(ckpt_dir, "dit", "eval");
-  models::Dit model(cfg.dit);
+  const Config cfg = run_config_of(ckpt_dir, ModelKind::Dit, "eval");
+  models::Dit model(cfg.dit());
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
   load_selection_biases(model, ckpt_dir);
   DitQuality q = evaluate_dit([&model](const Tensor& x, const Tensor& t,
                                        const Tensor& y) { return model.forward(x, t, y); },
-                              cfg.dit, classifier_dir, cfg.data.path, num_samples, options);
+                              cfg.dit(), classifier_dir, cfg.data.path, num_samples, options);
   Json result = quality_json(q, options);
   result.set("checkpoint", ckpt_dir);
   result.set("classifier", find_classifier(classifier_dir));
@@ -79,6 +80,33 @@ Json quality_json(const DitQuality& q, const DitSampleOptions& options) {
                        {"sample_steps", options.steps},
                        {"sampler", options.heun ? "heun" : "euler"},
                        {"sampler_precision", dtype_name(options.precision)}});
+}
+
+DitSampleOptions eval_sample_options(const Config& run, const EvalCall& call) {
+  DitSampleOptions o;
+  o.steps = call.steps > 0 ? call.steps : run.sample.steps;
+  o.cfg_scale = call.cfg_scale >= 0 ? call.cfg_scale : run.sample.cfg_scale;
+  o.heun = call.sampler.empty() ? run.sample.heun : call.sampler == "heun";
+  o.precision = call.precision.empty() ? run.train.precision : dtype_from_name(call.precision);
+  o.seed = run.run.seed;
+  return o;
+}
+
+void sample_dit_command(const SampleCall& call) {
+  sample_dit(call.checkpoint, call.dit);
+}
+
+void eval_dit_command(const EvalCall& call) {
+  // Sampler settings default to the run's own [sample] section.
+  const std::string& ckpt = call.checkpoint;
+  const DitSampleOptions o = eval_sample_options(run_config_of(ckpt, ModelKind::Dit, "eval"), call);
+  const DitQuality q = evaluate_dit_checkpoint(ckpt, call.classifier, call.samples, o, call.out);
+  std::printf(
+      "%s: class accuracy %.2f%% of %lld samples, FID %.3f, real-data floor %.3f "
+      "(ratio %.2f), cfg %.2f, %lld %s steps -> %s\n",
+      ckpt.c_str(), 100.0 * q.class_accuracy, (long long)q.samples, q.fid, q.fid_floor,
+      q.fid / q.fid_floor, o.cfg_scale, (long long)o.steps, o.heun ? "Heun" : "Euler",
+      call.out.c_str());
 }
 
 }  // namespace loom::train

@@ -33,18 +33,18 @@ Tensor read_assignments(const std::string& path, int64_t dataset_size, int64_t& 
 
 class DitRouterRecipe : public Recipe {
  public:
-  explicit DitRouterRecipe(const Config& cfg) : cfg_(cfg), model_(cfg.vit) {
+  explicit DitRouterRecipe(const Config& cfg) : cfg_(cfg), model_(cfg.vit()) {
     const ImageDataset all = fashion_mnist(cfg.data.path, /*train=*/true);
     int64_t clusters = 0;
     clusters_ = read_assignments(cfg.data.clusters, all.images.size(0), clusters);
-    LOOM_CHECK(clusters == cfg.vit.num_classes)
-        << "dit_router: model.num_classes " << cfg.vit.num_classes << " must be the number of "
+    LOOM_CHECK(clusters == cfg.vit().num_classes)
+        << "dit_router: model.num_classes " << cfg.vit().num_classes << " must be the number of "
         << "clusters in " << cfg.data.clusters << " (" << clusters << ")";
     images_ = narrow(all.images, 0, 0, clusters_.size(0));
     labels_ = narrow(all.labels, 0, 0, clusters_.size(0));
     K_ = clusters;
-    LOOM_CHECK(cfg.vit.label_classes == 0 || cfg.vit.label_classes == all.num_classes)
-        << "dit_router: model.labels " << cfg.vit.label_classes << " (the data has "
+    LOOM_CHECK(cfg.vit().label_classes == 0 || cfg.vit().label_classes == all.num_classes)
+        << "dit_router: model.labels " << cfg.vit().label_classes << " (the data has "
         << all.num_classes << " classes)";
     // A batch carries both targets in one index: cluster + K x class label.
     std::vector<int64_t> both = to_vector_i64(clusters_);
@@ -58,7 +58,7 @@ class DitRouterRecipe : public Recipe {
   nn::ParallelPlan parallel_plan() const override { return vit_plan(model_); }
   std::string describe() const override {
     return "dit_router: " + std::to_string(model_.num_parameters()) + " parameters, " +
-           std::to_string(cfg_.vit.num_classes) + " clusters";
+           std::to_string(cfg_.vit().num_classes) + " clusters";
   }
   std::string describe_data() const override {
     return "data: " + std::to_string(images_.size(0)) + " training images, their clusters from " +
@@ -83,14 +83,14 @@ class DitRouterRecipe : public Recipe {
     // x_t and t as the experts draw theirs (and the label dropped as theirs are).
     const diffusion::FlowMatchingBatch fm = diffusion::flow_matching_batch(
         b.x, from_vector(label, {B}), cfg_.flow, cfg_.run.seed, s.step, s.first);
-    const Tensor told = cfg_.vit.label_classes > 0 ? fm.labels : Tensor();
+    const Tensor told = cfg_.vit().label_classes > 0 ? fm.labels : Tensor();
     return cross_entropy(model_.forward(fm.xt, fm.t, told), from_vector(cluster, {B}));
   }
   // Its accuracy at a few times t on the first 2000 training images, noised afresh.
   Json finish(const RunSummary& summary) override {
     const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
     if (!run_->main) return Json();
-    models::Vit trained(cfg_.vit);
+    models::Vit trained(cfg_.vit());
     load_state_dict(trained, as_map(weights), "the trained weights");
     const int64_t n = std::min<int64_t>(2000, images_.size(0));
     const Tensor x0 = narrow(images_, 0, 0, n), y = narrow(clusters_, 0, 0, n);
@@ -101,7 +101,7 @@ class DitRouterRecipe : public Recipe {
       const Tensor eps = randn(x0.shape(), RngKey{cfg_.run.seed, "router.eval", std::to_string(t)});
       const Tensor xt = add(mul_scalar(x0, 1 - t), mul_scalar(eps, t));  // (n, C, H, W)
       const double acc = classifier_accuracy(
-          trained, xt, y, t, cfg_.vit.label_classes > 0 ? narrow(labels_, 0, 0, n) : Tensor());
+          trained, xt, y, t, cfg_.vit().label_classes > 0 ? narrow(labels_, 0, 0, n) : Tensor());
       by_t.set(std::to_string(t).substr(0, 3), acc);
       std::printf(" %.1f: %.1f%%", t, 100 * acc);
     }
@@ -140,17 +140,17 @@ const char* name_of(Routing routing) {
 
 Experts load_experts(const std::string& router_ckpt, const std::vector<std::string>& expert_ckpts) {
   Experts e;
-  const Config rc = run_config_of(router_ckpt, "dit_router", "experts");
-  const int64_t K = rc.vit.num_classes;
+  const Config rc = run_config_of(router_ckpt, ModelKind::DitRouter, "experts");
+  const int64_t K = rc.vit().num_classes;
   LOOM_CHECK(int64_t(expert_ckpts.size()) == K)
       << "experts: the router " << router_ckpt << " routes between " << K << " clusters, but "
       << expert_ckpts.size() << " experts were given";
-  e.router = std::make_unique<models::Vit>(rc.vit);
+  e.router = std::make_unique<models::Vit>(rc.vit());
   load_state_dict(*e.router, as_map(CheckpointReader(router_ckpt).read_all("model")),
                   router_ckpt + " (model)");
   e.experts.resize(size_t(K));
   for (const std::string& ckpt : expert_ckpts) {
-    const Config c = run_config_of(ckpt, "dit", "experts");
+    const Config c = run_config_of(ckpt, ModelKind::Dit, "experts");
     LOOM_CHECK(c.data.clusters == rc.data.clusters)
         << "experts: " << ckpt << " was trained on clusters '" << c.data.clusters
         << "', the router on '" << rc.data.clusters << "'";
@@ -158,17 +158,17 @@ Experts load_experts(const std::string& router_ckpt, const std::vector<std::stri
     LOOM_CHECK(k >= 0 && k < K && !e.experts[size_t(k)])
         << "experts: " << ckpt << " is the expert of cluster " << k << ", which "
         << (k >= 0 && k < K ? "another expert given is too" : "the router does not have");
-    if (&ckpt == &expert_ckpts.front()) e.dit = c.dit;
-    const models::DitConfig& d = c.dit;
+    if (&ckpt == &expert_ckpts.front()) e.dit = c.dit();
+    const models::DitConfig& d = c.dit();
     LOOM_CHECK(d.image_size == e.dit.image_size && d.channels == e.dit.channels &&
                d.num_classes == e.dit.num_classes)
         << "experts: " << ckpt << " makes other images or classes than the other experts";
-    LOOM_CHECK(d.image_size == rc.vit.image_size && d.channels == rc.vit.channels)
+    LOOM_CHECK(d.image_size == rc.vit().image_size && d.channels == rc.vit().channels)
         << "experts: " << ckpt << "'s images are not the router's";
-    LOOM_CHECK(rc.vit.label_classes == 0 || rc.vit.label_classes == d.num_classes)
-        << "experts: the router is told labels of " << rc.vit.label_classes << " classes, " << ckpt
-        << " samples " << d.num_classes;
-    e.experts[size_t(k)] = std::make_unique<models::Dit>(c.dit);
+    LOOM_CHECK(rc.vit().label_classes == 0 || rc.vit().label_classes == d.num_classes)
+        << "experts: the router is told labels of " << rc.vit().label_classes << " classes, "
+        << ckpt << " samples " << d.num_classes;
+    e.experts[size_t(k)] = std::make_unique<models::Dit>(c.dit());
     load_state_dict(*e.experts[size_t(k)], as_map(CheckpointReader(ckpt).read_all("ema")),
                     ckpt + " (ema)");
     load_selection_biases(*e.experts[size_t(k)], ckpt);

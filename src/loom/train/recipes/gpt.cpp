@@ -36,17 +36,17 @@ double seconds_since(Clock::time_point t) {
 }
 
 Tokenizer load_tokenizer(const Config& cfg, const std::string& run_dir) {
-  return loom::load_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern, cfg.gpt.vocab_size,
+  return loom::load_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern, cfg.gpt().vocab_size,
                               run_dir);
 }
 
 TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
-  if (cfg.data.dataset == "tokens")
-    return open_token_dirs(cfg.data.paths, cfg.data.weights, cfg.gpt.vocab_size,
-                           cfg.gpt.context + 2, tok, cfg.data.tokenizer_pattern);
+  if (cfg.data.dataset == Dataset::Tokens)
+    return open_token_dirs(cfg.data.paths, cfg.data.weights, cfg.gpt().vocab_size,
+                           cfg.gpt().context + 2, tok, cfg.data.tokenizer_pattern);
   const std::string source =
-      cfg.data.dataset == "kjv" ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
-  return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt.context + 2);
+      cfg.data.dataset == Dataset::Kjv ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
+  return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt().context + 2);
 }
 
 Batch window_batch(const TokenSet& tokens, const std::vector<Window>& windows, int64_t T) {
@@ -205,9 +205,9 @@ struct LoadedGpt {
 
 LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   LoadedGpt g;
-  g.cfg = run_config_of(ckpt_dir, "gpt", what);
+  g.cfg = run_config_of(ckpt_dir, ModelKind::Gpt, what);
   g.tok = load_tokenizer(g.cfg, fs::path(ckpt_dir).parent_path().string());
-  g.model = std::make_unique<models::Gpt>(g.cfg.gpt);
+  g.model = std::make_unique<models::Gpt>(g.cfg.gpt());
   load_state_dict(*g.model, as_map(CheckpointReader(ckpt_dir).read_all("model")),
                   ckpt_dir + " (model)");
   load_selection_biases(*g.model, ckpt_dir);  // a mixture's choices depend on them
@@ -218,19 +218,23 @@ class GptRecipe : public Recipe {
  public:
   // Everything that can fail on bad input is read here, before the run directory is touched.
   explicit GptRecipe(const Config& cfg)
-      : cfg_(cfg), tok_(load_tokenizer(cfg, "")), data_(load_lm_data(cfg, tok_)), model_(cfg.gpt) {
+      : cfg_(cfg),
+        tok_(load_tokenizer(cfg, "")),
+        data_(load_lm_data(cfg, tok_)),
+        model_(cfg.gpt()) {
     model_.init_parameters(cfg.run.seed);
     if (!cfg.train.init_from.empty())  // fine-tuning: the weights of a Hugging Face model
-      load_state_dict(model_, as_map(import_hf(cfg.train.init_from, cfg.gpt)), cfg.train.init_from);
+      load_state_dict(model_, as_map(import_hf(cfg.train.init_from, cfg.gpt())),
+                      cfg.train.init_from);
   }
 
   nn::Module& model() override { return model_; }
   nn::ParallelPlan parallel_plan() const override { return model_.parallel_plan(); }
   std::string describe() const override {
     const int64_t total = model_.num_parameters();
-    return "gpt (" + cfg_.gpt.style +
-           "): " + parameter_count(total, cfg_.gpt.active_parameters(total), cfg_.gpt.moe) +
-           ", context " + std::to_string(cfg_.gpt.context);
+    return std::string("gpt (") + models::name_of(cfg_.gpt().style) +
+           "): " + parameter_count(total, cfg_.gpt().active_parameters(total), cfg_.gpt().moe) +
+           ", context " + std::to_string(cfg_.gpt().context);
   }
   std::string describe_data() const override {
     return "data: " + data_.source + ", " + (tok_.bytes ? "byte" : "BPE") + " tokens, " +
@@ -240,21 +244,21 @@ class GptRecipe : public Recipe {
 
   void start(RunContext& run) override {
     run_ = &run;
-    rows_ = run.model.sequence_rows(cfg_.gpt.context);  // empty: whole sequences
+    rows_ = run.model.sequence_rows(cfg_.gpt().context);  // empty: whole sequences
     const parallel::Pipeline* pipe = run.model.pipeline();
     mean_loss_ = pipe ? pipeline_loss(model_, *pipe, rows_) : whole_model_loss(model_, rows_);
-    periodic_windows_ = eval_windows(data_.val, cfg_.gpt.context, cfg_.eval.windows);
+    periodic_windows_ = eval_windows(data_.val, cfg_.gpt().context, cfg_.eval.windows);
   }
   void write_run_files(const std::string& run_dir) const override {
     save_tokenizer_copy(tok_, run_dir);
   }
   Json state(int64_t step) const override {
-    return Json::object(
-        {{"tokens_seen", step * cfg_.train.batch_size * cfg_.gpt.context * cfg_.train.grad_accum}});
+    return Json::object({{"tokens_seen", step * cfg_.train.batch_size * cfg_.gpt().context *
+                                             cfg_.train.grad_accum}});
   }
 
   Batch make_batch(const Slot& s) override {
-    const int64_t T = cfg_.gpt.context;
+    const int64_t T = cfg_.gpt().context;
     const uint64_t key =
         RngKey{cfg_.run.seed, "lm.windows", "step " + std::to_string(s.step)}.hash();
     std::vector<Window> windows(static_cast<size_t>(s.count));
@@ -275,8 +279,8 @@ class GptRecipe : public Recipe {
   Json evaluate(int64_t step) override {
     const auto t0 = std::chrono::steady_clock::now();
     AutocastGuard exact(DType::F32);  // held-out figures in full precision
-    const LmEvalResult r = evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
-                                            periodic_windows_, cfg_.train.batch_size);
+    const LmEvalResult r = evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt().context, tok_,
+                                            data_.val, periodic_windows_, cfg_.train.batch_size);
     std::printf("eval   %6lld | held-out %s [%.1fs]\n", (long long)(step + 1), eval_line(r).c_str(),
                 seconds_since(t0));
     return eval_json(r);
@@ -286,14 +290,14 @@ class GptRecipe : public Recipe {
     // The final held-out loss, over the whole held-out split.
     const auto t0 = std::chrono::steady_clock::now();
     const LmEvalResult r =
-        evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt.context, tok_, data_.val,
-                         eval_windows(data_.val, cfg_.gpt.context, 0), cfg_.train.batch_size);
+        evaluate_over_dp(run_->dp, mean_loss_, cfg_.gpt().context, tok_, data_.val,
+                         eval_windows(data_.val, cfg_.gpt().context, 0), cfg_.train.batch_size);
     // The text sample runs on the main rank alone, on a full copy of the weights (collective).
     std::unique_ptr<models::Gpt> full_model;
     if (cfg_.lm_sample.tokens > 0) {
       const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
       if (run_->main) {
-        full_model = std::make_unique<models::Gpt>(cfg_.gpt);
+        full_model = std::make_unique<models::Gpt>(cfg_.gpt());
         load_state_dict(*full_model, as_map(weights), "the trained weights");
         full_model->to(model_.device());  // the sample runs on the training device
       }
@@ -336,7 +340,7 @@ std::unique_ptr<Recipe> make_gpt_recipe(const Config& config) {
 LmEvalResult eval_gpt(const std::string& ckpt_dir, int64_t windows) {
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "eval");
   const TokenizedText data = load_lm_data(g.cfg, g.tok);
-  const auto starts = eval_windows(data.val, g.cfg.gpt.context, windows);
+  const auto starts = eval_windows(data.val, g.cfg.gpt().context, windows);
   return evaluate(whole_model_loss(*g.model), g.model->config.context, g.tok, data.val, starts,
                   g.cfg.train.batch_size, 0);
 }
@@ -345,8 +349,8 @@ std::string sample_gpt(const std::string& ckpt_dir, const GptSampleOptions& opti
   LoadedGpt g = load_gpt_checkpoint(ckpt_dir, "sample");
   if (!options.logits_npy.empty()) {  // what another implementation of the model can check
     const std::vector<int32_t> ids = g.tok.encode(options.prompt);
-    LOOM_CHECK(!ids.empty() && int64_t(ids.size()) <= g.cfg.gpt.context)
-        << "sample --logits: the prompt must have 1 to " << g.cfg.gpt.context << " tokens, has "
+    LOOM_CHECK(!ids.empty() && int64_t(ids.size()) <= g.cfg.gpt().context)
+        << "sample --logits: the prompt must have 1 to " << g.cfg.gpt().context << " tokens, has "
         << ids.size();
     NoGradGuard no_grad;
     const Tensor x = from_vector(std::vector<int64_t>(ids.begin(), ids.end()),

@@ -27,6 +27,10 @@ namespace loom::train {
 
 // Writes checkpoints, metrics.jsonl and, at the end, eval.json with the held-out loss.
 std::unique_ptr<Recipe> make_gpt_recipe(const Config& config);
+// A step of `batch` sequences of `seq` tokens of `config`'s GPT, for the cost and memory models
+// (gpt_spec.cpp).
+plan::StepShape gpt_step_shape(std::string name, const models::GptConfig& config, int64_t batch,
+                               int64_t seq);
 
 struct LmEvalResult {
   int64_t windows = 0;

@@ -68,7 +68,7 @@ class VitClassifierRecipe : public Recipe {
       : cfg_(cfg),
         train_(fashion_mnist(cfg.data.path, /*train=*/true)),
         test_(fashion_mnist(cfg.data.path, /*train=*/false)),
-        model_(cfg.vit) {
+        model_(cfg.vit()) {
     model_.init_parameters(cfg.run.seed);
   }
 
@@ -97,7 +97,7 @@ class VitClassifierRecipe : public Recipe {
   Json finish(const RunSummary& summary) override {
     const parallel::NamedTensors weights = trained_weights(run_->model);  // collective
     if (!run_->main) return Json();
-    models::Vit trained(cfg_.vit);
+    models::Vit trained(cfg_.vit());
     load_state_dict(trained, as_map(weights), "the trained weights");
     const double accuracy = classifier_accuracy(trained, test_.images, test_.labels);
     std::printf("classifier: test accuracy %.2f%% on %lld images\n", 100.0 * accuracy,
@@ -181,9 +181,10 @@ std::unique_ptr<models::Vit> load_classifier(const std::string& given) {
                                          : " (nor in the installation beside the loom binary)")
                                  << "; train one with `loom train configs/fmnist_classifier.toml`";
   const Config c = load_config(config);
-  LOOM_CHECK(c.model_kind == "vit_classifier")
-      << "classifier: " << config << " is of model.kind " << c.model_kind << ", not vit_classifier";
-  auto model = std::make_unique<models::Vit>(c.vit);
+  LOOM_CHECK(c.model_kind == ModelKind::VitClassifier)
+      << "classifier: " << config << " is of model.kind " << c.spec().name << ", not "
+      << model_spec(ModelKind::VitClassifier).name;
+  auto model = std::make_unique<models::Vit>(c.vit());
   load_state_dict(*model, load_safetensors(dir + "/model.safetensors").by_name(),
                   dir + "/model.safetensors");
   return model;

@@ -1,0 +1,77 @@
+// `loom data prepare`: text tokenized once into token files.
+#include <chrono>
+#include <cstdio>
+#include "commands.h"
+#include "loom/data/text.h"
+#include "loom/data/token_prepare.h"
+#include "loom/data/token_windows.h"
+#include "loom/data/tokenizer_files.h"
+#include "loom/train/checkpoint_dir.h"
+#include "loom/train/config.h"
+#include "numbers.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct DataPrepareArgs {
+  std::vector<std::string> inputs;
+  std::string tokenizer = "bytes", pattern = "gpt2", out, cache_dir;
+  bool kjv = false;
+  double val_fraction = 0.05;
+  double chunk_mb = 64;
+};
+
+void add_data_prepare(CLI::App& cmd, DataPrepareArgs& a) {
+  cmd.description(
+      "tokenize text once into token files (train.bin, val.bin) that data.dataset = \"tokens\" "
+      "trains from");
+  cmd.add_option("--input", a.inputs, "text files, each a document")->type_name("FILE...");
+  cmd.add_flag("--kjv", a.kjv, "the King James Bible (Debian's bible-kjv)");
+  cmd.add_option("--cache-dir", a.cache_dir, "where --kjv keeps kjv.txt")->type_name("DIR");
+  cmd.add_option("--tokenizer", a.tokenizer,
+                 "bytes, a Loom BPE file, a tokenizer.json, a .tiktoken file or a directory "
+                 "with one");
+  cmd.add_option("--pattern", a.pattern,
+                 "a .tiktoken file's pre-tokenisation: gpt2, cl100k, o200k");
+  add_number(cmd, "--val-fraction", a.val_fraction, "each document's held-out tail", true);
+  add_number(cmd, "--chunk-mb", a.chunk_mb, "text tokenized at a time, in MB", true);
+  cmd.add_option("--out", a.out, "the directory to create")->required()->type_name("DIR");
+}
+
+int data_prepare_command(DataPrepareArgs a) {
+  LOOM_CHECK(a.kjv != !a.inputs.empty()) << "data prepare: give --input FILE... or --kjv";
+  train::check_output_path(a.out, "data prepare --out");
+  if (a.kjv)
+    a.inputs = {kjv_corpus(a.cache_dir.empty() ? train::default_cache_dir(".") : a.cache_dir)};
+  const Tokenizer tok = read_tokenizer(a.tokenizer, a.pattern);
+  const auto t0 = std::chrono::steady_clock::now();
+  const PreparedTokens r =
+      prepare_tokens(a.inputs, tok, a.tokenizer, a.val_fraction, a.out, size_t(a.chunk_mb * 1e6));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string keys = "data.dataset = \"tokens\", data.path = \"" + a.out +
+                     "\", data.tokenizer = \"" + (tok.bytes ? std::string("bytes") : a.out) + "\"";
+  if (!tok.bytes && tok.files[0].size() > 9 &&
+      tok.files[0].compare(tok.files[0].size() - 9, 9, ".tiktoken") == 0)
+    keys += ", data.tokenizer_pattern = \"" + a.pattern + "\"";
+  std::printf(
+      "data: %lld document%s, %lld bytes -> %lld train + %lld held-out tokens of %s (%d tokens) "
+      "in %s [%.1fs, %.1f MB/s]\nset %s, model.vocab_size = %d\n",
+      (long long)r.documents, r.documents == 1 ? "" : "s", (long long)r.bytes,
+      (long long)r.train_tokens, (long long)r.val_tokens, a.tokenizer.c_str(), tok.bpe.vocab_size(),
+      a.out.c_str(), s, double(r.bytes) / 1e6 / std::max(s, 1e-9), keys.c_str(),
+      tok.bpe.vocab_size());
+  return 0;
+}
+
+}  // namespace
+
+void add_data_commands(CLI::App& loom, int& code) {
+  CLI::App* data = loom.add_subcommand("data")->require_subcommand(1);
+  auto a = std::make_shared<DataPrepareArgs>();
+  CLI::App* prepare = data->add_subcommand("prepare");
+  add_data_prepare(*prepare, *a);
+  prepare->callback([a, &code] { code = data_prepare_command(*a); });
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,34 @@
+// The model kinds' specs (train/model_spec.h), each defined in its kind's file here and listed
+// once in registry.cpp, and what their files share.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "loom/core/tensor.h"
+#include "loom/nn/moe.h"
+#include "loom/train/model_spec.h"
+
+namespace loom::train {
+
+extern const ModelSpec kDitSpec;            // dit_spec.cpp
+extern const ModelSpec kGptSpec;            // gpt_spec.cpp
+extern const ModelSpec kVitClassifierSpec;  // vit_spec.cpp
+extern const ModelSpec kDitRouterSpec;      // vit_spec.cpp
+
+// The parameters a model's mixtures of experts add: each one's experts in place of the dense
+// MLP's 8 w^2.
+template <typename ModelConfig>
+double mixture_extra_parameters(const ModelConfig& c) {
+  const nn::MoeConfig moe = c.moe_config();
+  const double w = double(c.width), per_block = double((moe.experts + moe.shared_experts) *
+                                                       moe.expert_parameters(c.width));
+  double extra = 0;
+  for (int64_t i = 0; i < c.depth; ++i)
+    if (c.is_moe_block(i)) extra += per_block - 8 * w * w;
+  return extra;
+}
+
+// Ids in [0, n) of `shape`, fixed by `name` (the synthetic data of `loom bench`).
+Tensor synthetic_ids(const Shape& shape, int64_t n, const std::string& name);
+
+}  // namespace loom::train
