@@ -1,11 +1,11 @@
 // `loom ckpt export | verify`: a checkpoint as one file (or a Hugging Face model), and checked.
 #include <cstdio>
 #include "commands.h"
+#include "kind_flags.h"
 #include "loom/checkpoint/run_checkpoints.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/sharded.h"
 #include "loom/train/checkpoint_dir.h"
-#include "loom/train/hf_interop.h"
 #include "numbers.h"
 
 namespace loom::cli {
@@ -40,8 +40,17 @@ int ckpt_export_command(const CLI::App& cmd, CkptExportArgs a) {
   if (a.format == "hf") {
     if (cmd.get_option("--part")->count() > 0)
       throw CLI::ValidationError("--part", "--format hf writes the model");
+    const train::ModelSpec& spec = checkpoint_spec(a.checkpoint, "ckpt export --format hf");
+    if (!spec.export_hf) {
+      std::string kinds;  // the kinds with a Hugging Face format
+      for (const train::ModelSpec* s : train::model_specs())
+        if (s->export_hf) kinds += std::string(kinds.empty() ? "" : " or ") + s->name;
+      LOOM_FAIL() << "ckpt export --format hf: " << a.checkpoint << " is a checkpoint of a "
+                  << spec.name << " model, not a " << kinds << " (the kinds with a Hugging Face "
+                  << "format)";
+    }
     const train::HfExport e =
-        train::export_hf(a.checkpoint, a.out, dtype_from_name(a.dtype), int64_t(a.shard_mb * 1e6));
+        spec.export_hf(a.checkpoint, a.out, dtype_from_name(a.dtype), int64_t(a.shard_mb * 1e6));
     std::printf(
         "%s: %s, %lld tensors, %lld bytes (%s) in %lld file%s, config.json and "
         "tokenizer.json\n",

@@ -6,17 +6,18 @@
 #include <cstdio>
 #include <memory>
 
-#include "loom/autograd/engine.h"
 #include "loom/backend/backend.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/json.h"
 #include "loom/core/trace.h"
-#include "loom/ops/creation.h"
-#include "loom/ops/matmul.h"
+#include "loom/dist/device_mesh.h"
+#include "loom/dist/world.h"
 #include "loom/optim/adamw.h"
+#include "loom/parallel/parallelize.h"
 #include "loom/plan/hardware_peak.h"
 #include "loom/precision/recipe.h"
+#include "loom/train/train_step.h"
 
 namespace loom::bench {
 
@@ -104,12 +105,18 @@ BenchResult run_bench(const BenchModel& bench, const BenchOptions& options, doub
     low = std::make_unique<precision::LowPrecision>(
         *model, precision::default_recipe_config(
                     precision::recipe_from_name(options.precision, "bench --precision")));
+  // The trainer's own step (train/train_step.h) on the model parallelised for this one
+  // process, as `loom train` runs it.
+  const dist::DeviceMesh mesh(dist::world(), dist::ParallelDims{});
+  const std::unique_ptr<parallel::ParallelModel> parallel_model = parallel::parallelize(
+      *model, bench.config.spec().plan_of(*model), mesh, parallel::Topology{}, 1);
   optim::AdamWConfig adamw;
   adamw.lr = 1e-4;
   adamw.beta2 = 0.95;
   adamw.weight_decay = 0.1;
-  optim::AdamW opt(model->named_parameters(), adamw);
-  const std::vector<Tensor> params = model->parameters();
+  const std::unique_ptr<optim::AdamW> opt =
+      optim::make_adamw(parallel_model->optimizer_params(), adamw);
+  train::TrainStep train_step(*parallel_model, *opt, compute, /*grad_accum=*/1, /*grad_clip=*/1.0);
 
   BenchResult r;
   r.name = spec.name;
@@ -124,24 +131,13 @@ BenchResult run_bench(const BenchModel& bench, const BenchOptions& options, doub
       trace::start(trace::now_ns());
     }
     const auto start = std::chrono::steady_clock::now();
-    Tensor loss;
     if (low) low->begin_step(i);
-    {
-      AutocastGuard autocast(compute);
-      loss = loss_fn();
-      backward(loss);
-    }
-    double clip = 1.0;
-    {
-      trace::Scope scope("grad_norm", "optimizer");
-      clip = optim::clip_scale(optim::grad_norm(params), 1.0);
-    }
-    {
-      trace::Scope scope("optimizer_step", "optimizer");
-      opt.step(adamw.lr, clip);  // clipped in the update, as the trainer does
-      opt.zero_grad();
-    }
-    r.final_loss = double(item(loss));
+    const double loss = train_step.forward_backward([&](int64_t) { return loss_fn(); },
+                                                    [](const Tensor& l) { return l; });
+    if (low) low->end_step([](std::vector<float>&) {});  // one process: its own amaxes
+    train_step.update(adamw.lr, train_step.grad_norm());
+    train_step.zero_grad();
+    r.final_loss = loss;
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     LOOM_CHECK(std::isfinite(r.final_loss))

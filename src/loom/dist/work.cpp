@@ -33,6 +33,12 @@ void Work::wait() {
                      .count();
   }
   LOOM_CHECK(error_.empty()) << description_ << " failed: " << error_;
+  if (on_wait_) {
+    const std::function<void()> f = std::move(on_wait_);
+    on_wait_ = nullptr;
+    lock.unlock();
+    f();
+  }
 }
 
 bool Work::completed() const {

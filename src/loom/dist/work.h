@@ -4,6 +4,7 @@
 // communication thread while the caller goes on computing, and wait() blocks until it is done.
 #pragma once
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,10 @@ class Work {
 
   // Backend side: marks the operation finished (an empty error means success).
   void finish(std::string error = "");
+  // Backend side: `f` runs once, in the caller's thread that waits for the finished operation,
+  // before that wait returns (a staged group copies its results back to the device there:
+  // dist/staged_group.h). Set before the handle is returned.
+  void on_wait(std::function<void()> f) { on_wait_ = std::move(f); }
 
  private:
   std::string description_;
@@ -31,6 +36,7 @@ class Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::string error_;
+  std::function<void()> on_wait_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

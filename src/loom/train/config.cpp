@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "loom/backend/cpu/gemm.h"
+#include "loom/dist/nccl_group.h"
 #include "loom/plan/hardware_peak.h"
 #include "loom/train/config_file.h"
 #include "loom/train/config_read.h"
@@ -402,6 +403,15 @@ Config read_config(ConfigFile& f) {
   p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);
   p.bucket_mb = f.get_double("parallel", "bucket_mb", p.bucket_mb);
   c.parallel.timeout_s = f.get_double("dist", "timeout_s", c.parallel.timeout_s);
+  std::string group = f.get_string("dist", "device_group", "auto");
+  LOOM_CHECK(group == "auto" || group == "nccl" || group == "staged")
+      << "config " << path << ": dist.device_group '" << group
+      << "' is not known (expected auto, nccl or staged)";
+  if (group == "auto") {
+    group = dist::nccl_available() ? "nccl" : "staged";
+    f.record("dist", "device_group", group);  // what this build chose
+  }
+  c.parallel.device_group = group == "nccl" ? DeviceGroup::Nccl : DeviceGroup::Staged;
   check_model_parallel(c, facts, path);
   p.ep = f.get_int("parallel", "ep", p.ep);
   const nn::MoeConfig* moe = facts.moe;

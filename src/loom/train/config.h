@@ -143,9 +143,16 @@ struct LmSampleConfig {
 
 // [parallel] and [dist]. train.batch_size is the global batch of one micro-step, split evenly
 // over the dp ranks; pipeline micro-batches are train.grad_accum.
+// [dist] device_group: how processes with train.device "cuda" exchange device tensors: NCCL
+// (every process its own GPU), or staged through host memory over MPI (dist/staged_group.h:
+// processes sharing a GPU, the CUDA backend's host emulation). The key's "auto" is resolved
+// when read (NCCL where the build has it, else staged) and recorded so in config.toml.
+enum class DeviceGroup { Nccl, Staged };
+
 struct ParallelConfig {
   parallel::Topology topology;  // the degrees and each axis's typed choice
   double timeout_s = 600;       // [dist] timeout_s: a collective older than this aborts
+  DeviceGroup device_group = DeviceGroup::Staged;
 };
 
 struct Config {

@@ -111,8 +111,7 @@ const std::vector<ConfigKey> kKeys = {
      "several directories of `loom data prepare`, mixed"},
     {"data.weights", kGpt, "number list", "(1.0 for each path)", "> 0, one per path",
      "data.dataset = \"tokens\"", "mixing weights of data.paths"},
-    {"data.val_fraction", kGpt, "number", "0.05", "(0, 1)", "",
-     "the held-out tail of the text"},
+    {"data.val_fraction", kGpt, "number", "0.05", "(0, 1)", "", "the held-out tail of the text"},
     {"data.tokenizer", kGpt, "string", "\"bytes\"", "", "",
      "bytes, a file of `loom tokenizer train`, a Hugging Face tokenizer.json (or its "
      "directory) or a .tiktoken file"},
@@ -164,8 +163,8 @@ const std::vector<ConfigKey> kKeys = {
     {"precision.stochastic_rounding", "", "boolean", "true", "", "train.precision = \"nvfp4\"",
      "gradients rounded stochastically to FP4"},
     {"precision.bf16_blocks", "", "integer list", "([0, -1] for nvfp4, else [])",
-     "-depth to depth - 1",
-     "a low-precision recipe", "blocks kept in bf16 (negative: from the last)"},
+     "-depth to depth - 1", "a low-precision recipe",
+     "blocks kept in bf16 (negative: from the last)"},
     // [diffusion]
     {"diffusion.label_dropout", kDit, "number", "0.1", "[0, 1]", "",
      "labels dropped to \"no label\" so guidance has an unconditional model"},
@@ -267,6 +266,10 @@ const std::vector<ConfigKey> kKeys = {
      "gradient all-reduce bucket size in MB"},
     {"dist.timeout_s", "", "number", "600.0", "> 0", "",
      "a collective older than this aborts the run (the hang watchdog)"},
+    {"dist.device_group", "", "string", "\"auto\"", "auto, nccl, staged", "",
+     "with train.device \"cuda\" and several processes: device tensors through NCCL (each "
+     "process its own GPU), or staged through host memory over MPI (processes sharing a GPU); "
+     "auto: NCCL where the build has it (config.toml records the choice)"},
     {"parallel.ep", "", "integer", "1", ">= 1, divides moe.experts", "",
      "expert-parallel ranks (carved from the data-parallel ones)"},
     // [resilience]
@@ -288,11 +291,15 @@ const std::vector<ConfigKey> kKeys = {
      "signals that checkpoint the run and exit 75"},
 };
 
-std::string section_of(const std::string& name) { return name.substr(0, name.find('.')); }
+std::string section_of(const std::string& name) {
+  return name.substr(0, name.find('.'));
+}
 
 }  // namespace
 
-const std::vector<ConfigKey>& config_keys() { return kKeys; }
+const std::vector<ConfigKey>& config_keys() {
+  return kKeys;
+}
 
 std::vector<std::string> config_key_names() {
   std::vector<std::string> names;

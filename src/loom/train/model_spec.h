@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/device.h"
+#include "loom/core/dtype.h"
 #include "loom/core/tensor.h"
 #include "loom/nn/module.h"
 #include "loom/nn/moe.h"
@@ -41,6 +42,12 @@ struct ParallelFacts {
   std::string tokens_what{};           // how errors name them: "16 tokens (model.context)"
   int64_t vocab = 0;                   // > 0: the embedding and head split over tp (no pipeline)
   const nn::MoeConfig* moe = nullptr;  // the model's mixture of experts, when it may have one
+};
+
+// What `loom ckpt export --format hf` wrote: a Hugging Face model directory.
+struct HfExport {
+  std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM", ...
+  int64_t tensors = 0, bytes = 0, shards = 1;
 };
 
 // A model and the loss of a synthetic batch through it (a closure over the batch).
@@ -75,6 +82,10 @@ struct ModelSpec {
   void (*sample)(const SampleCall& call) = nullptr;
   void (*eval)(const EvalCall& call) = nullptr;
   std::vector<std::string> command_flags{};
+  // The state-dict adapter: a checkpoint's model part as a Hugging Face model directory in
+  // `dtype`, in files of at most shard_bytes (null: the kind has no Hugging Face format).
+  HfExport (*export_hf)(const std::string& checkpoint, const std::string& out_dir, DType dtype,
+                        int64_t shard_bytes) = nullptr;
 };
 
 // The spec of a kind, or of a model.kind name (an unknown name fails with `what` and the
@@ -83,5 +94,7 @@ const ModelSpec& model_spec(ModelKind kind);
 const ModelSpec& model_spec(const std::string& name, const std::string& what);
 // "dit, gpt, vit_classifier or dit_router"
 std::string model_kind_names();
+// Every registered spec, in the registry's order.
+std::vector<const ModelSpec*> model_specs();
 
 }  // namespace loom::train

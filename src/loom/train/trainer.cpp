@@ -18,6 +18,7 @@
 #include "loom/core/trace.h"
 #include "loom/data/prefetch.h"
 #include "loom/dist/nccl_group.h"
+#include "loom/dist/staged_group.h"
 #include "loom/dist/world.h"
 #include "loom/lowcomm/diloco.h"
 #include "loom/lowcomm/round_agreement.h"
@@ -34,6 +35,7 @@
 #include "loom/train/recipe.h"
 #include "loom/train/report.h"
 #include "loom/train/step_guard.h"
+#include "loom/train/train_step.h"
 
 namespace loom::train {
 
@@ -56,14 +58,16 @@ double seconds_since(Clock::time_point t) {
 }
 
 // The job's processes, and how they exchange tensors on `device`: on GPUs through NCCL (host
-// tensors still through MPI), on the host through MPI.
-std::shared_ptr<dist::ProcessGroup> world_for(Device device, double timeout_s) {
-  std::shared_ptr<dist::ProcessGroup> world = dist::init_world({timeout_s});
+// tensors still through MPI) or staged through host memory over MPI (dist.device_group), on
+// the host through MPI.
+std::shared_ptr<dist::ProcessGroup> world_for(Device device, const ParallelConfig& p) {
+  std::shared_ptr<dist::ProcessGroup> world = dist::init_world({p.timeout_s});
   if (device.type != DeviceType::CUDA || world->size() == 1) return world;
+  if (p.device_group == DeviceGroup::Staged) return dist::staged_device_group(world);
   LOOM_CHECK(dist::nccl_available())
-      << "train.device \"cuda\" with " << world->size() << " processes needs NCCL, and this "
-      << "Loom was built without it";
-  return dist::nccl_group(world, timeout_s);
+      << "dist.device_group \"nccl\": this Loom was built without NCCL (\"staged\" exchanges "
+      << "device tensors through host memory instead)";
+  return dist::nccl_group(world, p.timeout_s);
 }
 
 // Every rank must train the same run: processes started with other configs (on other machines,
@@ -121,9 +125,9 @@ struct Loop {
   dist::ProcessGroup& step_group;
   Recipe& recipe;
   parallel::ParallelModel& model;
-  optim::AdamW& optimizer;
-  lowcomm::DiLoCo* diloco;                                     // null: no DiLoCo
-  precision::LowPrecision* low_precision;                      // null: no low-precision recipe
+  TrainStep step_core;                     // forward, backward and update (train/train_step.h)
+  lowcomm::DiLoCo* diloco;                 // null: no DiLoCo
+  precision::LowPrecision* low_precision;  // null: no low-precision recipe
   std::function<void(std::vector<float>&)> max_over_replicas;  // of the ranks holding my layers
   Prefetcher<Batch>& prefetch;
   StepGuard& guard;
@@ -147,33 +151,24 @@ struct Loop {
   // Forward and backward of every micro-batch of the step; gradients accumulate to the mean.
   // Returns this rank's loss.
   double forward_backward_step(int64_t step) {
-    AutocastGuard autocast(tc.precision);
-    const int64_t A = tc.grad_accum;
+    auto guard_loss = [this, step](const Tensor& loss) { return guard.guard_loss(loss, step); };
     if (const parallel::Pipeline* pipe = model.pipeline()) {
+      AutocastGuard autocast(tc.precision);  // (the recipe's stages are made under it too)
       std::vector<Batch> batches;
       std::vector<Slot> slots;
-      for (int64_t micro = 0; micro < A; ++micro) {
+      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
         batches.push_back(next_batch());
         slots.push_back(slot_of(tc, dp, step, micro));
       }
       parallel::PipelineStages stages = recipe.pipeline_stages(*pipe, batches, slots);
-      stages.loss = [this, step, loss = stages.loss](const Tensor& out, int64_t m) {
-        return guard.guard_loss(loss(out, m), step);
+      stages.loss = [guard_loss, loss = stages.loss](const Tensor& out, int64_t m) {
+        return guard_loss(loss(out, m));
       };
-      return model.run_pipeline_step(stages);
+      return step_core.forward_backward(stages);
     }
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < A; ++micro) {
-      const Batch b = next_batch();
-      Tensor loss = recipe.loss(b, slot_of(tc, dp, step, micro));
-      if (A > 1) loss = mul_scalar(loss, 1.0 / double(A));
-      loss = guard.guard_loss(loss, step);
-      model.begin_micro_step(micro, A);
-      backward(loss);
-      model.after_backward(micro, A);
-      loss_sum += double(item(loss));
-    }
-    return loss_sum;
+    return step_core.forward_backward(
+        [&](int64_t micro) { return recipe.loss(next_batch(), slot_of(tc, dp, step, micro)); },
+        guard_loss);
   }
 
   StepResult train_step(int64_t step) {
@@ -187,21 +182,14 @@ struct Loop {
     const std::vector<double> agreed = sum_over(step_group, {loss, out_of_time ? 1.0 : 0.0});
     r.loss = agreed[0] / double(step_group.size());
     r.out_of_time = agreed[1] > 0;
-    {
-      trace::Scope scope("grad_norm", "optimizer");
-      r.grad_norm = model.grad_norm();
-    }
+    r.grad_norm = step_core.grad_norm();
     r.lr = decay.schedule().lr_at(step);
     const bool update = guard.accept(step, r.loss, r.grad_norm);
-    if (update) {
-      trace::Scope scope("optimizer_step", "optimizer");
-      optimizer.step(r.lr, optim::clip_scale(r.grad_norm, tc.grad_clip));  // clipped in the update
-      model.sync_parameters();
-    }
+    if (update) step_core.update(r.lr, r.grad_norm);
     moe.end_step(update);  // the aux-loss-free biases follow the update
     if (diloco) r.outer = diloco->after_step(step, step + 1 == decay.end_step());
     if (diloco && (step + 1) % cfg.diloco->inner_steps == 0) moe.average_over_workers();
-    model.zero_grad();
+    step_core.zero_grad();
     // Between outer steps DiLoCo workers exchange nothing, not even the few bytes of an
     // agreement (a round trip each on a slow link): a worker that ran out of skips trains on
     // (its skipped steps changed nothing) until the workers agree on the rollback.
@@ -230,7 +218,7 @@ namespace {
 struct RunParts {
   explicit RunParts(const Config& c)
       : cfg(c),
-        mesh(world_for(c.train.device, c.parallel.timeout_s), c.parallel.topology.dims),
+        mesh(world_for(c.train.device, c.parallel), c.parallel.topology.dims),
         dp(mesh.group("dp")),
         rank(mesh.world()->rank()),
         decay(c.schedule, c.train.max_minutes * 60) {
@@ -342,7 +330,8 @@ Loop make_loop(RunParts& run, Prefetcher<Batch>& prefetch, StepGuard& guard,
               cfg.diloco ? *mesh.group("dp_shard") : *run.dp,
               *run.recipe,
               *run.model,
-              *run.optimizer,
+              TrainStep(*run.model, *run.optimizer, cfg.train.precision, cfg.train.grad_accum,
+                        cfg.train.grad_clip),
               run.diloco.get(),
               run.low_precision.get(),
               max_over_replicas,

@@ -16,7 +16,7 @@
 #include "loom/models/gpt/generate.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
-#include "loom/train/hf_interop.h"
+#include "loom/train/recipes/gpt_hf.h"
 #include "loom/train/moe_balance.h"
 
 namespace loom::train {

@@ -12,6 +12,7 @@
 #include "loom/train/config_read.h"
 #include "loom/train/recipes/commands.h"
 #include "loom/train/recipes/gpt.h"
+#include "loom/train/recipes/gpt_hf.h"
 #include "loom/train/recipes/specs.h"
 
 namespace loom::train {
@@ -222,6 +223,7 @@ extern const ModelSpec kGptSpec = {
     .sample = sample_gpt_command,
     .eval = eval_gpt_command,
     .command_flags = {kGptFlags},
+    .export_hf = export_hf,
 };
 
 }  // namespace loom::train

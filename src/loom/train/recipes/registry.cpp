@@ -33,6 +33,10 @@ const ModelSpec& model_spec(const std::string& name, const std::string& what) {
   return *kSpecs[0];
 }
 
+std::vector<const ModelSpec*> model_specs() {
+  return {kSpecs.begin(), kSpecs.end()};
+}
+
 std::string model_kind_names() {
   std::string names;
   for (size_t i = 0; i < kSpecs.size(); ++i)

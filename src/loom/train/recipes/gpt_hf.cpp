@@ -1,4 +1,4 @@
-#include "loom/train/hf_interop.h"
+#include "loom/train/recipes/gpt_hf.h"
 
 #include <cmath>
 #include <cstdio>

@@ -12,13 +12,9 @@
 #include "loom/core/dtype.h"
 #include "loom/core/tensor.h"
 #include "loom/models/gpt/gpt.h"
+#include "loom/train/model_spec.h"
 
 namespace loom::train {
-
-struct HfExport {
-  std::string architecture;  // "GPT2LMHeadModel" or "LlamaForCausalLM"
-  int64_t tensors = 0, bytes = 0, shards = 1;
-};
 
 // The "model" part of checkpoint ckpt_dir (a gpt run's) into out_dir (created; each file in it
 // written atomically), its tensors in `dtype` (F32 or BF16), in shards of at most shard_bytes
