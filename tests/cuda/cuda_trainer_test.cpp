@@ -331,8 +331,11 @@ TEST(CudaTrainer, UnbuiltCombinationsAreRefusedByName) {
     EXPECT_NE(error.find(says), std::string::npos) << error;
   };
   expect_error({"train.precision=\"mxfp8\""}, "is not built for train.device");
-  expect_error({"parallel.tp=2"}, "by DDP only so far");
-  expect_error({"parallel.data_parallel=\"zero2\""}, "by DDP only so far");
+  // What is still refused on the device, and why; data parallelism of every kind is not.
+  expect_error({"parallel.tp=2"}, "by data parallelism only so far");
+  for (const char* mode : {"ddp", "zero1", "zero2", "zero3"})
+    EXPECT_EQ(error_of({std::string("parallel.data_parallel=\"") + mode + "\""}), "no error")
+        << mode;
   expect_error({"moe.experts=4"}, "mixture of experts");
   expect_error({"model.kind=\"vit_classifier\""}, "trains on the cpu only so far");
   expect_error({"train.device=\"tpu\""}, "is not known (cpu or cuda)");

@@ -1,7 +1,7 @@
 // `loom train` with train.device = "cuda" on several processes under the emulation, with
 // dist.device_group = "staged": the device tensors of the gradient exchange go through host
-// memory over MPI (dist/staged_group.h). The DDP run on the device against the same run on the host: the loss
-// curves agree step for step within f32's summation-order tolerance.
+// memory over MPI (dist/staged_group.h). The DDP run on the device against the same run on the
+// host: the loss curves agree step for step within f32's summation-order tolerance.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -54,7 +54,7 @@ std::vector<double> losses_of(const std::string& run_dir) {
   return out;
 }
 
-TEST(StagedTrainer, DdpOnTheDeviceTrainsAsOnTheHost) {
+TEST(StagedTrainer, DataParallelOnTheDeviceTrainsAsOnTheHost) {
   auto world = loom::dist::world();
   // One directory for every rank (they share a parent, mpirun's), written by rank 0.
   const std::string dir =
@@ -67,22 +67,36 @@ TEST(StagedTrainer, DdpOnTheDeviceTrainsAsOnTheHost) {
     std::ofstream(dir + "/config.toml") << kGpt;
   }
   world->barrier()->wait();
-  auto run = [&](const std::string& name, const std::string& device) {
-    const loom::train::Config c = loom::train::load_config(
-        dir + "/config.toml",
-        {"data.path=\"" + dir + "/text.txt\"", "run.out_dir=\"" + dir + "\"",
-         "run.name=\"" + name + "\"", "run.id=\"test\"", "train.device=\"" + device + "\"",
-         "dist.device_group=\"staged\""});
-    loom::train::train(c, "");
+  auto run = [&](const std::string& name, const std::string& device,
+                 const std::vector<std::string>& layout) {
+    std::vector<std::string> overrides = {
+        "data.path=\"" + dir + "/text.txt\"", "run.out_dir=\"" + dir + "\"",
+        "run.name=\"" + name + "\"",          "run.id=\"test\"",
+        "train.device=\"" + device + "\"",    "dist.device_group=\"staged\""};
+    overrides.insert(overrides.end(), layout.begin(), layout.end());
+    loom::train::train(loom::train::load_config(dir + "/config.toml", overrides), "");
     world->barrier()->wait();  // rank 0's files are complete
-    return losses_of(c.run_dir());
+    return losses_of(dir + "/" + name);
   };
-  const std::vector<double> cpu = run("cpu", "cpu"), cuda = run("cuda", "cuda");
-  ASSERT_EQ(cpu.size(), 6u);
-  ASSERT_EQ(cuda.size(), cpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i)
-    EXPECT_NEAR(cuda[i], cpu[i], 2e-3 * std::fabs(cpu[i])) << "step " << i + 1;
-  EXPECT_LT(cuda.back(), cuda.front());
+  // Each data-parallel layout on the device against the same layout on the host: ZeRO's flat
+  // buffers, reduce-scatters and gathers (bf16 ones too) live on the device.
+  std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"ddp", {}},
+      {"zero1", {"parallel.data_parallel=\"zero1\""}},
+      {"zero2", {"parallel.data_parallel=\"zero2\"", "train.grad_accum=2"}},
+      {"zero3", {"parallel.data_parallel=\"zero3\""}},
+      {"zero3bf16", {"parallel.data_parallel=\"zero3\"", "parallel.gather_dtype=\"bf16\""}}};
+  if (world->size() % 2 == 0)  // HSDP: 2 replicas of ZeRO-3 shards
+    layouts.push_back({"hsdp", {"parallel.data_parallel=\"zero3\"", "parallel.dp_replicate=2"}});
+  for (const auto& [name, layout] : layouts) {
+    const std::vector<double> cpu = run(name + "-cpu", "cpu", layout);
+    const std::vector<double> cuda = run(name + "-cuda", "cuda", layout);
+    ASSERT_EQ(cpu.size(), 6u) << name;
+    ASSERT_EQ(cuda.size(), cpu.size()) << name;
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_NEAR(cuda[i], cpu[i], 2e-3 * std::fabs(cpu[i])) << name << ", step " << i + 1;
+    EXPECT_LT(cuda.back(), cuda.front()) << name;
+  }
   world->barrier()->wait();
   if (world->rank() == 0) fs::remove_all(dir);
 }

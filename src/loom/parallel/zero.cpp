@@ -1,7 +1,6 @@
 #include "loom/parallel/zero.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "loom/autograd/backward_hook.h"
 #include "loom/autograd/node.h"
@@ -12,10 +11,16 @@ namespace loom::parallel {
 
 namespace {
 
-Tensor zeros_of(int64_t n, MemCategory category, DType dtype = DType::F32) {
-  Tensor t = Tensor::empty({n}, dtype, cpu_device(), category);
-  std::memset(t.data_ptr(), 0, t.nbytes());
+// The flat buffers live on the parameters' device (the host, or a GPU); every fill, copy and
+// sum goes through that device's backend.
+Tensor zeros_of(int64_t n, MemCategory category, Device device, DType dtype = DType::F32) {
+  Tensor t = Tensor::empty({n}, dtype, device, category);
+  backend_for(device).fill(t, 0.0);
   return t;
+}
+
+void fill_zero(const Tensor& t) {
+  backend_for(t.device()).fill(t, 0.0);
 }
 
 // Elements [at, at + n) of a flat buffer as a tensor of `shape`.
@@ -24,9 +29,7 @@ Tensor flat_view(const Tensor& flat, int64_t at, const Shape& shape) {
 }
 
 void add_into(const Tensor& acc, const Tensor& x) {
-  float* a = acc.data<float>();
-  const float* b = x.data<float>();
-  for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+  backend_for(acc.device()).binary(BinaryOp::Add, acc, x, acc);
 }
 
 void convert(const Tensor& from, const Tensor& to) {
@@ -66,6 +69,7 @@ struct ZeroDataParallel::Shared {
   std::vector<Group> groups;
   std::shared_ptr<dist::ProcessGroup> shard;
   ZeroOptions options;
+  Device device = cpu_device();  // the parameters'
   int last_block = -1;
   bool sync = false, active = true;
 
@@ -73,10 +77,8 @@ struct ZeroDataParallel::Shared {
   void start_gather(Group& g) {
     g.full.storage()->materialize();
     if (options.gather_dtype == DType::BF16) {
-      g.gather_send =
-          Tensor::empty({g.shard}, DType::BF16, cpu_device(), MemCategory::Communication);
-      g.gather_recv =
-          Tensor::empty({g.padded}, DType::BF16, cpu_device(), MemCategory::Communication);
+      g.gather_send = Tensor::empty({g.shard}, DType::BF16, device, MemCategory::Communication);
+      g.gather_recv = Tensor::empty({g.padded}, DType::BF16, device, MemCategory::Communication);
       convert(g.master, g.gather_send);
       g.gather_work = shard->all_gather(g.gather_send, g.gather_recv);
     } else {
@@ -132,7 +134,7 @@ struct ZeroDataParallel::Shared {
         start_gather(groups[gi - 1]);
     }
     if (sync && !g.launched && !g.flat_grad.defined()) {
-      g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
+      g.flat_grad = zeros_of(g.padded, MemCategory::Gradients, device);
       g.bind_gradients();
     }
   }
@@ -148,17 +150,17 @@ struct ZeroDataParallel::Shared {
       for (auto& other : groups)
         if (other.launched && !other.harvested) harvest(other);
       if (!g.flat_grad.defined()) {
-        g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
+        g.flat_grad = zeros_of(g.padded, MemCategory::Gradients, device);
         for (size_t k = 0; k < g.params.size(); ++k) {
           Tensor grad = g.params[k].tensor.grad();
           if (!grad.defined()) continue;  // unused this step: contributes zero
           LOOM_CHECK(grad.is_contiguous() && grad.dtype() == DType::F32)
               << "zero: gradient of " << g.params[k].name << " is not contiguous f32";
-          std::memcpy(g.flat_grad.data<float>() + g.offsets[k], grad.data_ptr(), grad.nbytes());
+          convert(grad, flat_view(g.flat_grad, g.offsets[k], grad.shape()));
         }
       }
       for (auto& p : g.params) p.tensor.set_grad(Tensor());
-      g.scratch = Tensor::empty({g.shard}, DType::F32, cpu_device(), MemCategory::Communication);
+      g.scratch = Tensor::empty({g.shard}, DType::F32, device, MemCategory::Communication);
     }
     g.work = shard->reduce_scatter(g.flat_grad, options.stage >= 2 ? g.scratch : g.grad_shard,
                                    dist::ReduceOp::Avg);
@@ -206,6 +208,10 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       << "zero: parameters are gathered in f32, or in bf16 under stage 3";
   shared_->shard = shard_;
   shared_->options = options;
+  const Device device = model.named_parameters().empty()
+                            ? cpu_device()
+                            : model.named_parameters().front().tensor.device();
+  shared_->device = device;
   const int64_t P = shard_->size(), r = shard_->rank();
 
   // One group per block (in block order), then the rest.
@@ -239,25 +245,26 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     }
     g.shard = (total + P - 1) / P;
     g.padded = g.shard * P;
-    g.full = zeros_of(g.padded, MemCategory::Parameters);
+    g.full = zeros_of(g.padded, MemCategory::Parameters, device);
     for (size_t k = 0; k < g.params.size(); ++k) {
       const Tensor& p = g.params[k].tensor;
+      LOOM_CHECK(p.device() == device) << "zero: parameter " << g.params[k].name << " is on "
+                                       << p.device().str() << ", the first on " << device.str();
       Tensor view = flat_view(g.full, g.offsets[k], p.shape());
-      std::memcpy(view.data_ptr(), p.data_ptr(), p.nbytes());
+      convert(p, view);
       p.rebind_storage(view);
     }
     const int64_t lo = r * g.shard, hi = lo + g.shard;
     g.master = flat_view(g.full, lo, {g.shard});
     if (stage == 3) {
-      g.master = Tensor::empty({g.shard}, DType::F32, cpu_device(), MemCategory::Parameters);
-      std::memcpy(g.master.data_ptr(), flat_view(g.full, lo, {g.shard}).data_ptr(),
-                  g.master.nbytes());
+      g.master = Tensor::empty({g.shard}, DType::F32, device, MemCategory::Parameters);
+      convert(flat_view(g.full, lo, {g.shard}), g.master);
     }
-    g.grad_shard = zeros_of(g.shard, MemCategory::Gradients);
-    g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState);
-    g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState);
+    g.grad_shard = zeros_of(g.shard, MemCategory::Gradients, device);
+    g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState, device);
+    g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState, device);
     if (stage == 1) {
-      g.flat_grad = zeros_of(g.padded, MemCategory::Gradients);
+      g.flat_grad = zeros_of(g.padded, MemCategory::Gradients, device);
       g.bind_gradients();
     }
     g.seen.assign(g.params.size(), false);
@@ -317,9 +324,7 @@ void ZeroDataParallel::broadcast_parameters() {
   }
   for (auto& g : groups) {
     if (shared_->options.stage == 3)  // else the master is a view of `full` already
-      std::memcpy(g.master.data_ptr(),
-                  flat_view(g.full, shard_->rank() * g.shard, {g.shard}).data_ptr(),
-                  g.master.nbytes());
+      convert(flat_view(g.full, shard_->rank() * g.shard, {g.shard}), g.master);
     shared_->release(g);
   }
 }
@@ -377,8 +382,8 @@ void ZeroDataParallel::sync_parameters() {
 
 void ZeroDataParallel::zero_grad() {
   for (auto& g : shared_->groups) {
-    std::memset(g.grad_shard.data_ptr(), 0, g.grad_shard.nbytes());
-    if (g.flat_grad.defined()) std::memset(g.flat_grad.data_ptr(), 0, g.flat_grad.nbytes());
+    fill_zero(g.grad_shard);
+    if (g.flat_grad.defined()) fill_zero(g.flat_grad);
   }
 }
 
@@ -390,15 +395,14 @@ std::vector<std::pair<std::string, Tensor>> ZeroDataParallel::gather_full(
   size_t k = 0;
   for (size_t gi = 0; gi < shared_->groups.size(); ++gi) {
     const Group& g = shared_->groups[gi];
-    Tensor mine = zeros_of(g.shard, MemCategory::Communication);
+    Tensor mine = zeros_of(g.shard, MemCategory::Communication, shared_->device);
     for (; k < pieces_.size() && piece_at_[k].first == gi; ++k) {
       LOOM_CHECK(values[k].numel() == pieces_[k].end - pieces_[k].begin &&
                  values[k].dtype() == DType::F32 && values[k].is_contiguous())
           << "zero: gather_full value " << k << " does not match piece " << pieces_[k].name;
-      std::memcpy(mine.data<float>() + piece_at_[k].second, values[k].data_ptr(),
-                  values[k].nbytes());
+      convert(values[k], flat_view(mine, piece_at_[k].second, {values[k].numel()}));
     }
-    Tensor all = Tensor::empty({g.padded}, DType::F32, cpu_device(), MemCategory::Other);
+    Tensor all = Tensor::empty({g.padded}, DType::F32, shared_->device, MemCategory::Other);
     shard_->all_gather(mine, all)->wait();
     for (size_t p = 0; p < g.params.size(); ++p)
       out.emplace_back(g.params[p].name, flat_view(all, g.offsets[p], g.params[p].tensor.shape()));

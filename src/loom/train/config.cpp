@@ -160,11 +160,9 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
       << "train.device \"cuda\" yet";
   LOOM_CHECK(!c.diloco) << "config " << path
                         << ": lowcomm.method is not built for train.device \"cuda\" yet";
-  LOOM_CHECK(d.tp == 1 && d.pp == 1 && d.cp == 1 && d.dp_replicate == 1 &&
-             c.parallel.topology.ep == 1 &&
-             c.parallel.topology.data_parallel == parallel::DataParallel::DDP)
-      << "config " << path << ": train.device \"cuda\" spreads a run over GPUs by DDP only so "
-      << "far: parallel.tp, pp, cp, ep and dp_replicate must be 1 and data_parallel \"ddp\"";
+  LOOM_CHECK(d.tp == 1 && d.pp == 1 && d.cp == 1 && c.parallel.topology.ep == 1)
+      << "config " << path << ": train.device \"cuda\" spreads a run over GPUs by data "
+      << "parallelism only so far (DDP, ZeRO-1/2/3, HSDP): parallel.tp, pp, cp and ep must be 1";
 }
 
 // train.precision "auto": bf16 autocast where it is faster than f32 and as good (its curves are
