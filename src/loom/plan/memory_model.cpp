@@ -155,6 +155,7 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
           break;
         case parallel::DataParallel::Zero2:  // the shard, and two blocks' gradients at a time
           m.parameters = p, m.gradients = shard + 2 * largest + rest, m.optimizer = 2 * shard;
+          m.gradients_by_timing = largest;
           // Reduce-scatter buffers: one group's shard, or two where the next group launches
           // before the last one's transfer is done (it varies by rank and step): the most.
           m.communication = 2 * largest / double(dp);
@@ -163,6 +164,7 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
           const double gathered = double(std::min<int64_t>(2, m.blocks)) * largest + rest;
           m.parameters = shard + gathered;
           m.gradients = shard + 2 * largest + rest;
+          m.gradients_by_timing = largest;
           m.optimizer = 2 * shard;
           m.communication = 2 * largest / double(dp);  // as ZeRO-2's
           if (t.gather_dtype == DType::BF16)

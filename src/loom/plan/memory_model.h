@@ -27,6 +27,9 @@ struct RankMemory {
   int64_t pp_rank = 0;
   int64_t blocks = 0;  // blocks this rank holds
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0, communication = 0;
+  // Of `gradients`, what a rank holds only where a block's reduce-scatter has not arrived by
+  // the time the next block's gradients are made (ZeRO-2/3): by timing, it varies by step.
+  double gradients_by_timing = 0;
   double total() const { return parameters + gradients + optimizer + activations + communication; }
 };
 

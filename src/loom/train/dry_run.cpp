@@ -125,6 +125,12 @@ std::string dry_run_report(const std::string& config_path,
        << megabytes(r.optimizer) << "  " << megabytes(r.activations) << "    "
        << megabytes(r.communication) << "  " << megabytes(r.total()) << "\n";
   }
+  for (const plan::RankMemory& r : ranks)
+    if (r.gradients_by_timing > 0)
+      os << "  pp " << r.pp_rank
+         << " gradients: " << format("%.3f", (r.gradients - r.gradients_by_timing) / 1e6)
+         << " MB at the least (by timing: each block's reduce-scatter arrived before the next "
+            "block's gradients)\n";
   // Every process builds the whole model before it shards it (for now): a peak at start-up.
   const double build = parameters * 4;
   os << "  start-up: each process builds the whole model first, " << megabytes(build) << " MB\n\n";
