@@ -3,8 +3,26 @@
 // every test in the same order (tests/dist/main.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "loom/backend/cuda/cuda_backend.h"
 #include "loom/dist/world.h"
+
+// On ranks other than 0: only their failures, each naming the rank (a failure on one rank
+// alone would otherwise go unseen).
+class RankFailurePrinter : public testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (result.failed())
+      std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_,
+                   result.file_name() ? result.file_name() : "?", result.line_number(),
+                   result.message());
+  }
+
+ private:
+  int rank_;
+};
 
 int main(int argc, char** argv) {
   loom::register_allocator(loom::DeviceType::CUDA, &loom::cuda_emulated::device_allocator());
@@ -14,6 +32,7 @@ int main(int argc, char** argv) {
   if (loom::dist::world_rank() != 0) {
     auto& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(loom::dist::world_rank()));
   }
   const int failed = RUN_ALL_TESTS();
   if (failed) std::fprintf(stderr, "rank %d: some tests failed\n", loom::dist::world_rank());

@@ -1,7 +1,8 @@
 // `loom train` with train.device = "cuda" on several processes under the emulation, with
-// dist.device_group = "staged": the device tensors of the gradient exchange go through host
-// memory over MPI (dist/staged_group.h). The DDP run on the device against the same run on the
-// host: the loss curves agree step for step within f32's summation-order tolerance.
+// dist.device_group = "staged": every exchange of device tensors (gradients, ZeRO's shards and
+// gathers, TP's activations, PP's stage inputs and their gradients) goes through host memory
+// over MPI (dist/staged_group.h). Each layout on the device against the same layout on the
+// host: the loss curves agree step for step within f32's summation-order tolerance, and fall.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/core/json.h"
 #include "loom/dist/world.h"
 #include "loom/train/config.h"
 #include "loom/train/trainer.h"
+#include "png_folder.h"
 
 namespace {
 
@@ -43,6 +46,34 @@ windows = 4
 lr = 3e-3
 )";
 
+const char* kDit = R"(
+[run]
+name = "dit"
+[model]
+kind = "dit"
+image_size = 28
+channels = 1
+patch = 7
+width = 32
+depth = 2
+heads = 2
+num_classes = 10
+[data]
+dataset = "images"
+[train]
+steps = 6
+batch_size = 12
+log_every = 1
+[optim]
+lr = 1e-3
+[sample]
+steps = 2
+per_class = 1
+[eval]
+every = 0
+val_images = 16
+)";
+
 // The losses by step of a run's metrics.jsonl.
 std::vector<double> losses_of(const std::string& run_dir) {
   std::vector<double> out;
@@ -54,51 +85,192 @@ std::vector<double> losses_of(const std::string& run_dir) {
   return out;
 }
 
-TEST(StagedTrainer, DataParallelOnTheDeviceTrainsAsOnTheHost) {
-  auto world = loom::dist::world();
-  // One directory for every rank (they share a parent, mpirun's), written by rank 0.
-  const std::string dir =
-      (fs::temp_directory_path() / ("loom_staged_trainer_" + std::to_string(::getppid()))).string();
-  if (world->rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    std::ofstream text(dir + "/text.txt");
-    for (int i = 0; i < 400; ++i) text << "In the beginning was the word " << i % 17 << ".\n";
-    std::ofstream(dir + "/config.toml") << kGpt;
+using Layouts = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// Runs each layout of `config` (with `data`'s overrides) on the host and on the device, every
+// rank, and compares the two loss curves.
+class StagedTrainer : public testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = loom::dist::world();
+    // One directory for every rank (they share a parent, mpirun's), written by rank 0.
+    dir_ = (fs::temp_directory_path() / ("loom_staged_trainer_" + std::to_string(::getppid())))
+               .string();
+    if (world_->rank() == 0) {
+      fs::remove_all(dir_);
+      fs::create_directories(dir_);
+      std::ofstream text(dir_ + "/text.txt");
+      for (int i = 0; i < 400; ++i) text << "In the beginning was the word " << i % 17 << ".\n";
+      loom::test::png_folder(dir_ + "/train", 64, 1);
+      loom::test::png_folder(dir_ + "/val", 16, 2);
+      std::ofstream(dir_ + "/gpt.toml") << kGpt;
+      std::ofstream(dir_ + "/dit.toml") << kDit;
+    }
+    world_->barrier()->wait();
   }
-  world->barrier()->wait();
-  auto run = [&](const std::string& name, const std::string& device,
-                 const std::vector<std::string>& layout) {
+  void TearDown() override {
+    world_->barrier()->wait();
+    if (world_->rank() == 0) fs::remove_all(dir_);
+  }
+
+  std::vector<double> run(const std::string& model, const std::string& name,
+                          const std::string& device, const std::vector<std::string>& layout) {
     std::vector<std::string> overrides = {
-        "data.path=\"" + dir + "/text.txt\"", "run.out_dir=\"" + dir + "\"",
-        "run.name=\"" + name + "\"",          "run.id=\"test\"",
-        "train.device=\"" + device + "\"",    "dist.device_group=\"staged\""};
+        "run.out_dir=\"" + dir_ + "\"",       "run.name=\"" + name + "\"",    "run.id=\"test\"",
+        "train.device=\"" + device + "\"",    "dist.device_group=\"staged\"", "dist.timeout_s=60",
+        "data.path=\"" + dir_ + "/text.txt\""};
+    if (model == "dit") {  // 16 held-out images: fewer than one chunk for each dp rank
+      overrides.back() = "data.path=\"" + dir_ + "/train\"";
+      overrides.push_back("data.val_path=\"" + dir_ + "/val\"");
+    }
     overrides.insert(overrides.end(), layout.begin(), layout.end());
-    loom::train::train(loom::train::load_config(dir + "/config.toml", overrides), "");
-    world->barrier()->wait();  // rank 0's files are complete
-    return losses_of(dir + "/" + name);
-  };
-  // Each data-parallel layout on the device against the same layout on the host: ZeRO's flat
-  // buffers, reduce-scatters and gathers (bf16 ones too) live on the device.
-  std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+    loom::train::train(loom::train::load_config(dir_ + "/" + model + ".toml", overrides), "");
+    world_->barrier()->wait();  // rank 0's files are complete
+    return losses_of(dir_ + "/" + name);
+  }
+
+  void compare(const std::string& model, const Layouts& layouts) {
+    for (const auto& [name, layout] : layouts) {
+      const std::vector<double> cpu = run(model, model + "-" + name + "-cpu", "cpu", layout);
+      const std::vector<double> cuda = run(model, model + "-" + name + "-cuda", "cuda", layout);
+      ASSERT_EQ(cpu.size(), 6u) << model << " " << name;
+      ASSERT_EQ(cuda.size(), cpu.size()) << model << " " << name;
+      for (size_t i = 0; i < cpu.size(); ++i)
+        EXPECT_NEAR(cuda[i], cpu[i], 2e-3 * std::fabs(cpu[i]))
+            << model << " " << name << ", step " << i + 1;
+      EXPECT_LT(cuda.back(), cuda.front()) << model << " " << name;
+    }
+  }
+
+  std::shared_ptr<loom::dist::ProcessGroup> world_;
+  std::string dir_;
+};
+
+TEST_F(StagedTrainer, GptLayoutsOnTheDeviceTrainAsOnTheHost) {
+  // The data-parallel layouts: ZeRO's flat buffers, reduce-scatters and gathers (bf16 ones
+  // too) live on the device.
+  Layouts layouts = {
       {"ddp", {}},
       {"zero1", {"parallel.data_parallel=\"zero1\""}},
       {"zero2", {"parallel.data_parallel=\"zero2\"", "train.grad_accum=2"}},
       {"zero3", {"parallel.data_parallel=\"zero3\""}},
       {"zero3bf16", {"parallel.data_parallel=\"zero3\"", "parallel.gather_dtype=\"bf16\""}}};
-  if (world->size() % 2 == 0)  // HSDP: 2 replicas of ZeRO-3 shards
+  if (world_->size() % 2 == 0) {
+    // HSDP (2 replicas of ZeRO-3 shards); tensor parallelism with the vocabulary split, and
+    // with sequence parallelism; pipelines of 2 stages, and of 2 x 2 interleaved chunks.
     layouts.push_back({"hsdp", {"parallel.data_parallel=\"zero3\"", "parallel.dp_replicate=2"}});
-  for (const auto& [name, layout] : layouts) {
-    const std::vector<double> cpu = run(name + "-cpu", "cpu", layout);
-    const std::vector<double> cuda = run(name + "-cuda", "cuda", layout);
-    ASSERT_EQ(cpu.size(), 6u) << name;
-    ASSERT_EQ(cuda.size(), cpu.size()) << name;
-    for (size_t i = 0; i < cpu.size(); ++i)
-      EXPECT_NEAR(cuda[i], cpu[i], 2e-3 * std::fabs(cpu[i])) << name << ", step " << i + 1;
-    EXPECT_LT(cuda.back(), cuda.front()) << name;
+    layouts.push_back({"tp2", {"parallel.tp=2"}});
+    layouts.push_back({"tp2sp", {"parallel.tp=2", "parallel.sequence_parallel=true"}});
+    layouts.push_back({"pp2", {"parallel.pp=2", "train.grad_accum=2"}});
+    layouts.push_back({"pp2interleaved",
+                       {"parallel.pp=2", "parallel.pipeline_schedule=\"interleaved\"",
+                        "parallel.pipeline_chunks=2", "model.depth=4", "train.grad_accum=2"}});
+    layouts.push_back({"cp2ring", {"parallel.cp=2"}});
+    layouts.push_back({"cp2ulysses", {"parallel.cp=2", "parallel.context_parallel=\"ulysses\""}});
   }
-  world->barrier()->wait();
-  if (world->rank() == 0) fs::remove_all(dir);
+  compare("gpt", layouts);
+}
+
+TEST_F(StagedTrainer, DiLoCoOnTheDeviceTrainsAsOnTheHost) {
+  // A worker a process, an outer step every 3 inner steps: the outer state on the host, the
+  // device weights copied to it and back at each outer step. Uncompressed, int8 and int4 with
+  // error feedback, and streamed in 3 fragments with mixing.
+  const std::vector<std::string> diloco = {"lowcomm.method=\"diloco\"",
+                                           "lowcomm.workers=" + std::to_string(world_->size()),
+                                           "lowcomm.inner_steps=3"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), diloco.begin(), diloco.end());
+    return more;
+  };
+  compare("gpt", {{"diloco", with({})},
+                  {"diloco-int8", with({"lowcomm.compression=\"int8\""})},
+                  {"diloco-int4", with({"lowcomm.compression=\"int4\""})},
+                  {"diloco-streamed", with({"lowcomm.fragments=3", "lowcomm.overlap_steps=0",
+                                            "lowcomm.mixing=0.5"})}});
+}
+
+TEST_F(StagedTrainer, MixtureOfExpertsOnTheDeviceTrainsAsOnTheHost) {
+  // 4 experts, 2 a token, a shared one, the selection bias and both balancing losses: the
+  // router's losses and the experts' grouped GEMMs on the device; under ep the tokens'
+  // dispatch and return (uneven all-to-all) through the device group.
+  const std::vector<std::string> moe = {
+      "moe.experts=4",      "moe.top_k=2",     "moe.hidden=32",        "moe.shared_experts=1",
+      "moe.bias_rate=0.01", "moe.z_loss=1e-3", "model.style=\"llama\""};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), moe.begin(), moe.end());
+    return more;
+  };
+  Layouts layouts = {{"ddp", with({})}, {"zero3", with({"parallel.data_parallel=\"zero3\""})}};
+  if (world_->size() % 2 == 0) {
+    layouts.push_back({"ep2", with({"parallel.ep=2"})});
+    layouts.push_back({"tp2", with({"parallel.tp=2"})});
+  }
+  compare("gpt", layouts);
+}
+
+TEST_F(StagedTrainer, DitLayoutsOnTheDeviceTrainAsOnTheHost) {
+  Layouts layouts = {{"zero3", {"parallel.data_parallel=\"zero3\""}}};
+  if (world_->size() % 2 == 0) {
+    layouts.push_back({"tp2sp", {"parallel.tp=2", "parallel.sequence_parallel=true"}});
+    layouts.push_back({"pp2", {"parallel.pp=2", "train.grad_accum=2"}});
+    layouts.push_back({"cp2ring", {"parallel.cp=2"}});
+  }
+  compare("dit", layouts);
+}
+
+// NCCL cannot join processes that share a GPU (the emulated machine has one): asked for it,
+// every rank stops before training with one error naming both numbers and the way out.
+TEST_F(StagedTrainer, NcclRefusesMoreProcessesThanGpus) {
+  std::string error = "no error";
+  try {
+    run("gpt", "gpt-nccl", "cuda", {"dist.device_group=\"nccl\""});
+  } catch (const loom::Error& e) {
+    error = e.what();
+  }
+  const std::string says = "dist.device_group \"nccl\": " + std::to_string(world_->size()) +
+                           " processes on this machine for its 1 GPU(s); NCCL needs a GPU for " +
+                           "each process";
+  EXPECT_NE(error.find(says), std::string::npos) << error;
+  EXPECT_NE(error.find("dist.device_group = \"staged\""), std::string::npos) << error;
+}
+
+// A GPT whose weights, gradients and AdamW moments (16 bytes a parameter) need more than the
+// device memory limit set for each process trains under ZeRO-3 over 4 device processes within
+// it; each rank's device peak is printed. (4 processes: cuda.emulated_dist_np4 runs this alone.)
+TEST_F(StagedTrainer, ZeroThreeTrainsAModelAboveOneProcessDeviceLimit) {
+  ASSERT_EQ(world_->size(), 4) << "run under mpirun -np 4";
+  const int64_t V = 256, T = 32, C = 128, depth = 8;
+  // GPT-2's parameters, counted from its definition: token and position embeddings (the head
+  // tied to the first), per block two norms (weight, bias), qkv and projection, the MLP's two
+  // layers with biases; the final norm.
+  const int64_t params =
+      V * C + T * C +
+      depth * (2 * 2 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C) +
+      2 * C;
+  const double state_mb = 16.0 * double(params) / 1048576.0, limit_mb = 0.6 * state_mb;
+  const std::vector<std::string> layout = {
+      "model.width=128", "model.depth=8", "train.batch_size=8", "parallel.data_parallel=\"zero3\"",
+      "run.device_memory_limit_mb=" + std::to_string(limit_mb)};
+  const std::vector<double> losses = run("gpt", "gpt-zero3-limited", "cuda", layout);
+  ASSERT_EQ(losses.size(), 6u);
+  EXPECT_LT(losses.back(), losses.front());
+  // Every rank's device peak (metrics: the last logged step's), under the limit.
+  const std::string run_dir = dir_ + "/gpt-zero3-limited";
+  const std::string metrics = world_->rank() == 0 ? run_dir + "/metrics.jsonl"
+                                                  : run_dir + "/logs/metrics-rank-" +
+                                                        std::to_string(world_->rank()) + ".jsonl";
+  double peak = 0;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const loom::Json j = loom::Json::parse(line);
+    if (j.contains("mem_peak_bytes")) peak = j.at("mem_peak_bytes").as_double();
+  }
+  std::printf(
+      "rank %d: %lld parameters, %.2f MB of weights, gradients and AdamW state; device "
+      "limit %.2f MB a process; device peak %.2f MB\n",
+      world_->rank(), (long long)params, state_mb, limit_mb, peak / 1048576.0);
+  EXPECT_GT(peak, 0);
+  EXPECT_LE(peak, limit_mb * 1048576.0);
 }
 
 }  // namespace

@@ -34,6 +34,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // How many devices of this kind the machine has (processes beyond them share one).
+  virtual int device_count() const { return 1; }
 
   // --- memory ---
   // dst = src elementwise; same shape, any strides, any dtypes (converting: RNE, saturating fp8).

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "loom/autograd/node.h"
 #include "loom/core/error.h"
 #include "loom/core/trace.h"
+#include "loom/ops/ops.h"
 
 namespace loom::lowcomm {
 
@@ -78,17 +80,21 @@ DiLoCo::~DiLoCo() {
   if (thread_.joinable()) thread_.join();
 }
 
-// Copies the flat range [begin, end) between `flat` and the pieces' values.
+// Copies the flat range [begin, end) between `flat` (host memory) and the pieces' values,
+// wherever they live: on a GPU this is the outer step's one transfer each way.
 void DiLoCo::copy_pieces(bool to_pieces, const Tensor& flat, int64_t begin, int64_t end) {
-  float* f = flat.data<float>();
+  NoGradGuard no_grad;
   int64_t at = 0;
   for (const auto& p : model_.pieces()) {
     const int64_t n = p.value.numel(), lo = std::max(begin, at), hi = std::min(end, at + n);
-    float* v = p.value.data<float>();
     if (lo < hi) {
-      float* dst = to_pieces ? v + (lo - at) : f + lo;
-      const float* src = to_pieces ? f + lo : v + (lo - at);
-      std::memcpy(dst, src, size_t(hi - lo) * sizeof(float));
+      const Tensor piece = narrow(reshape(p.value, {n}), 0, lo - at, hi - lo);
+      const Tensor part = narrow(flat, 0, lo, hi - lo);
+      if (to_pieces) {
+        copy_(piece, part);
+      } else {
+        copy_(part, piece);
+      }
     }
     at += n;
   }

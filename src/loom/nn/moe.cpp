@@ -69,9 +69,10 @@ Routing route(const std::vector<float>& scores, const std::vector<float>& bias, 
 // alike, without the recipe's loss having to collect them.
 struct AttachLossBackward : Node {
   double scale = 1;
+  Device device;  // the loss's
   const char* name() const override { return "AttachLossBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    return {g[0], full({}, scale)};
+    return {g[0], full({}, scale, DType::F32, device)};
   }
 };
 
@@ -79,6 +80,7 @@ Tensor attach_loss(const Tensor& y, const Tensor& loss, double scale) {
   Tensor out = y.detach();
   auto node = std::make_shared<AttachLossBackward>();
   node->scale = scale;
+  node->device = loss.device();
   record(node, {y, loss}, {out});
   return out;
 }
@@ -204,10 +206,11 @@ Tensor MoE::forward(const Tensor& x) const {
 
     Tensor balancing;  // the weighted losses, differentiable through the router
     if (config.aux_loss > 0)
-      balancing =
-          mul_scalar(sum(mul(mean(p, {0}), from_vector(f, {E}))), double(E) * config.aux_loss);
+      balancing = mul_scalar(sum(mul(mean(p, {0}), from_vector(f, {E}, DType::F32, x.device()))),
+                             double(E) * config.aux_loss);
     if (config.z_loss > 0) {
-      const Tensor m = from_vector(row_max, {N, 1});  // a constant shift: exact in the gradient
+      // A constant shift: exact in the gradient.
+      const Tensor m = from_vector(row_max, {N, 1}, DType::F32, x.device());
       const Tensor lse = add(log(sum(exp(sub(logits, m)), {1})), reshape(m, {N}));  // (N)
       const Tensor zl = mul_scalar(mean(mul(lse, lse)), config.z_loss);
       balancing = balancing.defined() ? add(balancing, zl) : zl;

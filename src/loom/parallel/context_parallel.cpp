@@ -80,14 +80,11 @@ Tensor rows(const Tensor& x, const Run& r) {
   return contiguous(narrow(x, 2, r.row, r.length));
 }
 
-// dst rows [row, row + len) += part; dst (B, H, n, D) and part (B, H, len, D) contiguous f32.
+// dst rows [row, row + len) += part; dst (B, H, n, D) and part (B, H, len, D). Through ops, so
+// on the tensors' device.
 void add_rows(const Tensor& dst, int64_t row, const Tensor& part) {
-  const int64_t BH = dst.size(0) * dst.size(1), n = dst.size(2), D = dst.size(3),
-                len = part.size(2);
-  float* d = dst.data<float>();
-  const float* p = part.data<float>();
-  for (int64_t bh = 0; bh < BH; ++bh)
-    for (int64_t i = 0; i < len * D; ++i) d[(bh * n + row) * D + i] += p[bh * len * D + i];
+  const Tensor rows_of_dst = narrow(dst, 2, row, part.size(2));
+  copy_(rows_of_dst, add(contiguous(rows_of_dst), part));
 }
 
 // Every (query run, key run) pair of one ring step that sees anything.
@@ -102,26 +99,19 @@ void for_each_pair(const std::vector<Run>& qruns, const std::vector<Run>& kruns,
 
 // Merges a partial result (attention of rows qr to one key run: o (B, H, len, D), lse (B, H,
 // len)) into the running output and log-sum-exp of all rows: out = sum_i w_i o_i / sum_i w_i
-// with w_i = exp(lse_i), kept normalised.
+// with w_i = exp(lse_i), kept normalised. Every row of a part sees a key (a causal part is the
+// diagonal), so its lse is finite; the running lse starts at -inf, where its weight is 0.
+// Through ops, so on the tensors' device.
 void merge(const Tensor& out, const Tensor& lse, const Run& qr, const Tensor& o, const Tensor& l) {
-  const int64_t BH = out.size(0) * out.size(1), n = out.size(2), D = out.size(3), len = qr.length;
-  float* O = out.data<float>();
-  float* L = lse.data<float>();
-  const float* po = o.data<float>();
-  const float* pl = l.data<float>();
-  for (int64_t bh = 0; bh < BH; ++bh)
-    for (int64_t i = 0; i < len; ++i) {
-      const float add_lse = pl[bh * len + i];
-      if (add_lse == kNegInf) continue;  // no visible key in this part
-      float& old_lse = L[bh * n + qr.row + i];
-      const float m = std::max(old_lse, add_lse);
-      const float w_old = old_lse == kNegInf ? 0.0f : std::exp(old_lse - m);
-      const float w_add = std::exp(add_lse - m), total = w_old + w_add;
-      float* row = O + (bh * n + qr.row + i) * D;
-      const float* part = po + (bh * len + i) * D;
-      for (int64_t d = 0; d < D; ++d) row[d] = (row[d] * w_old + part[d] * w_add) / total;
-      old_lse = m + std::log(total);
-    }
+  const Tensor out_rows = narrow(out, 2, qr.row, qr.length);  // (B, H, len, D)
+  const Tensor lse_rows = narrow(lse, 2, qr.row, qr.length);  // (B, H, len)
+  const Tensor old_lse = contiguous(lse_rows);
+  const Tensor m = max(stack({old_lse, l}, -1), {-1});
+  const Tensor w_old = exp(sub(old_lse, m)), w_add = exp(sub(l, m)), total = add(w_old, w_add);
+  auto per_row = [](const Tensor& w) { return unsqueeze(w, -1); };  // (B, H, len, 1)
+  copy_(out_rows, div(add(mul(contiguous(out_rows), per_row(w_old)), mul(o, per_row(w_add))),
+                      per_row(total)));
+  copy_(lse_rows, add(m, log(total)));
 }
 
 // A key/value block and its positions on their way to the next rank of the ring.
@@ -150,27 +140,30 @@ struct RingAttentionBackward : Node {
     NoGradGuard no_grad;
     const Tensor gout = contiguous(g[0]);
     const std::vector<Run> qruns = position_runs(to_vector_i64(positions));
-    Tensor gq = zeros(q.shape()), kb = k, vb = v, pb = positions;
-    Tensor gk = zeros(k.shape()), gv = zeros(v.shape());
+    const Device device = q.device();
+    Tensor gq = zeros(q.shape(), DType::F32, device), kb = k, vb = v, pb = positions;
+    Tensor gk = zeros(k.shape(), DType::F32, device), gv = zeros(v.shape(), DType::F32, device);
     const int64_t P = group->size();
     for (int64_t step = 0; step < P; ++step) {
       // The block moves on while its gradients are computed; they follow it afterwards.
       std::unique_ptr<BlockShift> next;
       if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
-      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
-                    [&](const Run& qr, const Run& kr, Sees sees) {
-                      Tensor gq_part = Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)});
-                      Tensor gk_part = Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)});
-                      Tensor gv_part = Tensor::empty(gk_part.shape());
-                      backend_for(q.device())
-                          .attention_backward(rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(),
-                                              scale, sees == Sees::Causal, rows(out, qr),
-                                              rows(lse, qr), rows(gout, qr), gq_part, gk_part,
-                                              gv_part);
-                      add_rows(gq, qr.row, gq_part);
-                      add_rows(gk, kr.row, gk_part);
-                      add_rows(gv, kr.row, gv_part);
-                    });
+      for_each_pair(
+          qruns, position_runs(to_vector_i64(pb)), causal,
+          [&](const Run& qr, const Run& kr, Sees sees) {
+            Tensor gq_part =
+                Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)}, DType::F32, device);
+            Tensor gk_part =
+                Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)}, DType::F32, device);
+            Tensor gv_part = Tensor::empty(gk_part.shape(), DType::F32, device);
+            backend_for(q.device())
+                .attention_backward(rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale,
+                                    sees == Sees::Causal, rows(out, qr), rows(lse, qr),
+                                    rows(gout, qr), gq_part, gk_part, gv_part);
+            add_rows(gq, qr.row, gq_part);
+            add_rows(gk, kr.row, gk_part);
+            add_rows(gv, kr.row, gv_part);
+          });
       if (step + 1 < P) {
         RingShift sgk(gk, 1, group), sgv(gv, 1, group);
         gk = sgk.finish();
@@ -207,23 +200,24 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   // Selective checkpointing keeps the result instead of running the ring again.
   const std::vector<Tensor> result = computed_or_kept([&] {
     NoGradGuard no_grad;
-    Tensor out = zeros({B, H, n, D});
-    Tensor lse = full({B, H, n}, double(kNegInf));
+    const Device device = q.device();
+    Tensor out = zeros({B, H, n, D}, DType::F32, device);
+    Tensor lse = full({B, H, n}, double(kNegInf), DType::F32, device);
     const std::vector<Run> qruns = position_runs(to_vector_i64(pc));
     Tensor kb = kc, vb = vc, pb = pc;
     for (int64_t step = 0; step < P; ++step) {
       // The next block starts moving while this one is used.
       std::unique_ptr<BlockShift> next;
       if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
-      for_each_pair(
-          qruns, position_runs(to_vector_i64(pb)), causal,
-          [&](const Run& qr, const Run& kr, Sees sees) {
-            Tensor o = Tensor::empty({B, H, qr.length, D}), l = Tensor::empty({B, H, qr.length});
-            backend_for(q.device())
-                .attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale,
-                                   sees == Sees::Causal, o, l);
-            merge(out, lse, qr, o, l);
-          });
+      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
+                    [&](const Run& qr, const Run& kr, Sees sees) {
+                      Tensor o = Tensor::empty({B, H, qr.length, D}, DType::F32, device),
+                             l = Tensor::empty({B, H, qr.length}, DType::F32, device);
+                      backend_for(q.device())
+                          .attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr), Tensor(),
+                                             scale, sees == Sees::Causal, o, l);
+                      merge(out, lse, qr, o, l);
+                    });
       if (next) next->finish(kb, vb, pb);
     }
     return std::vector<Tensor>{out, lse};

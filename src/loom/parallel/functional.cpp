@@ -41,7 +41,7 @@ int64_t chunk_of(const Tensor& x, int64_t dim, const dist::ProcessGroup& g, cons
 }
 
 Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& g) {
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   copy_(out, x);
   g.all_reduce(out, dist::ReduceOp::Sum)->wait();
   return out;
@@ -51,7 +51,7 @@ Tensor gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& g) {
   Tensor front = dim_to_front(x, dim);
   Shape shape = front.shape();
   shape[0] *= g.size();
-  Tensor all = Tensor::empty(shape, x.dtype());
+  Tensor all = Tensor::empty(shape, x.dtype(), x.device());
   g.all_gather(front, all)->wait();
   return dim_from_front(all, dim);
 }
@@ -59,7 +59,7 @@ Tensor gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& g) {
 Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& g) {
   const int64_t n = chunk_of(x, dim, g, "reduce_scatter_along");
   Tensor front = dim_to_front(x, dim);
-  Tensor mine = Tensor::empty(with_size(front.shape(), 0, n), x.dtype());
+  Tensor mine = Tensor::empty(with_size(front.shape(), 0, n), x.dtype(), x.device());
   g.reduce_scatter(front, mine, dist::ReduceOp::Sum)->wait();
   return dim_from_front(mine, dim);
 }
@@ -72,7 +72,7 @@ Tensor split_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& g) {
 Tensor all_to_all_dims(const Tensor& x, int64_t s, int64_t gd, dist::ProcessGroup& g) {
   const int64_t P = g.size(), a = chunk_of(x, s, g, "all_to_all_along");
   Tensor front = dim_to_front(x, s);  // [P * a, others...]: chunk j goes to rank j
-  Tensor recv = Tensor::empty(front.shape(), x.dtype());
+  Tensor recv = Tensor::empty(front.shape(), x.dtype(), x.device());
   g.all_to_all(front, recv)->wait();
   // recv: [P (source rank), a, others...]; the source rank becomes the outer part of gd.
   Shape split = front.shape();
@@ -113,7 +113,7 @@ Tensor all_to_all_rows_raw(const Tensor& x, const std::vector<int64_t>& send_row
                                 << x.shape() << " has " << x.size(0);
   Shape out_shape = x.shape();
   out_shape[0] = received;
-  Tensor in = contiguous(x), out = Tensor::empty(out_shape, x.dtype());
+  Tensor in = contiguous(x), out = Tensor::empty(out_shape, x.dtype(), x.device());
   g.all_to_all_v(in, send_counts, out, recv_counts)->wait();
   return out;
 }
@@ -131,7 +131,7 @@ std::vector<dist::WorkPtr> start_shift(const Tensor& x, const Tensor& out, int64
 }
 
 Tensor shift(const Tensor& x, int64_t offset, dist::ProcessGroup& g) {
-  Tensor in = contiguous(x), out = Tensor::empty(x.shape(), x.dtype());
+  Tensor in = contiguous(x), out = Tensor::empty(x.shape(), x.dtype(), x.device());
   for (auto& w : start_shift(in, out, offset, g)) w->wait();
   return out;
 }
@@ -225,7 +225,7 @@ RingShift::RingShift(const Tensor& x, int64_t offset, GroupPtr group)
     : x_(x), offset_(offset), group_(std::move(group)) {
   NoGradGuard no_grad;
   in_ = contiguous(x).detach();
-  received_ = Tensor::empty(x.shape(), x.dtype());
+  received_ = Tensor::empty(x.shape(), x.dtype(), x.device());
   works_ = start_shift(in_, received_, offset_, *group_);
 }
 

@@ -54,7 +54,7 @@ double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const G
       mailbox.erase(it);
       return t;
     }
-    Tensor t = Tensor::empty(stages.activation_shape);
+    Tensor t = Tensor::empty(stages.activation_shape, DType::F32, stages.device);
     group->recv(t, src, tg)->wait();
     return t;
   };
@@ -106,7 +106,7 @@ double run_pipeline_forward(const PipelineStages& stages, int64_t chunks, const 
     } else if ((s - 1) % P == p) {
       in = carried;
     } else {
-      in = Tensor::empty(stages.activation_shape);
+      in = Tensor::empty(stages.activation_shape, DType::F32, stages.device);
       group->recv(in, int((s - 1) % P), int(s))->wait();
     }
     Tensor out = stages.forward[size_t(s / P)](in);

@@ -20,6 +20,7 @@ struct PipelineStages {
   // stage); backward starts from loss / micro_batches, so gradients accumulate to the mean.
   std::function<Tensor(const Tensor& out, int64_t m)> loss;
   Shape activation_shape;  // what travels between stages (every micro-batch the same)
+  Device device;           // where it lives: the model's device
 };
 
 // The blocks [begin, end) of each of `stages` stages over `blocks` blocks, in order: as even

@@ -7,14 +7,15 @@ namespace loom::parallel {
 
 namespace {
 
-// For ids (host-side: they are small), this rank's row of each id (0 where another rank owns
-// it) and a 1/0 mask of the ids it owns. Ids outside [0, V) other than `ignore` are an error.
+// For ids (read on the host: they are small), this rank's row of each id (0 where another rank
+// owns it; on the host, as index ops take them) and a 1/0 mask of the ids it owns (on `device`,
+// where it multiplies). Ids outside [0, V) other than `ignore` are an error.
 struct LocalIds {
   Tensor rows, mask;
 };
 
 LocalIds local_ids(const Tensor& ids, int64_t shard, const dist::ProcessGroup& g, int64_t ignore,
-                   const char* what) {
+                   Device device, const char* what) {
   const int64_t lo = g.rank() * shard, vocab = shard * g.size();
   std::vector<int64_t> rows;
   std::vector<float> mask;
@@ -26,7 +27,7 @@ LocalIds local_ids(const Tensor& ids, int64_t shard, const dist::ProcessGroup& g
     mask.push_back(mine ? 1.0f : 0.0f);
   }
   const int64_t n = int64_t(rows.size());
-  return {from_vector(rows, {n}), from_vector(mask, {n, 1})};
+  return {from_vector(rows, {n}), to_device(from_vector(mask, {n, 1}), device)};
 }
 
 }  // namespace
@@ -36,8 +37,8 @@ Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& weight_shard,
   LOOM_CHECK(weight_shard.dim() == 2)
       << "vocab_parallel_embedding: table shard " << weight_shard.shape() << " is not (rows, C)";
   const int64_t C = weight_shard.size(1);
-  const LocalIds local =
-      local_ids(ids, weight_shard.size(0), *group, /*ignore=*/-1, "vocab_parallel_embedding");
+  const LocalIds local = local_ids(ids, weight_shard.size(0), *group, /*ignore=*/-1,
+                                   weight_shard.device(), "vocab_parallel_embedding");
   Tensor rows = mul(index_select(weight_shard, 0, local.rows),
                     expand(local.mask, {local.rows.numel(), C}));  // (n, C)
   Shape out_shape = ids.shape();
@@ -57,14 +58,14 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
   {
     NoGradGuard no_grad;
     m = contiguous(max(z, {1}, /*keepdim=*/true)).detach();
-    Tensor owned = Tensor::empty(m.shape());
+    Tensor owned = Tensor::empty(m.shape(), m.dtype(), m.device());
     copy_(owned, m);
     group->all_reduce(owned, dist::ReduceOp::Max)->wait();
     m = owned;
   }
   Tensor sum_exp = reduce_from_group(sum(exp(sub(z, expand(m, {n, shard}))), {1}), group);  // (n)
   const LocalIds local =
-      local_ids(targets, shard, *group, ignore_index, "vocab_parallel_cross_entropy");
+      local_ids(targets, shard, *group, ignore_index, z.device(), "vocab_parallel_cross_entropy");
   Tensor target_logit = reduce_from_group(
       reshape(mul(gather(z, 1, reshape(local.rows, {n, 1})), local.mask), {n}), group);
   // Per row: log sum exp(z) - z[target]; ignored rows weigh nothing.
@@ -75,7 +76,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
     count += t != ignore_index;
   }
   Tensor row = sub(add(log(sum_exp), reshape(m, {n})), target_logit);
-  return mul_scalar(sum(mul(row, from_vector(valid, {n}))), count > 0 ? 1.0 / double(count) : 0.0);
+  Tensor weights = to_device(from_vector(valid, {n}), z.device());
+  return mul_scalar(sum(mul(row, weights)), count > 0 ? 1.0 / double(count) : 0.0);
 }
 
 }  // namespace loom::parallel

@@ -13,6 +13,7 @@
 #include "loom/core/json.h"
 #include "loom/core/rng.h"
 #include "loom/nn/layers.h"
+#include "loom/ops/creation.h"
 
 namespace loom::precision {
 
@@ -199,14 +200,21 @@ struct LowPrecision::Layer : LinearQuantizer {
     }
   }
 
+  // On a device the operands are quantised on the host (copied there and back): the block
+  // scalings have no device kernels, and this gives the host's codes bit for bit.
   void quantize(GemmPass pass, Tensor& a, GemmOperand a_role, Tensor& b,
                 GemmOperand b_role) override {
+    const Device device = a.device();
+    if (device.type != DeviceType::CPU) {
+      a = to_device(a, cpu_device());
+      b = to_device(b, cpu_device());
+    }
     if (pass == GemmPass::WeightGrad && config.recipe == Recipe::Nvfp4 && config.hadamard) {
       a = rotated(a);
       b = rotated(b);
     }
-    a = quantized(a, a_role);
-    b = quantized(b, b_role);
+    a = to_device(quantized(a, a_role), device);
+    b = to_device(quantized(b, b_role), device);
   }
 
   // t (rows, K) padded with zeros to a multiple of 16 columns and rotated along them.
@@ -223,9 +231,6 @@ struct LowPrecision::Layer : LinearQuantizer {
   }
 
   Tensor quantized(const Tensor& t, GemmOperand role) {
-    LOOM_CHECK(t.device().type == DeviceType::CPU)
-        << "train.precision \"" << recipe_name(config.recipe) << "\" quantises on the cpu only "
-        << "(fp8_tensorwise and fp8_delayed run on " << t.device().str() << ")";
     const OperandFormat f = operand_format(config, role);
     const size_t k = size_t(role);
     QuantizeOptions options;

@@ -129,8 +129,8 @@ void read_lowcomm(ConfigFile& f, Config& c) {
   c.diloco = d;
 }
 
-// train.device: the host, or the GPU, for what the CUDA backend covers so far (data parallelism
-// by DDP over NCCL; no model parallelism or ZeRO yet).
+// train.device: the host, or the GPU, for what the CUDA backend covers so far (every parallel
+// layout, the mixture of experts, DiLoCo and every precision recipe).
 void read_device(ConfigFile& f, Config& c, const std::string& path) {
   const std::string name = f.get_string("train", "device", "cpu");
   LOOM_CHECK(name == "cpu" || name == "cuda")
@@ -139,30 +139,14 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
   LOOM_CHECK(!c.train.tf32 || name == "cuda")
       << "config " << path << ": train.tf32 is for train.device \"cuda\" (the CPU's f32 GEMMs "
       << "are f32)";
+  LOOM_CHECK(c.run.device_memory_limit_mb == 0 || name == "cuda")
+      << "config " << path << ": run.device_memory_limit_mb is for train.device \"cuda\" "
+      << "(run.memory_limit_mb limits the host's)";
   if (name == "cpu") return;
   c.train.device = Device{DeviceType::CUDA, 0};
-  const auto& d = c.parallel.topology.dims;
   LOOM_CHECK(c.spec().cuda) << "config " << path << ": train.device \"cuda\" does not train "
                             << "model.kind " << c.spec().name << " yet; it trains on the cpu "
                             << "only so far";
-  // The recipes with one scale per tensor run on fp8 tensor cores; the block-scaled ones have
-  // no device kernels yet.
-  const auto* low = c.train.low_precision ? &*c.train.low_precision : nullptr;
-  LOOM_CHECK(!low || low->recipe == precision::Recipe::Fp8Tensorwise ||
-             low->recipe == precision::Recipe::Fp8Delayed)
-      << "config " << path << ": train.precision \""
-      << (low ? precision::recipe_name(low->recipe) : "")
-      << "\" is not built for train.device \"cuda\" yet (f32, bf16, fp8_tensorwise and "
-      << "fp8_delayed are)";
-  const nn::MoeConfig* moe = c.spec().parallel_facts(c).moe;
-  LOOM_CHECK(!moe || !moe->enabled())
-      << "config " << path << ": a mixture of experts (moe.experts) is not built for "
-      << "train.device \"cuda\" yet";
-  LOOM_CHECK(!c.diloco) << "config " << path
-                        << ": lowcomm.method is not built for train.device \"cuda\" yet";
-  LOOM_CHECK(d.tp == 1 && d.pp == 1 && d.cp == 1 && c.parallel.topology.ep == 1)
-      << "config " << path << ": train.device \"cuda\" spreads a run over GPUs by data "
-      << "parallelism only so far (DDP, ZeRO-1/2/3, HSDP): parallel.tp, pp, cp and ep must be 1";
 }
 
 // train.precision "auto": bf16 autocast where it is faster than f32 and as good (its curves are
@@ -291,6 +275,8 @@ Config read_config(ConfigFile& f) {
   c.run.out_dir = f.get_string("run", "out_dir", c.run.out_dir);
   c.run.seed = uint64_t(f.get_int("run", "seed", int64_t(c.run.seed), kAnyStep));
   c.run.memory_limit_mb = f.get_double("run", "memory_limit_mb", c.run.memory_limit_mb);
+  c.run.device_memory_limit_mb =
+      f.get_double("run", "device_memory_limit_mb", c.run.device_memory_limit_mb);
   c.run.profile_steps = f.get_string("run", "profile_steps", c.run.profile_steps);
   c.run.tensorboard = f.get_bool("run", "tensorboard", c.run.tensorboard);
   c.run.id = f.get_string("run", "id", c.run.id);
@@ -313,6 +299,9 @@ Config read_config(ConfigFile& f) {
   LOOM_CHECK(c.run.memory_limit_mb >= 0)
       << "config " << path << ": run.memory_limit_mb must be >= 0 (0: no limit), got "
       << c.run.memory_limit_mb;
+  LOOM_CHECK(c.run.device_memory_limit_mb >= 0)
+      << "config " << path << ": run.device_memory_limit_mb must be >= 0 (0: no limit), got "
+      << c.run.device_memory_limit_mb;
 
   const ModelSpec& spec =
       model_spec(f.get_string("model", "kind", model_spec(ModelKind::Dit).name), "config " + path);

@@ -25,6 +25,7 @@ struct RunConfig {
   std::string out_dir = "runs";
   uint64_t seed = 0;
   double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
+  double device_memory_limit_mb = 0;  // > 0: each process's live tensors on its GPU, likewise
   std::string profile_steps;   // "A:B": trace steps A..B (train/profiler.h); "": no profile
   bool tensorboard =
       true;  // the main rank's metrics also as TensorBoard scalars (run_dir/tensorboard)

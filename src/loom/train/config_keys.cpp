@@ -25,6 +25,8 @@ const std::vector<ConfigKey> kKeys = {
     {"run.seed", "", "integer", "0", "", "", "seed of the initial weights, data order and noise"},
     {"run.memory_limit_mb", "", "number", "0.0", ">= 0", "",
      "each process's live tensors may not exceed this (0: no limit)"},
+    {"run.device_memory_limit_mb", "", "number", "0.0", ">= 0", "train.device = \"cuda\"",
+     "each process's live tensors on its GPU may not exceed this (0: the GPU's memory)"},
     {"run.profile_steps", "", "string", "\"\"", "\"A:B\" or \"\"", "",
      "trace steps A..B as a Chrome trace in the run directory (\"\": no profile)"},
     {"run.tensorboard", "", "boolean", "true", "", "",

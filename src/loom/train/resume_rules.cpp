@@ -41,6 +41,7 @@ bool may_change(const std::string& key) {
   static const char* const keys[] = {"run.id",  // decided by the run directory, not by the settings
                                      "run.out_dir",
                                      "run.memory_limit_mb",
+                                     "run.device_memory_limit_mb",
                                      "run.threads",
                                      "run.profile_steps",
                                      "run.tensorboard",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -64,6 +65,19 @@ std::shared_ptr<dist::ProcessGroup> world_for(Device device, const ParallelConfi
   std::shared_ptr<dist::ProcessGroup> world = dist::init_world({p.timeout_s});
   if (device.type != DeviceType::CUDA || world->size() == 1) return world;
   if (p.device_group == DeviceGroup::Staged) return dist::staged_device_group(world);
+  // NCCL refuses a communicator whose members share a GPU: a process a GPU on each machine.
+  const int gpus = backend_for(device).device_count();
+  int local = 1;  // processes on this machine, as the launcher says
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"})
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+  LOOM_CHECK(local <= gpus) << "dist.device_group \"nccl\": " << local
+                            << " processes on this machine for its " << gpus
+                            << " GPU(s); NCCL needs a GPU for each process (start at most " << gpus
+                            << " a machine, or set dist.device_group = \"staged\", which shares "
+                            << "GPUs through host memory)";
   LOOM_CHECK(dist::nccl_available())
       << "dist.device_group \"nccl\": this Loom was built without NCCL (\"staged\" exchanges "
       << "device tensors through host memory instead)";
@@ -86,6 +100,28 @@ void check_same_config(dist::ProcessGroup& world, const std::string& resolved) {
 
 // Where this rank's metrics go: run_dir/metrics.jsonl (main rank), else
 // run_dir/logs/metrics-rank-R.jsonl (per-rank memory and timings).
+// run.device_memory_limit_mb: every process holds at least one block's parameters whole at a
+// time (its share under TP; ZeRO-3 gathers a block for its forward), so a limit below that
+// cannot train. Said before anything runs, from the whole model (before it is split).
+void check_device_limit(const Config& c, const nn::Module& model, const nn::ParallelPlan& plan) {
+  const double limit = c.run.device_memory_limit_mb * 1048576.0;
+  if (limit <= 0) return;
+  double largest = 0;
+  std::string which;
+  for (const std::string& block : plan.blocks) {
+    double bytes = 0;
+    for (const auto& p : model.submodule(block).named_parameters())
+      bytes += double(p.tensor.nbytes());
+    bytes /= double(c.parallel.topology.dims.tp);
+    if (bytes > largest) largest = bytes, which = block;
+  }
+  LOOM_CHECK(largest < limit) << "config: run.device_memory_limit_mb "
+                              << c.run.device_memory_limit_mb << " MB is below one gathered block ("
+                              << which << ": " << largest / 1048576.0
+                              << " MB on each process), which every "
+                              << "process holds whole at a time";
+}
+
 std::string metrics_path(const std::string& run_dir, int rank) {
   if (rank == 0) return run_dir + "/metrics.jsonl";
   fs::create_directories(run_dir + "/logs");
@@ -232,6 +268,7 @@ struct RunParts {
                        : "");
     // Everything that can fail on bad input is read before the run directory is touched.
     recipe = make_recipe(cfg);
+    check_device_limit(cfg, recipe->model(), recipe->parallel_plan());
     recipe->model().to(tc.device);
     if (tc.low_precision)
       low_precision = std::make_unique<precision::LowPrecision>(recipe->model(), *tc.low_precision);
@@ -243,6 +280,9 @@ struct RunParts {
     host_allocator().reset_peak();
     host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
     allocator_for(tc.device.type).reset_peak();
+    if (tc.device.type != DeviceType::CPU)
+      dynamic_cast<CachingAllocator&>(allocator_for(tc.device.type))
+          .set_limit(int64_t(cfg.run.device_memory_limit_mb * 1024 * 1024));
     context = std::make_unique<RunContext>(RunContext{*model, *dp, rank == 0});
     recipe->start(*context);
     WorkerLayout workers;

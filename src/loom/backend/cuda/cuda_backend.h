@@ -10,6 +10,7 @@ namespace loom::LOOM_CUDA_NS {
 class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
+  int device_count() const override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, double value) override;
   void random(RandomDist dist, uint64_t key, const Shape& global_shape, const Shape& start, float a,

@@ -66,6 +66,15 @@ cudaStream_t stream() {
   return s;
 }
 
+int CudaBackend::device_count() const {
+#ifdef LOOM_CUDA_EMULATE
+  return 1;  // the emulated machine has one device
+#else
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : (cudaGetLastError(), 0);
+#endif
+}
+
 CachingAllocator& device_allocator() {
   static CachingDeviceAllocator* a = new CachingDeviceAllocator();  // outlives static tensors
   return *a;

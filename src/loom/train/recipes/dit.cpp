@@ -224,25 +224,30 @@ class DitRecipe : public Recipe {
       return mse(model.head(tokens(out), conditioning(out)), (*fm)[size_t(m)].target);
     };
     st.activation_shape = {batches.at(0).x.size(0), T + 1, cfg_.dit().width};
+    st.device = model.device();
     return st;
   }
 
   // The flow-matching loss of the trained weights (not the EMA: the loss they were trained on)
   // on the first eval.val_images test images, with draws of their own, in f32. Collective: the
-  // chunks are shared over the dp ranks.
+  // chunks are shared over the dp ranks, and every rank runs as many forwards (under ZeRO-3 or
+  // TP each forward holds collectives): one without a chunk of its own left runs the first
+  // chunk again and discards it.
   double held_out_loss() {
     if (!val_.images.defined()) val_ = held_out_images();
     const int64_t n = std::min(cfg_.eval.val_images, val_.images.size(0)), chunk = 250;
+    const int64_t chunks = (n + chunk - 1) / chunk, P = run_->dp.size();
     NoGradGuard no_grad;
     AutocastGuard exact(DType::F32);
     double sum = 0;
-    for (int64_t at = run_->dp.rank() * chunk; at < n; at += chunk * run_->dp.size()) {
-      const int64_t k = std::min(chunk, n - at);
+    for (int64_t round = 0; round < (chunks + P - 1) / P; ++round) {
+      const int64_t c = round * P + run_->dp.rank();
+      const int64_t at = c < chunks ? c * chunk : 0, k = std::min(chunk, n - at);
       const Tensor loss = diffusion::flow_matching_loss(
           velocity_of(model_), to_device(narrow(val_.images, 0, at, k), model_.device()),
           to_device(narrow(val_.labels, 0, at, k), model_.device()), cfg_.flow, cfg_.run.seed,
           /*step=*/-1, at);  // step -1: draws no training step uses
-      sum += double(item(loss)) * double(k);
+      if (c < chunks) sum += double(item(loss)) * double(k);
     }
     return sum_over(run_->dp, {sum})[0] / double(n);
   }

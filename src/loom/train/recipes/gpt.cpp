@@ -16,8 +16,8 @@
 #include "loom/models/gpt/generate.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
-#include "loom/train/recipes/gpt_hf.h"
 #include "loom/train/moe_balance.h"
+#include "loom/train/recipes/gpt_hf.h"
 
 namespace loom::train {
 
@@ -55,7 +55,7 @@ Batch window_batch(const TokenSet& tokens, const std::vector<Window>& windows, i
 }
 
 // This rank's part of a batch under context parallelism: its rows of every window, with their
-// positions (rows empty: the whole batch, default positions).
+// positions (rows empty: the whole batch, default positions), on the batch's device.
 struct Shard {
   Tensor ids, targets, positions;
 };
@@ -70,8 +70,9 @@ Shard local_rows(const Batch& b, const std::vector<int64_t>& rows) {
       local_ids.push_back(ids[size_t(i * T + r)]);
       local_targets.push_back(targets[size_t(i * T + r)]);
     }
-  return {from_vector(local_ids, {B, n}), from_vector(local_targets, {B, n}),
-          from_vector(rows, {n})};
+  const Device d = b.x.device();
+  return {from_vector(local_ids, {B, n}, DType::I64, d),
+          from_vector(local_targets, {B, n}, DType::I64, d), from_vector(rows, {n}, DType::I64, d)};
 }
 
 // The mean cross-entropy of a batch of windows (the whole model's forward, or a pipeline's).
@@ -109,13 +110,15 @@ parallel::PipelineStages gpt_stages(const models::Gpt& model, const parallel::Pi
     return model.criterion->forward(model.head(out), shards->at(size_t(m)).targets);
   };
   st.activation_shape = {first_ids.size(0), first_ids.size(1), model.config.width};
+  st.device = model.device();
   return st;
 }
 
 MeanLoss pipeline_loss(const models::Gpt& model, const parallel::Pipeline& pipe,
                        const std::vector<int64_t>& rows) {
-  return [&model, &pipe, rows](const Batch& b) {
-    const std::vector<Batch> one{b};
+  return [&model, &pipe, rows](const Batch& b) {  // b: made on the host (evaluation windows)
+    const Device d = model.device();
+    const std::vector<Batch> one{Batch{to_device(b.x, d), to_device(b.y, d), Json()}};
     return parallel::run_pipeline_forward(gpt_stages(model, pipe, one, rows), pipe.schedule.chunks,
                                           pipe.group);
   };
