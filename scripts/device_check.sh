@@ -20,6 +20,8 @@
 #           other, and writes $OUT/report.md, $OUT/cuda_tests.log, $OUT/cuda_tests.xml and
 #           $OUT/bench.log
 #           "tests" and "bench" run one part (BENCH_JOBS, BENCH_LOOM narrow the benchmark);
+#           "dist" runs the device process-group tests (tests/cuda/staged_*) under the packed
+#           OpenMPI with 2 and 4 processes sharing the GPU, into $OUT/dist_np{2,4}.log;
 #           "profile SHAPE PRECISION..." sums one step's GPU time by kernel under Nsight
 #           Compute into $OUT/kernels_SHAPE_PRECISION.txt and the report
 #
@@ -27,15 +29,49 @@
 # time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# OpenMPI's launcher, its plugins and help texts (Debian's layout under ompi/usr), for the
+# device machine, which has no MPI: "dist" runs the device process-group tests under it.
+pack_ompi() {
+  local to=$1/ompi libdir=/usr/lib/x86_64-linux-gnu
+  mkdir -p "$to/usr/bin" "$to/usr/lib/x86_64-linux-gnu" "$to/usr/share" "$to/etc"
+  cp -L /usr/bin/orterun /usr/bin/orted "$to/usr/bin/"
+  cp -rL "$libdir/openmpi" "$libdir/pmix2" "$to/usr/lib/x86_64-linux-gnu/"
+  rm -rf "$to/usr/lib/x86_64-linux-gnu/openmpi/include" "$to/usr/lib/x86_64-linux-gnu/pmix2/include"
+  find "$to" -name '*.a' -delete  # static libraries: nothing runs them
+  cp -rL /usr/share/openmpi "$to/usr/share/"
+  [ ! -d /usr/share/pmix ] || cp -rL /usr/share/pmix "$to/usr/share/"
+  cp -rL /etc/openmpi "$to/etc/"
+}
+
+# mpirun from the pack: OPAL_PREFIX relocates OpenMPI's directories, shared memory between the
+# processes of the one machine, as root where the device runs commands as root.
+packed_mpirun() {
+  local ompi=$1/ompi
+  shift
+  OPAL_PREFIX=$ompi/usr OPAL_SYSCONFDIR=$ompi/etc/openmpi PMIX_INSTALL_PREFIX=$ompi/usr \
+    OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_mca_base_component_show_load_errors=0 \
+    OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH=$ompi/usr/bin:$PATH "$ompi/usr/bin/orterun" \
+    --oversubscribe -x LD_LIBRARY_PATH -x OMP_NUM_THREADS "$@"
+}
+
 case "${1:-}" in
   pack)
     cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DLOOM_PORTABLE=ON -DLOOM_CUDA=ON \
       -DLOOM_BENCH=OFF
-    cmake --build build-device -j"$(nproc)" --target loom_cuda_tests loom_cuda_bench
+    cmake --build build-device -j"$(nproc)" --target loom_cuda_tests loom_cuda_dist_tests \
+      loom_cuda_bench
     rm -rf .device && mkdir -p .device/pack/lib
-    cp build-device/loom_cuda_tests build-device/loom_cuda_bench .device/pack/
-    # Every library the binary needs except the C runtime and CUDA's own, which the device has.
-    ldd build-device/loom_cuda_tests | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+    cp build-device/loom_cuda_tests build-device/loom_cuda_dist_tests build-device/loom_cuda_bench \
+      .device/pack/
+    pack_ompi .device/pack
+    # Every library the binaries (and OpenMPI's launcher and plugins) need except the C runtime
+    # and CUDA's own, which the device has.
+    for binary in build-device/loom_cuda_tests .device/pack/ompi/usr/bin/orterun \
+      .device/pack/ompi/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so; do
+      ldd "$binary" | awk '$3 ~ /^\// {print $3}'
+    done | sort -u | while read -r lib; do
       case "$(basename "$lib")" in
         libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda*|libcublas*|libnccl*) ;;
         *) cp -L "$lib" .device/pack/lib/ ;;
@@ -45,7 +81,7 @@ case "${1:-}" in
     grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
     du -h .device/pack.tar.xz
     ;;
-  run | tests | bench | profile)
+  run | tests | bench | profile | dist)
     mode=$1; shift
     out=${OUT:-$PWD/device-out}
     mkdir -p "$out" /tmp/loom-device
@@ -93,6 +129,32 @@ case "${1:-}" in
         [ "$status" = 0 ] || tail -n 20 "$out/cuda_tests.log"
         echo '```'
       } >> "$out/report.md"
+    fi
+    # Several processes sharing the GPU through the staged group (OpenMPI from the pack): every
+    # layout, MoE, DiLoCo and recipe of the staged tests, each run on the GPU against the same
+    # run on the host; ZeRO-3 under a device limit on 4. Each run's "trained" line gives its
+    # step rate (DDP, ZeRO-3, TP 2 ... on the same GPU).
+    if [ "$mode" = dist ]; then
+      for np in 2 4; do
+        filter=-StagedTrainer.ZeroThreeTrainsAModelAboveOneProcessDeviceLimit
+        [ "$np" = 2 ] || filter='*'
+        dist_status=0
+        (cd /tmp/loom-device && LD_LIBRARY_PATH=$loom_libs OMP_NUM_THREADS=2 \
+          packed_mpirun "$pack" --timeout 200 -np "$np" "$pack/loom_cuda_dist_tests" \
+          --gtest_filter="$filter") \
+          > "$out/dist_np$np.log" 2>&1 || dist_status=$?
+        [ "$dist_status" = 0 ] || status=$dist_status
+        {
+          echo
+          echo "## $np processes sharing the GPU (staged group): exit status $dist_status"
+          echo
+          echo '```'
+          grep -E '^\[  (PASSED|FAILED) |^\[==========\]|^rank [0-9]+:|^trained|^gpt \(|^dit \(' \
+            "$out/dist_np$np.log" | head -n 120 || true
+          [ "$dist_status" = 0 ] || tail -n 20 "$out/dist_np$np.log"
+          echo '```'
+        } >> "$out/report.md"
+      done
     fi
     # The benchmark: Loom and PyTorch on the same models and batches, in turn. BENCH_JOBS
     # narrows it ("dit_small 256 0", say) and BENCH_LOOM=0 leaves Loom's part out.

@@ -1,11 +1,16 @@
-// gtest main for the device tests that run under mpirun on the CUDA backend's host emulation:
-// the emulated backend and allocator take the place of DeviceType::CUDA's, and every rank runs
-// every test in the same order (tests/dist/main.cpp).
+// gtest main for the device tests that run under mpirun: on the CUDA backend's host emulation
+// (the emulated backend and allocator take the place of DeviceType::CUDA's), or on a real GPU
+// that the processes share (scripts/device_check.sh dist). Every rank runs every test in the
+// same order (tests/dist/main.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#ifdef LOOM_CUDA_EMULATE
 #include "loom/backend/cuda/cuda_backend.h"
+#else
+#include <cuda_runtime.h>
+#endif
 #include "loom/dist/world.h"
 
 // On ranks other than 0: only their failures, each naming the rank (a failure on one rank
@@ -25,8 +30,16 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 };
 
 int main(int argc, char** argv) {
+#ifdef LOOM_CUDA_EMULATE
   loom::register_allocator(loom::DeviceType::CUDA, &loom::cuda_emulated::device_allocator());
   loom::register_backend(loom::DeviceType::CUDA, &loom::cuda_emulated::backend());
+#else
+  int count = 0;  // without a GPU: not run, exit 77 (skipped, never passed)
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("cuda dist tests: no CUDA device here; not run\n");
+    return 77;
+  }
+#endif
   testing::InitGoogleTest(&argc, argv);
   loom::dist::init_world({/*timeout_s=*/120});
   if (loom::dist::world_rank() != 0) {
