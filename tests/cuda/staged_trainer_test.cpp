@@ -192,7 +192,8 @@ TEST_F(StagedTrainer, DiLoCoOnTheDeviceTrainsAsOnTheHost) {
 TEST_F(StagedTrainer, MixtureOfExpertsOnTheDeviceTrainsAsOnTheHost) {
   // 4 experts, 2 a token, a shared one, the selection bias and both balancing losses: the
   // router's losses and the experts' grouped GEMMs on the device; under ep the tokens'
-  // dispatch and return (uneven all-to-all) through the device group.
+  // dispatch and return (uneven all-to-all) through the device group; under cp each rank routes
+  // its rows' tokens.
   const std::vector<std::string> moe = {
       "moe.experts=4",      "moe.top_k=2",     "moe.hidden=32",        "moe.shared_experts=1",
       "moe.bias_rate=0.01", "moe.z_loss=1e-3", "model.style=\"llama\""};
@@ -204,6 +205,7 @@ TEST_F(StagedTrainer, MixtureOfExpertsOnTheDeviceTrainsAsOnTheHost) {
   if (world_->size() % 2 == 0) {
     layouts.push_back({"ep2", with({"parallel.ep=2"})});
     layouts.push_back({"tp2", with({"parallel.tp=2"})});
+    layouts.push_back({"cp2", with({"parallel.cp=2"})});
   }
   compare("gpt", layouts);
 }

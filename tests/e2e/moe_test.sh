@@ -8,7 +8,8 @@
 # - a run stopped at step 10 and resumed ends bitwise where the uninterrupted run ends;
 # - DDP on 2 processes, ZeRO-3 on 2 and on 4, tensor parallelism 2 on the other layers (the
 #   experts whole on each tp rank; also with sequence parallelism: each tp rank routes its
-#   share of the tokens), and a ZeRO-3 x4 checkpoint resumed on 1 process,
+#   share of the tokens), context parallelism 2 (ring, Ulysses, and ring x ZeRO-3 on 4: each
+#   cp rank routes its rows' tokens), and a ZeRO-3 x4 checkpoint resumed on 1 process,
 #   equal to 1 process within the tolerances of the other parallel tests (the Switch loss is
 #   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
 #   with the layout by design; the z-loss and the summed loads do not);
@@ -93,13 +94,16 @@ assert a == b, (a, b)' "$ref" "$work/half/tiny_gpt" || fail "resume changed the 
 # Data parallelism, without the Switch loss (see the header).
 noaux=(--set moe.aux_loss=0)
 run np1-noaux "${noaux[@]}"
-for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2; do
+for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2 cp2-np2 cp2ulysses-np2 cp2zero3-np4; do
   np=${layout##*np}
   dp=${layout%%-*}
   extra=()
   case $dp in
     tp2) dp=ddp; extra=(--set parallel.tp=2) ;;
     tp2sp) dp=ddp; extra=(--set parallel.tp=2 --set parallel.sequence_parallel=true) ;;
+    cp2) dp=ddp; extra=(--set parallel.cp=2) ;;
+    cp2ulysses) dp=ddp; extra=(--set parallel.cp=2 --set parallel.context_parallel=ulysses) ;;
+    cp2zero3) dp=zero3; extra=(--set parallel.cp=2) ;;
   esac
   "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \
     --set parallel.data_parallel=$dp --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
@@ -185,7 +189,7 @@ parity "dit moe ddp-np2" "$work/dit/tiny_dit" "$work/dit-np2/tiny_dit"
 bad 1 "moe.top_k 5 must be between 1 and moe.experts (4)" "$cfg" "${common[@]}" --set moe.top_k=5
 bad 1 "moe.gating 'dense'" "$cfg" "${common[@]}" --set moe.gating=dense
 bad 1 "moe.every must be at least 1" "$cfg" "${common[@]}" --set moe.every=0
-bad 2 "parallel.cp and pp must be 1" "$cfg" "${common[@]}" --set parallel.cp=2
+bad 2 "cannot be pipelined yet (parallel.pp must be 1)" "$cfg" "${common[@]}" --set parallel.pp=2
 bad 1 "moe.top_k" "$cfg" --set moe.top_k=2  # without moe.experts: an unknown key
 bad 2 "parallel.ep 3 does not divide moe.experts 4" "$cfg" "${common[@]}" --set parallel.ep=3
 bad 3 "parallel.ep 2 does not divide the 3 data-parallel ranks" "$cfg" "${common[@]}" --set parallel.ep=2 \

@@ -419,13 +419,12 @@ Config read_config(ConfigFile& f) {
         << " data-parallel ranks (dp_replicate x dp_shard) it is carved from";
   }
   if (moe && moe->enabled()) {
-    // The mixture under context and pipeline parallelism, and expert parallelism inside DiLoCo
-    // workers, are not built yet; data, expert and tensor parallelism (the experts whole on
-    // every tp rank), DiLoCo and activation checkpointing are.
-    LOOM_CHECK(p.dims.cp == 1 && p.dims.pp == 1)
+    // Under a pipeline each stage's ranks hold their layers' selection biases and statistics,
+    // but the run's state (the biases a resume needs) is written by rank 0 alone.
+    LOOM_CHECK(p.dims.pp == 1)
         << "config " << path << ": a mixture of experts (moe.experts " << moe->experts
-        << ") trains with data, expert and tensor parallelism only; parallel.cp and pp must "
-        << "be 1";
+        << ") cannot be pipelined yet (parallel.pp must be 1): the stages' selection biases "
+        << "would not all reach the checkpoint, which rank 0 writes";
     LOOM_CHECK(!c.diloco || p.ep == 1)
         << "config " << path << ": a mixture of experts under lowcomm.method \"diloco\" keeps "
         << "every expert on each rank of a worker; parallel.ep must be 1, not " << p.ep;

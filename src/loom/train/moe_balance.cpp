@@ -44,6 +44,7 @@ std::vector<dist::ProcessGroup*> token_groups_of(const dist::DeviceMesh& mesh,
                                                  bool sequence_parallel, bool diloco) {
   std::vector<dist::ProcessGroup*> groups = {mesh.group(diloco ? "dp_shard" : "dp").get()};
   if (sequence_parallel && mesh.degree("tp") > 1) groups.push_back(mesh.group("tp").get());
+  if (mesh.degree("cp") > 1) groups.push_back(mesh.group("cp").get());
   return groups;
 }
 
@@ -53,7 +54,8 @@ MoeBalance::MoeBalance(nn::Module& model, const dist::DeviceMesh& mesh, bool seq
                        int64_t grad_accum, bool diloco)
     : MoeBalance(model, token_groups_of(mesh, sequence_parallel, diloco),
                  1.0 / double(grad_accum) /
-                     double(sequence_parallel && mesh.degree("tp") > 1 ? mesh.degree("tp") : 1),
+                     double(sequence_parallel && mesh.degree("tp") > 1 ? mesh.degree("tp") : 1) /
+                     double(mesh.degree("cp")),
                  diloco ? mesh.group("dp_replicate").get() : nullptr) {}
 
 void MoeBalance::begin_step() {

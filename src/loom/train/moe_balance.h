@@ -28,8 +28,9 @@ class MoeBalance {
   MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups, double loss_scale,
              dist::ProcessGroup* workers = nullptr);
   // A run's on `mesh`: the dp ranks route different tokens (a DiLoCo worker's own: dp_shard,
-  // the workers dp_replicate), and with sequence parallelism the tp ranks too; each
-  // forward's losses weigh 1 / grad_accum (and 1 / tp with sequence parallelism).
+  // the workers dp_replicate), and with sequence parallelism the tp ranks too, and the cp
+  // ranks; each forward's losses weigh 1 / grad_accum (and 1 / tp with sequence parallelism,
+  // 1 / cp: those ranks' gradients are summed, not averaged).
   MoeBalance(nn::Module& model, const dist::DeviceMesh& mesh, bool sequence_parallel,
              int64_t grad_accum, bool diloco);
   bool active() const { return !layers_.empty(); }
