@@ -45,7 +45,13 @@ TEST_P(Zero3Gather, BlocksExistOnlyInsideTheirForward) {
   for (const auto& p : model.named_parameters()) original[p.name] = to_vector(p.tensor);
 
   auto world = dist::world();
-  ZeroDataParallel zero(model, model.block_names(), {3, gather}, world,
+  // The blocks and the final norm are units; the embeddings are left as parameters of no unit.
+  std::vector<std::string> units = model.block_names();
+  units.push_back("norm_f");
+  ZeroOptions options;
+  options.stage = 3;
+  options.gather_dtype = gather;
+  ZeroDataParallel zero(model, units, options, world,
                         std::make_shared<dist::SingleProcessGroup>("replicate", world->rank()));
   zero.broadcast_parameters();
 
@@ -95,8 +101,21 @@ TEST_P(Zero3Gather, BlocksExistOnlyInsideTheirForward) {
         EXPECT_EQ(p.tensor.storage()->released(), o != b + 1)
             << p.name << " after the forward of block " << b;
   }
-  // The non-block parameters stay gathered, exact (the embeddings at both ends of the model).
-  EXPECT_EQ(to_vector(model.tok_embed->weight), original.at("tok_embed.weight"));
+  // The final norm, a unit at the end: prefetched by the last block's forward, freed after its
+  // own.
+  ASSERT_FALSE(model.norm_f->named_parameters()[0].tensor.storage()->released());
+  model.norm_f->call({}, [&](const std::vector<Tensor>&) {
+    for (const auto& p : model.norm_f->named_parameters())
+      EXPECT_EQ(to_vector(p.tensor), original.at("norm_f." + p.name)) << p.name;  // ones, zeros
+    return Tensor::empty({1});
+  });
+  EXPECT_TRUE(model.norm_f->named_parameters()[0].tensor.storage()->released());
+  // The parameters of no unit stay gathered, as gathered (the embeddings at both ends).
+  const std::vector<float> embed = to_vector(model.tok_embed->weight);
+  const std::vector<float>& want = original.at("tok_embed.weight");
+  ASSERT_EQ(embed.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(embed[i], gather == DType::BF16 ? round_to_bf16(want[i]) : want[i]) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(GatherDtypes, Zero3Gather, testing::Values(DType::F32, DType::BF16),

@@ -34,6 +34,7 @@ void load_state_dict(const nn::Module& module, const std::map<std::string, Tenso
     for (float v : to_vector(it->second)) non_finite += !std::isfinite(v);
     LOOM_CHECK(non_finite == 0) << origin << ": tensor '" << name << "' holds " << non_finite
                                 << " NaN or infinite value(s) of " << it->second.numel();
+    if (!target.allocated()) target.storage()->materialize();  // built deferred: values now
     copy_(target, it->second);
   }
   LOOM_CHECK(tensors.size() == targets.size())

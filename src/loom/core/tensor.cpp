@@ -38,6 +38,9 @@ Storage::Storage(size_t nbytes, Device device, MemCategory category)
   data_ = allocator_for(device.type).allocate(nbytes, category);
 }
 
+Storage::Storage(size_t nbytes, Device device, MemCategory category, Unallocated)
+    : data_(nullptr), nbytes_(nbytes), device_(device), category_(category) {}
+
 Storage::~Storage() {
   if (data_) allocator_for(device_.type).deallocate(data_, nbytes_, category_);
 }
@@ -55,8 +58,9 @@ void Storage::materialize() {
 void Storage::released_error() const {
   LOOM_FAIL() << "use of released storage (" << nbytes_ << " bytes of "
               << mem_category_name(category_)
-              << "): a ZeRO-3 parameter read outside the forward of its block (call the block "
-                 "through Module::call)";
+              << "): a ZeRO-3 parameter read outside the forward of its module (call the module "
+                 "through Module::call), or a parameter read before parallelism gave it values "
+                 "(nn::DeferInit)";
 }
 
 void Storage::set_category(MemCategory category) {
@@ -81,6 +85,17 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemCategory
     what << "))";
     throw Error(what.str());
   }
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::unallocated(const Shape& shape, DType dtype, Device device, MemCategory category) {
+  for (int64_t s : shape) LOOM_CHECK(s >= 0) << "negative size in shape " << shape;
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device,
+                                            category, Storage::Unallocated{});
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

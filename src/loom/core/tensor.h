@@ -29,6 +29,9 @@ struct Node;  // autograd/node.h: the backward function that produced a tensor
 class Storage {
  public:
   Storage(size_t nbytes, Device device, MemCategory category);
+  // A storage that has a size but no memory yet, as if released: materialize() allocates it.
+  struct Unallocated {};
+  Storage(size_t nbytes, Device device, MemCategory category, Unallocated);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -116,6 +119,11 @@ class Tensor {
   // Uninitialised contiguous tensor, counted under `category` (default: the thread's current).
   static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = cpu_device());
   static Tensor empty(const Shape& shape, DType dtype, Device device, MemCategory category);
+  // A shape without memory (its storage released from the start): a parameter that has no
+  // values yet because parallelism will decide which of its elements this process holds
+  // (nn::DeferInit). Reading it is an error; storage()->materialize() gives it memory.
+  static Tensor unallocated(const Shape& shape, DType dtype, Device device, MemCategory category);
+  bool allocated() const { return !impl().storage->released(); }
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }

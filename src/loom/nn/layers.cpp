@@ -57,7 +57,8 @@ LayerNorm::LayerNorm(int64_t dim, bool affine, float eps_) : eps(eps_) {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
-  return layer_norm(x, weight, bias, eps);
+  return call(
+      {x}, [this](const std::vector<Tensor>& in) { return layer_norm(in[0], weight, bias, eps); });
 }
 
 RMSNorm::RMSNorm(int64_t dim, float eps_) : eps(eps_) {
@@ -65,7 +66,7 @@ RMSNorm::RMSNorm(int64_t dim, float eps_) : eps(eps_) {
 }
 
 Tensor RMSNorm::forward(const Tensor& x) const {
-  return rms_norm(x, weight, eps);
+  return call({x}, [this](const std::vector<Tensor>& in) { return rms_norm(in[0], weight, eps); });
 }
 
 Mlp::Mlp(int64_t dim, int64_t hidden, Init init) {

@@ -10,11 +10,71 @@
 
 namespace loom::nn {
 
+namespace {
+thread_local bool deferring = false;
+}  // namespace
+
+DeferInit::DeferInit() : outer_(deferring) {
+  deferring = true;
+}
+DeferInit::~DeferInit() {
+  deferring = outer_;
+}
+
+std::vector<ElementRun> compose_runs(const std::vector<ElementRun>& outer,
+                                     const std::vector<ElementRun>& inner) {
+  std::vector<ElementRun> out;
+  for (const ElementRun& o : outer)
+    for (const ElementRun& i : inner) {
+      // o maps its part's [o.local, +o.length) to the middle part's [o.whole, +o.length); i
+      // maps the middle part's [i.local, +i.length) to the whole.
+      const int64_t lo = std::max(o.whole, i.local);
+      const int64_t hi = std::min(o.whole + o.length, i.local + i.length);
+      if (lo < hi) out.push_back({o.local + (lo - o.whole), i.whole + (lo - i.local), hi - lo});
+    }
+  std::sort(out.begin(), out.end(),
+            [](const ElementRun& a, const ElementRun& b) { return a.local < b.local; });
+  return out;
+}
+
+void fill_initial(const Tensor& dst, const ParameterInit& p, const std::vector<ElementRun>& runs,
+                  int64_t local_begin) {
+  LOOM_CHECK(dst.is_contiguous()) << "fill_initial: " << p.name << ": not contiguous";
+  NoGradGuard no_grad;
+  const Init& init = p.init;
+  if (init.kind == Init::Zeros || init.kind == Init::Ones) {
+    fill_(dst, init.kind == Init::Ones ? 1.0 : 0.0);
+    return;
+  }
+  float a = init.a, b = init.b;
+  if (init.kind == Init::XavierUniform) {
+    LOOM_CHECK(p.whole_shape.size() == 2)
+        << "xavier init of '" << p.name << "' needs a 2-D shape, got " << p.whole_shape;
+    b = std::sqrt(6.0f / float(p.whole_shape[0] + p.whole_shape[1]));
+    a = -b;
+  }
+  const RngKey key{p.seed, "init", p.name};
+  const int64_t n = dst.numel();
+  for (const ElementRun& r : runs) {
+    const int64_t lo = std::max(r.local, local_begin);
+    const int64_t hi = std::min(r.local + r.length, local_begin + n);
+    if (lo >= hi) continue;
+    const Tensor part = dst.as_strided({hi - lo}, {1}, dst.offset() + (lo - local_begin));
+    const int64_t at = r.whole + (lo - r.local);
+    if (init.kind == Init::Normal)
+      fill_normal(part, key, at, a, b);
+    else
+      fill_uniform(part, key, at, a, b);
+  }
+}
+
 Tensor Module::register_parameter(const std::string& name, const Shape& shape, Init init,
                                   bool weight_decay) {
   for (const Param& p : params_)
     LOOM_CHECK(p.name != name) << "module: parameter '" << name << "' registered twice";
-  Tensor t = Tensor::empty(shape, DType::F32, cpu_device(), MemCategory::Parameters);
+  Tensor t = deferring
+                 ? Tensor::unallocated(shape, DType::F32, cpu_device(), MemCategory::Parameters)
+                 : Tensor::empty(shape, DType::F32, cpu_device(), MemCategory::Parameters);
   t.set_requires_grad(true);
   params_.push_back(Param{name, t, init, weight_decay});
   return t;
@@ -23,7 +83,10 @@ Tensor Module::register_parameter(const std::string& name, const Shape& shape, I
 void Module::to(Device device) {
   MemCategoryScope scope(MemCategory::Parameters);
   for (const NamedParameter& p : named_parameters())
-    p.tensor.rebind_storage(detail::raw_to_device(p.tensor.detach(), device));
+    p.tensor.rebind_storage(p.tensor.allocated()
+                                ? detail::raw_to_device(p.tensor.detach(), device)
+                                : Tensor::unallocated(p.tensor.shape(), p.tensor.dtype(), device,
+                                                      MemCategory::Parameters));
   for_each_submodule([&](const std::string&, Module& m) {
     for (Tensor* b : m.buffers_)
       if (b->defined()) *b = detail::raw_to_device(*b, device);
@@ -37,19 +100,23 @@ Device Module::device() const {
   return params.empty() ? cpu_device() : params[0].tensor.device();
 }
 
-void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out,
-                     std::vector<const Param*>* params) const {
-  for (const Param& p : params_) {
+void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out) const {
+  for (const Param& p : params_)
     out.push_back(NamedParameter{prefix + p.name, p.tensor, p.weight_decay});
-    if (params) params->push_back(&p);
-  }
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, params);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
 
 std::vector<NamedParameter> Module::named_parameters() const {
   std::vector<NamedParameter> out;
-  collect("", out, nullptr);
+  collect("", out);
   return out;
+}
+
+Tensor Module::named_parameter(const std::string& name) const {
+  for (const auto& p : named_parameters())
+    if (p.name == name) return p.tensor;
+  LOOM_FAIL() << "module has no parameter " << name;
+  return Tensor();
 }
 
 std::vector<Tensor> Module::parameters() const {
@@ -64,36 +131,41 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
+void Module::for_each_param(const std::function<void(const std::string&, Param&)>& fn,
+                            const std::string& prefix) {
+  for (Param& p : params_) fn(prefix + p.name, p);
+  for (auto& [name, child] : children_) child->for_each_param(fn, prefix + name + ".");
+}
+
 void Module::init_parameters(uint64_t seed) {
-  std::vector<NamedParameter> named;
-  std::vector<const Param*> params;
-  collect("", named, &params);
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < named.size(); ++i) {
-    const Init& init = params[i]->init;
-    const Tensor& t = named[i].tensor;
-    const RngKey key{seed, "init", named[i].name};
-    switch (init.kind) {
-      case Init::Normal:
-        fill_normal(t, key, 0, init.a, init.b);
-        break;
-      case Init::Uniform:
-        fill_uniform(t, key, 0, init.a, init.b);
-        break;
-      case Init::XavierUniform: {
-        LOOM_CHECK(t.dim() == 2) << "xavier init of '" << named[i].name
-                                 << "' needs a 2-D shape, got " << t.shape();
-        const float bound = std::sqrt(6.0f / float(t.size(0) + t.size(1)));
-        fill_uniform(t, key, 0, -bound, bound);
-        break;
-      }
-      case Init::Zeros:
-        fill_(t, 0.0);
-        break;
-      case Init::Ones:
-        fill_(t, 1.0);
-        break;
+  for_each_param([&](const std::string& name, Param& p) {
+    const ParameterInit init{name, p.tensor.shape(), p.init, seed};
+    if (!p.tensor.allocated()) {
+      p.deferred = true;
+      p.seed = seed;
+      return;
     }
+    fill_initial(p.tensor, init, {{0, 0, p.tensor.numel()}});
+  });
+}
+
+std::map<std::string, ParameterInit> Module::take_deferred_inits() {
+  std::map<std::string, ParameterInit> out;
+  for_each_param([&](const std::string& name, Param& p) {
+    if (!p.deferred) return;
+    out.emplace(name, ParameterInit{name, p.tensor.shape(), p.init, p.seed});
+    p.deferred = false;
+  });
+  return out;
+}
+
+void Module::materialize_deferred() {
+  MemCategoryScope scope(MemCategory::Parameters);
+  for (const auto& [name, init] : take_deferred_inits()) {
+    const Tensor t = named_parameter(name);
+    if (t.allocated()) continue;
+    t.storage()->materialize();
+    fill_initial(t, init, {{0, 0, t.numel()}});
   }
 }
 

@@ -1,10 +1,17 @@
 // Module: a tree of layers with fully qualified parameter names ("blocks.3.attn.qkv.weight").
 //
 // Parameters are registered with an initialiser and created empty; init_parameters(seed)
-// fills each one from the Philox stream keyed by (seed, "init", its full name), so a model
-// gets the same initial weights however it is later sharded.
+// fills each one from the Philox stream keyed by (seed, "init", its full name): element i of
+// the whole tensor (row-major) is draw i, so a model gets the same initial weights however it
+// is later sharded.
+//
+// Built under a DeferInit scope, parameters are shapes without memory and init_parameters
+// only records the seed: parallelism (parallel/parallelize.h) then allocates and fills just
+// the elements this process holds, so no process ever holds the whole model (as torchtitan's
+// meta-device build, or DeepSpeed's zero.Init).
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +30,42 @@ struct Init {
   static Init xavier_uniform() { return {XavierUniform, 0.0f, 0.0f}; }  // fan from a 2-D shape
   static Init zeros() { return {Zeros, 0.0f, 0.0f}; }
   static Init ones() { return {Ones, 0.0f, 0.0f}; }
+};
+
+// A stretch of a part's row-major elements and where it lies in the whole tensor: the part's
+// elements [local, local + length) are the whole's [whole, whole + length).
+struct ElementRun {
+  int64_t local, whole, length;
+};
+// The runs of `outer` (a part of a part) through `inner` (that part's runs in the whole).
+std::vector<ElementRun> compose_runs(const std::vector<ElementRun>& outer,
+                                     const std::vector<ElementRun>& inner);
+
+// What a deferred parameter's initial values are: its initialiser and seed, keyed by its
+// full name, over its whole shape.
+struct ParameterInit {
+  std::string name;
+  Shape whole_shape;
+  Init init;
+  uint64_t seed = 0;
+};
+// Fills dst (contiguous) with the initial values of elements [local_begin, local_begin +
+// dst.numel()) of a part of the parameter whose elements lie in the whole as `runs` say --
+// the same values as init_parameters gives those elements of the whole tensor.
+void fill_initial(const Tensor& dst, const ParameterInit& init, const std::vector<ElementRun>& runs,
+                  int64_t local_begin = 0);
+
+// While one is alive on this thread, modules register their parameters without memory
+// (Tensor::unallocated) and init_parameters defers their values (see take_deferred_inits).
+class DeferInit {
+ public:
+  DeferInit();
+  ~DeferInit();
+  DeferInit(const DeferInit&) = delete;
+  DeferInit& operator=(const DeferInit&) = delete;
+
+ private:
+  bool outer_;
 };
 
 struct NamedParameter {
@@ -50,8 +93,15 @@ class Module {
   std::vector<NamedParameter> named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
-  // Fills every parameter from its initialiser, keyed by (seed, "init", full name).
+  // Fills every parameter from its initialiser, keyed by (seed, "init", full name); a
+  // parameter without memory (built under DeferInit) keeps the seed for later instead.
   void init_parameters(uint64_t seed);
+  // The deferred parameters' initial values, by full name, handed over to whoever allocates
+  // their pieces (parallelism): they are no longer deferred here.
+  std::map<std::string, ParameterInit> take_deferred_inits();
+  // Allocates every deferred parameter whole and fills it: a model read or written whole
+  // before it is parallelised (a Hugging Face import) has every value.
+  void materialize_deferred();
 
   // Moves every parameter (in place: same tensors, new storage) and every buffer of the tree
   // to `device`: the model is built and initialised on the host, then trained where it is put.
@@ -106,9 +156,13 @@ class Module {
     Tensor tensor;
     Init init;
     bool weight_decay;
+    bool deferred = false;  // init_parameters ran while it had no memory: seed is its seed
+    uint64_t seed = 0;
   };
-  void collect(const std::string& prefix, std::vector<NamedParameter>& out,
-               std::vector<const Param*>* params) const;
+  void collect(const std::string& prefix, std::vector<NamedParameter>& out) const;
+  void for_each_param(const std::function<void(const std::string&, Param&)>& fn,
+                      const std::string& prefix = "");
+  Tensor named_parameter(const std::string& name) const;
   std::vector<Param> params_;
   std::vector<Tensor*> buffers_;  // members of the derived module
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

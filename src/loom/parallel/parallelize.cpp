@@ -6,6 +6,7 @@
 #include <sstream>
 #include <utility>
 
+#include "loom/nn/layers.h"
 #include "loom/ops/ops.h"
 #include "loom/parallel/activation_checkpoint.h"
 #include "loom/parallel/context_parallel.h"
@@ -25,6 +26,18 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
                                            int64_t micro_batches) {
   std::unique_ptr<ParallelModel> pm(new ParallelModel(mesh, topology));
   ParallelModel& m = *pm;
+  // A model built under nn::DeferInit has shapes only: each strategy below allocates what this
+  // rank holds and fills it with the values a one-process init gives those elements.
+  const std::map<std::string, nn::ParameterInit> deferred = model.take_deferred_inits();
+  auto initial_values = [&m, &deferred](const std::string& name, const Tensor& dst,
+                                        int64_t local_begin) {
+    const auto it = deferred.find(name);
+    LOOM_CHECK(it != deferred.end())
+        << "parallelize: parameter " << name << " has no values and no deferred init "
+        << "(init_parameters was not called on the model)";
+    nn::fill_initial(dst, it->second, m.local_runs(name, shape_numel(it->second.whole_shape)),
+                     local_begin);
+  };
   // 1. Pipeline: what other stages hold leaves the model and the plan.
   std::vector<std::string> blocks = plan.blocks;
   nn::ParallelPlan local_plan = plan;
@@ -85,16 +98,42 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     m.replicas_ = topology.outer_sync
                       ? std::make_shared<dist::SingleProcessGroup>("replica", mesh.world()->rank())
                       : mesh.group("dp_replicate");
-    ZeroOptions options{topology.zero_stage(), topology.gather_dtype, {}};
+    ZeroOptions options;
+    options.stage = topology.zero_stage();
+    options.gather_dtype = topology.gather_dtype;
+    options.initial_values = initial_values;
     for (const auto& [name, shard] : m.ep_layout_.sharded) options.skip.insert(name);
-    m.zero_ = std::make_unique<ZeroDataParallel>(model, blocks, options, mesh.group("dp_shard"),
+    // The units ZeRO wraps, in forward order: the modules before the blocks, the blocks, the
+    // modules after them -- those this rank holds parameters of (a pipeline stage holds some).
+    // A tied head holds none of its own: it uses the embedding's unit.
+    std::vector<std::string> units;
+    auto add_unit = [&](const std::string& unit) {
+      if (std::find(units.begin(), units.end(), unit) != units.end()) return;
+      for (const auto& p : model.named_parameters())
+        if (p.name.rfind(unit + ".", 0) == 0 && !options.skip.count(p.name)) {
+          units.push_back(unit);
+          return;
+        }
+    };
+    for (const auto& unit : plan.first_stage) add_unit(unit);
+    for (const auto& block : blocks) add_unit(block);
+    for (const auto& unit : plan.last_stage) add_unit(unit);
+    bool tied_head = false;
+    model.for_each_submodule([&](const std::string& path, nn::Module& module) {
+      tied_head |= path == plan.vocab_head && dynamic_cast<nn::TiedProjection*>(&module);
+    });
+    if (tied_head && std::find(units.begin(), units.end(), plan.vocab_embedding) != units.end())
+      options.unit_users[plan.vocab_head] = plan.vocab_embedding;
+    m.zero_ = std::make_unique<ZeroDataParallel>(model, units, options, mesh.group("dp_shard"),
                                                  m.replicas_);
     m.zero_->broadcast_parameters();
     m.pieces_ = m.zero_->pieces();
     m.shared_pieces_ = m.pieces_.size();
     if (m.ep_) {
       // The experts: sharded over the ranks that hold the same ones, in the blocks they are in.
-      ZeroOptions experts{topology.zero_stage(), topology.gather_dtype, {}};
+      ZeroOptions experts = options;
+      experts.skip.clear();
+      experts.unit_users.clear();
       std::vector<std::string> expert_blocks;
       for (const auto& p : model.named_parameters()) {
         if (!m.ep_layout_.sharded.count(p.name)) {
@@ -114,6 +153,17 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   } else {
     const auto params = model.named_parameters();
     for (const auto& p : params)
+      if (!p.tensor.allocated()) {
+        try {
+          p.tensor.storage()->materialize();
+        } catch (const Error& e) {  // the limit or the machine: say which parameter wanted it
+          throw Error(e.message() + " (parameter " + p.name + ", a tensor of shape " +
+                          shape_str(p.tensor.shape()) + ")",
+                      e.where());
+        }
+        initial_values(p.name, p.tensor, 0);
+      }
+    for (const auto& p : params)
       m.pieces_.push_back(
           {p.name, p.tensor.shape(), 0, p.tensor.numel(), p.tensor, p.weight_decay, Tensor()});
     m.replicas_ = topology.outer_sync ? mesh.group("dp_shard") : m.dp_;
@@ -131,6 +181,16 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     }
   }
   return pm;
+}
+
+std::vector<nn::ElementRun> ParallelModel::local_runs(const std::string& name,
+                                                      int64_t whole_numel) const {
+  std::vector<nn::ElementRun> runs{{0, 0, whole_numel}};
+  if (const auto tp = tp_layout_.sharded.find(name); tp != tp_layout_.sharded.end())
+    runs = tp->second.runs(tp_->rank());
+  if (const auto ep = ep_layout_.sharded.find(name); ep != ep_layout_.sharded.end())
+    runs = nn::compose_runs(ep->second.runs(ep_->rank()), runs);
+  return runs;
 }
 
 std::string ParallelModel::describe() const {

@@ -112,6 +112,9 @@ class ParallelModel {
   std::vector<std::string> split_pipeline(nn::Module& model, const nn::ParallelPlan& plan,
                                           int64_t micro_batches);
   double from_last_stage(double value) const;  // the last stage's value, on every rank
+  // Where this rank's part of a parameter (after tensor and expert parallelism) lies in the
+  // whole tensor of whole_numel elements.
+  std::vector<nn::ElementRun> local_runs(const std::string& name, int64_t whole_numel) const;
   // Where a piece's elements lie in the whole tensor: (begin, end, offset in the piece's value).
   struct WholeRange {
     int64_t begin, end, offset;

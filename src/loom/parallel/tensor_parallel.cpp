@@ -35,6 +35,8 @@ Shape TensorShard::shape(int64_t rank) const {
 
 Tensor TensorShard::take(const Tensor& whole, int64_t rank) const {
   NoGradGuard no_grad;
+  if (!whole.allocated())
+    return Tensor::unallocated(shape(rank), whole.dtype(), whole.device(), MemCategory::Parameters);
   Tensor part = Tensor::empty(shape(rank), whole.dtype(), whole.device(), MemCategory::Parameters);
   int64_t at = 0;
   for (const auto& [start, length] : blocks.at(size_t(rank))) {

@@ -41,11 +41,10 @@ struct TensorShard {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> blocks;  // per tp rank
 
   Shape shape(int64_t rank) const;
-  Tensor take(const Tensor& whole, int64_t rank) const;  // rank's part, a contiguous copy
-  // The part's row-major elements [local, local + length) are the whole's [whole, ...).
-  struct Run {
-    int64_t local, whole, length;
-  };
+  // rank's part, a contiguous copy (of a whole without memory: a part without memory)
+  Tensor take(const Tensor& whole, int64_t rank) const;
+  // Where the part's row-major elements lie in the whole.
+  using Run = nn::ElementRun;
   std::vector<Run> runs(int64_t rank) const;
 };
 

@@ -42,8 +42,8 @@ struct ZeroDataParallel::Group {
   std::vector<nn::NamedParameter> params;
   std::vector<int64_t> offsets;   // of each parameter in the flat buffers
   int64_t padded = 0, shard = 0;  // padded length (a multiple of the shard count), shard length S
-  bool block = false;             // a wrapped block (else: the non-block parameters)
-  Tensor full;                    // (padded) the parameters; the model's tensors are views of it
+  bool wrapped = false;  // a unit whose forward is wrapped (else: the parameters of no unit)
+  Tensor full;           // (padded) the parameters; the model's tensors are views of it
   Tensor master;      // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
   Tensor flat_grad;   // (padded) full gradients: stage 1 always; stages 2-3 while in flight
   Tensor grad_shard;  // (S) the reduced gradients of the owned elements
@@ -70,7 +70,7 @@ struct ZeroDataParallel::Shared {
   std::shared_ptr<dist::ProcessGroup> shard;
   ZeroOptions options;
   Device device = cpu_device();  // the parameters'
-  int last_block = -1;
+  int last_unit = -1;
   bool sync = false, active = true;
 
   // --- stage 3: the full parameters of a group ---
@@ -98,39 +98,42 @@ struct ZeroDataParallel::Shared {
   }
 
   void release(Group& g) {
-    if (options.stage != 3 || !g.block || g.state == Group::Params::Released) return;
+    if (options.stage != 3 || !g.wrapped || g.state == Group::Params::Released) return;
     if (g.state == Group::Params::Gathering) finish_gather(g);  // never free under a transfer
     for (const auto& p : g.params) forget_bf16_copy(p.tensor);  // its memory goes with it
     g.full.storage()->release();
     g.state = Group::Params::Released;
   }
 
-  // The forward wrapper of block group gi (stages 2 and 3).
+  // The forward wrapper of unit group gi (stages 2 and 3).
+  // user: the forward of another module using the unit's parameters (a tied output head),
+  // which prefetches nothing.
   Tensor forward(size_t gi, const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs,
-                 const std::weak_ptr<Shared>& self) {
+                 const std::weak_ptr<Shared>& self, bool user) {
     Group& g = groups[gi];
     if (options.stage == 3) {
       finish_gather(g);
-      if (gi + 1 < groups.size() && groups[gi + 1].block &&
+      if (!user && gi + 1 < groups.size() && groups[gi + 1].wrapped &&
           groups[gi + 1].state == Group::Params::Released)
         start_gather(groups[gi + 1]);
     }
     Tensor out = fn(inputs);
     const bool backward_follows = grad_mode_enabled() && out.requires_grad();
-    if (!(backward_follows && int(gi) == last_block)) release(g);
+    // The last unit stays gathered for its backward, which comes next.
+    if (!(backward_follows && int(gi) == last_unit && !user)) release(g);
     if (!backward_follows) return out;
     return with_backward_hook(out, [self, gi] {
       if (auto s = self.lock()) s->pre_backward(gi);
     });
   }
 
-  // Backward has reached block gi's output: its parameters and a gradient buffer must exist.
+  // Backward has reached unit gi's output: its parameters and a gradient buffer must exist.
   void pre_backward(size_t gi) {
     if (!active) return;
     Group& g = groups[gi];
     if (options.stage == 3) {
       finish_gather(g);
-      if (gi > 0 && groups[gi - 1].block && groups[gi - 1].state == Group::Params::Released)
+      if (gi > 0 && groups[gi - 1].wrapped && groups[gi - 1].state == Group::Params::Released)
         start_gather(groups[gi - 1]);
     }
     if (sync && !g.launched && !g.flat_grad.defined()) {
@@ -195,7 +198,7 @@ struct ZeroDataParallel::Shared {
   }
 };
 
-ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
+ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::string>& unit_names,
                                    ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
                                    std::shared_ptr<dist::ProcessGroup> replicate)
     : shard_(std::move(shard)),
@@ -214,19 +217,18 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
   shared_->device = device;
   const int64_t P = shard_->size(), r = shard_->rank();
 
-  // One group per block (in block order), then the rest.
+  // One group per unit (in forward order), then the rest.
   const auto params = model.named_parameters();
-  std::vector<std::vector<nn::NamedParameter>> param_groups(block_names.size() + 1);
+  std::vector<std::vector<nn::NamedParameter>> param_groups(unit_names.size() + 1);
   for (const auto& p : params) {
     if (options.skip.count(p.name)) continue;
-    size_t gi = block_names.size();
-    for (size_t i = 0; i < block_names.size(); ++i)
-      if (p.name.rfind(block_names[i] + ".", 0) == 0) gi = i;
+    size_t gi = unit_names.size();
+    for (size_t i = 0; i < unit_names.size(); ++i)
+      if (p.name.rfind(unit_names[i] + ".", 0) == 0) gi = i;
     param_groups[gi].push_back(p);
   }
-  for (size_t i = 0; i < block_names.size(); ++i)
-    LOOM_CHECK(!param_groups[i].empty())
-        << "zero: block " << block_names[i] << " has no parameters";
+  for (size_t i = 0; i < unit_names.size(); ++i)
+    LOOM_CHECK(!param_groups[i].empty()) << "zero: unit " << unit_names[i] << " has no parameters";
 
   auto& segments = optimizer_params_.params;
   auto& m_views = optimizer_params_.exp_avg;
@@ -235,7 +237,7 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     if (param_groups[gi].empty()) continue;
     Group g;
     g.params = param_groups[gi];
-    g.block = gi < block_names.size();
+    g.wrapped = gi < unit_names.size();
     int64_t total = 0;
     for (const auto& p : g.params) {
       LOOM_CHECK(p.tensor.dtype() == DType::F32 && p.tensor.is_contiguous())
@@ -245,21 +247,40 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     }
     g.shard = (total + P - 1) / P;
     g.padded = g.shard * P;
-    g.full = zeros_of(g.padded, MemCategory::Parameters, device);
+    const int64_t lo = r * g.shard, hi = lo + g.shard;
+    // Stage 3 holds only its shard from the start: the full buffer has no memory until a
+    // gather, and the shard is filled from each parameter's values (or its deferred init).
+    g.full = stage == 3
+                 ? Tensor::unallocated({g.padded}, DType::F32, device, MemCategory::Parameters)
+                 : zeros_of(g.padded, MemCategory::Parameters, device);
+    if (stage == 3) g.master = zeros_of(g.shard, MemCategory::Parameters, device);
     for (size_t k = 0; k < g.params.size(); ++k) {
       const Tensor& p = g.params[k].tensor;
-      LOOM_CHECK(p.device() == device) << "zero: parameter " << g.params[k].name << " is on "
+      const std::string& name = g.params[k].name;
+      LOOM_CHECK(p.device() == device) << "zero: parameter " << name << " is on "
                                        << p.device().str() << ", the first on " << device.str();
-      Tensor view = flat_view(g.full, g.offsets[k], p.shape());
-      convert(p, view);
-      p.rebind_storage(view);
+      LOOM_CHECK(p.allocated() || options.initial_values)
+          << "zero: parameter " << name << " has no values";
+      const int64_t at = g.offsets[k];
+      // What of it lands in `dst`: its elements [begin, begin + dst.numel()).
+      auto fill = [&](const Tensor& dst, int64_t begin) {
+        if (p.allocated())
+          convert(p.as_strided(dst.shape(), {1}, p.offset() + begin), dst);
+        else
+          options.initial_values(name, dst, begin);
+      };
+      if (stage == 3) {
+        const int64_t a = std::max(lo, at), b = std::min(hi, at + p.numel());
+        if (a < b) fill(flat_view(g.master, a - lo, {b - a}), a - at);
+      } else {
+        fill(flat_view(g.full, at, {p.numel()}), 0);
+      }
+      p.rebind_storage(flat_view(g.full, at, p.shape()));
     }
-    const int64_t lo = r * g.shard, hi = lo + g.shard;
-    g.master = flat_view(g.full, lo, {g.shard});
-    if (stage == 3) {
-      g.master = Tensor::empty({g.shard}, DType::F32, device, MemCategory::Parameters);
-      convert(flat_view(g.full, lo, {g.shard}), g.master);
-    }
+    if (stage == 3)
+      g.state = Group::Params::Released;
+    else
+      g.master = flat_view(g.full, lo, {g.shard});
     g.grad_shard = zeros_of(g.shard, MemCategory::Gradients, device);
     g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState, device);
     g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState, device);
@@ -287,7 +308,7 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       m_views.push_back(flat_view(g.exp_avg, a - lo, {b - a}));
       v_views.push_back(flat_view(g.exp_avg_sq, a - lo, {b - a}));
     }
-    if (g.block) shared_->last_block = int(shared_->groups.size());
+    if (g.wrapped) shared_->last_unit = int(shared_->groups.size());
     shared_->groups.push_back(std::move(g));
   }
 
@@ -298,15 +319,22 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       g.params[k].tensor.add_post_accumulate_hook([weak, gi, k](const Tensor&) {
         if (auto s = weak.lock()) s->on_gradient(gi, k);
       });
-    if (g.block && stage >= 2) {
-      nn::Module& block = model.submodule(block_names[gi]);
-      block.add_forward_wrapper(
-          [weak, gi](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
-            auto s = weak.lock();
-            return s ? s->forward(gi, fn, inputs, weak) : fn(inputs);
-          });
+    if (g.wrapped && stage >= 2) {
+      auto wrap = [&](const std::string& path, bool user) {
+        model.submodule(path).add_forward_wrapper(
+            [weak, gi, user](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
+              auto s = weak.lock();
+              return s ? s->forward(gi, fn, inputs, weak, user) : fn(inputs);
+            });
+      };
+      wrap(unit_names[gi], false);
+      for (const auto& [user, unit] : options.unit_users)
+        if (unit == unit_names[gi]) wrap(user, true);
     }
-    shared_->release(g);
+    if (stage == 3 && !g.wrapped) {  // parameters of no unit: kept gathered
+      shared_->start_gather(g);
+      shared_->finish_gather(g);
+    }
   }
 }
 
@@ -316,6 +344,16 @@ ZeroDataParallel::~ZeroDataParallel() {
 
 void ZeroDataParallel::broadcast_parameters() {
   auto& groups = shared_->groups;
+  if (shared_->options.stage == 3) {
+    // Each shard rank's master came from the same values (a deferred init is keyed by element,
+    // not by layout): the replicas take replica 0's, never a whole group at once.
+    if (replicate_->size() == 1) return;
+    std::vector<dist::WorkPtr> works;
+    for (auto& g : groups) works.push_back(replicate_->broadcast(g.master, 0));
+    for (auto& w : works) w->wait();
+    sync_parameters();
+    return;
+  }
   for (auto& g : groups) shared_->finish_gather(g);
   for (auto* group : {&shard_, &replicate_}) {
     std::vector<dist::WorkPtr> works;
@@ -368,7 +406,7 @@ void ZeroDataParallel::sync_parameters() {
   if (shared_->options.stage == 3) {
     for (auto& g : groups) {
       shared_->release(g);  // blocks: gathered again by their next forward
-      if (!g.block) {
+      if (!g.wrapped) {
         shared_->start_gather(g);
         shared_->finish_gather(g);
       }

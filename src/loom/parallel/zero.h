@@ -2,23 +2,28 @@
 // data-parallel ranks), with an optional replicate axis (HSDP: shard over dp_shard, replicate
 // over dp_replicate).
 //
-// The parameters are split into groups (one per transformer block plus one for the rest) and
-// each group moves into one flat buffer, padded to a multiple of the shard count; rank r owns
-// elements [r S, (r + 1) S) of every group. The model's parameter tensors become views of the
-// flat buffers, so the model code does not change.
+// The parameters are split into groups, one per unit -- a module whose forward ZeRO wraps
+// (through Module::call, see nn/module.h): the transformer blocks and the modules at the
+// model's ends (embeddings, final norm, head), in forward order -- plus one for parameters of
+// no unit. Each group moves into one flat buffer, padded to a multiple of the shard count;
+// rank r owns elements [r S, (r + 1) S) of every group. The model's parameter tensors become
+// views of the flat buffers, so the model code does not change.
 //
 //   stage 1: gradients accumulate in a full flat buffer per group; after the last micro-step
 //            each group is reduce-scattered (average) as soon as backward has produced it.
-//   stage 2: a block's flat gradient buffer exists only from the start of the block's backward
+//   stage 2: a unit's flat gradient buffer exists only from the start of the unit's backward
 //            (a hook on its output) until its reduce-scatter has finished; every micro-step is
 //            reduced and added into the owned shard.
-//   stage 3: as stage 2, and a block's full parameters exist only while it runs: they are
-//            all-gathered (f32, or bf16 on the wire) before its forward, with the next block's
+//   stage 3: as stage 2, and a unit's full parameters exist only while it runs: they are
+//            all-gathered (f32, or bf16 on the wire) before its forward, with the next unit's
 //            gather started meanwhile (prefetch), freed after it, gathered again when its
-//            backward starts (prefetching the block before it), and freed when its gradients
-//            are complete. The last block stays gathered from its forward to its backward. The
-//            master weights are the f32 shard. The group of non-block parameters (embeddings,
-//            final layers) stays gathered: it is used at both ends of the model.
+//            backward starts (prefetching the unit before it), and freed when its gradients
+//            are complete. The last unit stays gathered from its forward to its backward. A
+//            module using a unit's parameters (a tied head: ZeroOptions::unit_users) gathers
+//            them around its own forward and backward alike. The master weights are the f32
+//            shard, and at
+//            build only the shard is filled (ZeroOptions::initial_values): no rank ever holds
+//            a whole model. Parameters of no unit stay gathered.
 //
 // The optimizer (AdamW) updates only the owned shard: its moments exist for 1/S of the
 // elements. Gradient clipping measures the global norm from the pieces (parallel/parallelize.h).
@@ -26,6 +31,7 @@
 // Blocks are wrapped through Module::call (see nn/module.h); a block parameter must be used
 // once per forward (a second use after its gradient is complete would find it freed).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -58,13 +64,22 @@ struct ZeroOptions {
   // Parameters this instance leaves alone (another one shards them over another group: the
   // experts under expert parallelism).
   std::set<std::string> skip{};
+  // Modules that use a unit's parameters in a forward of their own (a tied output head: the
+  // token embedding's weight): module path -> unit.
+  std::map<std::string, std::string> unit_users{};
+  // The values of a parameter that has no memory yet (a deferred build): fills dst with its
+  // (tensor-parallel part's) elements from local_begin on. Only this rank's shard is filled:
+  // stage 3 never holds a whole group at build.
+  std::function<void(const std::string& name, const Tensor& dst, int64_t local_begin)>
+      initial_values{};
 };
 
 class ZeroDataParallel {
  public:
-  // model: where the blocks named by block_names live (stages 2 and 3 wrap their forward).
+  // model: where the units named by unit_names (in forward order) live; stages 2 and 3 wrap
+  // their forward.
   // shard: the group the state is sharded over; replicate: size 1, or the HSDP replicas.
-  ZeroDataParallel(nn::Module& model, const std::vector<std::string>& block_names,
+  ZeroDataParallel(nn::Module& model, const std::vector<std::string>& unit_names,
                    ZeroOptions options, std::shared_ptr<dist::ProcessGroup> shard,
                    std::shared_ptr<dist::ProcessGroup> replicate);
   ~ZeroDataParallel();

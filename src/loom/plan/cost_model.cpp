@@ -18,11 +18,16 @@ double train_step_flops(const StepShape& s) {
   return 3.0 * s.forward_flops * double(s.batch);
 }
 
-MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp) {
+MemoryBound memory_lower_bound(const StepShape& s, int processes, int64_t tp, int64_t pp,
+                               int64_t dp_shard, int zero_stage) {
   MemoryBound m;
   m.local_batch = double(s.batch) / double(std::max(processes, 1));
   m.parameters = s.parameters;
-  m.weight_bytes = 4 * m.parameters;
+  const double split = m.parameters / double(std::max<int64_t>(tp * pp, 1));
+  const double shards = double(std::max<int64_t>(dp_shard, 1));
+  m.state_bytes = 4 * split / (zero_stage >= 3 ? shards : 1) +  // weights
+                  4 * split / (zero_stage >= 2 ? shards : 1) +  // gradients
+                  8 * split / (zero_stage >= 1 ? shards : 1);   // AdamW moments
   m.batch_bytes =
       m.local_batch * (s.sample_bytes + s.split_sample_bytes / double(std::max<int64_t>(tp, 1)));
   return m;

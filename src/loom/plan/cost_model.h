@@ -53,17 +53,21 @@ double block_flops_per_token(double C, double mlp_hidden, double qkv_out, double
 // docs/performance.md for the per-layer terms.
 double train_step_flops(const StepShape& shape);
 
-// What one process needs at the least: the full model's f32 weights (every process builds it
-// whole before sharding) and its share of one batch (its data and, for the GPT, its logits,
-// split over `tp`). A lower bound, so a run refused by it could never fit.
+// What one process needs at the least: its share of the model's state -- f32 weights,
+// gradients and the two AdamW moments, split over tp x pp, and over dp_shard as far as the ZeRO
+// stage shards them (stage 1 the moments, 2 also the gradients, 3 also the weights) -- and its
+// share of one batch (its data and, for the GPT, its logits, split over tp). A lower bound (the
+// pipeline's ends hold more than an even share), so a run refused by it could never fit.
 struct MemoryBound {
   double parameters = 0;
-  double weight_bytes = 0;
+  double state_bytes = 0;  // weights + gradients + moments on one process
   double local_batch = 0;  // samples on this process
   double batch_bytes = 0;
-  double total_bytes() const { return weight_bytes + batch_bytes; }
+  double total_bytes() const { return state_bytes + batch_bytes; }
 };
-MemoryBound memory_lower_bound(const StepShape& shape, int processes, int64_t tp);
+// tp, pp, dp_shard: the degrees; zero_stage 0 for DDP or one replica.
+MemoryBound memory_lower_bound(const StepShape& shape, int processes, int64_t tp, int64_t pp,
+                               int64_t dp_shard, int zero_stage);
 
 // GFLOP/s of the best of a few square n x n x n GEMMs through Loom's matmul in `dtype`, at
 // the calling thread's OpenMP thread count (or on `device`). `loom bench` uses n = 2048; the

@@ -82,6 +82,10 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   // Bytes of parameters per rank: in each block, and outside the blocks.
   std::vector<std::vector<double>> block_bytes(static_cast<size_t>(pp));  // per rank: each block's
   std::vector<double> rest_bytes(static_cast<size_t>(pp), 0.0);
+  // ZeRO-2/3 units outside the blocks (parallel/zero.h): each end module's bytes per rank, and
+  // those of the modules at both ends (a tied embedding: gathered from forward to backward).
+  std::vector<std::map<std::string, double>> end_units(static_cast<size_t>(pp));
+  std::vector<double> kept_bytes(static_cast<size_t>(pp), 0.0);
   std::map<int64_t, double> by_block;
   for (const nn::NamedParameter& p : params) {
     const double bytes = kF32 * local_elements(p, plan, mixtures, tp, t.ep, vocab_split);
@@ -99,6 +103,18 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
                               << " is in no block and on no pipeline end";
     if (first) rest_bytes[0] += bytes;
     if (last && pp > 1) rest_bytes[size_t(pp - 1)] += bytes;
+    bool first_end = false, last_end = false;
+    for (const std::string& m : plan.first_stage)
+      if (in_module(p.name, m)) first_end = true, end_units[0][m] += bytes;
+    for (const std::string& m : plan.last_stage)
+      if (in_module(p.name, m)) {
+        last_end = true;
+        if (pp > 1 || !first_end) end_units[size_t(pp - 1)][m] += bytes;
+      }
+    if (first_end && last_end) {
+      kept_bytes[0] += bytes;
+      if (pp > 1) kept_bytes[size_t(pp - 1)] += bytes;
+    }
   }
   for (const auto& [b, bytes] : by_block)
     block_bytes[size_t(block_rank[size_t(b)])].push_back(bytes);
@@ -140,7 +156,14 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
       p += b;
       largest = std::max(largest, b);
     }
-    const double rest = rest_bytes[size_t(r)];
+    // The largest unit ZeRO-2/3 wraps (a block, or a module at an end), and what of the rest
+    // stays gathered: a module at both ends, or all of it when the plan names no ends.
+    double largest_unit = largest;
+    for (const auto& [name, bytes] : end_units[size_t(r)])
+      largest_unit = std::max(largest_unit, bytes);
+    const int64_t units = m.blocks + int64_t(end_units[size_t(r)].size());
+    const double rest = plan.first_stage.empty() && plan.last_stage.empty() ? rest_bytes[size_t(r)]
+                                                                            : kept_bytes[size_t(r)];
     const double shard = p / double(dp);
     const bool data_parallel = t.dims.dp_replicate * t.dims.dp_shard > 1;
     if (!data_parallel) {  // one replica: no gradient exchange
@@ -153,22 +176,23 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
         case parallel::DataParallel::Zero1:  // whole gradients, and their reduced shard
           m.parameters = p, m.gradients = p + shard, m.optimizer = 2 * shard;
           break;
-        case parallel::DataParallel::Zero2:  // the shard, and two blocks' gradients at a time
-          m.parameters = p, m.gradients = shard + 2 * largest + rest, m.optimizer = 2 * shard;
-          m.gradients_by_timing = largest;
+        case parallel::DataParallel::Zero2:  // the shard, and two units' gradients at a time
+          m.parameters = p, m.gradients = shard + 2 * largest_unit + rest;
+          m.optimizer = 2 * shard;
+          m.gradients_by_timing = largest_unit;
           // Reduce-scatter buffers: one group's shard, or two where the next group launches
           // before the last one's transfer is done (it varies by rank and step): the most.
-          m.communication = 2 * largest / double(dp);
+          m.communication = 2 * largest_unit / double(dp);
           break;
-        case parallel::DataParallel::Zero3: {  // the shard, two blocks gathered, the rest whole
-          const double gathered = double(std::min<int64_t>(2, m.blocks)) * largest + rest;
+        case parallel::DataParallel::Zero3: {  // the shard, two units gathered, a kept one
+          const double gathered = double(std::min<int64_t>(2, units)) * largest_unit + rest;
           m.parameters = shard + gathered;
-          m.gradients = shard + 2 * largest + rest;
-          m.gradients_by_timing = largest;
+          m.gradients = shard + 2 * largest_unit + rest;
+          m.gradients_by_timing = largest_unit;
           m.optimizer = 2 * shard;
-          m.communication = 2 * largest / double(dp);  // as ZeRO-2's
+          m.communication = 2 * largest_unit / double(dp);  // as ZeRO-2's
           if (t.gather_dtype == DType::BF16)
-            m.communication += (largest / double(dp) + largest) / 2;
+            m.communication += (largest_unit / double(dp) + largest_unit) / 2;
           break;
         }
       }

@@ -62,7 +62,11 @@ std::string dry_run_report(const std::string& config_path,
   LOOM_CHECK(dp % t.ep == 0) << "config " << config_path << ": parallel.ep " << t.ep
                              << " does not divide the " << dp << " data-parallel ranks";
 
-  const std::unique_ptr<nn::Module> model = make_bare_model(c);  // reserved, not touched
+  std::unique_ptr<nn::Module> model;
+  {
+    nn::DeferInit shapes_only;  // no memory for any parameter
+    model = make_bare_model(c);
+  }
   const nn::ParallelPlan plan = bare_model_plan(c, *model);
   const plan::StepShape shape = step_shape(c, c.train.batch_size);
   const std::vector<plan::RankMemory> ranks = plan::predict_memory(
@@ -71,7 +75,7 @@ std::string dry_run_report(const std::string& config_path,
   std::ostringstream os;
   os << "dry run of " << config_path << " on " << processes << " process"
      << (processes > 1 ? "es" : "")
-     << ": nothing started or written (the model built, never initialised)\n\n";
+     << ": nothing started or written (the model built as shapes only)\n\n";
   const std::string changed = differences(c, reads);
   os << "config (what differs from the defaults; every key: loom config keys):\n"
      << (changed.empty() ? "  (nothing)\n" : changed) << "\n";
@@ -131,10 +135,9 @@ std::string dry_run_report(const std::string& config_path,
          << " gradients: " << format("%.3f", (r.gradients - r.gradients_by_timing) / 1e6)
          << " MB at the least (by timing: each block's reduce-scatter arrived before the next "
             "block's gradients)\n";
-  // Every process builds the whole model before it shards it (for now): a peak at start-up.
-  const double build = parameters * 4;
-  os << "  start-up: each process builds the whole model first, " << megabytes(build) << " MB\n\n";
-  const double per_process = std::max(most, build);
+  // Each process builds only its pieces (nn::DeferInit): the build peak is within the table's.
+  os << "\n";
+  const double per_process = most;
   if (c.train.device.type != DeviceType::CPU) {
     os << "per GPU: " << format("%.1f", per_process / 1e6)
        << " MB at the most (not checked against the device's memory here)\n";

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "loom/backend/backend.h"
 #include "loom/backend/cpu/threads.h"
@@ -247,9 +248,10 @@ struct Loop {
 namespace {
 
 // A run's parts, built in this order, each from those before it: the mesh; the recipe, its
-// data and its single-device model (built and initialised on the host, the same weights for
-// every device, then moved to train.device); a low-precision recipe around the whole model's
-// linear layers, before it is split; the parallelised model and its optimizer; DiLoCo; the
+// data and its single-device model (shapes only, its init deferred, then placed on
+// train.device); a low-precision recipe around the whole model's linear layers, before it is
+// split; the parallelised model (each rank allocating and initialising only its pieces, with
+// the values a one-process init gives them) and its optimizer; DiLoCo; the
 // mixture's balancing; the checkpointer; the learning-rate schedule and the run's end.
 struct RunParts {
   explicit RunParts(const Config& c)
@@ -267,22 +269,24 @@ struct RunParts {
                              std::to_string(mesh.degree("dp_shard")) + " each)"
                        : "");
     // Everything that can fail on bad input is read before the run directory is touched.
-    recipe = make_recipe(cfg);
+    // The model is built as shapes only: parallelize() gives each rank just its pieces.
+    {
+      nn::DeferInit deferred;
+      recipe = make_recipe(cfg);
+    }
     check_device_limit(cfg, recipe->model(), recipe->parallel_plan());
+    // The limits hold from the build on (the host's since the command started,
+    // apps/loom/commands/train.cpp): no rank holds the whole model at any time, and the peaks
+    // cover the build.
+    if (tc.device.type != DeviceType::CPU)
+      dynamic_cast<CachingAllocator&>(allocator_for(tc.device.type))
+          .set_limit(int64_t(cfg.run.device_memory_limit_mb * 1024 * 1024));
     recipe->model().to(tc.device);
     if (tc.low_precision)
       low_precision = std::make_unique<precision::LowPrecision>(recipe->model(), *tc.low_precision);
     model = parallel::parallelize(recipe->model(), recipe->parallel_plan(), mesh,
                                   cfg.parallel.topology, tc.grad_accum);
     optimizer = optim::make_adamw(model->optimizer_params(), cfg.adamw);
-    // Peaks (and the memory limit) from here on describe training, not building the full model
-    // before sharding it.
-    host_allocator().reset_peak();
-    host_allocator().set_limit(int64_t(cfg.run.memory_limit_mb * 1024 * 1024));
-    allocator_for(tc.device.type).reset_peak();
-    if (tc.device.type != DeviceType::CPU)
-      dynamic_cast<CachingAllocator&>(allocator_for(tc.device.type))
-          .set_limit(int64_t(cfg.run.device_memory_limit_mb * 1024 * 1024));
     context = std::make_unique<RunContext>(RunContext{*model, *dp, rank == 0});
     recipe->start(*context);
     WorkerLayout workers;
@@ -589,14 +593,29 @@ void check_fits_in_memory(const Config& c, int world_size) {
   const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
   const double budget = c.run.memory_limit_mb > 0 ? c.run.memory_limit_mb * 1048576.0 : physical;
   const char* against = c.run.memory_limit_mb > 0 ? "run.memory_limit_mb" : "this machine's memory";
+  const parallel::Topology& t = c.parallel.topology;
+  // A layout that does not match the world is refused by the mesh, naming both: here it only
+  // counts as unsharded.
+  dist::ParallelDims d;
+  try {
+    d = t.dims.resolved(world_size);
+  } catch (const Error&) {
+    d = dist::ParallelDims{};
+    d.dp_shard = 1;
+  }
+  const int zero = d.dp_shard > 1 ? t.zero_stage() : 0;
   const plan::MemoryBound m = plan::memory_lower_bound(step_shape(c, c.train.batch_size),
-                                                       world_size, c.parallel.topology.dims.tp);
+                                                       world_size, d.tp, d.pp, d.dp_shard, zero);
+  std::ostringstream split;
+  if (d.tp * d.pp > 1) split << ", split over tp " << d.tp << " x pp " << d.pp;
+  if (zero > 0) split << ", ZeRO-" << zero << " over " << d.dp_shard << " shards";
   LOOM_CHECK(m.total_bytes() <= budget)
       << "config: this run cannot fit: the model's " << m.parameters / 1e6 << "M parameters need "
-      << m.weight_bytes / 1e9 << " GB as f32 weights (built whole on each process before "
-      << "sharding) and one batch of " << c.train.batch_size << " (" << m.local_batch
-      << " per process) " << m.batch_bytes / 1e9 << " GB, against " << budget / 1e9 << " GB ("
-      << against << "); make model.width/depth or train.batch_size smaller";
+      << m.state_bytes / 1e9 << " GB on each process as f32 weights, gradients and AdamW moments ("
+      << world_size << " process" << (world_size == 1 ? "" : "es") << split.str()
+      << ") and one batch of " << c.train.batch_size << " (" << m.local_batch << " per process) "
+      << m.batch_bytes / 1e9 << " GB, against " << budget / 1e9 << " GB (" << against
+      << "); make model.width/depth or train.batch_size smaller, or shard it over more processes";
 }
 
 }  // namespace loom::train
