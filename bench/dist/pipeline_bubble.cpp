@@ -1,11 +1,13 @@
 // Pipeline bubble: how much of a step each rank of a P-stage pipeline spends idle under GPipe,
-// 1F1B and interleaved 1F1B, measured by running the real executor (run_pipeline: send/recv
-// between ranks, autograd backward) next to the analytic fraction (P-1)/(M+P-1), interleaved
-// (P-1)/(V M+P-1).
+// 1F1B, interleaved 1F1B and ZB-H1, measured by running the real executor (run_pipeline:
+// send/recv between ranks, autograd backward, ZB-H1's weight gradients deferred to its W
+// passes) next to the analytic fraction (P-1)/(M+P-1), interleaved (P-1)/(V M+P-1), ZB-H1
+// (P-1)/(3M+P-1).
 //
 // Every stage's forward takes a fixed time and its backward twice that (sleeps: this machine
 // has 2 cores for 4 ranks, so real compute would measure the cores' sharing, not the
-// schedule). Bubble = 1 - busy / step time, averaged over the ranks, median of 3 steps.
+// schedule); split (ZB-H1), half of the backward is its input gradient (B) and half its weight
+// gradient (W). Bubble = 1 - busy / step time, averaged over the ranks, median of 3 steps.
 // Run: mpirun -np 4 pipeline_bubble [forward_ms]
 #include <algorithm>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "loom/autograd/backward_hook.h"
+#include "loom/autograd/engine.h"
 #include "loom/dist/world.h"
 #include "loom/ops/ops.h"
 #include "loom/parallel/pipeline.h"
@@ -36,7 +39,13 @@ double run_step(const parallel::PipeSchedule& schedule, double forward_ms,
   for (int64_t c = 0; c < schedule.chunks; ++c)
     st.forward.push_back([&, c](const Tensor& x) {
       work(forward_ms);
-      return with_backward_hook(mul(x, weights[size_t(c)]), [&] { work(2 * forward_ms); });
+      return with_backward_hook(mul(x, weights[size_t(c)]), [&] {
+        work(forward_ms);  // the input's gradient
+        if (DeferredWeightGradients* later = DeferredWeightGradients::current())
+          later->add([&] { work(forward_ms); });  // the weights', in the W pass
+        else
+          work(forward_ms);
+      });
     });
   st.input = [](int64_t) { return ones({4, 8}); };
   st.loss = [](const Tensor& out, int64_t) { return mean(out); };
@@ -68,7 +77,8 @@ int main(int argc, char** argv) {
     for (auto [kind, V, name] :
          {std::tuple{parallel::ScheduleKind::GPipe, 1, "gpipe"},
           std::tuple{parallel::ScheduleKind::OneFOneB, 1, "1f1b"},
-          std::tuple{parallel::ScheduleKind::Interleaved1F1B, 2, "interleaved"}}) {
+          std::tuple{parallel::ScheduleKind::Interleaved1F1B, 2, "interleaved"},
+          std::tuple{parallel::ScheduleKind::ZeroBubbleH1, 1, "zb-h1"}}) {
       const auto schedule = parallel::make_pipe_schedule(kind, P, M, V);
       std::vector<Tensor> weights;
       for (int64_t c = 0; c < V; ++c) {
@@ -80,7 +90,8 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < 3; ++rep)
         bubbles.push_back(run_step(schedule, forward_ms / double(V), world, weights));
       std::sort(bubbles.begin(), bubbles.end());
-      const double analytic = double(P - 1) / double(V * M + P - 1);
+      const bool zb = kind == parallel::ScheduleKind::ZeroBubbleH1;
+      const double analytic = double(P - 1) / double((zb ? 3 : V) * M + P - 1);
       if (world->rank() == 0)
         std::printf("%-12s %4lld %2lld   %7.1f%%  %7.1f%%  %6.2f\n", name, (long long)M,
                     (long long)V, 100 * bubbles[1], 100 * analytic, bubbles[1] / analytic);

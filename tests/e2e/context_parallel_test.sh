@@ -5,8 +5,8 @@
 # CP=4 (load-balanced chunks), Ulysses over CP=2, and compositions CP2 x TP2 (with sequence
 # parallelism), CP2 x ZeRO-3 on 2 and CP2 with selective recompute (the ring's result kept,
 # not run again): losses to 1e-5 relative, final weights and AdamW moments
-# to 1e-4. A run saved under CP2 x TP2 resumes on 1 process and ends where the uninterrupted run
-# ends. Sequences or heads that do not split fail before any work with one clear error.
+# to 1e-4. A run saved under CP2 x TP2 resumes on 1 process, and one saved on 1 process resumes
+# under CP2 x TP2 and Ulysses CP2 x ZeRO-3, and each ends where the uninterrupted run ends. Sequences or heads that do not split fail before any work with one clear error.
 # Usage: context_parallel_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -49,6 +49,24 @@ out=$work/reshard
   fail "reshard: second half failed"
 grep -q "resumed from .*step-000005 at step 5" "$out-2.log" || fail "reshard: did not resume at step 5"
 parity "gpt2 cp2 x tp2 to step 5, then 1 process to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
+
+# And into context parallelism: saved on 1 process, resumed under CP2 x TP2 and under Ulysses
+# CP2 x ZeRO-3 on 2.
+base=$work/into-cp
+"$loom" train "$cfg" "${gpt[@]}" --set train.stop_after=5 --set run.out_dir="$base" > "$base.log" 2>&1 ||
+  fail "into cp: first half failed"
+for target in ring2-tp2 ulysses2-zero3x2; do
+  out=$work/into-$target
+  rm -rf "$out" && cp -r "$base" "$out"
+  case $target in
+    ring2-tp2) par=(--set parallel.cp=2 --set parallel.tp=2) ;;
+    ulysses2-zero3x2) par=(--set parallel.cp=2 --set parallel.context_parallel=ulysses --set parallel.data_parallel=zero3) ;;
+  esac
+  "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${gpt[@]}" "${par[@]}" --resume \
+    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "into $target: second half failed"; continue; }
+  grep -q "resumed from .*step-000005 at step 5" "$out.log" || fail "into $target: did not resume at step 5"
+  parity "gpt2 1 process to step 5, then $target to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
+done
 
 # Bad layouts: one clear error, non-zero exit, before any step.
 bad 4 "ring context parallelism splits the 20 tokens (model.context) into 8 chunks" "$cfg" "${gpt[@]}" \

@@ -234,7 +234,7 @@ expect bad-overlap "lowcomm.overlap_steps 2 must be in \[0, 2)" 1 "$gpt" "${comm
   "${stream[@]}" --set lowcomm.overlap_steps=2
 expect bad-fragments "lowcomm.inner_steps 4 must be a multiple of lowcomm.fragments 3" 1 "$gpt" \
   "${common[@]}" --set lowcomm.fragments=3
-expect bad-moe-ep "keeps every expert on each rank of a worker; parallel.ep must be 1, not 2" 4 \
+expect bad-moe-ep "keeps every expert on each rank of a worker (the ranks holding the same experts would otherwise span the workers, exchanging gradients every step); parallel.ep must be 1, not 2" 4 \
   "$gpt" "${common[@]}" "${moe[@]}" --set parallel.ep=2
 "$mpirun" --oversubscribe -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" : \
   -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" --set model.width=48 \

@@ -9,12 +9,15 @@
 # - DDP on 2 processes, ZeRO-3 on 2 and on 4, tensor parallelism 2 on the other layers (the
 #   experts whole on each tp rank; also with sequence parallelism: each tp rank routes its
 #   share of the tokens), context parallelism 2 (ring, Ulysses, and ring x ZeRO-3 on 4: each
-#   cp rank routes its rows' tokens), and a ZeRO-3 x4 checkpoint resumed on 1 process,
+#   cp rank routes its rows' tokens), pipeline parallelism 2 (also x ZeRO-3 on 4: each stage
+#   balances its own layers, the checkpoint gathers every stage's selection biases), a pp 2
+#   checkpoint and a ZeRO-3 x4 one resumed on 1 process,
 #   equal to 1 process within the tolerances of the other parallel tests (the Switch loss is
 #   off there: it is computed per rank's micro-batch, as in Switch and Megatron, so it differs
 #   with the layout by design; the z-loss and the summed loads do not);
 # - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4, ep 2 x tp 2, ep 2 with
-#   ZeRO-1 and ZeRO-3, ep 2 x tp 2 with ZeRO-2, ep 2 with activation checkpointing: each rank holds a share of the experts, tokens
+#   ZeRO-1 and ZeRO-3, ep 2 x tp 2 with ZeRO-2, ep 2 with activation checkpointing, ep 2 with
+#   HSDP (ZeRO-3, 2 replicas), ep 2 x cp 2, ep 2 x pp 2: each rank holds a share of the experts, tokens
 #   dispatched by all-to-all) equal to 1 process, and an ep 4 ZeRO-3 checkpoint
 #   resumed at ep 2 (DDP) and on 1 process;
 # - `loom eval` of a checkpoint; bad input, one clear error each.
@@ -94,7 +97,8 @@ assert a == b, (a, b)' "$ref" "$work/half/tiny_gpt" || fail "resume changed the 
 # Data parallelism, without the Switch loss (see the header).
 noaux=(--set moe.aux_loss=0)
 run np1-noaux "${noaux[@]}"
-for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2 cp2-np2 cp2ulysses-np2 cp2zero3-np4; do
+for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2 cp2-np2 cp2ulysses-np2 cp2zero3-np4 \
+  pp2-np2 pp2zero3-np4; do
   np=${layout##*np}
   dp=${layout%%-*}
   extra=()
@@ -104,6 +108,8 @@ for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2 cp2-np2 cp2ulysses-n
     cp2) dp=ddp; extra=(--set parallel.cp=2) ;;
     cp2ulysses) dp=ddp; extra=(--set parallel.cp=2 --set parallel.context_parallel=ulysses) ;;
     cp2zero3) dp=zero3; extra=(--set parallel.cp=2) ;;
+    pp2) dp=ddp; extra=(--set parallel.pp=2) ;;
+    pp2zero3) dp=zero3; extra=(--set parallel.pp=2) ;;
   esac
   "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \
     --set parallel.data_parallel=$dp --set run.out_dir="$work/$layout" > "$work/$layout.log" 2>&1 ||
@@ -112,7 +118,7 @@ for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2 cp2-np2 cp2ulysses-n
 done
 # Expert parallelism.
 for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4 ep2zero3-np4 ep2zero1-np4 ep2zero2tp2-np4 \
-  ep2ac-np2; do
+  ep2ac-np2 ep2hsdp-np4 ep2cp2-np4 ep2pp2-np4; do
   np=${layout##*np}
   ep=${layout%%-*}
   extra=()
@@ -122,6 +128,9 @@ for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4 ep2zero3-np4 ep2zero1-np4 ep2ze
     ep2zero1) ep=ep2; extra=(--set parallel.data_parallel=zero1) ;;
     ep2zero2tp2) ep=ep2; extra=(--set parallel.data_parallel=zero2 --set parallel.tp=2) ;;
     ep2ac) ep=ep2; extra=(--set parallel.activation_checkpointing=full) ;;
+    ep2hsdp) ep=ep2; extra=(--set parallel.data_parallel=zero3 --set parallel.dp_replicate=2) ;;
+    ep2cp2) ep=ep2; extra=(--set parallel.cp=2) ;;
+    ep2pp2) ep=ep2; extra=(--set parallel.pp=2) ;;
   esac
   ep=${ep#ep}
   "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \
@@ -150,6 +159,14 @@ for target in ep2 np1; do
   grep -q "resumed from .*step-000010 at step 10" "$out.log" || fail "ep4 then $target: did not resume"
   parity "moe ep4 to step 10, then $target" "$work/np1-noaux/tiny_gpt" "$out/tiny_gpt"
 done
+# A pipeline's checkpoint of step 10 (each stage's selection biases gathered into it) resumed on
+# 1 process.
+"$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" --set parallel.pp=2 \
+  --set train.stop_after=10 --set run.out_dir="$work/pp-half" > "$work/pp-half.log" 2>&1 ||
+  fail "pp2: first half failed"
+"$loom" train "$cfg" "${common[@]}" "${noaux[@]}" --resume --set run.out_dir="$work/pp-half" \
+  > "$work/pp-half2.log" 2>&1 || fail "pp2 then 1 process: second half failed ($(grep -m1 -i error "$work/pp-half2.log"))"
+parity "moe pp2 to step 10, then 1 process" "$work/np1-noaux/tiny_gpt" "$work/pp-half/tiny_gpt"
 # A ZeRO-3 x4 checkpoint of step 10 resumed on 1 process.
 "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" \
   --set parallel.data_parallel=zero3 --set train.stop_after=10 --set run.out_dir="$work/reshard" \
@@ -189,12 +206,9 @@ parity "dit moe ddp-np2" "$work/dit/tiny_dit" "$work/dit-np2/tiny_dit"
 bad 1 "moe.top_k 5 must be between 1 and moe.experts (4)" "$cfg" "${common[@]}" --set moe.top_k=5
 bad 1 "moe.gating 'dense'" "$cfg" "${common[@]}" --set moe.gating=dense
 bad 1 "moe.every must be at least 1" "$cfg" "${common[@]}" --set moe.every=0
-bad 2 "cannot be pipelined yet (parallel.pp must be 1)" "$cfg" "${common[@]}" --set parallel.pp=2
 bad 1 "moe.top_k" "$cfg" --set moe.top_k=2  # without moe.experts: an unknown key
 bad 2 "parallel.ep 3 does not divide moe.experts 4" "$cfg" "${common[@]}" --set parallel.ep=3
 bad 3 "parallel.ep 2 does not divide the 3 data-parallel ranks" "$cfg" "${common[@]}" --set parallel.ep=2 \
   --set train.batch_size=12
 bad 2 "but the model has none" "$cfg" --set parallel.ep=2
-bad 4 "with ZeRO needs dp_replicate 1" "$cfg" "${common[@]}" --set parallel.ep=2 \
-  --set parallel.data_parallel=zero3 --set parallel.dp_replicate=2
 finish

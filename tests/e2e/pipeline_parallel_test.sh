@@ -3,11 +3,13 @@
 # tied embedding held by both pipeline ends, and Llama style with an untied head) and DiT (the
 # conditioning passed between stages with the tokens), 4 blocks, a
 # step of 4 micro-batches (train.grad_accum), 10 steps, on 1 process vs PP=2 and PP=4 with each
-# schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank) and compositions PP2 x TP2
-# (with sequence parallelism), PP2 x DDP2, PP2 x ZeRO-3 on 2 and PP2 x TP2 x ZeRO-2 on 2
+# schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank, ZB-H1 with each backward
+# split into B and W passes) and compositions PP2 x TP2 (with sequence parallelism), PP2 x DDP2,
+# PP2 x ZeRO-3 on 2 (also under ZB-H1) and PP2 x TP2 x ZeRO-2 on 2
 # (8 processes): losses to 1e-5 relative, final weights and AdamW moments to 1e-4.
 # Held-out evaluation runs through the pipeline and reports the 1-process loss. A run saved
-# under PP2 x TP2 resumes under DP4 (ZeRO-2) and TP4 and ends where the uninterrupted run ends.
+# under PP2 x TP2 resumes under DP4 (ZeRO-2) and TP4, one saved under ZeRO-3 on 4 resumes under
+# PP2 x TP2 and PP4, and each ends where the uninterrupted run ends.
 # Bad layouts (more stages than blocks, an interleaved schedule the micro-batches do not fit) fail before any work with one clear error.
 # Usage: pipeline_parallel_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
@@ -26,8 +28,9 @@ for model in gpt2 llama; do
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
     fail "$model: single-process run failed"
-  layouts="pp2-gpipe pp2-1f1b pp2-interleaved pp4-gpipe pp4-1f1b pp2-tp2-sp pp2-ddp2 pp2-zero3x2 pp2-tp2-zero2x2"
-  [ $model = llama ] && layouts="pp2-interleaved pp4-1f1b pp2-tp2-sp pp2-zero3x2"
+  layouts="pp2-gpipe pp2-1f1b pp2-interleaved pp4-gpipe pp4-1f1b pp2-zbh1 pp4-zbh1 pp2-tp2-sp pp2-ddp2
+    pp2-zero3x2 pp2-zbh1-zero3x2 pp2-tp2-zero2x2"
+  [ $model = llama ] && layouts="pp2-interleaved pp4-1f1b pp4-zbh1 pp2-tp2-sp pp2-zero3x2"
   for layout in $layouts; do
     out=$work/$model-$layout
     case $layout in
@@ -37,9 +40,11 @@ for model in gpt2 llama; do
     case $layout in
       *-gpipe) par+=(--set parallel.pipeline_schedule=gpipe) ;;
       *-1f1b) par+=(--set parallel.pipeline_schedule=1f1b) ;;
+      *-zbh1) par+=(--set parallel.pipeline_schedule=zb-h1) ;;
       *-interleaved) par+=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2) ;;
       *-tp2-sp) np=4; par+=(--set parallel.tp=2 --set parallel.sequence_parallel=true) ;;
       *-ddp2) np=4 ;;
+      *-zbh1-zero3x2) np=4; par+=(--set parallel.pipeline_schedule=zb-h1 --set parallel.data_parallel=zero3) ;;
       *-zero3x2) np=4; par+=(--set parallel.data_parallel=zero3) ;;
       *-tp2-zero2x2) np=8; par+=(--set parallel.tp=2 --set parallel.data_parallel=zero2) ;;
     esac
@@ -122,6 +127,23 @@ for target in zero2x4 tp4; do
   grep -q "resumed from .*step-000005 at step 5" "$out.log" || fail "reshard to $target: did not resume at step 5"
   parity "gpt2 pp2 x tp2 to step 5, then $target to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
 done
+# And into a pipeline: saved under ZeRO-3 on 4, resumed under PP2 x TP2 and PP4 1F1B.
+base=$work/into-pp
+"$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" --set train.stop_after=5 \
+  --set parallel.data_parallel=zero3 --set run.out_dir="$base" > "$base.log" 2>&1 ||
+  fail "into pp: first half failed"
+for target in pp2-tp2 pp4-1f1b; do
+  out=$work/into-$target
+  rm -rf "$out" && cp -r "$base" "$out"
+  case $target in
+    pp2-tp2) par=(--set parallel.pp=2 --set parallel.tp=2) ;;
+    pp4-1f1b) par=(--set parallel.pp=4 --set parallel.pipeline_schedule=1f1b) ;;
+  esac
+  "$mpirun" --oversubscribe -np 4 "$loom" train "$cfg" "${common[@]}" "${par[@]}" --resume \
+    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "into $target: second half failed"; continue; }
+  grep -q "resumed from .*step-000005 at step 5" "$out.log" || fail "into $target: did not resume at step 5"
+  parity "gpt2 zero3 x4 to step 5, then $target to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
+done
 
 # Bad layouts: one clear error, non-zero exit, before any step.
 bad 4 "parallel.pp 4 x pipeline_chunks 2 = 8 stages for model.depth 4 blocks" "$cfg" "${common[@]}" \
@@ -131,7 +153,7 @@ bad 2 "needs train.grad_accum (the micro-batches, 3) to be a multiple of paralle
   --set train.grad_accum=3
 bad 4 "parallel.pp 4 x pipeline_chunks 1 = 4 stages for model.depth 2 blocks" "$here/tiny_dit.toml" \
   --set model.depth=2 --set parallel.pp=4
-bad 2 "parallel.pipeline_schedule 'zigzag' (expected gpipe, 1f1b or interleaved)" "$cfg" "${common[@]}" \
+bad 2 "parallel.pipeline_schedule 'zigzag' (expected gpipe, 1f1b, interleaved or zb-h1)" "$cfg" "${common[@]}" \
   --set parallel.pp=2 --set parallel.pipeline_schedule=zigzag
 
 finish

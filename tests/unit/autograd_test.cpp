@@ -1,6 +1,7 @@
 // The backward engine: accumulation, hooks, independent graphs, no-grad, checkpointing.
 #include <gtest/gtest.h>
 
+#include "loom/autograd/engine.h"
 #include "loom/ops/ops.h"
 
 namespace {
@@ -23,6 +24,33 @@ TEST(Autograd, GradientsAccumulateAcrossUsesAndCalls) {
   loom::backward(loom::sum(x));
   EXPECT_EQ(loom::to_vector(x.grad()), (std::vector<float>{4, 6, 8}));
   EXPECT_EQ(x.grad().storage()->category(), loom::MemCategory::Gradients);
+}
+
+// A split backward (zero-bubble pipelines): under a DeferredWeightGradients scope a linear's
+// backward makes the input's and the bias's gradients only; run() then adds the weight's,
+// firing its hooks, and every gradient equals the plain backward's. Checked against dW = dy^T x
+// written out here for y = sum(x W^T + b) (dy = 1): dW[n][k] = sum over rows of x[m][k].
+TEST(Autograd, DeferredWeightGradientsComeOnlyWhenRun) {
+  const std::vector<float> xv = {1, 2, 3, 4, 5, 6};  // (3, 2)
+  Tensor x = leaf(xv, {3, 2}), w = leaf({1, 0, 0, 1}, {2, 2}), b = leaf({0, 0}, {2});
+  int hooked = 0;
+  w.add_post_accumulate_hook([&](const Tensor&) { ++hooked; });
+  loom::DeferredWeightGradients later;
+  {
+    loom::DeferredWeightGradients::Scope scope(later);
+    loom::backward(loom::sum(loom::linear(x, w, b)));
+  }
+  EXPECT_FALSE(w.grad().defined()) << "the weight's gradient was made in the split backward";
+  EXPECT_EQ(hooked, 0);
+  EXPECT_EQ(loom::to_vector(x.grad()), (std::vector<float>{1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(loom::to_vector(b.grad()), (std::vector<float>{3, 3}));
+  later.run();
+  EXPECT_EQ(hooked, 1);
+  const float k0 = xv[0] + xv[2] + xv[4], k1 = xv[1] + xv[3] + xv[5];
+  EXPECT_EQ(loom::to_vector(w.grad()), (std::vector<float>{k0, k1, k0, k1}));
+  // Outside a scope nothing is deferred.
+  loom::backward(loom::sum(loom::linear(x, w, b)));
+  EXPECT_EQ(loom::to_vector(w.grad()), (std::vector<float>{2 * k0, 2 * k1, 2 * k0, 2 * k1}));
 }
 
 TEST(Autograd, PostAccumulateHooksRunOncePerAccumulation) {

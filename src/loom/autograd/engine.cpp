@@ -77,6 +77,30 @@ struct LaterFirst {
 
 }  // namespace
 
+void accumulate_grad(const Tensor& leaf, const Tensor& grad) {
+  accumulate_into_leaf(leaf.impl_ptr(), grad, "a deferred weight gradient");
+}
+
+namespace {
+thread_local DeferredWeightGradients* deferred_sink = nullptr;
+}  // namespace
+
+DeferredWeightGradients::Scope::Scope(DeferredWeightGradients& sink) : outer_(deferred_sink) {
+  deferred_sink = &sink;
+}
+DeferredWeightGradients::Scope::~Scope() {
+  deferred_sink = outer_;
+}
+DeferredWeightGradients* DeferredWeightGradients::current() {
+  return deferred_sink;
+}
+void DeferredWeightGradients::run() {
+  NoGradGuard no_grad;
+  std::vector<std::function<void()>> work;
+  work.swap(work_);
+  for (auto& w : work) w();
+}
+
 void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad}, retain_graph);
 }

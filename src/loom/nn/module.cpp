@@ -112,13 +112,6 @@ std::vector<NamedParameter> Module::named_parameters() const {
   return out;
 }
 
-Tensor Module::named_parameter(const std::string& name) const {
-  for (const auto& p : named_parameters())
-    if (p.name == name) return p.tensor;
-  LOOM_FAIL() << "module has no parameter " << name;
-  return Tensor();
-}
-
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& p : named_parameters()) out.push_back(p.tensor);
@@ -139,13 +132,12 @@ void Module::for_each_param(const std::function<void(const std::string&, Param&)
 
 void Module::init_parameters(uint64_t seed) {
   for_each_param([&](const std::string& name, Param& p) {
-    const ParameterInit init{name, p.tensor.shape(), p.init, seed};
     if (!p.tensor.allocated()) {
       p.deferred = true;
       p.seed = seed;
       return;
     }
-    fill_initial(p.tensor, init, {{0, 0, p.tensor.numel()}});
+    fill_initial(p.tensor, {name, p.tensor.shape(), p.init, seed}, {{0, 0, p.tensor.numel()}});
   });
 }
 
@@ -157,16 +149,6 @@ std::map<std::string, ParameterInit> Module::take_deferred_inits() {
     p.deferred = false;
   });
   return out;
-}
-
-void Module::materialize_deferred() {
-  MemCategoryScope scope(MemCategory::Parameters);
-  for (const auto& [name, init] : take_deferred_inits()) {
-    const Tensor t = named_parameter(name);
-    if (t.allocated()) continue;
-    t.storage()->materialize();
-    fill_initial(t, init, {{0, 0, t.numel()}});
-  }
 }
 
 void Module::set_training(bool training) {

@@ -99,12 +99,10 @@ class Module {
   // The deferred parameters' initial values, by full name, handed over to whoever allocates
   // their pieces (parallelism): they are no longer deferred here.
   std::map<std::string, ParameterInit> take_deferred_inits();
-  // Allocates every deferred parameter whole and fills it: a model read or written whole
-  // before it is parallelised (a Hugging Face import) has every value.
-  void materialize_deferred();
 
   // Moves every parameter (in place: same tensors, new storage) and every buffer of the tree
-  // to `device`: the model is built and initialised on the host, then trained where it is put.
+  // to `device`: the model is built on the host, then trained where it is put (a parameter
+  // without memory, built under DeferInit, only changes its device).
   void to(Device device);
   // Where the parameters live (the first one's device; the host for a module without any).
   Device device() const;
@@ -162,7 +160,6 @@ class Module {
   void collect(const std::string& prefix, std::vector<NamedParameter>& out) const;
   void for_each_param(const std::function<void(const std::string&, Param&)>& fn,
                       const std::string& prefix = "");
-  Tensor named_parameter(const std::string& name) const;
   std::vector<Param> params_;
   std::vector<Tensor*> buffers_;  // members of the derived module
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -1,6 +1,7 @@
 #include "loom/ops/matmul.h"
 
 #include "loom/autograd/checkpoint.h"
+#include "loom/autograd/engine.h"
 
 #include "loom/ops/detail.h"
 #include "loom/ops/linear_quantizer.h"
@@ -174,7 +175,16 @@ struct LinearBackward : Node {
     if (mixed) g2 = lowered(g2);  // rounded once for both products (if not already above)
     const Tensor w = mixed ? lowered(weight) : weight.detach();                     // (N, K)
     if (inputs[0].active()) gx = reshape(product(g2, w, mixed, x_dtype), x_shape);  // (M, K)
-    if (inputs[1].active()) gw = product(mT(g2), x2, mixed);                        // (N, K)
+    if (inputs[1].active()) {
+      DeferredWeightGradients* later = DeferredWeightGradients::current();
+      if (later && inputs[1].leaf) {  // dW made when the W pass comes (zero-bubble pipelines)
+        later->add([leaf = Tensor(inputs[1].leaf), g2, x2 = x2, mixed = mixed] {
+          accumulate_grad(leaf, product(mT(g2), x2, mixed));  // (N, K)
+        });
+      } else {
+        gw = product(mT(g2), x2, mixed);  // (N, K)
+      }
+    }
     return {gx, gw, gbias};
   }
   void release() override { x2 = weight = pre = Tensor(); }

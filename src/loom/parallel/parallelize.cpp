@@ -73,10 +73,9 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   // 3. Expert parallelism: groups of ep consecutive dp ranks split the experts.
   if (topology.ep > 1) {
     const int64_t dp_rank = m.dp_->rank(), E = topology.ep;
-    LOOM_CHECK(m.cp_->size() == 1 && m.pp_->size() == 1 && !topology.outer_sync &&
-               (topology.zero_stage() == 0 || mesh.degree("dp_replicate") == 1))
-        << "parallel.ep " << E << ": expert parallelism runs with data (not HSDP) and tensor "
-        << "parallelism so far (no context or pipeline parallelism, DiLoCo)";
+    LOOM_CHECK(!topology.outer_sync)
+        << "parallel.ep " << E << ": the ranks holding the same experts would span the DiLoCo "
+        << "workers (expert parallelism carves its groups from all data-parallel ranks)";
     LOOM_CHECK(m.dp_->size() % E == 0)
         << "parallel.ep " << E << " does not divide the " << m.dp_->size()
         << " data-parallel ranks (the expert-parallel groups are carved from them)";
@@ -247,8 +246,9 @@ std::vector<PieceSpan> ParallelModel::piece_spans(bool share) const {
       q = (replicas_->rank() * cp_->size() + cp_->rank()) * Tq + t;
       Q = replicas_->size() * cp_->size() * Tq;
       if (ep_sharded(p)) {  // an expert's replicas: the ranks holding the same experts
-        q = zero_experts_ ? tp_->rank() : edp_->rank() * T + tp_->rank();  // (ZeRO: a shard)
-        Q = zero_experts_ ? T : edp_->size() * T;
+        const int64_t C = cp_->size(), c = cp_->rank();  // (ZeRO: a shard, over edp)
+        q = ((zero_experts_ ? 0 : edp_->rank()) * C + c) * T + tp_->rank();
+        Q = (zero_experts_ ? 1 : edp_->size()) * C * T;
       }
     }
     for (const auto& range : whole_ranges(p)) {
@@ -334,10 +334,19 @@ std::vector<int64_t> ParallelModel::sequence_rows(int64_t T) const {
 
 double ParallelModel::run_pipeline_step(const PipelineStages& stages) {
   begin_micro_step(0, 2);
-  const double sum = run_pipeline(pipeline_.schedule, stages, pipeline_.group);
+  const double sum = run_pipeline(pipeline_.schedule, stages, pipeline_.group, &pipeline_times_);
   begin_micro_step(1, 2);
   after_backward(1, 2);
   return from_last_stage(sum / double(pipeline_.schedule.micro_batches));
+}
+
+std::vector<double> ParallelModel::pipeline_waiting() const {
+  const int64_t P = pp_->size();
+  Tensor all = Tensor::empty({P}, DType::F32);
+  const float mine = float(pipeline_times_.waiting / std::max(pipeline_times_.total, 1e-9));
+  pp_->all_gather(from_vector(std::vector<float>{mine}, {1}), all)->wait();
+  const std::vector<float> v = to_vector(all);
+  return std::vector<double>(v.begin(), v.end());
 }
 
 double ParallelModel::from_last_stage(double value) const {

@@ -78,6 +78,9 @@ class ParallelModel {
   // The ranks that hold the same pieces as this one (DDP: all dp ranks; HSDP: the replicas;
   // with expert parallelism and DDP: those of them holding the same experts).
   dist::ProcessGroup& replicas() const { return edp_ && !zero_ ? *edp_ : *replicas_; }
+  // Whether every rank of replicas() holds piece k alike (not an expert's ZeRO shard, which
+  // spreads over all the ranks holding that expert, across HSDP's replicas).
+  bool replicated(size_t k) const { return !(zero_experts_ && ep_sharded(pieces_[k])); }
   std::string describe() const;  // "4 processes (dp 4: zero2)"
 
   // The step. Around each micro-step's backward the gradients are exchanged as the strategy
@@ -89,6 +92,9 @@ class ParallelModel {
   // while the passes run (ZeRO-2/3 reduce each block's as they always do) and are exchanged
   // once after. Returns the step's mean loss, on every rank.
   double run_pipeline_step(const PipelineStages& stages);
+  // Per pipeline rank: the share of its pipeline steps' time it waited for another rank
+  // (collective over the pipeline group).
+  std::vector<double> pipeline_waiting() const;
   // Global gradient norm: over every parameter's whole gradient, each element counted once
   // however it is split or replicated. Clipping is the optimizer's.
   double grad_norm();
@@ -136,6 +142,7 @@ class ParallelModel {
   std::shared_ptr<dist::ProcessGroup> dp_, replicas_, tp_, cp_, pp_;
   bool sequence_shards_ = false;  // cp > 1 and the model takes sequence shards
   Pipeline pipeline_;
+  PipelineTimes pipeline_times_;  // this rank's, over the run
   std::shared_ptr<dist::ProcessGroup> ends_;  // the first and last pipeline ranks
   std::set<std::string> ends_shared_;         // parameters both ends hold (a tied embedding)
   // Every parameter of the whole model (name, shape) and the pipeline rank that has it.

@@ -1,6 +1,8 @@
 #include "loom/parallel/pipeline.h"
 
+#include <chrono>
 #include <map>
+#include <optional>
 
 #include "loom/autograd/engine.h"
 #include "loom/ops/ops.h"
@@ -20,7 +22,11 @@ std::vector<std::pair<int64_t, int64_t>> split_into_stages(int64_t blocks, int64
   return out;
 }
 
-double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const GroupPtr& group) {
+double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const GroupPtr& group,
+                    PipelineTimes* times) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  double waiting = 0;
   const int64_t P = s.ranks, S = s.stages(), p = group->rank(), M = s.micro_batches;
   LOOM_CHECK(group->size() == P && int64_t(stages.forward.size()) == s.chunks)
       << "run_pipeline: a schedule of " << P << " ranks x " << s.chunks << " chunks on a group of "
@@ -32,7 +38,8 @@ double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const G
   struct Held {
     Tensor input, output;  // input: a leaf when it came from another stage
   };
-  std::map<std::pair<int64_t, int64_t>, Held> held;  // (micro, chunk)
+  std::map<std::pair<int64_t, int64_t>, Held> held;                            // (micro, chunk)
+  std::map<std::pair<int64_t, int64_t>, DeferredWeightGradients> weight_work;  // B's, for W
   std::vector<dist::WorkPtr> sends;
   std::vector<Tensor> sent;       // kept alive until their sends finish
   std::map<int, Tensor> mailbox;  // between two chunks of this rank (one rank, interleaved)
@@ -55,7 +62,9 @@ double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const G
       return t;
     }
     Tensor t = Tensor::empty(stages.activation_shape, DType::F32, stages.device);
+    const auto asked = clock::now();
     group->recv(t, src, tg)->wait();
+    waiting += std::chrono::duration<double>(clock::now() - asked).count();
     return t;
   };
   double loss_sum = 0;
@@ -78,18 +87,29 @@ double run_pipeline(const PipeSchedule& s, const PipelineStages& stages, const G
         send(out, rank_of(stage + 1), tag(pass.micro, stage + 1, false));
       }
       held[{pass.micro, pass.chunk}] = {in, out};
+    } else if (pass.weight) {  // the weights' gradients the B pass left for later
+      weight_work.at({pass.micro, pass.chunk}).run();
+      weight_work.erase({pass.micro, pass.chunk});
     } else {
       Held h = held.at({pass.micro, pass.chunk});
       held.erase({pass.micro, pass.chunk});
+      // A split backward (B) makes what the input needs now, the weights' gradients in W.
+      std::optional<DeferredWeightGradients::Scope> split;
+      if (s.split_backward()) split.emplace(weight_work[{pass.micro, pass.chunk}]);
       if (stage == S - 1) {
         backward(h.output);
       } else {
         backward({h.output}, {recv(rank_of(stage + 1), tag(pass.micro, stage, true))});
       }
+      split.reset();
       if (stage > 0) send(h.input.grad(), rank_of(stage - 1), tag(pass.micro, stage - 1, true));
     }
   }
   for (auto& w : sends) w->wait();
+  if (times) {
+    times->total += std::chrono::duration<double>(clock::now() - start).count();
+    times->waiting += waiting;
+  }
   return loss_sum;
 }
 

@@ -28,10 +28,17 @@ struct PipelineStages {
 // error.
 std::vector<std::pair<int64_t, int64_t>> split_into_stages(int64_t blocks, int64_t stages);
 
+// Wall seconds of pipeline steps on one rank, and of them those spent waiting for another
+// rank's activations or gradients (the bubble, as this rank lived it).
+struct PipelineTimes {
+  double total = 0, waiting = 0;
+};
+
 // Runs every pass of this rank; returns the sum of the micro-batches' losses on the rank that
-// holds the last stage (0 elsewhere). Gradients accumulate in the chunks' parameters.
+// holds the last stage (0 elsewhere). Gradients accumulate in the chunks' parameters. times:
+// where to add this step's seconds, or nullptr.
 double run_pipeline(const PipeSchedule& schedule, const PipelineStages& stages,
-                    const GroupPtr& group);
+                    const GroupPtr& group, PipelineTimes* times = nullptr);
 
 // Forward only (evaluation, no gradients): micro-batch 0 through every stage in order, a
 // schedule's layout of P ranks x `chunks`. Returns the last stage's loss on every rank.

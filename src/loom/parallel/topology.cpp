@@ -13,7 +13,7 @@ namespace {
 constexpr std::array<const char*, 4> kDataParallel = {"ddp", "zero1", "zero2", "zero3"};
 constexpr std::array<const char*, 3> kRecompute = {"none", "full", "selective"};
 constexpr std::array<const char*, 2> kContextParallel = {"ring", "ulysses"};
-constexpr std::array<const char*, 3> kSchedule = {"gpipe", "1f1b", "interleaved"};
+constexpr std::array<const char*, 4> kSchedule = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 template <typename E, size_t N>
 E from_name(const std::array<const char*, N>& names, const std::string& name,

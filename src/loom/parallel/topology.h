@@ -12,7 +12,7 @@ namespace loom::parallel {
 enum class DataParallel { DDP, Zero1, Zero2, Zero3 };  // "fsdp" reads as Zero3
 enum class Recompute { None, Full, Selective };        // activation checkpointing of blocks
 enum class ContextParallelKind { Ring, Ulysses };
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
 
 struct Topology {
   dist::ParallelDims dims;  // dp_shard = -1: every rank not used by other axes
@@ -42,7 +42,7 @@ Recompute recompute_from_name(const std::string& name,  // none, full, selective
                               const std::string& what = "activation checkpointing");
 ContextParallelKind context_parallel_from_name(const std::string& name,  // ring, ulysses
                                                const std::string& what = "context parallelism");
-ScheduleKind schedule_kind_from_name(const std::string& name,  // gpipe, 1f1b, interleaved
+ScheduleKind schedule_kind_from_name(const std::string& name,  // gpipe, 1f1b, interleaved, zb-h1
                                      const std::string& what = "pipeline schedule");
 const char* name_of(DataParallel kind);
 const char* name_of(ContextParallelKind kind);

@@ -410,24 +410,19 @@ Config read_config(ConfigFile& f) {
     LOOM_CHECK(moe->experts % p.ep == 0)
         << "config " << path << ": parallel.ep " << p.ep << " does not divide moe.experts "
         << moe->experts << " (each expert-parallel rank holds experts / ep of them)";
-    LOOM_CHECK(p.data_parallel == parallel::DataParallel::DDP || p.dims.dp_replicate == 1)
-        << "config " << path << ": parallel.ep " << p.ep << " with ZeRO needs dp_replicate 1 "
-        << "(HSDP's replicas and the expert groups are not combined yet)";
     const int64_t fixed = p.dims.dp_replicate * std::max<int64_t>(p.dims.dp_shard, 1);
     LOOM_CHECK(p.dims.dp_shard < 0 || fixed % p.ep == 0)
         << "config " << path << ": parallel.ep " << p.ep << " does not divide the " << fixed
         << " data-parallel ranks (dp_replicate x dp_shard) it is carved from";
   }
   if (moe && moe->enabled()) {
-    // Under a pipeline each stage's ranks hold their layers' selection biases and statistics,
-    // but the run's state (the biases a resume needs) is written by rank 0 alone.
-    LOOM_CHECK(p.dims.pp == 1)
-        << "config " << path << ": a mixture of experts (moe.experts " << moe->experts
-        << ") cannot be pipelined yet (parallel.pp must be 1): the stages' selection biases "
-        << "would not all reach the checkpoint, which rank 0 writes";
+    // Expert parallelism carves its groups from all data-parallel ranks, so the ranks holding
+    // the same experts would span the workers and exchange gradients every step.
     LOOM_CHECK(!c.diloco || p.ep == 1)
         << "config " << path << ": a mixture of experts under lowcomm.method \"diloco\" keeps "
-        << "every expert on each rank of a worker; parallel.ep must be 1, not " << p.ep;
+        << "every expert on each rank of a worker (the ranks holding the same experts would "
+        << "otherwise span the workers, exchanging gradients every step); parallel.ep must be "
+        << "1, not " << p.ep;
   }
   // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
   LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)

@@ -260,7 +260,7 @@ const std::vector<ConfigKey> kKeys = {
      "norms and residuals split over the tensor-parallel ranks by sequence"},
     {"parallel.context_parallel", "", "string", "\"ring\"", "ring, ulysses", "",
      "how attention is split over the context-parallel ranks"},
-    {"parallel.pipeline_schedule", "", "string", "\"1f1b\"", "gpipe, 1f1b, interleaved", "",
+    {"parallel.pipeline_schedule", "", "string", "\"1f1b\"", "gpipe, 1f1b, interleaved, zb-h1", "",
      "pipeline schedule"},
     {"parallel.pipeline_chunks", "", "integer", "1", ">= 1", "",
      "model chunks per stage (interleaved)"},

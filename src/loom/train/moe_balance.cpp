@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "loom/core/json_file.h"
 #include "loom/train/recipe.h"
@@ -33,9 +34,16 @@ void load_selection_biases_into(const std::vector<std::pair<std::string, nn::MoE
 MoeBalance::MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups,
                        double loss_scale, dist::ProcessGroup* workers)
     : layers_(nn::moe_layers(model)),
+      whole_(whole_layers(model)),
       token_groups_(std::move(token_groups)),
       workers_(workers && workers->size() > 1 ? workers : nullptr) {
   for (auto& [path, moe] : layers_) moe->loss_scale = loss_scale;
+}
+
+MoeBalance::Layers MoeBalance::whole_layers(nn::Module& model) {
+  Layers out;
+  for (const auto& [path, moe] : nn::moe_layers(model)) out.emplace_back(path, moe->config.experts);
+  return out;
 }
 
 namespace {
@@ -51,19 +59,22 @@ std::vector<dist::ProcessGroup*> token_groups_of(const dist::DeviceMesh& mesh,
 }  // namespace
 
 MoeBalance::MoeBalance(nn::Module& model, const dist::DeviceMesh& mesh, bool sequence_parallel,
-                       int64_t grad_accum, bool diloco)
+                       int64_t grad_accum, bool diloco, Layers whole)
     : MoeBalance(model, token_groups_of(mesh, sequence_parallel, diloco),
                  1.0 / double(grad_accum) /
                      double(sequence_parallel && mesh.degree("tp") > 1 ? mesh.degree("tp") : 1) /
                      double(mesh.degree("cp")),
-                 diloco ? mesh.group("dp_replicate").get() : nullptr) {}
+                 diloco ? mesh.group("dp_replicate").get() : nullptr) {
+  whole_ = std::move(whole);
+  if (mesh.degree("pp") > 1) stages_ = mesh.group("pp").get();
+}
 
 void MoeBalance::begin_step() {
   for (auto& [path, moe] : layers_) moe->reset_stats();
 }
 
 void MoeBalance::end_step(bool updated) {
-  if (!active()) return;
+  if (layers_.empty()) return;  // (a pipeline stage of dense blocks only)
   // One exchange for every layer: its loads, then its loss and entropy sums and forwards.
   std::vector<double> local;
   for (auto& [path, moe] : layers_) {
@@ -118,7 +129,7 @@ void MoeBalance::average_over_workers() {
   const bool moving = std::any_of(layers_.begin(), layers_.end(), [](const auto& layer) {
     return layer.second->config.bias_rate > 0;
   });
-  if (!workers_ || !moving) return;  // no mixture, or biases that never move
+  if (!workers_ || !moving || layers_.empty()) return;  // none here, or biases that never move
   std::vector<double> sums;
   for (auto& [path, moe] : layers_)
     for (float b : moe->selection_bias) sums.push_back(double(b));
@@ -130,22 +141,32 @@ void MoeBalance::average_over_workers() {
 
 Json MoeBalance::state() const {
   if (!active()) return Json();
-  // Every worker's biases (under DiLoCo: gathered by a sum in which each fills its own slot).
+  // Every worker's biases of every layer of the whole model: gathered by sums in which each
+  // rank fills its own slots (its worker's, under DiLoCo; its stage's layers, under a
+  // pipeline).
+  std::map<std::string, const nn::MoE*> here(layers_.begin(), layers_.end());
   size_t count = 0;
-  for (const auto& [path, moe] : layers_) count += moe->selection_bias.size();
+  for (const auto& [path, experts] : whole_) count += size_t(experts);
   const size_t workers = workers_ ? size_t(workers_->size()) : 1;
   std::vector<double> slots(workers * count, 0.0);
   size_t at = workers_ ? size_t(workers_->rank()) * count : 0;
-  for (const auto& [path, moe] : layers_)
-    for (float b : moe->selection_bias) slots[at++] = double(b);
+  for (const auto& [path, experts] : whole_) {
+    const auto it = here.find(path);
+    if (it != here.end()) {
+      const std::vector<float>& bias = it->second->selection_bias;
+      for (size_t e = 0; e < bias.size(); ++e) slots[at + e] = double(bias[e]);
+    }
+    at += size_t(experts);
+  }
+  if (stages_) slots = sum_over(*stages_, slots);
   if (workers_) slots = sum_over(*workers_, slots);
   Json::Array per_worker;
   at = 0;
   for (size_t w = 0; w < workers; ++w) {
     Json biases = Json::object();
-    for (const auto& [path, moe] : layers_) {
+    for (const auto& [path, experts] : whole_) {
       Json::Array values;
-      for (size_t e = 0; e < moe->selection_bias.size(); ++e) values.push_back(Json(slots[at++]));
+      for (int64_t e = 0; e < experts; ++e) values.push_back(Json(slots[at++]));
       biases.set(path, Json::array(std::move(values)));
     }
     per_worker.push_back(biases);

@@ -27,13 +27,18 @@ class MoeBalance {
   // token_groups are then the worker's own.
   MoeBalance(nn::Module& model, std::vector<dist::ProcessGroup*> token_groups, double loss_scale,
              dist::ProcessGroup* workers = nullptr);
+  // Every mixture layer of the whole model, by path, and its expert count: under a pipeline
+  // a stage holds some of them, and the checkpoint's state has all (gathered over `stages`).
+  using Layers = std::vector<std::pair<std::string, int64_t>>;
   // A run's on `mesh`: the dp ranks route different tokens (a DiLoCo worker's own: dp_shard,
   // the workers dp_replicate), and with sequence parallelism the tp ranks too, and the cp
   // ranks; each forward's losses weigh 1 / grad_accum (and 1 / tp with sequence parallelism,
   // 1 / cp: those ranks' gradients are summed, not averaged).
+  // whole: the layers of the model before the pipeline split (whole_layers()).
   MoeBalance(nn::Module& model, const dist::DeviceMesh& mesh, bool sequence_parallel,
-             int64_t grad_accum, bool diloco);
-  bool active() const { return !layers_.empty(); }
+             int64_t grad_accum, bool diloco, Layers whole);
+  static Layers whole_layers(nn::Module& model);
+  bool active() const { return !whole_.empty(); }
 
   void begin_step();
   // After the optimizer step (updated: it was not skipped). Collective over the token groups.
@@ -50,14 +55,16 @@ class MoeBalance {
   // {"moe_selection_bias": {"blocks.1.mlp": [..]}} (exact: floats survive JSON's doubles).
   // Under DiLoCo also "moe_selection_bias_workers": every worker's, in worker order (they part
   // between outer steps), and moe_selection_bias is worker 0's, whose weights the checkpoint
-  // holds as the model. Collective over the workers then.
+  // holds as the model. Collective over the workers then, and over the pipeline stages.
   Json state() const;
   void resume(const Json& trainer_state);
 
  private:
-  std::vector<std::pair<std::string, nn::MoE*>> layers_;
+  std::vector<std::pair<std::string, nn::MoE*>> layers_;  // this rank's
+  Layers whole_;
   std::vector<dist::ProcessGroup*> token_groups_;
-  dist::ProcessGroup* workers_;  // DiLoCo's, or nullptr
+  dist::ProcessGroup* workers_;           // DiLoCo's, or nullptr
+  dist::ProcessGroup* stages_ = nullptr;  // the pipeline's, or nullptr
   Json metrics_;
   double max_over_mean_ = 0, aux_ = 0;
 };

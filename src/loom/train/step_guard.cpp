@@ -98,8 +98,17 @@ void StepGuard::check_replicas(int64_t step) {
     const Tensor host = to_device(t, cpu_device());
     h = xxh64(host.data_ptr(), host.nbytes(), h);
   };
-  for (const auto& p : model_.pieces()) hash(p.value);
-  for (const auto& [name, t] : optimizer_.named_state()) hash(t);
+  // Each piece and its two moments (the optimizer's state follows the pieces), where the
+  // replicas hold it alike.
+  const auto state = optimizer_.named_state();
+  for (size_t k = 0; k < model_.pieces().size(); ++k) {
+    if (!model_.replicated(k)) continue;
+    hash(model_.pieces()[k].value);
+    if (2 * k + 1 < state.size()) {
+      hash(state[2 * k].second);
+      hash(state[2 * k + 1].second);
+    }
+  }
   Tensor all = Tensor::empty({replicas.size()}, DType::I64);
   replicas.all_gather(from_vector(std::vector<int64_t>{int64_t(h)}, {1}), all)->wait();
   const std::vector<int64_t> hashes = to_vector_i64(all);

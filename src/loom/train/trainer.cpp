@@ -284,6 +284,8 @@ struct RunParts {
     recipe->model().to(tc.device);
     if (tc.low_precision)
       low_precision = std::make_unique<precision::LowPrecision>(recipe->model(), *tc.low_precision);
+    // A pipeline stage keeps some of the mixture's layers: its state names them all.
+    MoeBalance::Layers mixture = MoeBalance::whole_layers(recipe->model());
     model = parallel::parallelize(recipe->model(), recipe->parallel_plan(), mesh,
                                   cfg.parallel.topology, tc.grad_accum);
     optimizer = optim::make_adamw(model->optimizer_params(), cfg.adamw);
@@ -298,7 +300,7 @@ struct RunParts {
     }
     moe =
         std::make_unique<MoeBalance>(recipe->model(), mesh, cfg.parallel.topology.sequence_parallel,
-                                     tc.grad_accum, cfg.diloco.has_value());
+                                     tc.grad_accum, cfg.diloco.has_value(), std::move(mixture));
     checkpointer = std::make_unique<Checkpointer>(
         mesh, *model, *optimizer, [this] { return per_worker_state(); }, cfg.spec().name,
         cfg.run_dir(), tc.async_checkpoint, tc.keep_checkpoints, workers);
@@ -476,6 +478,21 @@ void finish(RunParts& run, Progress& progress, const plan::StepShape& spec, int6
     std::printf("trained %lld steps, %.0f %s in %s of steps: %.1f %s/s\n", (long long)steps_run,
                 items, spec.unit, format_duration(train_seconds).c_str(), items / train_seconds,
                 spec.unit);
+  }
+  if (const parallel::Pipeline* pipe = run.model->pipeline(); pipe && steps_run > 0) {
+    const std::vector<double> waited = run.model->pipeline_waiting();
+    const parallel::PipeSimulation sim = parallel::simulate(pipe->schedule);
+    if (run.rank == 0) {
+      std::string each;
+      char pct[16];
+      for (double w : waited) {
+        std::snprintf(pct, sizeof pct, "%.1f%%", 100 * w);
+        each += (each.empty() ? "" : ", ") + std::string(pct);
+      }
+      std::printf("pipeline (%s): the ranks waited %s of their steps' time for each other; the "
+                  "schedule's bubble is %.1f%% of the work with passes of equal time\n",
+                  parallel::name_of(pipe->schedule.kind), each.c_str(), 100 * sim.bubble);
+    }
   }
   const Json final_eval = run.recipe->finish({step, steps_run, train_seconds});
   if (run.rank == 0 && final_eval.is_object()) progress.log_final_eval(step, final_eval);
