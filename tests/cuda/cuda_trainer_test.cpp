@@ -330,6 +330,29 @@ val_images = 16
 // weights, gradients and AdamW moments) on one process fails under the 14.9 MB that ZeRO-3 over
 // 4 processes trains in (StagedTrainer.ZeroThreeTrainsAModelAboveOneProcessDeviceLimit); a
 // limit below one block's weights is refused before anything runs; the host has no such key.
+// optim.offload: AdamW's moments in host memory. The device holds no optimizer state at any
+// time (its allocator's peak), and the run equals the one with the moments on the device (the
+// same update, run by the host).
+TEST(CudaTrainer, OffloadedOptimizerStateLeavesTheDevice) {
+  const std::string dir = temp_dir("offload");
+  const std::string config = write_config(dir, kGpt);
+  const std::vector<std::string> common = {"data.path=\"" + text_file(dir) + "\"",
+                                           "run.out_dir=\"" + dir + "\"", "train.device=\"cuda\""};
+  auto with = [&](const std::vector<std::string>& more) { return joined(common, more); };
+  const RunFiles on_device = run(config, with({"run.name=\"device\""}));
+  const RunFiles offloaded = run(config, with({"run.name=\"host\"", "optim.offload=true"}));
+  expect_close(on_device.losses, offloaded.losses, 1e-6, "gpt2 loss with the moments offloaded");
+  const auto optimizer_peak = [](const RunFiles& r) {
+    return r.last.at("mem").at("optimizer").at("peak").as_double();
+  };
+  EXPECT_GT(optimizer_peak(on_device), 0);
+  EXPECT_EQ(optimizer_peak(offloaded), 0) << "optimizer state on the device";
+  // The parameters stay on the device.
+  EXPECT_EQ(offloaded.last.at("mem").at("parameters").at("peak").as_double(),
+            on_device.last.at("mem").at("parameters").at("peak").as_double());
+  fs::remove_all(dir);
+}
+
 TEST(CudaTrainer, DeviceMemoryLimitIsHeld) {
   const std::string dir = temp_dir("limit");
   const std::string config = write_config(dir, kGpt);

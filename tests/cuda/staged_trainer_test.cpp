@@ -154,7 +154,10 @@ TEST_F(StagedTrainer, GptLayoutsOnTheDeviceTrainAsOnTheHost) {
       {"zero1", {"parallel.data_parallel=\"zero1\""}},
       {"zero2", {"parallel.data_parallel=\"zero2\"", "train.grad_accum=2"}},
       {"zero3", {"parallel.data_parallel=\"zero3\""}},
-      {"zero3bf16", {"parallel.data_parallel=\"zero3\"", "parallel.gather_dtype=\"bf16\""}}};
+      {"zero3bf16", {"parallel.data_parallel=\"zero3\"", "parallel.gather_dtype=\"bf16\""}},
+      // AdamW's moments in host memory, the device's gradients and weights stepped there.
+      {"ddpoffload", {"optim.offload=true"}},
+      {"zero3offload", {"parallel.data_parallel=\"zero3\"", "optim.offload=true"}}};
   if (world_->size() % 2 == 0) {
     // HSDP (2 replicas of ZeRO-3 shards); tensor parallelism with the vocabulary split, and
     // with sequence parallelism; pipelines of 2 stages, and of 2 x 2 interleaved chunks.

@@ -17,7 +17,9 @@
 #   with the layout by design; the z-loss and the summed loads do not);
 # - expert parallelism (parallel.ep 2 on 2 and 4 processes, ep 4 on 4, ep 2 x tp 2, ep 2 with
 #   ZeRO-1 and ZeRO-3, ep 2 x tp 2 with ZeRO-2, ep 2 with activation checkpointing, ep 2 with
-#   HSDP (ZeRO-3, 2 replicas), ep 2 x cp 2, ep 2 x pp 2: each rank holds a share of the experts, tokens
+#   HSDP (ZeRO-3, 2 replicas), ep 2 x cp 2, ep 2 x pp 2, and four axes on 8 processes: pp 2 x
+#   dp 2 (ZeRO-3) x tp 2 with sequence parallelism, the experts over ep 2: each rank holds a
+#   share of the experts, tokens
 #   dispatched by all-to-all) equal to 1 process, and an ep 4 ZeRO-3 checkpoint
 #   resumed at ep 2 (DDP) and on 1 process;
 # - `loom eval` of a checkpoint; bad input, one clear error each.
@@ -118,7 +120,7 @@ for layout in ddp-np2 zero3-np2 zero3-np4 tp2-np2 tp2sp-np2 cp2-np2 cp2ulysses-n
 done
 # Expert parallelism.
 for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4 ep2zero3-np4 ep2zero1-np4 ep2zero2tp2-np4 \
-  ep2ac-np2 ep2hsdp-np4 ep2cp2-np4 ep2pp2-np4; do
+  ep2ac-np2 ep2hsdp-np4 ep2cp2-np4 ep2pp2-np4 ep2pp2tp2sp-np8; do
   np=${layout##*np}
   ep=${layout%%-*}
   extra=()
@@ -131,6 +133,8 @@ for layout in ep2-np2 ep2-np4 ep4-np4 ep2tp2-np4 ep2zero3-np4 ep2zero1-np4 ep2ze
     ep2hsdp) ep=ep2; extra=(--set parallel.data_parallel=zero3 --set parallel.dp_replicate=2) ;;
     ep2cp2) ep=ep2; extra=(--set parallel.cp=2) ;;
     ep2pp2) ep=ep2; extra=(--set parallel.pp=2) ;;
+    ep2pp2tp2sp) ep=ep2; extra=(--set parallel.pp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true
+      --set parallel.data_parallel=zero3) ;;  # 4 axes: pp x dp_shard (ZeRO-3) x tp, experts over ep
   esac
   ep=${ep#ep}
   "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${noaux[@]}" "${extra[@]}" \

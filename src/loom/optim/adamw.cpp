@@ -25,7 +25,9 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : confi
   MemCategoryScope scope(MemCategory::OptimizerState);
   for (auto& p : params) {
     check_param(p);
-    slots_.push_back(Slot{p, zeros_like(p.tensor), zeros_like(p.tensor)});
+    const Device where = config.offload ? cpu_device() : p.tensor.device();
+    slots_.push_back(Slot{p, zeros(p.tensor.shape(), DType::F32, where),
+                          zeros(p.tensor.shape(), DType::F32, where)});
   }
 }
 
@@ -47,13 +49,25 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg
 
 void AdamW::step(double lr, double grad_scale) {
   ++step_;
+  NoGradGuard no_grad;
   for (Slot& s : slots_) {
     Tensor g = s.param.tensor.grad();
     if (!g.defined()) continue;
     const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
-    backend_for(s.param.tensor.device())
-        .adamw_step(s.param.tensor, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2,
-                    config_.eps, wd, step_, grad_scale);
+    const Tensor& w = s.param.tensor;
+    if (s.exp_avg.device() == w.device()) {
+      backend_for(w.device())
+          .adamw_step(w, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2, config_.eps,
+                      wd, step_, grad_scale);
+      continue;
+    }
+    // Offloaded: the update runs where the moments are, on copies of the weight and gradient.
+    MemCategoryScope scope(MemCategory::Communication);
+    const Tensor w_here = to_device(w, s.exp_avg.device());
+    backend_for(s.exp_avg.device())
+        .adamw_step(w_here, to_device(g, s.exp_avg.device()), s.exp_avg, s.exp_avg_sq, lr,
+                    config_.beta1, config_.beta2, config_.eps, wd, step_, grad_scale);
+    copy_(w, w_here);
   }
 }
 

@@ -1,4 +1,5 @@
-// AdamW with decoupled weight decay; state (exp_avg, exp_avg_sq) in f32 per parameter.
+// AdamW with decoupled weight decay; state (exp_avg, exp_avg_sq) in f32 per parameter, where
+// the parameter is or (AdamWConfig::offload) in host memory.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,6 +14,10 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // applied only to parameters marked weight_decay
+  // The moments in host memory (ZeRO-Offload's optimizer state): a device run's step copies
+  // each gradient and weight to the host, updates them there, and copies the weight back. On
+  // the host already (train.device cpu) nothing moves.
+  bool offload = false;
 };
 
 class AdamW {

@@ -101,6 +101,7 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     options.stage = topology.zero_stage();
     options.gather_dtype = topology.gather_dtype;
     options.initial_values = initial_values;
+    options.offload_moments = topology.offload_moments;
     for (const auto& [name, shard] : m.ep_layout_.sharded) options.skip.insert(name);
     // The units ZeRO wraps, in forward order: the modules before the blocks, the blocks, the
     // modules after them -- those this rank holds parameters of (a pipeline stage holds some).

@@ -142,7 +142,7 @@ class ParallelModel {
   std::shared_ptr<dist::ProcessGroup> dp_, replicas_, tp_, cp_, pp_;
   bool sequence_shards_ = false;  // cp > 1 and the model takes sequence shards
   Pipeline pipeline_;
-  PipelineTimes pipeline_times_;  // this rank's, over the run
+  PipelineTimes pipeline_times_;              // this rank's, over the run
   std::shared_ptr<dist::ProcessGroup> ends_;  // the first and last pipeline ranks
   std::set<std::string> ends_shared_;         // parameters both ends hold (a tied embedding)
   // Every parameter of the whole model (name, shape) and the pipeline rank that has it.

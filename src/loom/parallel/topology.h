@@ -22,8 +22,9 @@ struct Topology {
   bool sequence_parallel = false;  // tp > 1: norms and residuals on sequence shards
   ContextParallelKind context_parallel = ContextParallelKind::Ring;
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
-  int64_t pipeline_chunks = 1;  // model chunks per pipeline rank (interleaved only)
-  double bucket_mb = 25;        // DDP gradient buckets
+  int64_t pipeline_chunks = 1;   // model chunks per pipeline rank (interleaved only)
+  double bucket_mb = 25;         // DDP gradient buckets
+  bool offload_moments = false;  // ZeRO keeps AdamW's moments in host memory (optim.offload)
   // The dp_replicate groups are DiLoCo workers (lowcomm/diloco.h): gradients are exchanged
   // within a worker (over dp_shard) only, and the workers average their weights every H steps.
   bool outer_sync = false;

@@ -282,8 +282,9 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     else
       g.master = flat_view(g.full, lo, {g.shard});
     g.grad_shard = zeros_of(g.shard, MemCategory::Gradients, device);
-    g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState, device);
-    g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState, device);
+    const Device moments = options.offload_moments ? cpu_device() : device;
+    g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState, moments);
+    g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState, moments);
     if (stage == 1) {
       g.flat_grad = zeros_of(g.padded, MemCategory::Gradients, device);
       g.bind_gradients();

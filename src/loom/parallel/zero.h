@@ -64,6 +64,8 @@ struct ZeroOptions {
   // Parameters this instance leaves alone (another one shards them over another group: the
   // experts under expert parallelism).
   std::set<std::string> skip{};
+  // AdamW's moments of the shard in host memory (optim.offload), not on the parameters' device.
+  bool offload_moments = false;
   // Modules that use a unit's parameters in a forward of their own (a tied output head: the
   // token embedding's weight): module path -> unit.
   std::map<std::string, std::string> unit_users{};

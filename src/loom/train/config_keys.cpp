@@ -211,6 +211,8 @@ const std::vector<ConfigKey> kKeys = {
     {"optim.beta2", "", "number", "0.999", "[0, 1)", "", "AdamW's second-moment decay"},
     {"optim.eps", "", "number", "1e-08", "> 0", "", "AdamW's epsilon"},
     {"optim.weight_decay", "", "number", "0.0", ">= 0", "", "decoupled weight decay"},
+    {"optim.offload", "", "boolean", "false", "", "",
+     "AdamW's moments in host memory, updated there (a device run; on the host nothing moves)"},
     {"optim.schedule", "", "string", "\"cosine\"", "constant, cosine, wsd", "",
      "learning-rate schedule after warmup (wsd: warmup-stable-decay)"},
     {"optim.warmup_steps", "", "integer", "0", ">= 0", "", "linear warmup steps"},

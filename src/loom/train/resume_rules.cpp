@@ -53,6 +53,7 @@ bool may_change(const std::string& key) {
                                      "train.async_checkpoint",
                                      "train.device",
                                      "train.tf32",
+                                     "optim.offload",  // where the moments live, not what
                                      "data.cache_dir"};
   for (const char* k : keys)
     if (key == k) return true;

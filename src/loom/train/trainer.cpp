@@ -262,6 +262,9 @@ struct RunParts {
         decay(c.schedule, c.train.max_minutes * 60) {
     const TrainLoopConfig& tc = cfg.train;
     check_same_config(*mesh.world(), cfg.resolved_toml);
+    // The run's peaks, from before its build (a process may train more than one run).
+    host_allocator().reset_peak();
+    if (tc.device.type != DeviceType::CPU) allocator_for(tc.device.type).reset_peak();
     LOOM_CHECK(tc.batch_size % dp->size() == 0)
         << "train.batch_size " << tc.batch_size << " (the global batch) does not split "
         << "evenly over " << dp->size() << " data-parallel ranks"
@@ -489,9 +492,10 @@ void finish(RunParts& run, Progress& progress, const plan::StepShape& spec, int6
         std::snprintf(pct, sizeof pct, "%.1f%%", 100 * w);
         each += (each.empty() ? "" : ", ") + std::string(pct);
       }
-      std::printf("pipeline (%s): the ranks waited %s of their steps' time for each other; the "
-                  "schedule's bubble is %.1f%% of the work with passes of equal time\n",
-                  parallel::name_of(pipe->schedule.kind), each.c_str(), 100 * sim.bubble);
+      std::printf(
+          "pipeline (%s): the ranks waited %s of their steps' time for each other; the "
+          "schedule's bubble is %.1f%% of the work with passes of equal time\n",
+          parallel::name_of(pipe->schedule.kind), each.c_str(), 100 * sim.bubble);
     }
   }
   const Json final_eval = run.recipe->finish({step, steps_run, train_seconds});
