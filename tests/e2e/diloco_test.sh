@@ -16,7 +16,7 @@
 #     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, expert
 #     parallelism inside the workers of a mixture, a batch
 #     that does not split over the workers, DiLoCo keys without the method, ranks started with
-#     different configs, and a resume whose worker count differs from the checkpoint's.
+#     different configs; and a 2-worker run resumed by 4 workers (each continuing worker m mod 2).
 # Usage: diloco_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -241,12 +241,26 @@ expect bad-moe-ep "keeps every expert on each rank of a worker (the ranks holdin
   > "$work/two-configs.log" 2>&1
 grep -q "rank 1 was started with another config than rank 0" "$work/two-configs.log" ||
   { fail "ranks with different configs not refused"; cat "$work/two-configs.log"; }
+# Another worker count: the 2-worker run's checkpoint of step 8 continued by 4 workers to step
+# 12 (a config.toml edited to a constant schedule: 12 steps extend the run), worker m taking
+# the checkpoint's worker m mod 2: it resumes at step 8, its first loss continues the 2 workers'
+# (within 3% of their step-8 loss; a fresh start would sit near their first step's, further
+# off), and it writes 4 workers' models.
 cp -r "$work/gpt-none" "$work/regrown"
-# The checkpoint's own check, behind the resume rules (which refuse the change first: cli_test.sh):
-# a config.toml edited to 4 workers and 12 steps (constant schedule: 12 steps extend the run).
 sed -i 's/^workers = 2$/workers = 4/; s/^schedule = .*/schedule = "constant"/' "$work/regrown/tiny_gpt/config.toml"
-expect regrown "written by a run with 2 DiLoCo workers; this run has 4 DiLoCo workers" 4 "$gpt" \
-  "${common[@]}" --set lowcomm.workers=4 --set optim.schedule=\"constant\" --set train.steps=12 --resume
-
+run regrown 4 "$gpt" "${common[@]}" --set lowcomm.workers=4 --set optim.schedule=\"constant\" \
+  --set train.steps=12 --resume || { fail "2 workers resumed as 4: the run failed"; cat "$work/regrown.log"; }
+grep -q "resumed from .*step-000008 at step 8" "$work/regrown.log" || fail "2 workers resumed as 4: not at step 8"
+$py - "$work/gpt-none/tiny_gpt" "$work/regrown/tiny_gpt" <<'PY' || fail "2 workers resumed as 4: wrong continuation"
+import json, sys
+def losses(run):
+    return {m["step"]: m["loss"] for m in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in m}
+two, four = losses(sys.argv[1]), losses(sys.argv[2])
+print(f"2 workers: step 1 {two[1]:.4f}, step 8 {two[8]:.4f}; 4 workers from there: step 9 {four[9]:.4f}")
+assert abs(four[9] - two[8]) < 0.03 * two[8] < two[1] - two[8], (two, four)
+manifest = json.load(open(sys.argv[2] + "/step-000012/manifest.json"))
+names = json.dumps(manifest)
+assert all(f"worker{m}/model/" in names for m in (1, 2, 3)), "not 4 workers' models"
+PY
 [ $failures = 0 ] && echo "diloco: all checks passed"
 exit $((failures > 0))

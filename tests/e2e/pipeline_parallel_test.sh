@@ -9,7 +9,8 @@
 # (8 processes): losses to 1e-5 relative, final weights and AdamW moments to 1e-4.
 # Held-out evaluation runs through the pipeline and reports the 1-process loss. A run saved
 # under PP2 x TP2 resumes under DP4 (ZeRO-2) and TP4, one saved under ZeRO-3 on 4 resumes under
-# PP2 x TP2 and PP4, and each ends where the uninterrupted run ends.
+# PP2 x TP2 and PP4, and each ends where the uninterrupted run ends. HSDP (2 replicas x 2
+# ZeRO-3 shards) with TP 2, CP 2 and PP 2 on 8 processes, each equal to 1 process.
 # Bad layouts (more stages than blocks, an interleaved schedule the micro-batches do not fit) fail before any work with one clear error.
 # Usage: pipeline_parallel_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
@@ -143,6 +144,16 @@ for target in pp2-tp2 pp4-1f1b; do
     --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "into $target: second half failed"; continue; }
   grep -q "resumed from .*step-000005 at step 5" "$out.log" || fail "into $target: did not resume at step 5"
   parity "gpt2 zero3 x4 to step 5, then $target to 10," "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
+done
+
+# HSDP's replicas with each model-parallel axis (8 processes: 2 replicas x 2 ZeRO-3 shards x 2).
+for axis in tp cp pp; do
+  out=$work/hsdp-$axis
+  "$mpirun" --oversubscribe -np 8 "$loom" train "$cfg" "${common[@]}" --set parallel.$axis=2 \
+    --set parallel.dp_replicate=2 --set parallel.data_parallel=zero3 --set run.out_dir="$out" \
+    > "$out.log" 2>&1 || { fail "hsdp x $axis: run failed"; continue; }
+  grep -q "2 replicas x 2 shards: zero3" "$out.log" || fail "hsdp x $axis: not the layout asked for"
+  parity "gpt2 2 replicas x 2 zero3 shards x $axis 2" "$work/gpt2-np1/tiny_gpt" "$out/tiny_gpt"
 done
 
 # Bad layouts: one clear error, non-zero exit, before any step.

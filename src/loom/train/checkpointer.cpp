@@ -48,9 +48,8 @@ std::string name_of(const parallel::ParallelModel& model, const PieceValues& con
 
 }  // namespace
 
-std::vector<PieceValues> Checkpointer::contents(bool saving) const {
-  const std::string worker =
-      layout_.worker > 0 ? "worker" + std::to_string(layout_.worker) + "/" : "";
+std::vector<PieceValues> Checkpointer::contents(bool saving, int64_t source) const {
+  const std::string worker = source > 0 ? "worker" + std::to_string(source) + "/" : "";
   // The model first: a checkpoint of another model fails on its weights' names and shapes.
   std::vector<PieceValues> out{{worker + "model/", "", {}}};
   const auto moments = optimizer_.named_state();  // exp_avg, exp_avg_sq per piece, in order
@@ -72,7 +71,7 @@ std::string Checkpointer::save(int64_t step, const Json& state) {
   // What this rank writes: its share of what the replicas hold alike.
   std::vector<TensorPiece> pieces;
   const std::vector<parallel::PieceSpan> spans = model_.piece_spans(/*share=*/true);
-  for (const PieceValues& c : contents(/*saving=*/true))
+  for (const PieceValues& c : contents(/*saving=*/true, layout_.worker))
     for (const parallel::PieceSpan& span : spans)
       pieces.push_back({name_of(model_, c, span), span.whole_shape, span.begin, span.end,
                         span_of(model_, c, span)});
@@ -106,14 +105,16 @@ Json Checkpointer::load(const std::string& ckpt_dir) {
                                   << ", not " << model_kind_;
   const int64_t workers =
       state.contains("diloco_workers") ? state.at("diloco_workers").as_int() : 0;
-  LOOM_CHECK(workers == layout_.workers)
+  LOOM_CHECK((workers > 0) == (layout_.workers > 0))
       << "checkpoint " << ckpt_dir << " was written by a run with "
       << (workers > 0 ? std::to_string(workers) + " DiLoCo workers" : "no DiLoCo")
       << "; this run has "
       << (layout_.workers > 0 ? std::to_string(layout_.workers) + " DiLoCo workers" : "no DiLoCo")
-      << " (lowcomm.workers)";
+      << " (lowcomm.workers): a DiLoCo checkpoint has a model per worker, another none";
+  // Another worker count: worker m continues the checkpoint's worker m mod its count.
+  const int64_t source = workers > 0 ? layout_.worker % workers : 0;
   const std::vector<parallel::PieceSpan> spans = model_.piece_spans(/*share=*/false);
-  for (const PieceValues& c : contents(/*saving=*/false))
+  for (const PieceValues& c : contents(/*saving=*/false, source))
     for (const parallel::PieceSpan& span : spans)
       reader.read(name_of(model_, c, span), span.whole_shape, span.begin, span.end,
                   span_of(model_, c, span));

@@ -6,7 +6,9 @@
 // Under DiLoCo every worker has its own model, moments and recipe state between outer steps:
 // worker 0's are written as above (what `loom sample` and `ckpt export` read), worker m's under
 // "worker<m>/"; the outer state the workers share ("diloco_global/<name>", ...) is written by
-// worker 0 and read by all, so a checkpoint taken at any step resumes exactly.
+// worker 0 and read by all, so a checkpoint taken at any step resumes exactly. Resumed with
+// another worker count, worker m continues the checkpoint's worker m mod W (its weights,
+// moments and recipe state; every worker the shared outer state).
 #pragma once
 #include <exception>
 #include <functional>
@@ -62,7 +64,9 @@ class Checkpointer {
 
  private:
   // What this rank writes (saving) or reads (loading: the shared state on every worker too).
-  std::vector<PieceValues> contents(bool saving) const;
+  // What is saved or loaded; `worker`: whose per-worker state (DiLoCo; this rank's worker when
+  // saving, the checkpoint's worker it continues when loading).
+  std::vector<PieceValues> contents(bool saving, int64_t worker) const;
   parallel::ParallelModel& model_;
   optim::AdamW& optimizer_;
   std::function<std::vector<PieceState>()> extra_;

@@ -180,11 +180,11 @@ void MoeBalance::resume(const Json& trainer_state) {
   if (!active()) return;
   const Json* all = trainer_state.find("moe_selection_bias_workers");
   if (!workers_ || all == nullptr) return load_selection_biases_into(layers_, trainer_state);
-  LOOM_CHECK(int64_t(all->size()) == workers_->size())
-      << "checkpoint: selection biases of " << all->size() << " DiLoCo workers, this run has "
-      << workers_->size();
+  // Another worker count: worker m continues the checkpoint's worker m mod its count.
+  LOOM_CHECK(all->size() > 0) << "checkpoint: no DiLoCo worker's selection biases";
   load_selection_biases_into(
-      layers_, Json::object({{"moe_selection_bias", all->at(size_t(workers_->rank()))}}));
+      layers_,
+      Json::object({{"moe_selection_bias", all->at(size_t(workers_->rank()) % all->size())}}));
 }
 
 void load_selection_biases(nn::Module& model, const std::string& ckpt_dir) {

@@ -38,23 +38,15 @@ bool may_change(const std::string& key) {
   static const char* const sections[] = {"eval.", "sample.", "parallel.", "dist.", "resilience."};
   for (const char* s : sections)
     if (key.rfind(s, 0) == 0) return true;
-  static const char* const keys[] = {"run.id",  // decided by the run directory, not by the settings
-                                     "run.out_dir",
-                                     "run.memory_limit_mb",
-                                     "run.device_memory_limit_mb",
-                                     "run.threads",
-                                     "run.profile_steps",
-                                     "run.tensorboard",
-                                     "train.stop_after",
-                                     "train.max_minutes",
-                                     "train.ckpt_every",
-                                     "train.keep_checkpoints",
-                                     "train.log_every",
-                                     "train.async_checkpoint",
-                                     "train.device",
-                                     "train.tf32",
-                                     "optim.offload",  // where the moments live, not what
-                                     "data.cache_dir"};
+  static const char* const keys[] = {
+      "run.id",  // decided by the run directory, not by the settings
+      "run.out_dir", "run.memory_limit_mb", "run.device_memory_limit_mb", "run.threads",
+      "run.profile_steps", "run.tensorboard", "train.stop_after", "train.max_minutes",
+      "train.ckpt_every", "train.keep_checkpoints", "train.log_every", "train.async_checkpoint",
+      "train.device", "train.tf32",
+      "optim.offload",  // where the moments live, not what
+      // worker m continues the checkpoint's worker m mod W
+      "lowcomm.workers", "data.cache_dir"};
   for (const char* k : keys)
     if (key == k) return true;
   return false;
