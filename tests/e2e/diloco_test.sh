@@ -9,12 +9,12 @@
 #     ends bit-identical to the uninterrupted one;
 #     so does one whose worker is killed at step 7 under `loom launch --max-restarts`;
 #   - a mixture of experts: each worker balances its experts on its own loads during a round,
-#     the workers' selection biases averaged at its end and checkpointed per worker;
+#     the workers' selection biases averaged at its end and checkpointed per worker; with its
+#     experts split over each worker's 2 ranks (ep 2) equal to every expert on each rank;
 #   - between outer steps a worker sends nothing (its bytes-sent count stands still); a rollback
 #     due on one worker and a SIGTERM to one worker are acted on by both, at a round's end;
 #   - bad input, one clear error each: dp_replicate against lowcomm.workers, train.steps not a
-#     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, expert
-#     parallelism inside the workers of a mixture, a batch
+#     multiple of inner_steps (nor inner_steps of fragments), overlap_steps too long, a batch
 #     that does not split over the workers, DiLoCo keys without the method, ranks started with
 #     different configs; and a 2-worker run resumed by 4 workers (each continuing worker m mod 2).
 # Usage: diloco_test.sh LOOM_BINARY MPIRUN WORK_DIR
@@ -112,6 +112,15 @@ workers = state["moe_selection_bias_workers"]
 assert len(workers) == 2 and workers[0] == workers[1] == state["moe_selection_bias"], workers
 assert any(b != 0 for layer in workers[0].values() for b in layer), workers[0]
 PY
+# Expert parallelism inside the workers: 2 workers of 2 processes, each worker's experts split
+# over its 2 ranks (ep 2), equal to the same workers with every expert on each rank.
+run gpt-moe-dp 4 "$gpt" "${common[@]}" "${moe[@]}" --set run.id=ep || fail "gpt moe x2 x2: run failed"
+run gpt-moe-ep 4 "$gpt" "${common[@]}" "${moe[@]}" --set run.id=ep --set parallel.ep=2 ||
+  { fail "gpt moe ep 2 inside the workers: run failed"; cat "$work/gpt-moe-ep.log"; }
+grep -q "experts over ep 2" "$work/gpt-moe-ep.log" || fail "gpt moe ep 2: not the layout asked for"
+echo -n "gpt moe, ep 2 inside 2 DiLoCo workers vs every expert on each rank: "
+$py "$here/compare_runs.py" "$work/gpt-moe-dp/tiny_gpt" "$work/gpt-moe-ep/tiny_gpt" 1e-5 \
+  --weights-rtol=1e-4 || fail "gpt moe: ep 2 inside the workers changes the run"
 
 # The commands that read a checkpoint read a DiLoCo run's (worker 0's weights: the global ones).
 for cmd in "eval $work/gpt-none/tiny_gpt --windows 4" "ckpt verify $work/gpt-none/tiny_gpt"; do
@@ -234,8 +243,6 @@ expect bad-overlap "lowcomm.overlap_steps 2 must be in \[0, 2)" 1 "$gpt" "${comm
   "${stream[@]}" --set lowcomm.overlap_steps=2
 expect bad-fragments "lowcomm.inner_steps 4 must be a multiple of lowcomm.fragments 3" 1 "$gpt" \
   "${common[@]}" --set lowcomm.fragments=3
-expect bad-moe-ep "keeps every expert on each rank of a worker (the ranks holding the same experts would otherwise span the workers, exchanging gradients every step); parallel.ep must be 1, not 2" 4 \
-  "$gpt" "${common[@]}" "${moe[@]}" --set parallel.ep=2
 "$mpirun" --oversubscribe -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" : \
   -np 1 "$loom" train "$gpt" "${common[@]}" --set run.out_dir="$work/two" --set model.width=48 \
   > "$work/two-configs.log" 2>&1

@@ -70,17 +70,20 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     if (!m.tp_layout_.partial_gradients.empty())
       m.partial_sums_.push_back({m.tp_, m.tp_layout_.partial_gradients, false});
   }
-  // 3. Expert parallelism: groups of ep consecutive dp ranks split the experts.
+  // 3. Expert parallelism: groups of ep consecutive dp ranks split the experts. Under DiLoCo
+  // each worker carves them from its own ranks (dp_shard): the ranks holding the same experts
+  // stay inside a worker, and the workers' ranks at the same place hold the same experts.
   if (topology.ep > 1) {
-    const int64_t dp_rank = m.dp_->rank(), E = topology.ep;
-    LOOM_CHECK(!topology.outer_sync)
-        << "parallel.ep " << E << ": the ranks holding the same experts would span the DiLoCo "
-        << "workers (expert parallelism carves its groups from all data-parallel ranks)";
-    LOOM_CHECK(m.dp_->size() % E == 0)
-        << "parallel.ep " << E << " does not divide the " << m.dp_->size()
-        << " data-parallel ranks (the expert-parallel groups are carved from them)";
-    m.ep_ = m.dp_->split(int(dp_rank / E), int(dp_rank), "ep");
-    m.edp_ = m.dp_->split(int(dp_rank % E), int(dp_rank), "expert_dp");
+    const int64_t E = topology.ep;
+    const auto carved = topology.outer_sync ? mesh.group("dp_shard") : m.dp_;
+    const int64_t rank = carved->rank();
+    LOOM_CHECK(carved->size() % E == 0)
+        << "parallel.ep " << E << " does not divide the " << carved->size()
+        << (topology.outer_sync ? " data-parallel ranks of a DiLoCo worker"
+                                : " data-parallel ranks")
+        << " (the expert-parallel groups are carved from them)";
+    m.ep_ = carved->split(int(rank / E), int(rank), "ep");
+    m.edp_ = carved->split(int(rank % E), int(rank), "expert_dp");
     m.ep_layout_ = apply_expert_parallel(model, m.ep_);
   }
   // 4. Context parallelism.
@@ -522,7 +525,10 @@ double ParallelModel::grad_norm() {
         std::vector<float>{float(sum_squares(
             expert_grads, std::vector<double>(expert_grads.size(), 1.0 / double(tp_->size()))))},
         {1});
-    (zero_experts_ ? dp_ : ep_)->all_reduce(experts, dist::ReduceOp::Sum)->wait();
+    // (ZeRO: each element once over the ranks that split the experts or shard them: the
+    // data-parallel ranks, a DiLoCo worker's own)
+    const auto& over = !zero_experts_ ? ep_ : topology_.outer_sync ? mesh_.group("dp_shard") : dp_;
+    over->all_reduce(experts, dist::ReduceOp::Sum)->wait();
     local += double(experts.data<float>()[0]);
   }
   Tensor sum = from_vector(std::vector<float>{float(local)}, {1});

@@ -412,19 +412,14 @@ Config read_config(ConfigFile& f) {
     LOOM_CHECK(moe->experts % p.ep == 0)
         << "config " << path << ": parallel.ep " << p.ep << " does not divide moe.experts "
         << moe->experts << " (each expert-parallel rank holds experts / ep of them)";
-    const int64_t fixed = p.dims.dp_replicate * std::max<int64_t>(p.dims.dp_shard, 1);
+    // Under DiLoCo the groups are carved from each worker's ranks (dp_shard).
+    const int64_t fixed =
+        (c.diloco ? 1 : p.dims.dp_replicate) * std::max<int64_t>(p.dims.dp_shard, 1);
     LOOM_CHECK(p.dims.dp_shard < 0 || fixed % p.ep == 0)
         << "config " << path << ": parallel.ep " << p.ep << " does not divide the " << fixed
-        << " data-parallel ranks (dp_replicate x dp_shard) it is carved from";
-  }
-  if (moe && moe->enabled()) {
-    // Expert parallelism carves its groups from all data-parallel ranks, so the ranks holding
-    // the same experts would span the workers and exchange gradients every step.
-    LOOM_CHECK(!c.diloco || p.ep == 1)
-        << "config " << path << ": a mixture of experts under lowcomm.method \"diloco\" keeps "
-        << "every expert on each rank of a worker (the ranks holding the same experts would "
-        << "otherwise span the workers, exchanging gradients every step); parallel.ep must be "
-        << "1, not " << p.ep;
+        << (c.diloco ? " data-parallel ranks of a DiLoCo worker (dp_shard)"
+                     : " data-parallel ranks (dp_replicate x dp_shard)")
+        << " it is carved from";
   }
   // A recipe quantises the f32 weights itself; ZeRO-3's bf16 gathers would hide them from it.
   LOOM_CHECK(!c.train.low_precision || p.gather_dtype == DType::F32)
