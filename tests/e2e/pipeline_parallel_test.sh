@@ -4,7 +4,8 @@
 # conditioning passed between stages with the tokens), 4 blocks, a
 # step of 4 micro-batches (train.grad_accum), 10 steps, on 1 process vs PP=2 and PP=4 with each
 # schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank, ZB-H1 with each backward
-# split into B and W passes) and compositions PP2 x TP2 (with sequence parallelism), PP2 x DDP2,
+# split into B and W passes) and compositions PP2 x TP2 (with sequence parallelism; the
+# vocabulary split on each end, a tied embedding alike on both), PP2 x DDP2,
 # PP2 x ZeRO-3 on 2 (also under ZB-H1) and PP2 x TP2 x ZeRO-2 on 2
 # (8 processes): losses to 1e-5 relative, final weights and AdamW moments to 1e-4.
 # Held-out evaluation runs through the pipeline and reports the 1-process loss. A run saved

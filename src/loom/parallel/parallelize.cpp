@@ -60,9 +60,6 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
       at += size_t(chunks[c - 1].second - chunks[c - 1].first);
       if (c < chunks.size()) local_plan.stretch_starts.push_back(at);
     }
-    // The vocabulary split needs the embedding and the head on one rank: with a pipeline they
-    // stay whole (tied embeddings would have to be split alike on both ends).
-    local_plan.vocab_embedding = local_plan.vocab_head = "";
   }
   // 2. Tensor (and sequence) parallelism.
   if (m.tp_->size() > 1) {

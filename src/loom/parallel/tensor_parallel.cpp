@@ -128,33 +128,50 @@ class Applier {
   // Vocabulary parallelism: embedding rows, head rows (the same split) and a loss over the
   // split logits. Embedding and head run outside the sequence-parallel region: their
   // activations are whole.
+  // Under a pipeline a rank holds the embedding (first stage), the head (last stage) or both:
+  // it splits what it holds, alike on both ends.
   void vocabulary(const nn::ParallelPlan& plan) {
-    auto* emb = dynamic_cast<nn::Embedding*>(&model_.submodule(plan.vocab_embedding));
-    LOOM_CHECK(emb) << "tensor parallel: " << plan.vocab_embedding << " is not an embedding";
-    const int64_t V = emb->weight.size(0);
+    nn::Module* emb_module = find(plan.vocab_embedding);
+    nn::Module* head = find(plan.vocab_head);
+    auto* emb = dynamic_cast<nn::Embedding*>(emb_module);
+    LOOM_CHECK(!emb_module || emb)
+        << "tensor parallel: " << plan.vocab_embedding << " is not an embedding";
+    auto* lin = dynamic_cast<nn::Linear*>(head);
+    LOOM_CHECK(emb || lin) << "tensor parallel: neither " << plan.vocab_embedding << " nor "
+                           << plan.vocab_head << " is on this rank";
+    const int64_t V = emb ? emb->weight.size(0) : lin->weight.size(0);
     LOOM_CHECK(V % P_ == 0) << "tensor parallel: the vocabulary of " << plan.vocab_embedding << " ("
                             << V << ") is not divisible by tp = " << P_;
-    shard(plan.vocab_embedding + ".weight", emb->weight, 0, even_blocks(V, P_));
-    emb->add_forward_wrapper([group = group_, weight = emb->weight](const nn::Module::ForwardFn&,
-                                                                    const std::vector<Tensor>& in) {
-      return vocab_parallel_embedding(in[0], weight, group);
-    });
-    nn::Module& head = model_.submodule(plan.vocab_head);
-    if (auto* lin = dynamic_cast<nn::Linear*>(&head)) {
+    if (emb) {
+      shard(plan.vocab_embedding + ".weight", emb->weight, 0, even_blocks(V, P_));
+      emb->add_forward_wrapper([group = group_, weight = emb->weight](
+                                   const nn::Module::ForwardFn&, const std::vector<Tensor>& in) {
+        return vocab_parallel_embedding(in[0], weight, group);
+      });
+    }
+    if (lin) {
       LOOM_CHECK(lin->weight.size(0) == V)
           << "tensor parallel: " << plan.vocab_head << " has " << lin->weight.size(0)
           << " outputs, the vocabulary " << V;
       split_rows(plan.vocab_head, *lin, even_blocks(V, P_), /*seq_dim=*/-1);
-    } else {
-      LOOM_CHECK(dynamic_cast<nn::TiedProjection*>(&head))
+    } else if (head && emb) {
+      LOOM_CHECK(dynamic_cast<nn::TiedProjection*>(head))
           << "tensor parallel: " << plan.vocab_head << " is neither a Linear nor a tied projection";
-      head.add_forward_wrapper(column_input(-1));  // its weight is the embedding's, split above
+      head->add_forward_wrapper(column_input(-1));  // its weight is the embedding's, split above
     }
     LOOM_CHECK(!plan.loss.empty()) << "tensor parallel: a split vocabulary needs the plan's loss";
     model_.submodule(plan.loss).add_forward_wrapper(
         [group = group_](const nn::Module::ForwardFn&, const std::vector<Tensor>& in) {
           return vocab_parallel_cross_entropy(in[0], in[1], group);
         });
+  }
+
+  nn::Module* find(const std::string& path) {
+    nn::Module* found = nullptr;
+    model_.for_each_submodule([&](const std::string& p, nn::Module& m) {
+      if (p == path) found = &m;
+    });
+    return found;
   }
 
   // Sequence parallelism: the residual stream is split from the first block's input to the

@@ -58,7 +58,7 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   const int64_t pp = t.dims.pp, tp = t.dims.tp, dp = t.dims.dp_shard;
   const int64_t chunks = t.pipeline_chunks, stages = pp * chunks;
   LOOM_CHECK(dp >= 1) << "predict_memory: dp_shard must be resolved, got " << dp;
-  const bool vocab_split = tp > 1 && pp == 1;  // with a pipeline the vocabulary stays whole
+  const bool vocab_split = tp > 1;
   const std::vector<nn::NamedParameter> params = model.named_parameters();
   std::set<std::string> mixtures;  // modules with a router: their w1/w2/w3 are expert stacks
   for (const nn::NamedParameter& p : params) {
