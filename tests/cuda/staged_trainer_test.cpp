@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -242,6 +243,64 @@ TEST_F(StagedTrainer, NcclRefusesMoreProcessesThanGpus) {
 // A GPT whose weights, gradients and AdamW moments (16 bytes a parameter) need more than the
 // device memory limit set for each process trains under ZeRO-3 over 4 device processes within
 // it; each rank's device peak is printed. (4 processes: cuda.emulated_dist_np4 runs this alone.)
+// optim.offload under ZeRO-3: the f32 master and AdamW's moments of each shard in host memory,
+// the device holding only the shard as the gather sends it (bf16 here); the update runs on a
+// host thread while the next forward goes on. The loss curve equals the one with the state on
+// the device; each rank's device peaks: no optimizer state, and parameters lower by the f32
+// master less its bf16 copy (2 bytes an element of the shard). The DiT has an EMA, which reads
+// the master after each step.
+TEST_F(StagedTrainer, OffloadedZeroThreeKeepsMasterAndMomentsOnTheHost) {
+  const int64_t P = world_->size();
+  // The device's peak of a memory category on this rank, over the run (its last logged step).
+  auto peak = [&](const std::string& name, const char* category) {
+    const std::string run_dir = dir_ + "/" + name;
+    const std::string metrics = world_->rank() == 0 ? run_dir + "/metrics.jsonl"
+                                                    : run_dir + "/logs/metrics-rank-" +
+                                                          std::to_string(world_->rank()) + ".jsonl";
+    double bytes = -1;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const loom::Json j = loom::Json::parse(line);
+      if (j.contains("mem")) bytes = j.at("mem").at(category).at("peak").as_double();
+    }
+    return bytes;
+  };
+  const std::vector<std::string> zero3 = {"parallel.data_parallel=\"zero3\"",
+                                          "parallel.gather_dtype=\"bf16\""};
+  std::vector<std::string> offloaded = zero3;
+  offloaded.push_back("optim.offload=true");
+  for (const std::string model : {"gpt", "dit"}) {
+    const std::vector<double> on_device = run(model, model + "-zero3", "cuda", zero3);
+    const std::vector<double> on_host = run(model, model + "-zero3-offload", "cuda", offloaded);
+    ASSERT_EQ(on_device.size(), 6u) << model;
+    ASSERT_EQ(on_host.size(), on_device.size()) << model;
+    for (size_t i = 0; i < on_device.size(); ++i)
+      EXPECT_NEAR(on_host[i], on_device[i], 1e-6 * std::fabs(on_device[i]))
+          << model << ", step " << i + 1;
+    if (model == "dit" && world_->rank() == 0) {  // sampled from the EMA, at the end
+      auto bytes = [&](const std::string& name) {
+        std::ifstream in(dir_ + "/" + name + "/samples.png", std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      };
+      EXPECT_FALSE(bytes("dit-zero3").empty());
+      EXPECT_TRUE(bytes("dit-zero3") == bytes("dit-zero3-offload")) << "the EMAs differ";
+    }
+    EXPECT_GT(peak(model + "-zero3", "optimizer"), 0) << model;
+    EXPECT_EQ(peak(model + "-zero3-offload", "optimizer"), 0) << model;
+    if (model == "gpt") {
+      // GPT-2 of kGpt: 118,528 parameters (its log line), sharded over P ranks.
+      const double saved =
+          peak("gpt-zero3", "parameters") - peak("gpt-zero3-offload", "parameters");
+      std::printf(
+          "rank %d: device parameter peak %.0f B with the master on the device, %.0f B "
+          "offloaded (%.0f B less)\n",
+          world_->rank(), peak("gpt-zero3", "parameters"), peak("gpt-zero3-offload", "parameters"),
+          saved);
+      EXPECT_GE(saved, 0.95 * 2.0 * 118528.0 / double(P));
+    }
+  }
+}
+
 TEST_F(StagedTrainer, ZeroThreeTrainsAModelAboveOneProcessDeviceLimit) {
   ASSERT_EQ(world_->size(), 4) << "run under mpirun -np 4";
   const int64_t V = 256, T = 32, C = 128, depth = 8;

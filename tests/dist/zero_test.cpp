@@ -4,11 +4,15 @@
 // them is an error). The ranks' shards differ; the gathered blocks must not.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <future>
 
+#include "loom/core/ordered_worker.h"
 #include "loom/dist/world.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/ops/ops.h"
+#include "loom/optim/adamw.h"
 #include "loom/parallel/zero.h"
 
 namespace loom::parallel {
@@ -116,6 +120,75 @@ TEST_P(Zero3Gather, BlocksExistOnlyInsideTheirForward) {
   ASSERT_EQ(embed.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_EQ(embed[i], gather == DType::BF16 ? round_to_bf16(want[i]) : want[i]) << i;
+}
+
+// optim.offload under ZeRO-3: the step posts each piece's update to a host thread and returns;
+// the next forward's gathers wait for their own pieces' updates and nothing posted after them.
+// A job posted behind the step's updates stays blocked through a whole forward, and that
+// forward's loss equals the one after an ordinary (synchronous) step, exactly.
+TEST(Zero3Offload, NextForwardWaitsOnlyForItsOwnPiecesUpdates) {
+  auto world = dist::world();
+  std::vector<int64_t> x(16), y(16);
+  for (int64_t i = 0; i < 16; ++i) {
+    x[size_t(i)] = (i * 7 + 3 * world->rank()) % 40;
+    y[size_t(i)] = (i * 5 + 1) % 40;
+  }
+  const Tensor ids = from_vector(x, {2, 8}), targets = from_vector(y, {2, 8});
+  struct Run {
+    models::Gpt model{tiny()};
+    std::unique_ptr<ZeroDataParallel> zero;
+    std::unique_ptr<optim::AdamW> adamw;
+  };
+  auto make = [&](bool offload) {
+    auto r = std::make_unique<Run>();
+    r->model.init_parameters(11);
+    std::vector<std::string> units = r->model.block_names();
+    units.push_back("norm_f");
+    ZeroOptions options;
+    options.stage = 3;
+    options.offload_optimizer = offload;
+    r->zero = std::make_unique<ZeroDataParallel>(
+        r->model, units, options, world,
+        std::make_shared<dist::SingleProcessGroup>("replicate", world->rank()));
+    r->zero->broadcast_parameters();
+    optim::AdamWConfig config;
+    config.lr = 1e-2;
+    config.weight_decay = 0.1;
+    r->adamw = optim::make_adamw(r->zero->optimizer_params(), config);
+    // One step: forward, backward, update.
+    r->zero->begin_micro_step(0, 1);
+    backward(r->model.loss(ids, targets));
+    r->zero->after_backward(0, 1);
+    r->adamw->step(1e-2);
+    return r;
+  };
+  std::unique_ptr<Run> sync = make(false), offloaded = make(true);
+  ASSERT_FALSE(offloaded->zero->optimizer_params().deferred.empty());
+  const std::shared_ptr<OrderedWorker> worker =
+      offloaded->zero->optimizer_params().deferred.front().worker;
+  ASSERT_TRUE(worker);
+  // Behind the updates: a job under a key of its own, held until the forward below is over
+  // (or 10 s, should the forward wait for it).
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  worker->post(offloaded->zero->pieces().size(),
+               [released] { released.wait_for(std::chrono::seconds(10)); });
+  sync->zero->sync_parameters();
+  offloaded->zero->sync_parameters();
+  const float want = item(sync->model.loss(ids, targets));
+  const float got = item(offloaded->model.loss(ids, targets));
+  const int64_t pending = worker->pending();
+  release.set_value();
+  EXPECT_EQ(pending, 1) << "the forward waited for work posted after its pieces' updates";
+  EXPECT_EQ(got, want) << "the forward after the offloaded step used other weights";
+  offloaded->zero->settle();
+  EXPECT_EQ(worker->pending(), 0);
+  // The masters agree piece by piece once settled.
+  ASSERT_EQ(sync->zero->pieces().size(), offloaded->zero->pieces().size());
+  for (size_t k = 0; k < sync->zero->pieces().size(); ++k)
+    EXPECT_EQ(to_vector(sync->zero->pieces()[k].value),
+              to_vector(offloaded->zero->pieces()[k].value))
+        << sync->zero->pieces()[k].name;
 }
 
 INSTANTIATE_TEST_SUITE_P(GatherDtypes, Zero3Gather, testing::Values(DType::F32, DType::BF16),

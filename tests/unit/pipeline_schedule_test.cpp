@@ -75,10 +75,11 @@ TEST(PipeSchedule, ZeroBubbleH1KeepsOneFOneBMemoryAndCutsTheBubbleToAThird) {
         EXPECT_LE(zb.peak_in_flight[size_t(p)], std::min(P, M)) << "P=" << P << " M=" << M;
       // Qi et al.: with F = B = W, ZB-H1's bubble is (P - 1) / (3 M) of the work once the
       // pipeline fills (M >= P), against 1F1B's (P - 1) / M.
-      if (M >= P)
+      if (M >= P) {
         EXPECT_NEAR(zb.bubble, double(P - 1) / double(3 * M), 1e-12)
             << "P=" << P << " M=" << M << "\n"
             << s.str();
+      }
     }
   // Its order at four ranks (as Qi et al.'s figure 3): 1F1B's F and B, rank p's W passes p
   // micro-batches late.

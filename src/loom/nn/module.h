@@ -19,6 +19,10 @@
 
 #include "loom/core/tensor.h"
 
+namespace loom {
+class OrderedWorker;
+}
+
 namespace loom::nn {
 
 struct Init {
@@ -77,9 +81,17 @@ struct NamedParameter {
 // The parameters an optimizer steps and, where their owner keeps the optimizer's moments in
 // storage of its own (ZeRO's flat shards), views of them (else empty): what a parallelised
 // model gives the optimizer (parallel::ParallelModel::optimizer_params, optim::make_adamw).
+// With `deferred` (aligned with params, else empty), the owner waits before it uses a parameter
+// again: the step may post params[i]'s update to deferred[i].worker under deferred[i].key and
+// return (ZeRO-3's offloaded step, run while the next forward gathers what it has updated).
+struct DeferredUpdate {
+  std::shared_ptr<OrderedWorker> worker;
+  size_t key = 0;
+};
 struct OptimizerParams {
   std::vector<NamedParameter> params;
   std::vector<Tensor> exp_avg, exp_avg_sq;
+  std::vector<DeferredUpdate> deferred;
 };
 
 class Module {

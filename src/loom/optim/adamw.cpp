@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "loom/backend/backend.h"
+#include "loom/core/ordered_worker.h"
+#include "loom/core/trace.h"
 #include "loom/ops/ops.h"
 
 namespace loom::optim {
@@ -26,8 +28,11 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : confi
   for (auto& p : params) {
     check_param(p);
     const Device where = config.offload ? cpu_device() : p.tensor.device();
-    slots_.push_back(Slot{p, zeros(p.tensor.shape(), DType::F32, where),
-                          zeros(p.tensor.shape(), DType::F32, where)});
+    slots_.push_back(Slot{p,
+                          zeros(p.tensor.shape(), DType::F32, where),
+                          zeros(p.tensor.shape(), DType::F32, where),
+                          {},
+                          {}});
   }
 }
 
@@ -43,8 +48,57 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg
     LOOM_CHECK(exp_avg[i].shape() == params[i].tensor.shape() &&
                exp_avg_sq[i].shape() == params[i].tensor.shape())
         << "adamw: moments of '" << params[i].name << "' do not have its shape";
-    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i]});
+    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i], {}, {}});
   }
+}
+
+AdamW::AdamW(const nn::OptimizerParams& params, AdamWConfig config)
+    : AdamW(params.params, params.exp_avg, params.exp_avg_sq, config) {
+  if (params.deferred.empty()) return;
+  LOOM_CHECK(params.deferred.size() == slots_.size())
+      << "adamw: " << params.deferred.size() << " deferred updates for " << slots_.size()
+      << " parameters";
+  MemCategoryScope scope(MemCategory::Gradients);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    s.deferred = params.deferred[i];
+    if (!s.deferred.worker) continue;
+    LOOM_CHECK(s.param.tensor.device().type == DeviceType::CPU &&
+               s.exp_avg.device().type == DeviceType::CPU)
+        << "adamw: a deferred update of '" << s.param.name
+        << "' runs on the host: the parameter and its moments must be in host memory";
+    s.host_grad = Tensor::empty(s.param.tensor.shape(), DType::F32, cpu_device());
+  }
+}
+
+AdamW::~AdamW() {
+  try {
+    settle();
+  } catch (const std::exception&) {  // the error went to whoever waited first
+  }
+}
+
+void AdamW::settle() const {
+  for (const Slot& s : slots_)
+    if (s.deferred.worker) s.deferred.worker->wait_all();
+}
+
+void AdamW::update(Slot& s, const Tensor& g, double lr, double grad_scale, int64_t step) const {
+  const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
+  const Tensor& w = s.param.tensor;
+  if (s.exp_avg.device() == w.device()) {
+    backend_for(w.device())
+        .adamw_step(w, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2, config_.eps,
+                    wd, step, grad_scale);
+    return;
+  }
+  // Offloaded: the update runs where the moments are, on copies of the weight and gradient.
+  MemCategoryScope scope(MemCategory::Communication);
+  const Tensor w_here = to_device(w, s.exp_avg.device());
+  backend_for(s.exp_avg.device())
+      .adamw_step(w_here, to_device(g, s.exp_avg.device()), s.exp_avg, s.exp_avg_sq, lr,
+                  config_.beta1, config_.beta2, config_.eps, wd, step, grad_scale);
+  copy_(w, w_here);
 }
 
 void AdamW::step(double lr, double grad_scale) {
@@ -53,21 +107,18 @@ void AdamW::step(double lr, double grad_scale) {
   for (Slot& s : slots_) {
     Tensor g = s.param.tensor.grad();
     if (!g.defined()) continue;
-    const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
-    const Tensor& w = s.param.tensor;
-    if (s.exp_avg.device() == w.device()) {
-      backend_for(w.device())
-          .adamw_step(w, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2, config_.eps,
-                      wd, step_, grad_scale);
+    if (!s.deferred.worker) {
+      update(s, g, lr, grad_scale, step_);
       continue;
     }
-    // Offloaded: the update runs where the moments are, on copies of the weight and gradient.
-    MemCategoryScope scope(MemCategory::Communication);
-    const Tensor w_here = to_device(w, s.exp_avg.device());
-    backend_for(s.exp_avg.device())
-        .adamw_step(w_here, to_device(g, s.exp_avg.device()), s.exp_avg, s.exp_avg_sq, lr,
-                    config_.beta1, config_.beta2, config_.eps, wd, step_, grad_scale);
-    copy_(w, w_here);
+    // The gradient is copied now (the owner clears its buffer before the next backward); the
+    // update runs on the worker, all of it in host memory, while the owner goes on.
+    copy_(s.host_grad, g);
+    Slot* slot = &s;  // slots_ never moves after construction
+    s.deferred.worker->post(s.deferred.key, [this, slot, lr, grad_scale, step = step_] {
+      trace::Scope scope("adamw_host", "optimizer");
+      update(*slot, slot->host_grad, lr, grad_scale, step);
+    });
   }
 }
 
@@ -76,6 +127,7 @@ void AdamW::zero_grad() {
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::named_state() const {
+  settle();  // a reader sees the moments of the last step
   std::vector<std::pair<std::string, Tensor>> out;
   for (const Slot& s : slots_) {
     out.emplace_back(s.param.name + ".exp_avg", s.exp_avg);
@@ -86,7 +138,7 @@ std::vector<std::pair<std::string, Tensor>> AdamW::named_state() const {
 
 std::unique_ptr<AdamW> make_adamw(const OptimizerParams& p, const AdamWConfig& config) {
   if (p.exp_avg.empty()) return std::make_unique<AdamW>(p.params, config);
-  return std::make_unique<AdamW>(p.params, p.exp_avg, p.exp_avg_sq, config);
+  return std::make_unique<AdamW>(p, config);
 }
 
 double grad_sum_squares(const std::vector<Tensor>& grads, const std::vector<double>& weights) {

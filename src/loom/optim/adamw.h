@@ -27,10 +27,16 @@ class AdamW {
   // exp_avg[i] and exp_avg_sq[i] belong to params[i] and have its shape.
   AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg,
         std::vector<Tensor> exp_avg_sq, AdamWConfig config);
+  // Parameters whose update may be deferred (nn::OptimizerParams::deferred: the parameter and
+  // its moments in host memory, its owner waiting on the worker before using it): step()
+  // copies their gradients to the host and posts their updates.
+  AdamW(const nn::OptimizerParams& params, AdamWConfig config);
+  ~AdamW();  // waits for updates posted
   // One update with learning rate lr for every parameter that has a gradient, each gradient
   // taken times grad_scale (clip_scale: clipping without a pass of its own).
   void step(double lr, double grad_scale = 1.0);
-  void zero_grad();  // drops the gradients (the next backward allocates fresh ones)
+  void zero_grad();     // drops the gradients (the next backward allocates fresh ones)
+  void settle() const;  // returns once every posted update has run
   int64_t steps_taken() const { return step_; }
   // State for checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq".
   std::vector<std::pair<std::string, Tensor>> named_state() const;
@@ -41,7 +47,10 @@ class AdamW {
   struct Slot {
     nn::NamedParameter param;
     Tensor exp_avg, exp_avg_sq;
+    nn::DeferredUpdate deferred;  // worker null: updated within step()
+    Tensor host_grad;             // deferred: the gradient the posted update reads
   };
+  void update(Slot& s, const Tensor& grad, double lr, double grad_scale, int64_t step) const;
   std::vector<Slot> slots_;
   AdamWConfig config_;
   int64_t step_ = 0;

@@ -101,7 +101,7 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
     options.stage = topology.zero_stage();
     options.gather_dtype = topology.gather_dtype;
     options.initial_values = initial_values;
-    options.offload_moments = topology.offload_moments;
+    options.offload_optimizer = topology.offload_optimizer;
     for (const auto& [name, shard] : m.ep_layout_.sharded) options.skip.insert(name);
     // The units ZeRO wraps, in forward order: the modules before the blocks, the blocks, the
     // modules after them -- those this rank holds parameters of (a pipeline stage holds some).
@@ -223,6 +223,11 @@ nn::OptimizerParams ParallelModel::optimizer_params() const {
     out.params.insert(out.params.end(), e.params.begin(), e.params.end());
     out.exp_avg.insert(out.exp_avg.end(), e.exp_avg.begin(), e.exp_avg.end());
     out.exp_avg_sq.insert(out.exp_avg_sq.end(), e.exp_avg_sq.begin(), e.exp_avg_sq.end());
+    if (!out.deferred.empty() || !e.deferred.empty()) {  // aligned with params, or empty
+      out.deferred.resize(out.params.size() - e.params.size());
+      out.deferred.insert(out.deferred.end(), e.deferred.begin(), e.deferred.end());
+      out.deferred.resize(out.params.size());
+    }
     return out;
   }
   if (zero_) return zero_->optimizer_params();
@@ -532,6 +537,11 @@ double ParallelModel::grad_norm() {
   for (const auto& group : {tp_, pp_})
     if (group && group->size() > 1) group->all_reduce(sum, dist::ReduceOp::Sum)->wait();
   return std::sqrt(double(sum.data<float>()[0]));
+}
+
+void ParallelModel::settle() const {
+  if (zero_) zero_->settle();
+  if (zero_experts_) zero_experts_->settle();
 }
 
 void ParallelModel::sync_parameters() {

@@ -64,8 +64,15 @@ class ParallelModel {
  public:
   // The master weights this rank holds: whole parameters (one process, DDP) or its pieces of
   // the ZeRO shards -- of this rank's tensor-parallel part of each parameter (so `shape` is
-  // that part's).
-  const std::vector<ParamPiece>& pieces() const { return pieces_; }
+  // that part's). Settled first (an offloaded ZeRO-3 step may still be updating them).
+  const std::vector<ParamPiece>& pieces() const {
+    settle();
+    return pieces_;
+  }
+  // Returns once the optimizer's posted updates have run (ZeRO-3 with optim.offload overlaps
+  // them with the next forward): before anything else reads or writes the master weights
+  // through tensors of its own (an EMA).
+  void settle() const;
   // As parameters (named "<param>[begin:end]" when partial), for an EMA.
   std::vector<nn::NamedParameter> piece_parameters() const;
   // What the optimizer is built from (optim::make_adamw): the pieces, and under ZeRO the

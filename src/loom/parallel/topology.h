@@ -24,7 +24,7 @@ struct Topology {
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
   int64_t pipeline_chunks = 1;   // model chunks per pipeline rank (interleaved only)
   double bucket_mb = 25;         // DDP gradient buckets
-  bool offload_moments = false;  // ZeRO keeps AdamW's moments in host memory (optim.offload)
+  bool offload_optimizer = false;  // AdamW state in host memory (optim.offload; parallel/zero.h)
   // The dp_replicate groups are DiLoCo workers (lowcomm/diloco.h): gradients are exchanged
   // within a worker (over dp_shard) only, and the workers average their weights every H steps.
   bool outer_sync = false;

@@ -6,6 +6,7 @@
 #include "loom/autograd/node.h"
 #include "loom/backend/backend.h"
 #include "loom/core/error.h"
+#include "loom/core/ordered_worker.h"
 
 namespace loom::parallel {
 
@@ -32,8 +33,10 @@ void add_into(const Tensor& acc, const Tensor& x) {
   backend_for(acc.device()).binary(BinaryOp::Add, acc, x, acc);
 }
 
+// A copy (converting the dtype) within a device or between the host and a device: the device
+// side's backend knows both kinds of memory.
 void convert(const Tensor& from, const Tensor& to) {
-  backend_for(to.device()).copy(from, to);
+  backend_for(to.device().type == DeviceType::CPU ? from.device() : to.device()).copy(from, to);
 }
 
 }  // namespace
@@ -44,7 +47,12 @@ struct ZeroDataParallel::Group {
   int64_t padded = 0, shard = 0;  // padded length (a multiple of the shard count), shard length S
   bool wrapped = false;  // a unit whose forward is wrapped (else: the parameters of no unit)
   Tensor full;           // (padded) the parameters; the model's tensors are views of it
-  Tensor master;      // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
+  Tensor master;  // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
+  // Stage 3 with the master in host memory (offloaded): the shard the gather sends, (S) in the
+  // gather dtype on the device, behind the master while `upload` is set.
+  Tensor working;
+  bool upload = false;
+  size_t piece_begin = 0, piece_end = 0;  // its pieces in ZeroDataParallel::pieces()
   Tensor flat_grad;   // (padded) full gradients: stage 1 always; stages 2-3 while in flight
   Tensor grad_shard;  // (S) the reduced gradients of the owned elements
   Tensor scratch;     // (S) stages 2-3: reduce-scatter output while in flight
@@ -72,17 +80,35 @@ struct ZeroDataParallel::Shared {
   Device device = cpu_device();  // the parameters'
   int last_unit = -1;
   bool sync = false, active = true;
+  // Offloaded stage 3: where the optimizer posts each piece's update (keyed by piece index).
+  std::shared_ptr<OrderedWorker> updates;
+
+  // Stage 3: the group's shard as the gather sends it, once its pieces are updated.
+  void settle(Group& g) {
+    if (updates) updates->wait_keys(g.piece_begin, g.piece_end);
+    if (g.upload) convert(g.master, g.working);
+    g.upload = false;
+  }
+  const Tensor& gather_source(const Group& g) const {
+    return g.working.defined() ? g.working : g.master;
+  }
 
   // --- stage 3: the full parameters of a group ---
   void start_gather(Group& g) {
+    settle(g);
     g.full.storage()->materialize();
+    const Tensor& source = gather_source(g);
     if (options.gather_dtype == DType::BF16) {
-      g.gather_send = Tensor::empty({g.shard}, DType::BF16, device, MemCategory::Communication);
+      Tensor send = source;
+      if (send.dtype() != DType::BF16) {
+        g.gather_send = Tensor::empty({g.shard}, DType::BF16, device, MemCategory::Communication);
+        convert(source, g.gather_send);
+        send = g.gather_send;
+      }
       g.gather_recv = Tensor::empty({g.padded}, DType::BF16, device, MemCategory::Communication);
-      convert(g.master, g.gather_send);
-      g.gather_work = shard->all_gather(g.gather_send, g.gather_recv);
+      g.gather_work = shard->all_gather(send, g.gather_recv);
     } else {
-      g.gather_work = shard->all_gather(g.master, g.full);
+      g.gather_work = shard->all_gather(source, g.full);
     }
     g.state = Group::Params::Gathering;
   }
@@ -216,6 +242,11 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
                             : model.named_parameters().front().tensor.device();
   shared_->device = device;
   const int64_t P = shard_->size(), r = shard_->rank();
+  const bool offload = options.offload_optimizer;
+  const Device host = cpu_device();
+  // Stage 3 offloaded: the master in host memory, updated on a host thread.
+  const Device master_device = stage == 3 && offload ? host : device;
+  if (stage == 3 && offload) shared_->updates = std::make_shared<OrderedWorker>();
 
   // One group per unit (in forward order), then the rest.
   const auto params = model.named_parameters();
@@ -253,7 +284,13 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     g.full = stage == 3
                  ? Tensor::unallocated({g.padded}, DType::F32, device, MemCategory::Parameters)
                  : zeros_of(g.padded, MemCategory::Parameters, device);
-    if (stage == 3) g.master = zeros_of(g.shard, MemCategory::Parameters, device);
+    if (stage == 3) {
+      g.master = zeros_of(g.shard, MemCategory::Parameters, master_device);
+      if (master_device != device) {
+        g.working = zeros_of(g.shard, MemCategory::Parameters, device, options.gather_dtype);
+        g.upload = true;
+      }
+    }
     for (size_t k = 0; k < g.params.size(); ++k) {
       const Tensor& p = g.params[k].tensor;
       const std::string& name = g.params[k].name;
@@ -282,7 +319,7 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     else
       g.master = flat_view(g.full, lo, {g.shard});
     g.grad_shard = zeros_of(g.shard, MemCategory::Gradients, device);
-    const Device moments = options.offload_moments ? cpu_device() : device;
+    const Device moments = offload ? host : device;
     g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState, moments);
     g.exp_avg_sq = zeros_of(g.shard, MemCategory::OptimizerState, moments);
     if (stage == 1) {
@@ -290,6 +327,7 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       g.bind_gradients();
     }
     g.seen.assign(g.params.size(), false);
+    g.piece_begin = pieces_.size();
     // The owned elements [lo, hi) of each parameter: a piece, and an AdamW "parameter".
     for (size_t k = 0; k < g.params.size(); ++k) {
       const auto& p = g.params[k];
@@ -308,7 +346,10 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
                           seg, p.weight_decay});
       m_views.push_back(flat_view(g.exp_avg, a - lo, {b - a}));
       v_views.push_back(flat_view(g.exp_avg_sq, a - lo, {b - a}));
+      if (shared_->updates)
+        optimizer_params_.deferred.push_back({shared_->updates, pieces_.size() - 1});
     }
+    g.piece_end = pieces_.size();
     if (g.wrapped) shared_->last_unit = int(shared_->groups.size());
     shared_->groups.push_back(std::move(g));
   }
@@ -343,15 +384,32 @@ ZeroDataParallel::~ZeroDataParallel() {
   shared_->active = false;
 }
 
+void ZeroDataParallel::settle() const {
+  if (shared_->updates) shared_->updates->wait_all();
+}
+
 void ZeroDataParallel::broadcast_parameters() {
   auto& groups = shared_->groups;
   if (shared_->options.stage == 3) {
     // Each shard rank's master came from the same values (a deferred init is keyed by element,
     // not by layout): the replicas take replica 0's, never a whole group at once.
     if (replicate_->size() == 1) return;
+    // A master in host memory travels through the device (the group's transport), as f32.
+    std::vector<Tensor> sent;
+    for (auto& g : groups) {
+      if (!g.working.defined()) {
+        sent.push_back(g.master);
+      } else {
+        sent.push_back(
+            Tensor::empty({g.shard}, DType::F32, shared_->device, MemCategory::Communication));
+        convert(g.master, sent.back());
+      }
+    }
     std::vector<dist::WorkPtr> works;
-    for (auto& g : groups) works.push_back(replicate_->broadcast(g.master, 0));
+    for (auto& t : sent) works.push_back(replicate_->broadcast(t, 0));
     for (auto& w : works) w->wait();
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      if (groups[gi].working.defined()) convert(sent[gi], groups[gi].master);
     sync_parameters();
     return;
   }
@@ -406,7 +464,8 @@ void ZeroDataParallel::sync_parameters() {
   auto& groups = shared_->groups;
   if (shared_->options.stage == 3) {
     for (auto& g : groups) {
-      shared_->release(g);  // blocks: gathered again by their next forward
+      g.upload = g.working.defined();  // the master changed (or is about to: a posted update)
+      shared_->release(g);             // blocks: gathered again by their next forward
       if (!g.wrapped) {
         shared_->start_gather(g);
         shared_->finish_gather(g);

@@ -21,8 +21,8 @@
 //            are complete. The last unit stays gathered from its forward to its backward. A
 //            module using a unit's parameters (a tied head: ZeroOptions::unit_users) gathers
 //            them around its own forward and backward alike. The master weights are the f32
-//            shard, and at
-//            build only the shard is filled (ZeroOptions::initial_values): no rank ever holds
+//            shard (in host memory with ZeroOptions::offload_optimizer), and at build only the
+//            shard is filled (ZeroOptions::initial_values): no rank ever holds
 //            a whole model. Parameters of no unit stay gathered.
 //
 // The optimizer (AdamW) updates only the owned shard: its moments exist for 1/S of the
@@ -64,8 +64,13 @@ struct ZeroOptions {
   // Parameters this instance leaves alone (another one shards them over another group: the
   // experts under expert parallelism).
   std::set<std::string> skip{};
-  // AdamW's moments of the shard in host memory (optim.offload), not on the parameters' device.
-  bool offload_moments = false;
+  // The optimizer's state in host memory (optim.offload, ZeRO-Offload): AdamW's moments of the
+  // shard and, under stage 3, its f32 master. Stage 3's update then runs on a host thread,
+  // piece by piece in forward order, while the next forward goes on: each unit's gather waits
+  // for its own pieces' updates and uploads them (as the gather dtype) into a device copy of
+  // the shard. Under stages 1-2 the master is a view of the full f32 parameters the forward
+  // uses: it stays on the device and the update is synchronous.
+  bool offload_optimizer = false;
   // Modules that use a unit's parameters in a forward of their own (a tied output head: the
   // token embedding's weight): module path -> unit.
   std::map<std::string, std::string> unit_users{};
@@ -94,6 +99,9 @@ class ZeroDataParallel {
   const nn::OptimizerParams& optimizer_params() const { return optimizer_params_; }
   // This rank's master weights: one piece per parameter that overlaps its shard.
   const std::vector<ParamPiece>& pieces() const { return pieces_; }
+  // Returns once the optimizer's posted updates of the pieces have run (offloaded stage 3):
+  // before anything but the next forward reads or writes them.
+  void settle() const;
 
   void broadcast_parameters();  // every replica takes world rank 0's values
   void begin_micro_step(int64_t micro, int64_t grad_accum);

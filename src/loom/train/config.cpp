@@ -345,7 +345,7 @@ Config read_config(ConfigFile& f) {
   o.eps = f.get_double("optim", "eps", o.eps);
   o.weight_decay = f.get_double("optim", "weight_decay", o.weight_decay);
   o.offload = f.get_bool("optim", "offload", false);
-  c.parallel.topology.offload_moments = o.offload;
+  c.parallel.topology.offload_optimizer = o.offload;
   LOOM_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0 &&
              o.weight_decay >= 0)
       << "config " << path

@@ -212,7 +212,8 @@ const std::vector<ConfigKey> kKeys = {
     {"optim.eps", "", "number", "1e-08", "> 0", "", "AdamW's epsilon"},
     {"optim.weight_decay", "", "number", "0.0", ">= 0", "", "decoupled weight decay"},
     {"optim.offload", "", "boolean", "false", "", "",
-     "AdamW's moments in host memory, updated there (a device run; on the host nothing moves)"},
+     "AdamW's state in host memory, updated there: the moments, and under zero3 the f32 master "
+     "too, its update overlapped with the next forward (docs/parallelism.md)"},
     {"optim.schedule", "", "string", "\"cosine\"", "constant, cosine, wsd", "",
      "learning-rate schedule after warmup (wsd: warmup-stable-decay)"},
     {"optim.warmup_steps", "", "integer", "0", ">= 0", "", "linear warmup steps"},

@@ -260,6 +260,7 @@ class DitRecipe : public Recipe {
   }
 
   void after_step(int64_t step, bool updated) override {
+    run_->model.settle();  // the EMA reads the master weights through tensors of its own
     // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
     if (updated && step < cfg_.train.ema_start) {
       ema_->reset_to_params();
