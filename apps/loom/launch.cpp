@@ -17,12 +17,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/train/elastic.h"
 #include "loom/train/events.h"
 #include "loom/train/preemption.h"
 #include "loom/train/run_directory.h"
@@ -38,6 +40,14 @@ namespace {
 // Start-up bound once the hang watch is on: loading a large checkpoint or staging data on a
 // cluster takes minutes, far longer than a sensible hang timeout.
 constexpr double kDefaultStartupS = 600;
+
+// The mpirun the build found; LOOM_MPIRUN in the environment names another (a test's wrapper
+// that records what each attempt was given).
+std::string mpirun_program() {
+  const char* other = std::getenv("LOOM_MPIRUN");
+  return other && *other ? other : LOOM_MPIRUN;
+}
+using loom::train::kExitExcluded;
 using loom::train::kExitPreempted;
 using loom::train::kExitRefused;
 
@@ -56,7 +66,9 @@ std::vector<std::string> resuming(std::vector<std::string> command) {
 struct Outcome {
   int status = 0;          // the exit status, or 128 + signal
   std::string cause;       // the first line that says why, or the status
+  int failed_rank = -1;    // the rank that line names first (-1: none)
   bool preempted = false;  // the job checkpointed and stopped on a preemption signal
+  bool regrow = false;     // ... because the launcher asked it to, to try every rank again
   JobStderr errors;        // what of its stderr was left out
 };
 
@@ -85,6 +97,9 @@ constexpr int kPreemptGraceS = 300;
 struct Watch {
   int ranks = 1;
   double hang_s = 0, startup_s = 0;
+  // An elastic job on fewer ranks than asked: after this long the attempt is asked to
+  // checkpoint and stop (as a preemption) so the next one can try every rank again (0: never).
+  double regrow_s = 0;
 };
 
 // "" while the attempt (started at attempt_start, running for running_s) is starting up or
@@ -128,6 +143,16 @@ std::string stalled(const std::string& run_dir, const Watch& watch, double runni
   if (watch.hang_s <= 0 || newest_age < watch.hang_s) return "";
   return "no progress for " + std::to_string(int(watch.hang_s)) + " s (launch --hang-timeout); " +
          "last heartbeats: " + beats;
+}
+
+// The number after the first "rank " in line ("process rank 3 with PID", "LOOM_FAULT: rank 3
+// kills itself", "loom: error (rank 3)"), or -1.
+int rank_named(const std::string& line) {
+  for (size_t at = line.find("rank "); at != std::string::npos; at = line.find("rank ", at + 1)) {
+    const char* digits = line.c_str() + at + 5;
+    if (*digits >= '0' && *digits <= '9') return std::atoi(digits);
+  }
+  return -1;
 }
 
 // Runs args with LOOM_RESTART=attempt, passing its output through; keeps the line of its
@@ -176,8 +201,24 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
     line.clear();
   };
   int forwarded = 0;
+  bool regrow = false;
   char buf[4096];
   for (;;) {
+    if (watch.regrow_s > 0 && forwarded == 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            watch.regrow_s) {
+      forwarded = SIGUSR1;
+      regrow = true;
+      std::fprintf(stderr,
+                   "launch: %d s on fewer ranks than asked (--regrow-after): asking the job to "
+                   "checkpoint and stop, to try every rank again\n",
+                   int(watch.regrow_s));
+      ::kill(pid, SIGUSR1);
+      std::thread([pid] {
+        std::this_thread::sleep_for(std::chrono::seconds(kPreemptGraceS));
+        ::kill(-pid, SIGKILL);
+      }).detach();
+    }
     if (const int s = launcher_signal.load(); s != 0 && forwarded == 0) {
       forwarded = s;
       std::fprintf(stderr,
@@ -232,25 +273,134 @@ Outcome run_attempt(const std::vector<std::string>& args, int attempt, const std
   out.preempted = preempted || (forwarded != 0 && out.status == kExitPreempted);
   out.errors = shown;
   if (out.preempted) out.status = kExitPreempted;
+  out.regrow = regrow && out.preempted && launcher_signal.load() == 0;
   out.cause = !hang_cause.empty()    ? hang_cause
               : !error_line.empty()  ? error_line
               : !notice_line.empty() ? notice_line
                                      : "mpirun exited with status " + std::to_string(out.status);
+  // The rank that failed: a signal or an injected fault names it (the others' errors follow
+  // from it: a collective timed out waiting for it), else the first error.
+  out.failed_rank = rank_named(notice_line.empty() ? error_line : notice_line);
   return out;
 }
 
+// Where an attempt runs and the batch regrouping it needs: what an elastic restart changes.
+struct Placement {
+  int64_t processes = 0;
+  std::string hostfile;  // "": this machine
+  int64_t batch_size = 0, grad_accum = 1;
+};
+
+// An elastic job's bounds and the run's layout (--min-ranks; min_ranks 0: off).
+struct Elastic {
+  int64_t min_ranks = 0;
+  dist::ParallelDims dims;
+  double regrow_s = 0;  // --regrow-after (0: stay on fewer ranks)
+};
+
+// A rank to leave out of the next attempt, and why.
+struct Exclusion {
+  int rank = -1;
+  std::string reason;
+  Json evidence;
+};
+
+// The newest `exclude` event of the run (written by the main rank before it exits with
+// kExitExcluded).
+std::optional<Exclusion> excluded_by_run(const std::string& run_dir) {
+  std::optional<Exclusion> found;
+  std::ifstream in(run_dir + "/events.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    try {
+      const Json e = Json::parse(line);
+      if (e.at("event").as_string() == "exclude")
+        found = Exclusion{int(e.at("rank").as_int()), e.at("reason").as_string(), e};
+    } catch (const std::exception&) {  // a line cut by a crash: not an event
+    }
+  }
+  return found;
+}
+
+// The next placement without `rank`: the largest world of at least min_ranks the layout
+// allows, on this machine's slots or the hostfile less the rank's host (OpenMPI places ranks
+// by slot, host after host). Throws, saying why, where there is none.
+Placement without(const Placement& p, int rank, const Elastic& elastic, const std::string& run_dir,
+                  int attempt, std::string& host) {
+  Placement next = p;
+  int64_t most = p.processes - 1;
+  if (!p.hostfile.empty()) {
+    const std::vector<HostLine> hosts = read_hostfile(p.hostfile);
+    int64_t total = 0;
+    for (const HostLine& h : hosts) total += h.slots;
+    // Rank r sits on the host whose slots hold r (mod the slots, as oversubscription wraps).
+    std::vector<int64_t> ranks_on(hosts.size(), 0);
+    size_t of_rank = 0;
+    for (int64_t r = 0; r < p.processes; ++r) {
+      int64_t at = r % total;
+      size_t h = 0;
+      while (at >= hosts[h].slots) at -= hosts[h++].slots;
+      ++ranks_on[h];
+      if (r == rank) of_rank = h;
+    }
+    host = hosts[of_rank].host;
+    LOOM_CHECK(hosts.size() > 1) << "its host " << host << " is the hostfile's only one";
+    most = p.processes - ranks_on[of_rank];
+    next.hostfile = run_dir + "/logs/hostfile-attempt-" + std::to_string(attempt);
+    std::ofstream out(next.hostfile);
+    for (size_t h = 0; h < hosts.size(); ++h)
+      if (h != of_rank) out << hosts[h].line << "\n";
+    LOOM_CHECK(out.flush()) << "cannot write " << next.hostfile;
+  }
+  const std::optional<train::ElasticLayout> layout = train::elastic_layout(
+      elastic.dims, p.batch_size, p.grad_accum, p.processes, most, elastic.min_ranks);
+  LOOM_CHECK(layout) << "no world of " << elastic.min_ranks << " to " << most
+                     << " processes splits the global batch of " << p.batch_size * p.grad_accum
+                     << " under the run's parallel degrees (" << elastic.dims.str() << ")";
+  next.processes = layout->processes;
+  next.batch_size = layout->batch_size;
+  next.grad_accum = layout->grad_accum;
+  return next;
+}
+
 // Runs the job until it succeeds or has been restarted max_restarts times, each restart from
-// the newest valid checkpoint; every failure is logged with its cause to events.jsonl.
-int supervise(const std::vector<std::string>& mpirun, const std::vector<std::string>& command,
-              int max_restarts, const Watch& watch, const std::string& run_dir) {
+// the newest valid checkpoint; every failure is logged with its cause to events.jsonl. An
+// elastic job leaves out a rank lost for good (its failure ending two attempts in a row) or
+// excluded by the run.
+int supervise(const std::string& self, Placement place, const std::vector<std::string>& command,
+              int max_restarts, Watch watch, const Elastic& elastic, const std::string& run_dir) {
+  const Placement asked = place;
+  int last_failed = -1, failures = 0;
+  std::string last_cause;
+  std::vector<int> left_out;  // ranks an earlier attempt went on without
   for (int attempt = 0;; ++attempt) {
-    std::vector<std::string> args = mpirun;
+    const bool regrouped =
+        place.batch_size != asked.batch_size || place.grad_accum != asked.grad_accum;
+    std::vector<std::string> args = {mpirun_program(), "-np", std::to_string(place.processes),
+                                     "--oversubscribe"};
+    if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+    if (!place.hostfile.empty()) args.insert(args.end(), {"--hostfile", place.hostfile});
+    args.push_back(self);
     for (const auto& a : attempt == 0 ? command : resuming(command)) args.push_back(a);
+    if (regrouped)
+      args.insert(args.end(), {"--set", "train.batch_size=" + std::to_string(place.batch_size),
+                               "--set", "train.grad_accum=" + std::to_string(place.grad_accum)});
     std::string line;
     for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
     std::fprintf(stderr, "launch (attempt %d): %s\n", attempt, line.c_str());
     std::fflush(stderr);
+    watch.ranks = int(place.processes);
+    watch.regrow_s = place.processes < asked.processes ? elastic.regrow_s : 0;
     const Outcome out = run_attempt(args, attempt, run_dir, watch);
+    if (out.regrow) {  // checkpointed on our request: every rank is tried again
+      loom::train::append_event(run_dir, "regrow",
+                                Json::object({{"attempt", attempt + 1},
+                                              {"processes", asked.processes},
+                                              {"from_processes", place.processes}}));
+      std::fprintf(stderr, "launch: trying all %lld processes again\n", (long long)asked.processes);
+      place = asked;
+      last_failed = -1;
+      continue;
+    }
     if (out.preempted) {  // checkpointed on request: the scheduler requeues, we do not restart
       std::fprintf(stderr,
                    "launch: the job was preempted and checkpointed; not restarting "
@@ -268,7 +418,7 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
                    out.cause.c_str());
       return out.status;
     }
-    const bool give_up = attempt == max_restarts;
+    const bool give_up = failures++ == max_restarts;
     loom::train::append_event(
         run_dir, give_up ? "gave_up" : "restart",
         Json::object({{"attempt", attempt}, {"exit_status", out.status}, {"cause", out.cause}}));
@@ -277,15 +427,108 @@ int supervise(const std::vector<std::string>& mpirun, const std::vector<std::str
                    attempt + 1, out.cause.c_str());
       return out.status;
     }
+    // An elastic job: a rank the run excluded, or one that failed twice in a row, is left out.
+    std::optional<Exclusion> excluded;
+    if (elastic.min_ranks > 0 && out.status == kExitExcluded) {
+      excluded = excluded_by_run(run_dir);
+    } else if (elastic.min_ranks > 0 && out.failed_rank >= 0 && out.failed_rank == last_failed) {
+      excluded =
+          Exclusion{out.failed_rank, "lost",
+                    Json::object({{"failures", Json::array({Json(last_cause), Json(out.cause)})}})};
+    } else if (elastic.min_ranks > 0 && out.failed_rank >= 0 &&
+               std::count(left_out.begin(), left_out.end(), out.failed_rank) > 0) {
+      // Left out before and tried again (--regrow-after): still lost, at its first failure.
+      excluded = Exclusion{
+          out.failed_rank, "lost",
+          Json::object({{"failures", Json::array({Json(out.cause)})}, {"left_out_before", true}})};
+    }
+    last_failed = out.failed_rank;
+    last_cause = out.cause;
+    if (excluded) {
+      std::string host;
+      Placement next;
+      try {
+        host = excluded->evidence.contains("host") ? excluded->evidence.at("host").as_string()
+                                                   : "this machine";
+        next = without(place, excluded->rank, elastic, run_dir, attempt + 1, host);
+      } catch (const Error& e) {
+        loom::train::append_event(run_dir, "gave_up",
+                                  Json::object({{"attempt", attempt},
+                                                {"rank", excluded->rank},
+                                                {"reason", excluded->reason},
+                                                {"cause", std::string(e.what())}}));
+        std::fprintf(stderr, "launch: rank %d is %s, and the job cannot go on without it: %s\n",
+                     excluded->rank, excluded->reason.c_str(), e.what());
+        return out.status;
+      }
+      loom::train::append_event(run_dir, "elastic",
+                                Json::object({{"attempt", attempt + 1},
+                                              {"left_out_rank", excluded->rank},
+                                              {"host", host},
+                                              {"reason", excluded->reason},
+                                              {"evidence", excluded->evidence},
+                                              {"processes", next.processes},
+                                              {"batch_size", next.batch_size},
+                                              {"grad_accum", next.grad_accum},
+                                              {"hostfile", next.hostfile}}));
+      std::fprintf(stderr,
+                   "launch: rank %d (%s) is %s; going on with %lld processes instead of %lld, "
+                   "the global batch of %lld as %lld x %lld (batch_size x grad_accum)\n",
+                   excluded->rank, host.c_str(),
+                   excluded->reason == "lost" ? "lost (it failed twice in a row)"
+                                              : ("excluded (" + excluded->reason + ")").c_str(),
+                   (long long)next.processes, (long long)place.processes,
+                   (long long)(next.batch_size * next.grad_accum), (long long)next.batch_size,
+                   (long long)next.grad_accum);
+      place = next;
+      left_out.push_back(excluded->rank);
+      last_failed = -1;
+    }
     std::fprintf(stderr,
                  "launch: the job failed (%s); restarting from the newest valid "
                  "checkpoint (%d of %d)\n",
-                 out.cause.c_str(), attempt + 1, max_restarts);
+                 out.cause.c_str(), failures, max_restarts);
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
 }
 
 }  // namespace
+
+std::vector<HostLine> read_hostfile(const std::string& path) {
+  namespace fs = std::filesystem;
+  LOOM_CHECK(fs::is_regular_file(path)) << "launch --hostfile " << path << ": no such file";
+  std::ifstream in(path);
+  LOOM_CHECK(in) << "launch --hostfile " << path << ": cannot be read";
+  std::vector<HostLine> hosts;
+  std::string text;
+  for (int line_no = 1; std::getline(in, text); ++line_no) {
+    const std::string line = text.substr(0, text.find('#'));
+    std::istringstream words(line);
+    std::string host, field;
+    if (!(words >> host)) continue;  // blank or a comment
+    const bool host_ok = host.find_first_not_of(
+                             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
+                             "TUVWXYZ0123456789.-_:[]") == std::string::npos;
+    LOOM_CHECK(host_ok) << "launch --hostfile " << path << ", line " << line_no << ": '" << host
+                        << "' is not a host name";
+    HostLine h{host, line, 1};
+    while (words >> field) {
+      const size_t eq = field.find('=');
+      const std::string key = field.substr(0, eq);
+      char* end = nullptr;
+      const long long v =
+          eq == std::string::npos ? 0 : std::strtoll(field.c_str() + eq + 1, &end, 10);
+      LOOM_CHECK((key == "slots" || key == "max_slots" || key == "max-slots") && v > 0 && end &&
+                 *end == 0)
+          << "launch --hostfile " << path << ", line " << line_no << ": '" << field
+          << "' is not slots=N or max_slots=N (N a positive integer)";
+      if (key == "slots") h.slots = v;
+    }
+    hosts.push_back(h);
+  }
+  LOOM_CHECK(!hosts.empty()) << "launch --hostfile " << path << " names no host";
+  return hosts;
+}
 
 int64_t check_placement(const LaunchOptions& o) {
   int64_t slots = 0;
@@ -294,40 +537,7 @@ int64_t check_placement(const LaunchOptions& o) {
     slots = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
     where = std::to_string(slots) + " cores here";
   } else {
-    namespace fs = std::filesystem;
-    LOOM_CHECK(fs::is_regular_file(o.hostfile))
-        << "launch --hostfile " << o.hostfile << ": no such file";
-    std::ifstream in(o.hostfile);
-    LOOM_CHECK(in) << "launch --hostfile " << o.hostfile << ": cannot be read";
-    std::string line;
-    int64_t hosts = 0;
-    for (int line_no = 1; std::getline(in, line); ++line_no) {
-      line = line.substr(0, line.find('#'));
-      std::istringstream words(line);
-      std::string host, field;
-      if (!(words >> host)) continue;  // blank or a comment
-      const bool host_ok = host.find_first_not_of(
-                               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
-                               "TUVWXYZ0123456789.-_:[]") == std::string::npos;
-      LOOM_CHECK(host_ok) << "launch --hostfile " << o.hostfile << ", line " << line_no << ": '"
-                          << host << "' is not a host name";
-      int64_t host_slots = 1;
-      while (words >> field) {
-        const size_t eq = field.find('=');
-        const std::string key = field.substr(0, eq);
-        char* end = nullptr;
-        const long long v =
-            eq == std::string::npos ? 0 : std::strtoll(field.c_str() + eq + 1, &end, 10);
-        LOOM_CHECK((key == "slots" || key == "max_slots" || key == "max-slots") && v > 0 && end &&
-                   *end == 0)
-            << "launch --hostfile " << o.hostfile << ", line " << line_no << ": '" << field
-            << "' is not slots=N or max_slots=N (N a positive integer)";
-        if (key == "slots") host_slots = v;
-      }
-      slots += host_slots;
-      ++hosts;
-    }
-    LOOM_CHECK(hosts > 0) << "launch --hostfile " << o.hostfile << " names no host";
+    for (const HostLine& h : read_hostfile(o.hostfile)) slots += h.slots;
     where = std::to_string(slots) + " slots in " + o.hostfile;
   }
   LOOM_CHECK(o.processes <= kMaxProcessesPerSlot * slots)
@@ -336,22 +546,26 @@ int64_t check_placement(const LaunchOptions& o) {
   return slots;
 }
 
-int launch(const LaunchOptions& options, const std::string& run_dir) {
+int launch(const LaunchOptions& options, const train::Config* config) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args = {LOOM_MPIRUN, "-np", std::to_string(options.processes),
+  std::vector<std::string> args = {mpirun_program(), "-np", std::to_string(options.processes),
                                    "--oversubscribe"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   if (!options.hostfile.empty()) args.insert(args.end(), {"--hostfile", options.hostfile});
   args.push_back(self);
   arm_launcher_signals();
   if (options.max_restarts > 0) {
+    LOOM_CHECK(config) << "launch: a supervised job needs its train config";
     Watch watch;
-    watch.ranks = int(options.processes);
     watch.hang_s = options.hang_timeout_s;
     watch.startup_s = options.startup_timeout_s >= 0 ? options.startup_timeout_s
                       : options.hang_timeout_s > 0   ? kDefaultStartupS
                                                      : 0;
-    return supervise(args, options.command, int(options.max_restarts), watch, run_dir);
+    Placement place{options.processes, options.hostfile, config->train.batch_size,
+                    config->train.grad_accum};
+    Elastic elastic{options.min_ranks, config->parallel.topology.dims, options.regrow_after_s};
+    return supervise(self, place, options.command, int(options.max_restarts), watch, elastic,
+                     config->run_dir());
   }
   args.insert(args.end(), options.command.begin(), options.command.end());
 

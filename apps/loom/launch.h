@@ -9,11 +9,22 @@
 // rank has begun its first step of the attempt (start-up: MPI, the model, a checkpoint to
 // load, the first batch); start-up has its own bound, --startup-timeout S (default 600 s
 // with --hang-timeout, else off), and its message names the ranks that never reported.
+// With --min-ranks K the job is elastic: a rank whose failure ends two attempts in a row is
+// lost for good, and a rank the run excludes (a straggler: it exits with kExitExcluded after
+// an `exclude` event) is left out; the next attempt runs on the largest world of at least K
+// processes the layout allows (train/elastic.h), the global batch kept in more micro-batches,
+// and with a hostfile the rank's host (by OpenMPI's placement by slot) is left out of it. Each
+// decision is logged to events.jsonl (`elastic`) with its evidence. With --regrow-after S an
+// attempt on fewer ranks is asked after S seconds to checkpoint and stop (as a preemption),
+// and the next one tries every rank again: a rank that came back trains, one still lost fails
+// and is left out again at once (`regrow` and `elastic` events).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "loom/train/config.h"
 
 namespace loom::cli {
 
@@ -23,6 +34,8 @@ struct LaunchOptions {
   int64_t max_restarts = 0;
   double hang_timeout_s = 0;
   double startup_timeout_s = -1;     // -1: the default, 600 s once hang_timeout_s is given
+  int64_t min_ranks = 0;             // 0: restarts keep the world size
+  double regrow_after_s = 0;         // on fewer ranks: try them all again after this long
   std::vector<std::string> command;  // COMMAND ARGS...: what each process runs after `loom`
 };
 
@@ -34,8 +47,15 @@ struct LaunchOptions {
 constexpr int64_t kMaxProcessesPerSlot = 16;
 int64_t check_placement(const LaunchOptions& options);
 
-// run_dir: with max_restarts > 0, the run directory of the supervised train command (its
-// events.jsonl and the ranks' heartbeats).
-int launch(const LaunchOptions& options, const std::string& run_dir);
+// The hosts of a hostfile as check_placement reads it: each host line and its slots.
+struct HostLine {
+  std::string host, line;
+  int64_t slots = 1;
+};
+std::vector<HostLine> read_hostfile(const std::string& path);
+
+// config: with max_restarts > 0, the supervised train command's (its run directory holds
+// events.jsonl and the ranks' heartbeats; --min-ranks plans from its batch and degrees).
+int launch(const LaunchOptions& options, const train::Config* config);
 
 }  // namespace loom::cli

@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
     // Every rank stops together (they agreed after the step), the checkpoint written.
     std::fprintf(stderr, "loom: %s\n", error_text(e, debug).c_str());
     code = loom::train::kExitPreempted;
+  } catch (const loom::train::Excluded& e) {
+    // Every rank stops together (the same straggler comparisons), the checkpoint written.
+    std::fprintf(stderr, "loom: %s\n", error_text(e, debug).c_str());
+    code = loom::train::kExitExcluded;
   } catch (const loom::train::RunRefused& e) {
     // Every rank refuses together (RunDirectory::open agrees first): no abort needed.
     std::fprintf(stderr, "loom: error: %s\n", error_text(e, debug).c_str());

@@ -313,6 +313,15 @@ C2=(--set run.out_dir="$work/twelve-cos" --set train.ckpt_every=4)
 "$loom" train "$dit" "${C2[@]}" --set train.steps=8 --set train.stop_after=4 > /dev/null 2>&1
 expect "12: train.steps under a cosine schedule" 3 "train.steps: 8 -> 12 (the 'cosine' schedule" -- \
   "$loom" train "$dit" "${C2[@]}" --set train.steps=12 --resume
+# The step's batch regrouped (batch_size x grad_accum kept) resumes; another global batch does not.
+expect "12: another global batch" 3 "train.batch_size: 8 -> 4" -- \
+  "$loom" train "$dit" "${C2[@]}" --set train.steps=8 --set train.batch_size=4 --resume
+"$loom" train "$dit" "${C2[@]}" --set train.steps=8 --set train.batch_size=4 \
+  --set train.grad_accum=2 --resume > "$work/twelve-regroup.log" 2>&1 &&
+  grep -q "resume: the global batch of 8 is kept: 8 x 1 -> 4 x 2" "$work/twelve-regroup.log" &&
+  [ -d "$work/twelve-cos/tiny_dit/step-000008" ] &&
+  ok "12: 8 x 1 regrouped into 4 x 2: said, trained to step 8" ||
+  fail "12: regrouping the batch: $(grep -m1 'resume\|error' "$work/twelve-regroup.log")"
 
 # --- 13: what other commands may write ---
 N=$work/nine/tiny_dit

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/train/config.h"
+
 namespace loom::cli {
 
 constexpr const char* kCheckpointHelp = "a step-NNNNNN directory, or a run directory (its latest)";
@@ -26,7 +28,8 @@ void add_bench_command(CLI::App& loom, int& code);
 // Parses args (the words after the program's name, or after a command's) into app's options.
 void parse_args(CLI::App& app, std::vector<std::string> args);
 
-// The run directory of a `loom train` command's words (`launch --max-restarts` supervises it).
-std::string train_run_dir(const std::vector<std::string>& train_args);
+// The config of a `loom train` command's words (`launch --max-restarts` supervises its run
+// directory; `--min-ranks` plans a smaller layout from its batch and parallel degrees).
+train::Config train_config(const std::vector<std::string>& train_args);
 
 }  // namespace loom::cli

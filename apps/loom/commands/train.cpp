@@ -129,7 +129,7 @@ void add_train_command(CLI::App& loom, int& code) {
   });
 }
 
-std::string train_run_dir(const std::vector<std::string>& train_args) {
+train::Config train_config(const std::vector<std::string>& train_args) {
   CLI::App train;
   TrainArgs a;
   add_train(train, a);
@@ -138,7 +138,7 @@ std::string train_run_dir(const std::vector<std::string>& train_args) {
   } catch (const CLI::ParseError& e) {
     throw CLI::ValidationError("the train command", e.what());
   }
-  return train::load_config(a.config, a.overrides).run_dir();
+  return train::load_config(a.config, a.overrides);
 }
 
 }  // namespace loom::cli

@@ -437,6 +437,8 @@ Config read_config(ConfigFile& f) {
   r.skip_spikes = f.get_bool("resilience", "skip_spikes", r.skip_spikes);
   r.straggler_every = f.get_int("resilience", "straggler_every", r.straggler_every);
   r.straggler_factor = f.get_double("resilience", "straggler_factor", r.straggler_factor);
+  r.exclude_stragglers_after =
+      f.get_int("resilience", "exclude_stragglers_after", r.exclude_stragglers_after);
   r.spike_zscore = f.get_double("resilience", "spike_zscore", r.spike_zscore);
   r.consistency_every = f.get_int("resilience", "consistency_every", r.consistency_every);
   r.preempt_signals = f.get_string("resilience", "preempt_signals", r.preempt_signals);
@@ -446,9 +448,11 @@ Config read_config(ConfigFile& f) {
     LOOM_FAIL() << "config " << path << ": resilience.preempt_signals: " << e.what();
   }
   LOOM_CHECK(r.max_skips_in_row > 0 && r.max_rollbacks >= 0 && r.straggler_every >= 0 &&
-             r.straggler_factor > 1 && r.spike_zscore >= 0 && r.consistency_every >= 0)
+             r.straggler_factor > 1 && r.spike_zscore >= 0 && r.consistency_every >= 0 &&
+             r.exclude_stragglers_after >= 0)
       << "config " << path << ": resilience.max_skips_in_row must be positive, max_rollbacks, "
-      << "straggler_every, consistency_every and spike_zscore non-negative, straggler_factor "
+      << "straggler_every, consistency_every, exclude_stragglers_after and spike_zscore "
+      << "non-negative, straggler_factor "
       << "above 1";
 
   f.check_all_keys_used();

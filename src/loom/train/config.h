@@ -24,9 +24,9 @@ struct RunConfig {
   std::string name = "run";
   std::string out_dir = "runs";
   uint64_t seed = 0;
-  double memory_limit_mb = 0;  // > 0: each process's live tensors may not exceed this
+  double memory_limit_mb = 0;         // > 0: each process's live tensors may not exceed this
   double device_memory_limit_mb = 0;  // > 0: each process's live tensors on its GPU, likewise
-  std::string profile_steps;   // "A:B": trace steps A..B (train/profiler.h); "": no profile
+  std::string profile_steps;          // "A:B": trace steps A..B (train/profiler.h); "": no profile
   bool tensorboard =
       true;  // the main rank's metrics also as TensorBoard scalars (run_dir/tensorboard)
   // The run's identity (train/run_directory.h): set when a run starts, kept by its resumes,
@@ -109,6 +109,8 @@ struct ResilienceConfig {
   bool skip_spikes = false;       // treat a loss spike like a non-finite step
   int64_t straggler_every = 50;   // steps between comparisons of the ranks' compute time (0: off)
   double straggler_factor = 1.5;  // flagged: compute time above this times the median
+  // A rank flagged this many comparisons in a row is excluded (train/step_guard.h; 0: never).
+  int64_t exclude_stragglers_after = 0;
   double spike_zscore = 6.0;  // a loss this many deviations above the last 50 is logged (0: off)
   int64_t consistency_every = 100;  // steps between replica weight-hash comparisons (0: off)
   // Signals that preempt the run: checkpoint, then exit 75 (train/preemption.h); "" : none.

@@ -288,6 +288,9 @@ const std::vector<ConfigKey> kKeys = {
      "steps between comparisons of the ranks' compute time (0: off)"},
     {"resilience.straggler_factor", "", "number", "1.5", "> 1", "",
      "a rank is a straggler above this times the median"},
+    {"resilience.exclude_stragglers_after", "", "integer", "0", ">= 0", "",
+     "a rank flagged as a straggler this many comparisons in a row is excluded: checkpoint, "
+     "exit 76, and loom launch --min-ranks restarts without it (0: never)"},
     {"resilience.spike_zscore", "", "number", "6.0", ">= 0", "",
      "a loss this many deviations above the last 50 is a spike (0: off)"},
     {"resilience.consistency_every", "", "integer", "100", ">= 0", "",

@@ -70,7 +70,7 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
         LOOM_CHECK(end && *end == 0 && f.factor >= 1)
             << "LOOM_FAULT: factor '" << value << "' in '" << text << "' is not a number >= 1";
       } else if (key == "attempt") {
-        f.attempt = int(to_int(value, text));
+        f.attempt = value == "*" ? kEveryAttempt : int(to_int(value, text));
       } else if (key == "file") {
         f.file = value;
       } else {
@@ -84,7 +84,7 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
         << "LOOM_FAULT: '" << text << "' needs ms=M";
     LOOM_CHECK((f.kind != "corrupt" && f.kind != "truncate") || !f.file.empty())
         << "LOOM_FAULT: '" << text << "' needs file=F (a file of the checkpoint directory)";
-    if (f.attempt == attempt) plan.faults_.push_back(f);
+    if (f.attempt == attempt || f.attempt == kEveryAttempt) plan.faults_.push_back(f);
   }
   return plan;
 }

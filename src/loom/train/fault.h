@@ -20,7 +20,8 @@
 //
 // Steps count from 1, as the progress line prints them; ranks are world ranks. Every fault also
 // takes attempt=A (default 0): it fires only in the A-th run `loom launch --max-restarts`
-// started (LOOM_RESTART=A), so a restarted run does not meet it again.
+// started (LOOM_RESTART=A), so a restarted run does not meet it again; attempt=* fires in
+// every run that has the rank (a rank lost for good, until a restart leaves it out).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,6 +44,7 @@ class FaultPlan {
   bool damages_checkpoint(int64_t step) const;       // corrupt or truncate at this step
   void after_checkpoint(const std::string& dir, int64_t step, int rank) const;  // corrupt, truncate
 
+  static constexpr int kEveryAttempt = -1;  // attempt=*
   struct Fault {
     std::string kind, file;
     int rank = 0, attempt = 0;

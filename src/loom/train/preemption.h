@@ -22,6 +22,15 @@ class Preempted : public Error {
   using Error::Error;
 };
 
+// The exit status of a run that stopped to exclude a rank (a straggler: train/step_guard.h),
+// its checkpoint written: `loom launch --min-ranks` restarts it without that rank.
+constexpr int kExitExcluded = 76;
+
+class Excluded : public Error {
+ public:
+  using Error::Error;
+};
+
 // "TERM,INT,USR1" -> signal numbers; "" -> none. Unknown names throw naming them.
 std::vector<int> parse_signal_names(const std::string& names);
 // Installs the noting handler for each signal (replacing the default: ending the process).

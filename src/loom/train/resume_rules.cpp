@@ -87,9 +87,24 @@ ResumeChanges compare_for_resume(const std::string& recorded_toml, const std::st
   const Flat before = flatten(recorded_toml, "the run's config.toml");
   const Flat now = flatten(resolved_toml, "this run's settings");
   ResumeChanges changes;
+  // The step's batch may be regrouped into other micro-batches (an elastic restart on fewer
+  // ranks accumulates more): each step still sees the same samples, in the same global order.
+  auto product = [](const Flat& c) {
+    const auto b = c.find("train.batch_size"), a = c.find("train.grad_accum");
+    return b == c.end() || a == c.end() ? int64_t(-1)
+                                        : std::stoll(b->second) * std::stoll(a->second);
+  };
+  const bool regrouped = product(before) > 0 && product(before) == product(now) &&
+                         (before.at("train.batch_size") != now.at("train.batch_size"));
+  if (regrouped)
+    changes.regrouped = "the global batch of " + std::to_string(product(now)) +
+                        " is kept: " + before.at("train.batch_size") + " x " +
+                        before.at("train.grad_accum") + " -> " + now.at("train.batch_size") +
+                        " x " + now.at("train.grad_accum") + " (batch_size x grad_accum)";
   for (const auto& [key, was] : before) {
     const auto it = now.find(key);
     if (it == now.end() || it->second == was || may_change(key)) continue;
+    if (regrouped && (key == "train.batch_size" || key == "train.grad_accum")) continue;
     const std::string line = key + ": " + was + " -> " + it->second;
     if (key == "train.steps" &&
         same_rates_so_far(before, std::stoll(was), std::stoll(it->second), resume_step)) {

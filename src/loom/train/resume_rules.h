@@ -6,6 +6,9 @@
 //    tensorboard, threads; train.stop_after, max_minutes, ckpt_every, keep_checkpoints, log_every,
 //    async_checkpoint, device, tf32; data.cache_dir; [eval], [sample], [parallel], [dist],
 //    [resilience]);
+//  - regroups: train.batch_size and train.grad_accum, when their product (the step's global
+//    batch) is kept: every step draws the same samples (each keyed by its index in the step's
+//    batch), split into other micro-batches -- what an elastic restart on fewer ranks does;
 //  - extends: train.steps, where the learning rate so far does not depend on it: a constant
 //    schedule, or warmup-stable-decay resumed before its decay began (and still before the new
 //    decay) -- said in one line;
@@ -22,6 +25,7 @@ namespace loom::train {
 struct ResumeChanges {
   std::vector<std::string> refused;   // "model.heads: 2 -> 4", one per key
   std::vector<std::string> extended;  // "train.steps: 8 -> 12 (...)"
+  std::string regrouped;              // the global batch kept in other micro-batches (or "")
 };
 
 // recorded_toml: the run's config.toml; resolved_toml: this run's settings (Config's

@@ -121,6 +121,7 @@ void check_resume_settings(const std::string& dir, const std::string& id,
   }
   for (const std::string& c : changes.extended)
     std::printf("resume: the run is extended, %s\n", c.c_str());
+  if (!changes.regrouped.empty()) std::printf("resume: %s\n", changes.regrouped.c_str());
 }
 
 Decision decide(const std::string& dir, const std::string& wanted_id,

@@ -282,8 +282,9 @@ void StepGuard::report_stragglers() {
   times_work_ = nullptr;
   const std::vector<float> times = to_vector(times_);
   dist::ProcessGroup& world = *mesh_.world();
-  if (!main_ || world.size() < 2) return;
+  if (world.size() < 2) return;
   const auto [first, last] = times_steps_;
+  flags_in_row_.resize(size_t(world.size()));
   for (int r = 0; r < world.size(); ++r) {
     // Against the median of the other ranks: with two ranks, the other one.
     std::vector<float> others;
@@ -292,19 +293,53 @@ void StepGuard::report_stragglers() {
     std::sort(others.begin(), others.end());
     const size_t n = others.size();
     const double median = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
-    if (!(times[size_t(r)] > rc_.straggler_factor * median)) continue;
+    std::vector<Json>& in_row = flags_in_row_[size_t(r)];
+    if (!(times[size_t(r)] > rc_.straggler_factor * median)) {
+      in_row.clear();
+      continue;
+    }
+    const Json flag = Json::object({{"step", last},
+                                    {"rank", r},
+                                    {"host", hosts_[size_t(r)]},
+                                    {"compute_s_per_step", double(times[size_t(r)])},
+                                    {"others_median_s", median}});
+    // Every rank counts the same flags from the same times: the exclusion needs no agreement.
+    in_row.push_back(flag);
+    if (excluded_rank_ < 0 && rc_.exclude_stragglers_after > 0 &&
+        int64_t(in_row.size()) >= rc_.exclude_stragglers_after)
+      excluded_rank_ = r;
+    if (!main_) continue;
     std::printf(
         "straggler: rank %d on %s computes %.3f s per step, %.1fx the other ranks' "
         "median %.3f s (steps %lld-%lld)\n",
         r, hosts_[size_t(r)].c_str(), times[size_t(r)], times[size_t(r)] / median, median,
         (long long)first, (long long)last);
-    append_event(run_dir_, "straggler",
-                 Json::object({{"step", last},
+    append_event(run_dir_, "straggler", flag);
+  }
+}
+
+void StepGuard::finish_excluded(int64_t step) {
+  checkpointer_.wait();
+  const std::string dir = checkpoint_dir_name(run_dir_, step);
+  const int r = excluded_rank_;
+  if (main_) {
+    append_event(run_dir_, "exclude",
+                 Json::object({{"step", step},
                                {"rank", r},
                                {"host", hosts_[size_t(r)]},
-                               {"compute_s_per_step", double(times[size_t(r)])},
-                               {"others_median_s", median}}));
+                               {"reason", "straggler"},
+                               {"evidence", Json::array(flags_in_row_[size_t(r)])},
+                               {"checkpoint", dir}}));
+    std::printf(
+        "exclude: rank %d on %s was a straggler at %lld comparisons in a row "
+        "(resilience.exclude_stragglers_after); checkpoint %s written after step %lld; exiting "
+        "with status %d (loom launch --min-ranks restarts without it)\n",
+        r, hosts_[size_t(r)].c_str(), (long long)flags_in_row_[size_t(r)].size(), dir.c_str(),
+        (long long)step, kExitExcluded);
+    std::fflush(stdout);
   }
+  throw Excluded("rank " + std::to_string(r) + " excluded as a straggler after step " +
+                 std::to_string(step));
 }
 
 void StepGuard::after_checkpoint(const std::string& dir, int64_t step) {

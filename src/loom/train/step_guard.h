@@ -15,6 +15,10 @@
 //    equal); a rank above straggler_factor x the median of the other ranks is flagged, with
 //    its host, on the console and in events.jsonl. The times are gathered without waiting and
 //    compared at the next comparison's step (or the run's end): a report comes one period late.
+//    A rank flagged exclude_stragglers_after times in a row is excluded: every rank reaches
+//    that decision from the same gathered times; the run checkpoints, logs an `exclude` event
+//    with the flags as evidence and exits with kExitExcluded, and `loom launch --min-ranks`
+//    restarts it without that rank.
 //  - every consistency_every steps, and before every checkpoint, the ranks that hold the same
 //    weights (data-parallel replicas) compare a hash of them and of their AdamW moments; a
 //    mismatch (silent data corruption) names the ranks that differ from the majority and stops
@@ -79,6 +83,12 @@ class StepGuard {
   // After the checkpoint of `step` (1-based, completed) was started: waits for it, logs the
   // `preempted` event and throws Preempted (main exits with kExitPreempted).
   [[noreturn]] void finish_preempted(int64_t step);
+  // A rank flagged as a straggler exclude_stragglers_after comparisons in a row (the same on
+  // every rank), else -1.
+  int excluded_rank() const { return excluded_rank_; }
+  // After the checkpoint of `step` (1-based) was started: waits for it, logs the `exclude`
+  // event and throws Excluded (main exits with kExitExcluded).
+  [[noreturn]] void finish_excluded(int64_t step);
 
  private:
   void begin_step(int64_t step);
@@ -109,6 +119,9 @@ class StepGuard {
   dist::WorkPtr times_work_;
   std::pair<int64_t, int64_t> times_steps_;
   void report_stragglers();  // waits for the comparison on its way, if any, and reports it
+  // By world rank: the flags of the comparisons in a row that flagged it (the evidence).
+  std::vector<std::vector<Json>> flags_in_row_;
+  int excluded_rank_ = -1;
 };
 
 }  // namespace loom::train

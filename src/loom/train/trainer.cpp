@@ -584,14 +584,16 @@ void train(const Config& cfg, const std::string& resume_from) {
         progress.add_image(image.tag, image.grid, step + 1);
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
       progress.log(step, r.loss, r.lr, metrics, run.moe->summary());
-    const bool stop =
-        r.out_of_time || r.preempted || (tc.stop_after > 0 && step + 1 == tc.stop_after);
+    const bool excluded = guard.excluded_rank() >= 0;
+    const bool stop = r.out_of_time || r.preempted || excluded ||
+                      (tc.stop_after > 0 && step + 1 == tc.stop_after);
     if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last || stop) {
       const std::string dir =
           guard.checkpoint(step, [&] { return run.save(step + 1, step_loop.data_state); });
       if (run.rank == 0) std::printf("checkpoint %s\n", dir.c_str());
     }
     if (r.preempted) guard.finish_preempted(step + 1);
+    if (excluded) guard.finish_excluded(step + 1);
     if (stop) {
       std::printf("stopping after step %lld (%s)\n", (long long)(step + 1),
                   r.out_of_time ? "time budget used" : "train.stop_after");
