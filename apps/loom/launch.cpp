@@ -305,18 +305,38 @@ struct Exclusion {
   Json evidence;
 };
 
-// The newest `exclude` event of the run (written by the main rank before it exits with
-// kExitExcluded).
-std::optional<Exclusion> excluded_by_run(const std::string& run_dir) {
-  std::optional<Exclusion> found;
+// The run's events.jsonl from line `from` on (the lines an attempt added), as JSON.
+std::vector<Json> events_from(const std::string& run_dir, size_t from) {
+  std::vector<Json> out;
   std::ifstream in(run_dir + "/events.jsonl");
-  for (std::string line; std::getline(in, line);) {
+  size_t n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    if (n < from) continue;
     try {
-      const Json e = Json::parse(line);
-      if (e.at("event").as_string() == "exclude")
-        found = Exclusion{int(e.at("rank").as_int()), e.at("reason").as_string(), e};
+      out.push_back(Json::parse(line));
     } catch (const std::exception&) {  // a line cut by a crash: not an event
     }
+  }
+  return out;
+}
+
+size_t count_lines(const std::string& path) {
+  std::ifstream in(path);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+// The rank the run left out in an attempt's events: an `exclude` (a straggler; the run exited
+// with kExitExcluded), or the one rank a `replica_mismatch` found apart from the majority.
+std::optional<Exclusion> excluded_by_run(const std::vector<Json>& events) {
+  std::optional<Exclusion> found;
+  for (const Json& e : events) {
+    const std::string kind = e.at("event").as_string();
+    if (kind == "exclude")
+      found = Exclusion{int(e.at("rank").as_int()), e.at("reason").as_string(), e};
+    if (kind == "replica_mismatch" && e.at("ranks").as_array().size() == 1)
+      found = Exclusion{int(e.at("ranks").as_array()[0].as_int()), "replica_mismatch", e};
   }
   return found;
 }
@@ -390,6 +410,7 @@ int supervise(const std::string& self, Placement place, const std::vector<std::s
     std::fflush(stderr);
     watch.ranks = int(place.processes);
     watch.regrow_s = place.processes < asked.processes ? elastic.regrow_s : 0;
+    const size_t events_before = count_lines(run_dir + "/events.jsonl");
     const Outcome out = run_attempt(args, attempt, run_dir, watch);
     if (out.regrow) {  // checkpointed on our request: every rank is tried again
       loom::train::append_event(run_dir, "regrow",
@@ -427,20 +448,22 @@ int supervise(const std::string& self, Placement place, const std::vector<std::s
                    attempt + 1, out.cause.c_str());
       return out.status;
     }
-    // An elastic job: a rank the run excluded, or one that failed twice in a row, is left out.
+    // An elastic job leaves out a rank the run excluded (a straggler; the one replica apart
+    // from the majority), or one that failed twice in a row, or again after a regrow.
     std::optional<Exclusion> excluded;
-    if (elastic.min_ranks > 0 && out.status == kExitExcluded) {
-      excluded = excluded_by_run(run_dir);
-    } else if (elastic.min_ranks > 0 && out.failed_rank >= 0 && out.failed_rank == last_failed) {
-      excluded =
-          Exclusion{out.failed_rank, "lost",
-                    Json::object({{"failures", Json::array({Json(last_cause), Json(out.cause)})}})};
-    } else if (elastic.min_ranks > 0 && out.failed_rank >= 0 &&
-               std::count(left_out.begin(), left_out.end(), out.failed_rank) > 0) {
-      // Left out before and tried again (--regrow-after): still lost, at its first failure.
-      excluded = Exclusion{
-          out.failed_rank, "lost",
-          Json::object({{"failures", Json::array({Json(out.cause)})}, {"left_out_before", true}})};
+    if (elastic.min_ranks > 0) {
+      excluded = excluded_by_run(events_from(run_dir, events_before));
+      const bool again = out.failed_rank >= 0 && out.failed_rank == last_failed;
+      const bool before =
+          out.failed_rank >= 0 && std::count(left_out.begin(), left_out.end(), out.failed_rank);
+      if (!excluded && again)
+        excluded = Exclusion{
+            out.failed_rank, "lost",
+            Json::object({{"failures", Json::array({Json(last_cause), Json(out.cause)})}})};
+      else if (!excluded && before)  // left out before and tried again: lost at its first failure
+        excluded = Exclusion{out.failed_rank, "lost",
+                             Json::object({{"failures", Json::array({Json(out.cause)})},
+                                           {"left_out_before", true}})};
     }
     last_failed = out.failed_rank;
     last_cause = out.cause;

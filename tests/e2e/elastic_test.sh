@@ -7,6 +7,8 @@
 #    failure the job goes on with 2 processes (3 cannot split 8), 4 x 2 micro-batches;
 #  - a rank slowed 4x is flagged as a straggler twice in a row and excluded: the run
 #    checkpoints, exits 76, and goes on with 2 processes;
+#  - one replica's weights corrupted (a flipped bit, DDP): the consistency check names it apart
+#    from the majority, and the next attempt goes on without it;
 #  - --regrow-after: on 2 processes the job is asked to checkpoint and stop, and the rank, back,
 #    trains again in a 4-process attempt;
 #  - a hostfile: the lost rank's host is left out of the next attempt's hostfile (a wrapper
@@ -65,6 +67,16 @@ assert events[-1]["event"] == "completed"
 PY
 grep -q "exiting with status 76" "$work/slow.log" || fail "slow: no exit 76 said"
 same_as_ref slow
+
+# --- a replica apart from the majority (silent data corruption) ---
+LOOM_FAULT="bitflip:rank=2,step=6" "$loom" launch -n 4 --min-ranks 2 --max-restarts 2 -- \
+  train "$cfg" "${common[@]}" --set parallel.data_parallel=\"ddp\" --set resilience.consistency_every=3 \
+  --set run.out_dir="$work/flip" > "$work/flip.log" 2>&1 ||
+  fail "flip: the job did not complete: $(tail -3 "$work/flip.log")"
+events flip | grep -q '"event":"elastic","attempt":1,"left_out_rank":2,"host":"this machine","reason":"replica_mismatch","evidence":{[^}]*"event":"replica_mismatch","step":6,"ranks":\[2\]},"processes":2' &&
+  ok "flip: rank 2 apart from the majority at step 6, left out (2 processes)" ||
+  fail "flip: $(events flip | grep -v started)"
+same_as_ref flip
 
 # --- back again (--regrow-after) ---
 LOOM_FAULT="kill:rank=3,step=7;kill:rank=3,step=7,attempt=1;sleep:rank=0,step=5,ms=400,attempt=2" \

@@ -17,7 +17,10 @@
 #    ended; one that never starts is ended by `--startup-timeout`, naming it, and restarted;
 #  - a rank slowed to twice its step time is flagged as a straggler (and no other rank is);
 #  - one flipped bit in one replica's weights stops the run at the next consistency check,
-#    naming that rank, before the state is checkpointed.
+#    naming that rank, before the state is checkpointed;
+#  - a loss spike (one batch's loss 10x) under resilience.spike_rollback: skipped, the run rolls
+#    back to the last checkpoint, replays the steps after it with the same losses and skips the
+#    spike's batch again; the held-out loss ends within 1% of a run without the spike.
 # Usage: fault_suite_test.sh LOOM_BINARY WORK_DIR
 set -uo pipefail
 loom=$1 work=$2
@@ -189,5 +192,36 @@ grep -q "step 10: the replicas of group dp .* differing from the majority: 2 (" 
   echo "ok: $(grep -o 'step 10: the replicas.*' "$work/flip.log" | head -1 | cut -c1-200)" ||
   fail "the mismatch report does not name rank 2: $(grep -m2 error "$work/flip.log")"
 [ ! -d "$work/flip/tiny_gpt/step-000010" ] || fail "the corrupted state was checkpointed"
+
+# --- a loss spike (one batch's loss 10x): skip it, roll back, replay, skip its batch again ---
+sp=(--set run.id=cmp --set train.steps=40 --set train.log_every=1 --set model.depth=2
+  --set train.batch_size=8 --set eval.every=0 --set sample.tokens=0 --set train.ckpt_every=10)
+"$loom" train "$cfg" "${sp[@]}" --set run.out_dir="$work/spike_clean" > "$work/spike_clean.log" 2>&1 ||
+  fail "the run without a spike failed"
+LOOM_FAULT="spike:step=26,factor=10" "$loom" train "$cfg" "${sp[@]}" --set resilience.spike_rollback=true \
+  --set run.out_dir="$work/spike" > "$work/spike.log" 2>&1 || fail "the run with a spike failed"
+spike_check=("$work/spike.log" "$work/spike/tiny_gpt" "$work/spike_clean/tiny_gpt")
+/usr/bin/python3 - "${spike_check[@]}" <<'PY' || fail "the spike's rollback and replay: $work/spike.log"
+import json, re, sys
+log, run, clean = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+events = [json.loads(l) for l in open(run + "/events.jsonl")]
+kinds = [(e["event"], e.get("step")) for e in events if e["event"] != "started"]
+want = [("loss_spike", 26), ("skipped_step", 26), ("rollback", 26), ("skipped_step", 26), ("finished", 40)]
+assert kinds == want, kinds
+rb = [e for e in events if e["event"] == "rollback"][0]
+assert rb["replay_from"] == 21 and rb["skipped_batch_step"] == 26, rb
+# Steps 21-25 ran twice, from the step-20 checkpoint with their own data: the same losses.
+seen = {}
+for step, loss in re.findall(r"^step +(\d+)/40 \| loss ([0-9.]+)", log, re.M):
+    seen.setdefault(int(step), []).append(loss)
+assert all(len(seen[s]) == 2 and seen[s][0] == seen[s][1] for s in range(21, 27)), seen
+assert all(len(seen[s]) == 1 for s in list(range(1, 21)) + list(range(27, 41))), seen
+final = lambda r: [json.loads(l) for l in open(r + "/metrics.jsonl")][-1]["final_eval"]["nats_per_token"]
+a, b = final(run), final(clean)
+print(f"ok: spike at step 26 skipped, rolled back to step 20, steps 21-25 replayed with the same "
+      f"losses, step 26's batch skipped; held-out {a:.4f} against {b:.4f} without the spike "
+      f"({100 * (a - b) / b:+.2f}%)")
+assert abs(a - b) <= 0.01 * b
+PY
 
 [ $failures -eq 0 ] && echo "PASS" || { echo "$failures failure(s)"; exit 1; }

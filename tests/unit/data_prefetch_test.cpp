@@ -22,6 +22,21 @@ TEST(DataPrefetch, YieldsProducerResultsInOrder) {
   for (int i = 0; i < 200; ++i) ASSERT_EQ(p.next(), i);
 }
 
+TEST(DataPrefetch, ResetDropsWhatIsReadyAndGoesOnFromTheNewState) {
+  int counter = 0;  // the producer's state: changed only inside reset()'s reposition
+  Prefetcher<int> p(
+      [&] {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        return counter++;
+      },
+      3);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(p.next(), i);
+  p.reset([&] { counter = 100; });  // batches 5.. made ahead are dropped
+  for (int i = 100; i < 110; ++i) ASSERT_EQ(p.next(), i);
+  p.reset([&] { counter = 2; });
+  ASSERT_EQ(p.next(), 2);
+}
+
 TEST(DataPrefetch, ReadsAheadAtMostDepth) {
   std::atomic<int> produced{0};
   Prefetcher<int> p([&] { return produced++; }, 2);

@@ -5,7 +5,8 @@
 // order. If the producer throws, the batches made before the failure are still handed out, then
 // next() rethrows that exception (every call after as well) and production stops. The
 // destructor stops production and joins; it waits for a producer call already in progress
-// (a producer cannot be interrupted), never for queue space.
+// (a producer cannot be interrupted), never for queue space. reset(reposition) discards what is
+// ready and moves the producer's state (a rollback replays earlier steps' data).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -58,6 +59,19 @@ class Prefetcher {
     space_cv_.notify_one();
     return batch;
   }
+  // Drops the ready batches and, with production paused (after a producer call in progress),
+  // runs reposition() -- where the producer's state is changed -- then production goes on
+  // from there.
+  void reset(const std::function<void()>& reposition) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    paused_ = true;
+    idle_cv_.wait(lock, [this] { return !producing_; });
+    ready_.clear();
+    reposition();
+    paused_ = false;
+    lock.unlock();
+    space_cv_.notify_all();
+  }
   // Seconds next() has spent waiting for the producer (the step was starved of data).
   double waited_seconds() const { return waited_s_; }
 
@@ -66,19 +80,24 @@ class Prefetcher {
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        space_cv_.wait(lock, [this] { return stopping_ || ready_.size() < depth_; });
+        space_cv_.wait(lock, [this] { return stopping_ || (!paused_ && ready_.size() < depth_); });
         if (stopping_) return;
+        producing_ = true;
       }
       try {
         Batch batch = producer_();  // outside the lock: next() can take ready batches meanwhile
         std::lock_guard<std::mutex> lock(mutex_);
-        ready_.push_back(std::move(batch));
+        producing_ = false;
+        if (!paused_) ready_.push_back(std::move(batch));  // else made before a reset: dropped
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex_);
+        producing_ = false;
         error_ = std::current_exception();
         ready_cv_.notify_all();
+        idle_cv_.notify_all();
         return;
       }
+      idle_cv_.notify_all();
       ready_cv_.notify_one();
     }
   }
@@ -88,9 +107,11 @@ class Prefetcher {
   std::mutex mutex_;
   std::condition_variable ready_cv_;  // a batch or an error arrived
   std::condition_variable space_cv_;  // the queue has room, or the destructor wants a stop
+  std::condition_variable idle_cv_;   // a producer call ended (reset() waits for it)
   std::deque<Batch> ready_;
   std::exception_ptr error_;
   bool stopping_ = false;
+  bool paused_ = false, producing_ = false;
   double waited_s_ = 0;  // next()'s thread only
   std::thread worker_;
 };

@@ -435,6 +435,7 @@ Config read_config(ConfigFile& f) {
   r.max_skips_in_row = f.get_int("resilience", "max_skips_in_row", r.max_skips_in_row);
   r.max_rollbacks = f.get_int("resilience", "max_rollbacks", r.max_rollbacks);
   r.skip_spikes = f.get_bool("resilience", "skip_spikes", r.skip_spikes);
+  r.spike_rollback = f.get_bool("resilience", "spike_rollback", r.spike_rollback);
   r.straggler_every = f.get_int("resilience", "straggler_every", r.straggler_every);
   r.straggler_factor = f.get_double("resilience", "straggler_factor", r.straggler_factor);
   r.exclude_stragglers_after =
@@ -454,6 +455,13 @@ Config read_config(ConfigFile& f) {
       << "straggler_every, consistency_every, exclude_stragglers_after and spike_zscore "
       << "non-negative, straggler_factor "
       << "above 1";
+  // A DiLoCo worker agrees on its losses alone: one would roll back while the others go on.
+  LOOM_CHECK(!(r.spike_rollback && c.diloco))
+      << "config " << path << ": resilience.spike_rollback with lowcomm.method \"diloco\": "
+      << "each worker sees its own spikes, and a rollback needs every rank";
+  LOOM_CHECK(!(r.spike_rollback && r.spike_zscore == 0))
+      << "config " << path << ": resilience.spike_rollback needs the spike detector "
+      << "(resilience.spike_zscore > 0)";
 
   f.check_all_keys_used();
   c.resolved_toml = f.resolved();

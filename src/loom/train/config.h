@@ -104,9 +104,11 @@ struct TrainLoopConfig {
 
 // [resilience]: how a run reacts to bad steps and slow ranks (see train/step_guard.h).
 struct ResilienceConfig {
-  int64_t max_skips_in_row = 3;   // skipped steps in a row after which the run rolls back
-  int64_t max_rollbacks = 2;      // rollbacks after which the run stops instead
-  bool skip_spikes = false;       // treat a loss spike like a non-finite step
+  int64_t max_skips_in_row = 3;  // skipped steps in a row after which the run rolls back
+  int64_t max_rollbacks = 2;     // rollbacks after which the run stops instead
+  bool skip_spikes = false;      // treat a loss spike like a non-finite step
+  // Skip a spike, roll back to the newest checkpoint and replay to it, its batch skipped.
+  bool spike_rollback = false;
   int64_t straggler_every = 50;   // steps between comparisons of the ranks' compute time (0: off)
   double straggler_factor = 1.5;  // flagged: compute time above this times the median
   // A rank flagged this many comparisons in a row is excluded (train/step_guard.h; 0: never).

@@ -284,7 +284,9 @@ void ConfigFile::check_all_keys_used() const {
               << os.str();
 }
 
-const std::vector<ConfigFile::Read>& ConfigFile::reads() const { return impl_->reads; }
+const std::vector<ConfigFile::Read>& ConfigFile::reads() const {
+  return impl_->reads;
+}
 
 std::string ConfigFile::resolved() const {
   std::ostringstream os;

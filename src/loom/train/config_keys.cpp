@@ -282,6 +282,9 @@ const std::vector<ConfigKey> kKeys = {
      "bad steps skipped in a row before the run rolls back to its last checkpoint"},
     {"resilience.max_rollbacks", "", "integer", "2", ">= 0", "",
      "rollbacks before the run stops instead"},
+    {"resilience.spike_rollback", "", "boolean", "false", "", "",
+     "on a loss spike: skip it, roll back to the newest checkpoint and replay to it with the "
+     "steps' own data, the spike's batch skipped"},
     {"resilience.skip_spikes", "", "boolean", "false", "", "",
      "treat a loss spike like a non-finite step"},
     {"resilience.straggler_every", "", "integer", "50", ">= 0", "",

@@ -3,9 +3,9 @@
 // came down, since its step count is only a ceiling. Once (1 - optim.decay_fraction) of the
 // budget is used, the run fixes its decay: from the next step, for as many steps as the rest of
 // the budget holds at the mean step time so far, less a margin of 1% of the budget (the last
-// checkpoint) and 5% of the time left (a slower stretch); the run then ends with the decay. Fixed, the decay is steps,
-// not seconds: it is recorded in every checkpoint and a resumed run keeps it. A run whose
-// train.steps run out first decays by its steps, as an untimed one does.
+// checkpoint) and 5% of the time left (a slower stretch); the run then ends with the decay. Fixed,
+// the decay is steps, not seconds: it is recorded in every checkpoint and a resumed run keeps it. A
+// run whose train.steps run out first decays by its steps, as an untimed one does.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -46,9 +46,10 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
     f.kind = text.substr(0, colon);
     LOOM_CHECK(f.kind == "kill" || f.kind == "sleep" || f.kind == "slow" || f.kind == "nan" ||
                f.kind == "bitflip" || f.kind == "stall" || f.kind == "corrupt" ||
-               f.kind == "truncate" || f.kind == "startup")
+               f.kind == "truncate" || f.kind == "startup" || f.kind == "spike")
         << "LOOM_FAULT: unknown fault '" << f.kind
-        << "' (expected kill, sleep, slow, nan, bitflip, stall, startup, corrupt or truncate)";
+        << "' (expected kill, sleep, slow, nan, spike, bitflip, stall, startup, corrupt or "
+           "truncate)";
     bool has_step = false;
     std::stringstream fields(colon == std::string::npos ? "" : text.substr(colon + 1));
     std::string field;
@@ -80,6 +81,8 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
     LOOM_CHECK(f.kind == "startup" ? !has_step : has_step && f.step > 0)
         << "LOOM_FAULT: '" << text << "' "
         << (f.kind == "startup" ? "takes no step" : "needs step=S (S >= 1)");
+    LOOM_CHECK(f.kind != "spike" || f.factor > 1)
+        << "LOOM_FAULT: '" << text << "' needs factor=F (F > 1)";
     LOOM_CHECK((f.kind != "sleep" && f.kind != "startup") || f.ms > 0)
         << "LOOM_FAULT: '" << text << "' needs ms=M";
     LOOM_CHECK((f.kind != "corrupt" && f.kind != "truncate") || !f.file.empty())
@@ -126,6 +129,12 @@ bool FaultPlan::flips_bit(int64_t step, int rank) const {
 double FaultPlan::slowdown(int64_t step, int rank) const {
   for (const Fault& f : faults_)
     if (f.kind == "slow" && f.rank == rank && step >= f.step) return f.factor;
+  return 1;
+}
+
+double FaultPlan::spike(int64_t step) const {
+  for (const Fault& f : faults_)
+    if (f.kind == "spike" && f.step == step) return f.factor;
   return 1;
 }
 

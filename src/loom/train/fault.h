@@ -8,6 +8,8 @@
 //   slow:rank=R,step=S,factor=F   rank R takes F times as long for every step from S on (it
 //                                 sleeps F - 1 times its own compute time: a straggler)
 //   nan:rank=R,step=S             rank R's loss of step S is NaN, and so every gradient
+//   spike:step=S,factor=F         every rank's loss of step S is F times larger, and so its
+//                                 gradients (a corrupted batch: a loss spike)
 //   bitflip:rank=R,step=S         rank R flips one bit of its first weight as step S begins
 //                                 (silent data corruption: its replicas now disagree)
 //   stall:rank=R,step=S           rank R stops for good as step S begins (a hung rank: the
@@ -39,6 +41,7 @@ class FaultPlan {
   void at_step_begin(int64_t step, int rank) const;  // kill, sleep, stall
   void at_startup(int rank) const;                   // startup
   bool poisons_loss(int64_t step, int rank) const;   // nan
+  double spike(int64_t step) const;                  // spike: F, else 1
   double slowdown(int64_t step, int rank) const;     // slow: F, else 1
   bool flips_bit(int64_t step, int rank) const;      // bitflip
   bool damages_checkpoint(int64_t step) const;       // corrupt or truncate at this step

@@ -172,6 +172,12 @@ void StepGuard::before_checkpoint(int64_t step) {
 }
 
 Tensor StepGuard::guard_loss(const Tensor& loss, int64_t step) const {
+  if (const double factor = faults_.spike(step + 1); factor > 1) {
+    if (main_)
+      std::fprintf(stderr, "LOOM_FAULT: the loss of step %lld is %g times larger\n",
+                   (long long)(step + 1), factor);
+    return mul_scalar(loss, factor);
+  }
   if (!faults_.poisons_loss(step + 1, mesh_.world()->rank())) return loss;
   std::fprintf(stderr, "LOOM_FAULT: NaN loss on rank %d at step %lld\n", mesh_.world()->rank(),
                (long long)(step + 1));
@@ -195,6 +201,8 @@ bool StepGuard::skip(int64_t step, double loss, double grad_norm, const char* wh
 }
 
 bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
+  if (replay_skips_.count(step))
+    return skip(step, loss, grad_norm, "a loss spike's batch, replayed");
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     return skip(step, loss, grad_norm, "not finite");
   // Loss spikes: z-score against the last 50 accepted steps.
@@ -212,7 +220,8 @@ bool StepGuard::accept(int64_t step, double loss, double grad_norm) {
         append_event(run_dir_, "loss_spike",
                      Json::object({{"step", step + 1}, {"loss", loss}, {"zscore", z}}));
       }
-      if (rc_.skip_spikes) return skip(step, loss, grad_norm, "loss spike");
+      if (rc_.spike_rollback) spike_step_ = step;
+      if (rc_.skip_spikes || rc_.spike_rollback) return skip(step, loss, grad_norm, "loss spike");
     }
   }
   in_row_ = 0;
@@ -247,6 +256,37 @@ Json StepGuard::roll_back(int64_t step) {
                                {"skipped_data_steps", Json::array({from + 1, step + 1})}}));
   }
   return state;
+}
+
+int64_t StepGuard::replay(const std::function<int64_t(const std::string&)>& resume) {
+  const int64_t spike = spike_step_;
+  spike_step_ = -1;
+  LOOM_CHECK(rollbacks_ < rc_.max_rollbacks)
+      << "step " << spike + 1 << ": a loss spike, and the run has rolled back " << rollbacks_
+      << " times already (resilience.max_rollbacks)";
+  checkpointer_.wait();
+  const std::string ckpt = newest_valid_checkpoint(run_dir_, run_id_, *mesh_.world());
+  LOOM_CHECK(!ckpt.empty()) << "step " << spike + 1
+                            << ": a loss spike and no checkpoint to roll back to (set "
+                            << "train.ckpt_every, or resilience.spike_rollback = false)";
+  const int64_t from = resume(ckpt);
+  ++rollbacks_;
+  in_row_ = 0;
+  recent_losses_.clear();
+  replay_skips_.insert(spike);
+  if (main_) {
+    std::printf(
+        "step %lld: loss spike; rolled back to %s, replaying steps %lld-%lld with their data "
+        "and skipping step %lld's batch\n",
+        (long long)(spike + 1), ckpt.c_str(), (long long)(from + 1), (long long)spike,
+        (long long)(spike + 1));
+    append_event(run_dir_, "rollback",
+                 Json::object({{"step", spike + 1},
+                               {"checkpoint", ckpt},
+                               {"replay_from", from + 1},
+                               {"skipped_batch_step", spike + 1}}));
+  }
+  return from;
 }
 
 void StepGuard::end_step(int64_t step, double data_wait) {

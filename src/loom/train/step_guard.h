@@ -9,7 +9,9 @@
 //    next step's data -- the data from the checkpoint to here is skipped (the way large runs
 //    step past a loss blow-up). More than max_rollbacks rollbacks stop the run with an error.
 //  - a loss more than spike_zscore standard deviations above the last 50 steps' is logged;
-//    with skip_spikes the step is treated as a non-finite one.
+//    with skip_spikes the step is treated as a non-finite one; with spike_rollback too, the run
+//    then rolls back to the newest valid checkpoint and replays the steps from it with their
+//    own data, skipping the spike's batch when it comes again (a rollback: max_rollbacks).
 //  - every straggler_every steps the ranks compare their compute time per step (wall time less
 //    waits on collectives and on data: a slow rank makes the others wait, so wall times are
 //    equal); a rank above straggler_factor x the median of the other ranks is flagged, with
@@ -29,6 +31,8 @@
 #pragma once
 #include <chrono>
 #include <deque>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,7 +77,12 @@ class StepGuard {
   // After a skipped step: whether too many came in a row, and the rollback itself (collective:
   // everything the checkpointer saves comes back).
   bool needs_rollback() const { return in_row_ >= rc_.max_skips_in_row; }
-  Json roll_back(int64_t step);           // returns the loaded checkpoint's trainer_state.json
+  Json roll_back(int64_t step);  // returns the loaded checkpoint's trainer_state.json
+  // A loss spike under spike_rollback: the 0-based step whose batch a replay skips, else -1.
+  int64_t spike_to_replay() const { return spike_step_; }
+  // The replay's rollback: resume(checkpoint) loads the newest valid checkpoint, moves the data
+  // to it and returns its step. Logs a `rollback` event; returns the checkpoint's step.
+  int64_t replay(const std::function<int64_t(const std::string&)>& resume);
   void finish() { report_stragglers(); }  // after the last step: the last comparison
 
   int64_t skipped() const { return skipped_; }
@@ -109,6 +118,8 @@ class StepGuard {
   bool skip(int64_t step, double loss, double grad_norm, const char* why);
   int64_t skipped_ = 0, in_row_ = 0, checked_step_ = -1, rollbacks_ = 0;
   std::deque<double> recent_losses_;
+  int64_t spike_step_ = -1;         // a spike to replay past
+  std::set<int64_t> replay_skips_;  // steps whose batch is skipped (spikes before a replay)
   std::string heartbeat_path_;
   std::chrono::steady_clock::time_point step_start_, last_beat_{};
   double waited_at_start_ = 0, data_at_start_ = 0;

@@ -584,6 +584,19 @@ void train(const Config& cfg, const std::string& resume_from) {
         progress.add_image(image.tag, image.grid, step + 1);
     if ((step + 1) % tc.log_every == 0 || last || step == start_step || !val.is_null() || r.outer)
       progress.log(step, r.loss, r.lr, metrics, run.moe->summary());
+    if (guard.spike_to_replay() >= 0) {  // spike_rollback: back to a checkpoint, and replay
+      step = guard.replay([&](const std::string& ckpt) {
+        int64_t from = 0;
+        prefetch.reset([&] {  // the data, too, goes on from the checkpoint's step
+          from = run.resume(ckpt).at("step").as_int();
+          next_step = from;
+          next_micro = 0;
+        });
+        return from;
+      });
+      --step;  // the loop's ++step: the checkpoint's step is the next to train
+      continue;
+    }
     const bool excluded = guard.excluded_rank() >= 0;
     const bool stop = r.out_of_time || r.preempted || excluded ||
                       (tc.stop_after > 0 && step + 1 == tc.stop_after);
