@@ -15,6 +15,9 @@
 #include "loom/train/preemption.h"
 #include "loom/train/run_directory.h"
 #include "rank_log.h"
+#ifdef LOOM_EMULATED_CUDA
+#include "loom/backend/cuda/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -80,6 +83,12 @@ std::string error_text(const std::exception& e, bool debug) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef LOOM_EMULATED_CUDA
+  // The test build (loom_emulated): the CUDA backend's kernels compiled for the host take the
+  // place of the device's.
+  loom::register_allocator(loom::DeviceType::CUDA, &loom::cuda_emulated::device_allocator());
+  loom::register_backend(loom::DeviceType::CUDA, &loom::cuda_emulated::backend());
+#endif
   loom::cpu::set_wait_policy(argv);  // may start the program again, with the policy set
   const bool debug = take_debug_flag(argc, argv);
   loom::cpu::use_threads(0);  // train sets run.threads once it has read its config

@@ -70,7 +70,9 @@ PY
 
   # Parallel layouts against one process. mxfp8 and fp8_blockwise (16-value tiles here) scale
   # groups that data parallelism splits alike (each rank's rows are whole tiles), so only f32
-  # summation order separates them: 1e-4 (measured: up to 2e-5). Everything else quantises
+  # summation order separates them: 1e-4 (measured: up to 2e-5; LOW_PRECISION_RTOL sets another:
+  # the emulated device's runs against the host's, whose kernels sum in another order, which the
+  # quantiser's rounding boundaries magnify: 3e-4, measured 1.01e-4). Everything else quantises
   # somewhat differently per rank, within 2e-3 (measured: up to 4.6e-4): tensorwise scaling and
   # NVFP4's tensor scale take each rank's own amax (current scaling; delayed scaling too in its
   # first step, before any history exists to share), and tensor parallelism cuts the 32-value
@@ -91,7 +93,9 @@ PY
       esac
       out=$work/$model-$recipe-$layout
       rtol=2e-3
-      case $recipe-$layout in mxfp8-ddp | mxfp8-zero3 | fp8_blockwise-ddp | fp8_blockwise-zero3) rtol=1e-4 ;; esac
+      case $recipe-$layout in
+        mxfp8-ddp | mxfp8-zero3 | fp8_blockwise-ddp | fp8_blockwise-zero3) rtol=${LOW_PRECISION_RTOL:-1e-4} ;;
+      esac
       "$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${lay[@]}" \
         --set run.out_dir="$out" > "$out.log" 2>&1 ||
         { fail "$model $recipe $layout: run failed"; tail -5 "$out.log"; continue; }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "loom/backend/backend.h"
 #include "loom/core/error.h"
 
 namespace loom::dist {
@@ -58,9 +59,10 @@ std::string ProcessGroup::describe() const {
 
 void ProcessGroup::check_tensor(const Tensor& t, const char* what) const {
   LOOM_CHECK(t.defined()) << what << " on group " << name_ << ": undefined tensor";
-  LOOM_CHECK(t.device().type == memory_) << what << " on group " << name_ << ": this backend takes "
-                                         << (memory_ == DeviceType::CPU ? "CPU" : "CUDA")
-                                         << " tensors, got one on " << t.device().str();
+  LOOM_CHECK(t.device().type == memory_ || any_memory_)
+      << what << " on group " << name_ << ": this backend takes "
+      << (memory_ == DeviceType::CPU ? "CPU" : "CUDA") << " tensors, got one on "
+      << t.device().str();
   LOOM_CHECK(t.is_contiguous()) << what << " on group " << name_ << ": tensor of shape "
                                 << t.shape() << " is not contiguous";
   const DType d = t.dtype();
@@ -87,14 +89,27 @@ void ProcessGroup::check_chunked(const Tensor& whole, const Tensor& chunk, const
 
 namespace {
 
+// The first n elements of `from` into `to` (contiguous), in host or device memory.
+void copy_elements(const Tensor& from, const Tensor& to, int64_t n) {
+  if (from.storage() == to.storage() && from.offset() == to.offset()) return;
+  if (from.device().type == DeviceType::CPU && to.device().type == DeviceType::CPU) {
+    std::memcpy(to.data_ptr(), from.data_ptr(), size_t(n) * dtype_size(from.dtype()));
+    return;
+  }
+  backend_for(to.device())
+      .copy(from.as_strided({n}, {1}, from.offset()), to.as_strided({n}, {1}, to.offset()));
+}
+
 void copy_bytes(const Tensor& from, const Tensor& to) {
-  if (from.data_ptr() != to.data_ptr()) std::memcpy(to.data_ptr(), from.data_ptr(), from.nbytes());
+  copy_elements(from, to, from.numel());
 }
 
 }  // namespace
 
 SingleProcessGroup::SingleProcessGroup(std::string name, int world_rank)
-    : ProcessGroup(std::move(name), 0, {world_rank}) {}
+    : ProcessGroup(std::move(name), 0, {world_rank}) {
+  any_memory_ = true;
+}
 
 WorkPtr SingleProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
@@ -135,7 +150,7 @@ WorkPtr SingleProcessGroup::all_to_all_v(const Tensor& in, const std::vector<int
   LOOM_CHECK(in_counts.size() == 1 && out_counts.size() == 1 && in_counts[0] == out_counts[0] &&
              in_counts[0] <= in.numel() && out_counts[0] <= out.numel())
       << "all_to_all_v on group " << name() << ": counts do not match the tensors";
-  std::memcpy(out.data_ptr(), in.data_ptr(), size_t(in_counts[0]) * dtype_size(in.dtype()));
+  copy_elements(in, out, in_counts[0]);
   return finished_work("all_to_all_v");
 }
 

@@ -43,8 +43,9 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return int(world_ranks_.size()); }
   const std::vector<int>& world_ranks() const { return world_ranks_; }
-  std::string describe() const;                       // "dp_shard (world ranks 0, 2)"
-  int64_t bytes_sent() const { return bytes_sent_; }  // by this process through this group
+  std::string describe() const;  // "dp_shard (world ranks 0, 2)"
+  // By this process through this group (a wrapper: through the group it wraps).
+  virtual int64_t bytes_sent() const { return bytes_sent_; }
 
   // In place over t; Avg is Sum divided by size() (not for i64).
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op) = 0;
@@ -75,6 +76,8 @@ class ProcessGroup {
   void count_sent(int64_t bytes, double fraction = 1.0) const;
   // Where the tensors check_tensor accepts live (the NCCL group's device calls: CUDA).
   DeviceType memory_ = DeviceType::CPU;
+  // A group of one member touches no other process's memory: its tensors may be anywhere.
+  bool any_memory_ = false;
 
  private:
   std::string name_;

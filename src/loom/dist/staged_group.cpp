@@ -37,6 +37,8 @@ class StagedGroup final : public ProcessGroup {
   explicit StagedGroup(std::shared_ptr<ProcessGroup> host)
       : ProcessGroup(host->name(), host->rank(), host->world_ranks()), host_(std::move(host)) {}
 
+  int64_t bytes_sent() const override { return host_->bytes_sent(); }  // the host group's wire
+
   WorkPtr all_reduce(const Tensor& t, ReduceOp op) override {
     if (!on_device(t)) return host_->all_reduce(t, op);
     const Tensor h = to_host(t, true);
