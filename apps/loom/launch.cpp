@@ -41,11 +41,18 @@ namespace {
 // cluster takes minutes, far longer than a sensible hang timeout.
 constexpr double kDefaultStartupS = 600;
 
-// The mpirun the build found; LOOM_MPIRUN in the environment names another (a test's wrapper
-// that records what each attempt was given).
-std::string mpirun_program() {
+// mpirun's words for n processes of `self` (this program) on a hostfile ("": here). The
+// mpirun is the one the build found; LOOM_MPIRUN in the environment names another (a test's
+// wrapper that records what each attempt was given).
+std::vector<std::string> mpirun_args(const std::string& self, int64_t n,
+                                     const std::string& hostfile) {
   const char* other = std::getenv("LOOM_MPIRUN");
-  return other && *other ? other : LOOM_MPIRUN;
+  std::vector<std::string> args = {other && *other ? other : LOOM_MPIRUN, "-np", std::to_string(n),
+                                   "--oversubscribe"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  if (!hostfile.empty()) args.insert(args.end(), {"--hostfile", hostfile});
+  args.push_back(self);
+  return args;
 }
 using loom::train::kExitExcluded;
 using loom::train::kExitPreempted;
@@ -332,10 +339,10 @@ size_t count_lines(const std::string& path) {
 std::optional<Exclusion> excluded_by_run(const std::vector<Json>& events) {
   std::optional<Exclusion> found;
   for (const Json& e : events) {
-    const std::string kind = e.at("event").as_string();
-    if (kind == "exclude")
+    const std::string event = e.at("event").as_string();
+    if (event == "exclude")
       found = Exclusion{int(e.at("rank").as_int()), e.at("reason").as_string(), e};
-    if (kind == "replica_mismatch" && e.at("ranks").as_array().size() == 1)
+    if (event == "replica_mismatch" && e.at("ranks").as_array().size() == 1)
       found = Exclusion{int(e.at("ranks").as_array()[0].as_int()), "replica_mismatch", e};
   }
   return found;
@@ -395,11 +402,7 @@ int supervise(const std::string& self, Placement place, const std::vector<std::s
   for (int attempt = 0;; ++attempt) {
     const bool regrouped =
         place.batch_size != asked.batch_size || place.grad_accum != asked.grad_accum;
-    std::vector<std::string> args = {mpirun_program(), "-np", std::to_string(place.processes),
-                                     "--oversubscribe"};
-    if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-    if (!place.hostfile.empty()) args.insert(args.end(), {"--hostfile", place.hostfile});
-    args.push_back(self);
+    std::vector<std::string> args = mpirun_args(self, place.processes, place.hostfile);
     for (const auto& a : attempt == 0 ? command : resuming(command)) args.push_back(a);
     if (regrouped)
       args.insert(args.end(), {"--set", "train.batch_size=" + std::to_string(place.batch_size),
@@ -571,11 +574,6 @@ int64_t check_placement(const LaunchOptions& o) {
 
 int launch(const LaunchOptions& options, const train::Config* config) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args = {mpirun_program(), "-np", std::to_string(options.processes),
-                                   "--oversubscribe"};
-  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  if (!options.hostfile.empty()) args.insert(args.end(), {"--hostfile", options.hostfile});
-  args.push_back(self);
   arm_launcher_signals();
   if (options.max_restarts > 0) {
     LOOM_CHECK(config) << "launch: a supervised job needs its train config";
@@ -590,6 +588,7 @@ int launch(const LaunchOptions& options, const train::Config* config) {
     return supervise(self, place, options.command, int(options.max_restarts), watch, elastic,
                      config->run_dir());
   }
+  std::vector<std::string> args = mpirun_args(self, options.processes, options.hostfile);
   args.insert(args.end(), options.command.begin(), options.command.end());
 
   std::string line;

@@ -5,7 +5,7 @@
 # AdamW state, to 1e-5): equal means every step saw the same 8 samples, none repeated or skipped.
 #  - a rank lost for good (killed at step 7 in every attempt that has it): after its second
 #    failure the job goes on with 2 processes (3 cannot split 8), 4 x 2 micro-batches;
-#  - a rank slowed 4x is flagged as a straggler twice in a row and excluded: the run
+#  - a rank slowed 3x is flagged as a straggler twice in a row and excluded: the run
 #    checkpoints, exits 76, and goes on with 2 processes;
 #  - one replica's weights corrupted (a flipped bit, DDP): the consistency check names it apart
 #    from the majority, and the next attempt goes on without it;
@@ -49,7 +49,7 @@ events lost | grep -q '"event":"elastic","attempt":2,"left_out_rank":3,"host":"t
 same_as_ref lost
 
 # --- a straggler excluded ---
-LOOM_FAULT="slow:rank=1,step=1,factor=4" "$loom" launch -n 4 --min-ranks 2 --max-restarts 2 -- \
+LOOM_FAULT="slow:rank=1,step=1,factor=3" "$loom" launch -n 4 --min-ranks 2 --max-restarts 2 -- \
   train "$cfg" "${common[@]}" --set run.out_dir="$work/slow" --set resilience.straggler_every=2 \
   --set resilience.straggler_factor=2 --set resilience.exclude_stragglers_after=2 \
   > "$work/slow.log" 2>&1 || fail "slow: the job did not complete: $(tail -3 "$work/slow.log")"
@@ -73,7 +73,7 @@ LOOM_FAULT="bitflip:rank=2,step=6" "$loom" launch -n 4 --min-ranks 2 --max-resta
   train "$cfg" "${common[@]}" --set parallel.data_parallel=\"ddp\" --set resilience.consistency_every=3 \
   --set run.out_dir="$work/flip" > "$work/flip.log" 2>&1 ||
   fail "flip: the job did not complete: $(tail -3 "$work/flip.log")"
-events flip | grep -q '"event":"elastic","attempt":1,"left_out_rank":2,"host":"this machine","reason":"replica_mismatch","evidence":{[^}]*"event":"replica_mismatch","step":6,"ranks":\[2\]},"processes":2' &&
+events flip | grep -q '"event":"elastic","attempt":1,"left_out_rank":2,"host":"this machine","reason":"replica_mismatch","evidence":{[^}]*"event":"replica_mismatch","step":6,"ranks":\[2\],"group":"dp"},"processes":2' &&
   ok "flip: rank 2 apart from the majority at step 6, left out (2 processes)" ||
   fail "flip: $(events flip | grep -v started)"
 same_as_ref flip

@@ -17,7 +17,8 @@
 #    ended; one that never starts is ended by `--startup-timeout`, naming it, and restarted;
 #  - a rank slowed to twice its step time is flagged as a straggler (and no other rank is);
 #  - one flipped bit in one replica's weights stops the run at the next consistency check,
-#    naming that rank, before the state is checkpointed;
+#    naming that rank, before the state is checkpointed; so does one in a norm's weight on one
+#    of 4 tensor-parallel ranks (which hold it alike);
 #  - a loss spike (one batch's loss 10x) under resilience.spike_rollback: skipped, the run rolls
 #    back to the last checkpoint, replays the steps after it with the same losses and skips the
 #    spike's batch again; the held-out loss ends within 1% of a run without the spike.
@@ -192,6 +193,13 @@ grep -q "step 10: the replicas of group dp .* differing from the majority: 2 (" 
   echo "ok: $(grep -o 'step 10: the replicas.*' "$work/flip.log" | head -1 | cut -c1-200)" ||
   fail "the mismatch report does not name rank 2: $(grep -m2 error "$work/flip.log")"
 [ ! -d "$work/flip/tiny_gpt/step-000010" ] || fail "the corrupted state was checkpointed"
+# ... and one bit of a norm that tensor parallelism does not split, on one of 4 tp ranks.
+LOOM_FAULT="bitflip:rank=1,step=3,param=norm" "$loom" launch -n 4 -- train "$cfg" "${common[@]}" \
+  --set model.heads=4 --set parallel.tp=4 --set resilience.consistency_every=2 \
+  --set run.out_dir="$work/tpflip" > "$work/tpflip.log" 2>&1 && fail "a flipped bit under tp went unnoticed"
+grep -q "step 4: the tensor-parallel ranks of group tp .* differing from the majority: 1 (" "$work/tpflip.log" &&
+  echo "ok: $(grep -o 'step 4: the tensor-parallel.*' "$work/tpflip.log" | head -1 | cut -c1-200)" ||
+  fail "the tp mismatch report does not name rank 1: $(grep -m2 error "$work/tpflip.log")"
 
 # --- a loss spike (one batch's loss 10x): skip it, roll back, replay, skip its batch again ---
 sp=(--set run.id=cmp --set train.steps=40 --set train.log_every=1 --set model.depth=2

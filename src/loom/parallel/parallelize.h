@@ -88,6 +88,11 @@ class ParallelModel {
   // Whether every rank of replicas() holds piece k alike (not an expert's ZeRO shard, which
   // spreads over all the ranks holding that expert, across HSDP's replicas).
   bool replicated(size_t k) const { return !(zero_experts_ && ep_sharded(pieces_[k])); }
+  // Whether every rank of this rank's tp group holds piece k alike: a parameter tensor
+  // parallelism does not split (a norm, a bias of a row-parallel layer), nor an expert's.
+  bool held_alike_over_tp(size_t k) const {
+    return !tp_sharded(pieces_[k]) && !ep_sharded(pieces_[k]);
+  }
   std::string describe() const;  // "4 processes (dp 4: zero2)"
 
   // The step. Around each micro-step's backward the gradients are exchanged as the strategy

@@ -74,6 +74,8 @@ FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
         f.attempt = value == "*" ? kEveryAttempt : int(to_int(value, text));
       } else if (key == "file") {
         f.file = value;
+      } else if (key == "param") {
+        f.param = value;
       } else {
         LOOM_FAIL() << "LOOM_FAULT: unknown key '" << key << "' in '" << text << "'";
       }
@@ -120,9 +122,12 @@ void FaultPlan::at_startup(int rank) const {
     }
 }
 
-bool FaultPlan::flips_bit(int64_t step, int rank) const {
+bool FaultPlan::flips_bit(int64_t step, int rank, std::string* param) const {
   for (const Fault& f : faults_)
-    if (f.kind == "bitflip" && f.rank == rank && f.step == step) return true;
+    if (f.kind == "bitflip" && f.rank == rank && f.step == step) {
+      if (param) *param = f.param;
+      return true;
+    }
   return false;
 }
 

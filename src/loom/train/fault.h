@@ -11,7 +11,8 @@
 //   spike:step=S,factor=F         every rank's loss of step S is F times larger, and so its
 //                                 gradients (a corrupted batch: a loss spike)
 //   bitflip:rank=R,step=S         rank R flips one bit of its first weight as step S begins
-//                                 (silent data corruption: its replicas now disagree)
+//                                 (silent data corruption: its replicas now disagree); with
+//                                 param=P, of its first piece whose name contains P
 //   stall:rank=R,step=S           rank R stops for good as step S begins (a hung rank: the
 //                                 others' next collective times out)
 //   startup:rank=R,ms=M           rank R takes M ms longer to start up: it sleeps before its
@@ -43,13 +44,14 @@ class FaultPlan {
   bool poisons_loss(int64_t step, int rank) const;   // nan
   double spike(int64_t step) const;                  // spike: F, else 1
   double slowdown(int64_t step, int rank) const;     // slow: F, else 1
-  bool flips_bit(int64_t step, int rank) const;      // bitflip
-  bool damages_checkpoint(int64_t step) const;       // corrupt or truncate at this step
+  // bitflip: whether, and in the first piece whose name contains *param ("": any)
+  bool flips_bit(int64_t step, int rank, std::string* param = nullptr) const;
+  bool damages_checkpoint(int64_t step) const;  // corrupt or truncate at this step
   void after_checkpoint(const std::string& dir, int64_t step, int rank) const;  // corrupt, truncate
 
   static constexpr int kEveryAttempt = -1;  // attempt=*
   struct Fault {
-    std::string kind, file;
+    std::string kind, file, param;
     int rank = 0, attempt = 0;
     int64_t step = 0, ms = 0;
     double factor = 1;

@@ -77,64 +77,98 @@ void StepGuard::begin_step(int64_t step) {
     std::ofstream(heartbeat_path_, std::ios::trunc) << "step " << step + 1 << "\n";
   }
   faults_.at_step_begin(step + 1, rank);
-  if (faults_.flips_bit(step + 1, rank) && !model_.pieces().empty()) {
-    const Tensor& weight = model_.pieces()[0].value;
+  std::string param;
+  if (faults_.flips_bit(step + 1, rank, &param)) {
+    const auto& pieces = model_.pieces();
+    size_t k = 0;
+    while (k < pieces.size() && pieces[k].name.find(param) == std::string::npos) ++k;
+    LOOM_CHECK(k < pieces.size()) << "LOOM_FAULT bitflip: rank " << rank << " holds no piece "
+                                  << "named like '" << param << "'";
+    const Tensor& weight = pieces[k].value;
     const Tensor first = weight.as_strided({1}, {1}, weight.offset());
     const Tensor host = to_device(first, cpu_device());  // the weight itself on the host
-    *static_cast<uint32_t*>(host.data_ptr()) ^= 1u;  // the lowest mantissa bit of the first weight
+    *static_cast<uint32_t*>(host.data_ptr()) ^= 1u;  // the lowest mantissa bit of its first value
     if (!host.is_same(first)) backend_for(weight.device()).copy(host, first);
     std::fprintf(stderr, "LOOM_FAULT: rank %d flipped a bit of %s at step %lld\n", rank,
-                 model_.pieces()[0].name.c_str(), (long long)(step + 1));
+                 pieces[k].name.c_str(), (long long)(step + 1));
   }
 }
 
 void StepGuard::check_replicas(int64_t step) {
   checked_step_ = step;
-  dist::ProcessGroup& replicas = model_.replicas();
-  if (replicas.size() < 2) return;
-  // A hash of this rank's master weights and AdamW moments (i64 travels exactly).
-  uint64_t h = 0;
-  auto hash = [&h](const Tensor& t) {
-    const Tensor host = to_device(t, cpu_device());
-    h = xxh64(host.data_ptr(), host.nbytes(), h);
-  };
-  // Each piece and its two moments (the optimizer's state follows the pieces), where the
-  // replicas hold it alike.
-  const auto state = optimizer_.named_state();
-  for (size_t k = 0; k < model_.pieces().size(); ++k) {
-    if (!model_.replicated(k)) continue;
-    hash(model_.pieces()[k].value);
-    if (2 * k + 1 < state.size()) {
-      hash(state[2 * k].second);
-      hash(state[2 * k + 1].second);
+  // A hash of this rank's pieces (where the group holds them alike) and their AdamW moments.
+  const auto state = optimizer_.named_state();  // exp_avg, exp_avg_sq per piece, in order
+  auto hash_of = [&](const std::function<bool(size_t)>& alike, bool with_layout) {
+    uint64_t h = 0;
+    auto hash = [&h](const Tensor& t) {
+      const Tensor host = to_device(t, cpu_device());
+      h = xxh64(host.data_ptr(), host.nbytes(), h);
+    };
+    for (size_t k = 0; k < model_.pieces().size(); ++k) {
+      if (!alike(k)) continue;
+      const parallel::ParamPiece& p = model_.pieces()[k];
+      if (with_layout) {
+        const std::string where =
+            p.name + "[" + std::to_string(p.begin) + ":" + std::to_string(p.end) + "]";
+        h = xxh64(where.data(), where.size(), h);
+        continue;
+      }
+      hash(p.value);
+      if (2 * k + 1 < state.size()) {
+        hash(state[2 * k].second);
+        hash(state[2 * k + 1].second);
+      }
     }
+    return int64_t(h);
+  };
+  // Data-parallel replicas (DDP ranks, HSDP replicas) hold the same pieces.
+  dist::ProcessGroup& replicas = model_.replicas();
+  if (replicas.size() > 1)
+    compare_hashes(replicas, hash_of([&](size_t k) { return model_.replicated(k); }, false), step,
+                   "replicas");
+  // The ranks of a tensor-parallel group hold the parameters it does not split (norms, biases,
+  // position embeddings) alike -- where their pieces line up (the same names and ranges).
+  if (mesh_.degree("tp") > 1) {
+    dist::ProcessGroup& tp = *mesh_.group("tp");
+    auto alike = [&](size_t k) { return model_.held_alike_over_tp(k); };
+    const std::vector<int64_t> layouts = gather_i64(tp, hash_of(alike, true));
+    if (std::all_of(layouts.begin(), layouts.end(), [&](int64_t x) { return x == layouts[0]; }))
+      compare_hashes(tp, hash_of(alike, false), step, "tensor-parallel ranks");
   }
-  Tensor all = Tensor::empty({replicas.size()}, DType::I64);
-  replicas.all_gather(from_vector(std::vector<int64_t>{int64_t(h)}, {1}), all)->wait();
-  const std::vector<int64_t> hashes = to_vector_i64(all);
+}
+
+std::vector<int64_t> StepGuard::gather_i64(dist::ProcessGroup& group, int64_t value) {
+  Tensor all = Tensor::empty({group.size()}, DType::I64);
+  group.all_gather(from_vector(std::vector<int64_t>{value}, {1}), all)->wait();
+  return to_vector_i64(all);
+}
+
+void StepGuard::compare_hashes(dist::ProcessGroup& group, int64_t h, int64_t step,
+                               const char* what) {
+  const std::vector<int64_t> hashes = gather_i64(group, h);
   if (std::all_of(hashes.begin(), hashes.end(), [&](int64_t x) { return x == hashes[0]; })) return;
-  // The odd ones out: ranks whose hash fewer replicas share than the most common one.
+  // The odd ones out: ranks whose hash fewer members share than the most common one.
   size_t best = 0;
   for (size_t i = 0; i < hashes.size(); ++i)
     if (std::count(hashes.begin(), hashes.end(), hashes[i]) >
         std::count(hashes.begin(), hashes.end(), hashes[best]))
       best = i;
-  // Without a strict majority (say 2 replicas) every rank is suspect.
+  // Without a strict majority (say 2 members) every rank is suspect.
   const bool majority =
       2 * std::count(hashes.begin(), hashes.end(), hashes[best]) > int64_t(hashes.size());
   std::string odd;
   Json ranks = Json::array();
   for (size_t i = 0; i < hashes.size(); ++i)
     if (!majority || hashes[i] != hashes[best]) {
-      const int world_rank = replicas.world_ranks()[i];
+      const int world_rank = group.world_ranks()[i];
       odd += (odd.empty() ? "" : ", ") + std::to_string(world_rank) + " (" +
              hosts_[size_t(world_rank)] + ")";
       ranks.push_back(world_rank);
     }
   if (main_)
     append_event(run_dir_, "replica_mismatch",
-                 Json::object({{"step", step + 1}, {"ranks", ranks}}));
-  LOOM_FAIL() << "step " << step + 1 << ": the replicas of group " << replicas.describe()
+                 Json::object({{"step", step + 1}, {"ranks", ranks}, {"group", group.name()}}));
+  LOOM_FAIL() << "step " << step + 1 << ": the " << what << " of group " << group.describe()
               << " hold different weights or optimizer state; "
               << (majority ? "differing from the majority: " : "no majority among: ") << odd
               << " (silent data corruption?). Stopping before it is checkpointed.";

@@ -22,9 +22,10 @@
 //    with the flags as evidence and exits with kExitExcluded, and `loom launch --min-ranks`
 //    restarts it without that rank.
 //  - every consistency_every steps, and before every checkpoint, the ranks that hold the same
-//    weights (data-parallel replicas) compare a hash of them and of their AdamW moments; a
-//    mismatch (silent data corruption) names the ranks that differ from the majority and stops
-//    the run before the bad state is checkpointed.
+//    weights (data-parallel replicas; a tensor-parallel group for the parameters it does not
+//    split) compare a hash of them and of their AdamW moments; a mismatch (silent data
+//    corruption) names the ranks that differ from the majority and stops the run before the
+//    bad state is checkpointed.
 //  - as a step begins (at most once a second) the rank writes its heartbeat,
 //    run_dir/logs/heartbeat-rank-R, which `loom launch --hang-timeout` watches.
 //  - LOOM_FAULT faults (train/fault.h) fire at their steps.
@@ -114,7 +115,11 @@ class StepGuard {
   std::string run_dir_, run_id_;
   FaultPlan faults_;
   std::vector<std::string> hosts_;    // by world rank
-  void check_replicas(int64_t step);  // collective over the replicas
+  void check_replicas(int64_t step);  // collective over the replicas and the tp group
+  // Collective over group: stops the run (a replica_mismatch event) when the members' hashes h
+  // differ, naming those apart from the majority.
+  void compare_hashes(dist::ProcessGroup& group, int64_t h, int64_t step, const char* what);
+  static std::vector<int64_t> gather_i64(dist::ProcessGroup& group, int64_t value);
   bool skip(int64_t step, double loss, double grad_norm, const char* why);
   int64_t skipped_ = 0, in_row_ = 0, checked_step_ = -1, rollbacks_ = 0;
   std::deque<double> recent_losses_;
