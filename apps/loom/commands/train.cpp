@@ -103,7 +103,7 @@ int train_command(const std::string& config_path, std::vector<std::string> overr
     config = train::load_config(config_path, overrides);
   }
   start_rank_logs(config.run_dir());
-  train::train(config, run.resume_from());
+  train::train(config, run.resume_from(), resume != train::Resume::No);
   return 0;
 }
 

@@ -1,7 +1,12 @@
 #include "loom/train/checkpointer.h"
 
+#include <chrono>
+#include <cstring>
 #include <utility>
 
+#include "loom/backend/backend.h"
+#include "loom/core/hash.h"
+#include "loom/dist/hosts.h"
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
 
@@ -23,6 +28,7 @@ Checkpointer::Checkpointer(const dist::DeviceMesh& mesh, parallel::ParallelModel
 
 Checkpointer::~Checkpointer() {
   if (saver_.joinable()) saver_.join();
+  if (memory_saver_.joinable()) memory_saver_.join();
 }
 
 void Checkpointer::wait() {
@@ -120,7 +126,149 @@ Json Checkpointer::load(const std::string& ckpt_dir) {
                   span_of(model_, c, span));
   model_.sync_parameters();
   optimizer_.set_steps_taken(state.at("optimizer_steps").as_int());
+  // In-memory copies newer than this checkpoint belong to a past the run no longer follows.
+  if (memory_) {
+    wait_memory();
+    memory_->forget();
+  }
   return state;
+}
+
+// ---- In-memory copies ------------------------------------------------------------------------
+
+namespace {
+
+// A test places ranks on hosts of their own on one machine: LOOM_RANKS_PER_HOST=K names the
+// host of rank r "<host>-<r / K>" (docs/resilience.md).
+std::string memory_host(int rank) {
+  const char* k = std::getenv("LOOM_RANKS_PER_HOST");
+  if (!k || !*k) return dist::this_host();
+  const int per_host = std::atoi(k);
+  LOOM_CHECK(per_host > 0) << "LOOM_RANKS_PER_HOST=" << k << ": expected a count > 0";
+  return dist::this_host() + "-" + std::to_string(rank / per_host);
+}
+
+void copy_bytes(const Tensor& from, void* to) {
+  const Tensor host = from.device() == cpu_device() ? from : to_device(from, cpu_device());
+  std::memcpy(to, host.data_ptr(), host.nbytes());
+}
+
+}  // namespace
+
+void Checkpointer::keep_in_memory(const std::string& root, const std::string& run_id,
+                                  const std::string& config_toml) {
+  dist::ProcessGroup& world = *group_;
+  memory_group_ = world.split(0, world.rank(), "memory_checkpoint");
+  memory_ =
+      std::make_unique<PeerStore>(root, run_id, *memory_group_, memory_host(memory_group_->rank()));
+  config_hash_ = xxh64(config_toml.data(), config_toml.size());
+}
+
+std::vector<std::pair<std::string, Tensor>> Checkpointer::held_pieces() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const std::vector<parallel::PieceSpan> spans = model_.piece_spans(/*share=*/false);
+  for (const PieceValues& c : contents(/*saving=*/false, layout_.worker))
+    for (const parallel::PieceSpan& span : spans)
+      out.emplace_back(name_of(model_, c, span) + ":" + std::to_string(span.begin),
+                       span_of(model_, c, span));
+  return out;
+}
+
+uint64_t Checkpointer::memory_layout(
+    const std::vector<std::pair<std::string, Tensor>>& pieces) const {
+  std::string text = std::to_string(memory_group_->size()) + " " +
+                     std::to_string(memory_group_->rank()) + " " + std::to_string(config_hash_);
+  for (const auto& [name, t] : pieces)
+    text += "\n" + name + " " + std::to_string(t.numel()) + " " + dtype_name(t.dtype());
+  return xxh64(text.data(), text.size());
+}
+
+void Checkpointer::wait_memory() {
+  if (memory_saver_.joinable()) memory_saver_.join();
+  if (memory_error_) std::rethrow_exception(std::exchange(memory_error_, nullptr));
+}
+
+// The payload: trainer_state.json's length (8 bytes) and text, padded to 8 bytes, then every
+// piece's bytes in held_pieces() order.
+void Checkpointer::save_to_memory(int64_t step, const Json& state) {
+  LOOM_CHECK(memory_) << "in-memory checkpoints are off (resilience.memory_checkpoint_every)";
+  const auto begin = std::chrono::steady_clock::now();
+  if (layout_.settle) layout_.settle(false);
+  const auto pieces = held_pieces();
+  const std::string text = state.dump();
+  const size_t head = 8 + (text.size() + 7) / 8 * 8;
+  size_t bytes = head;
+  for (const auto& [name, t] : pieces) bytes += t.nbytes();
+  wait_memory();  // one copy at a time
+  Tensor payload = Tensor::empty({int64_t(bytes)}, DType::U8, cpu_device(), MemCategory::Other);
+  char* at = static_cast<char*>(payload.data_ptr());
+  const uint64_t length = text.size();
+  std::memset(at, 0, head);
+  std::memcpy(at, &length, 8);
+  std::memcpy(at + 8, text.data(), text.size());
+  at += head;
+  for (const auto& [name, t] : pieces) {
+    copy_bytes(t, at);
+    at += t.nbytes();
+  }
+  const uint64_t layout = memory_layout(pieces);
+  memory_saver_ = std::thread([this, step, layout, payload] {
+    try {
+      memory_->save(step, layout, payload);
+    } catch (...) {
+      memory_error_ = std::current_exception();
+    }
+  });
+  memory_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ++memory_saves_;
+}
+
+Json Checkpointer::load_from_memory(int64_t not_before) {
+  LOOM_CHECK(memory_) << "in-memory checkpoints are off (resilience.memory_checkpoint_every)";
+  wait_memory();
+  if (layout_.settle) layout_.settle(true);
+  const auto pieces = held_pieces();
+  const PeerStore::Found found = memory_->find(memory_layout(pieces), not_before);
+  const bool main = memory_group_->rank() == 0;
+  if (found.step < 0) {
+    if (main) std::printf("memory checkpoint: none to restore (%s)\n", found.why_not.c_str());
+    return Json();
+  }
+  const Tensor payload = memory_->fetch(found);
+  const char* at = static_cast<const char*>(payload.data_ptr());
+  uint64_t length = 0;
+  std::memcpy(&length, at, 8);
+  const Json state = Json::parse(std::string(at + 8, length), "an in-memory trainer state");
+  at += 8 + (length + 7) / 8 * 8;
+  for (const auto& [name, t] : pieces) {
+    if (t.device() == cpu_device()) {
+      std::memcpy(t.data_ptr(), at, t.nbytes());
+    } else {
+      const Tensor host = Tensor::empty(t.shape(), t.dtype(), cpu_device(), MemCategory::Other);
+      std::memcpy(host.data_ptr(), at, t.nbytes());
+      backend_for(t.device()).copy(host, t);
+    }
+    at += t.nbytes();
+  }
+  LOOM_CHECK(at == static_cast<const char*>(payload.data_ptr()) + payload.nbytes())
+      << "memory checkpoint: the copy of step " << found.step << " holds more than this rank";
+  model_.sync_parameters();
+  optimizer_.set_steps_taken(state.at("optimizer_steps").as_int());
+  if (main) {
+    std::string buddies;
+    for (int r : found.from_buddy) buddies += (buddies.empty() ? "" : ", ") + std::to_string(r);
+    std::printf("memory checkpoint: restoring step %lld from memory (%s)\n", (long long)found.step,
+                buddies.empty() ? "every rank its own copy"
+                                : ("ranks " + buddies + " from their buddies' copies").c_str());
+  }
+  return state;
+}
+
+void Checkpointer::forget_memory() {
+  if (!memory_) return;
+  wait_memory();
+  memory_->forget();
 }
 
 }  // namespace loom::train

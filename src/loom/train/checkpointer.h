@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "loom/checkpoint/peer_store.h"
 #include "loom/core/json.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/optim/adamw.h"
@@ -62,11 +63,35 @@ class Checkpointer {
   // Blocks until a checkpoint being written is complete; rethrows its error.
   void wait();
 
+  // In-memory checkpoints (resilience.memory_checkpoint_every, checkpoint/peer_store.h), kept
+  // under root for the run; config_toml: the run's settings (a copy restores only the same).
+  // Collective.
+  void keep_in_memory(const std::string& root, const std::string& run_id,
+                      const std::string& config_toml);
+  bool in_memory() const { return bool(memory_); }
+  // Collective: copies everything this rank holds now (the step waits for that copy only); the
+  // buddy's copy and the files are made on a background thread.
+  void save_to_memory(int64_t step, const Json& state);
+  // Collective: restores everything from the newest step >= not_before of which every rank
+  // finds an in-memory copy of its layout; returns its trainer_state.json, or null (saying
+  // why) when there is none.
+  Json load_from_memory(int64_t not_before);
+  // This rank's in-memory copies removed (a run trained to its end).
+  void forget_memory();
+  // Seconds the steps waited for in-memory copies, and how many were taken.
+  double memory_seconds() const { return memory_seconds_; }
+  int64_t memory_saves() const { return memory_saves_; }
+
  private:
   // What this rank writes (saving) or reads (loading: the shared state on every worker too).
   // What is saved or loaded; `worker`: whose per-worker state (DiLoCo; this rank's worker when
   // saving, the checkpoint's worker it continues when loading).
   std::vector<PieceValues> contents(bool saving, int64_t worker) const;
+  // What this rank holds, in order (an in-memory copy's pieces), and the hash of their names,
+  // ranges and dtypes with the world, the rank and the settings (the copy's layout).
+  std::vector<std::pair<std::string, Tensor>> held_pieces() const;
+  uint64_t memory_layout(const std::vector<std::pair<std::string, Tensor>>& pieces) const;
+  void wait_memory();
   parallel::ParallelModel& model_;
   optim::AdamW& optimizer_;
   std::function<std::vector<PieceState>()> extra_;
@@ -79,6 +104,15 @@ class Checkpointer {
   std::shared_ptr<dist::ProcessGroup> group_;
   std::thread saver_;
   std::exception_ptr save_error_;
+  // In-memory copies: their own group (their background thread's transfers never interleave
+  // with the step's or a disk save's), the store, the config's hash, the copying thread.
+  std::shared_ptr<dist::ProcessGroup> memory_group_;
+  std::unique_ptr<PeerStore> memory_;
+  uint64_t config_hash_ = 0;
+  std::thread memory_saver_;
+  std::exception_ptr memory_error_;
+  double memory_seconds_ = 0;
+  int64_t memory_saves_ = 0;
 };
 
 }  // namespace loom::train

@@ -443,6 +443,14 @@ Config read_config(ConfigFile& f) {
   r.spike_zscore = f.get_double("resilience", "spike_zscore", r.spike_zscore);
   r.consistency_every = f.get_int("resilience", "consistency_every", r.consistency_every);
   r.preempt_signals = f.get_string("resilience", "preempt_signals", r.preempt_signals);
+  r.memory_checkpoint_every =
+      f.get_int("resilience", "memory_checkpoint_every", r.memory_checkpoint_every);
+  r.memory_store = f.get_string("resilience", "memory_store", r.memory_store);
+  LOOM_CHECK(r.memory_checkpoint_every >= 0)
+      << "config " << path << ": resilience.memory_checkpoint_every must be >= 0 (0: off)";
+  LOOM_CHECK(r.memory_checkpoint_every == 0 || !r.memory_store.empty())
+      << "config " << path << ": resilience.memory_store is empty; name the directory of a "
+      << "memory file system (/dev/shm)";
   try {
     parse_signal_names(r.preempt_signals);
   } catch (const Error& e) {

@@ -117,6 +117,10 @@ struct ResilienceConfig {
   int64_t consistency_every = 100;  // steps between replica weight-hash comparisons (0: off)
   // Signals that preempt the run: checkpoint, then exit 75 (train/preemption.h); "" : none.
   std::string preempt_signals = "TERM,INT,USR1";
+  // In-memory checkpoints every N steps (0: off): each rank's copy in its machine's memory
+  // file system and one at a buddy on another machine (checkpoint/peer_store.h).
+  int64_t memory_checkpoint_every = 0;
+  std::string memory_store = "/dev/shm";
 };
 
 struct SampleConfig {

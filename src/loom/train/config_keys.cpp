@@ -300,6 +300,12 @@ const std::vector<ConfigKey> kKeys = {
      "steps between comparisons of the replicas' weight hashes (0: off)"},
     {"resilience.preempt_signals", "", "string", "\"TERM,INT,USR1\"", "signal names, or \"\"", "",
      "signals that checkpoint the run and exit 75"},
+    {"resilience.memory_checkpoint_every", "", "integer", "0", ">= 0", "",
+     "steps between in-memory checkpoints: each rank's state in its machine's memory and a "
+     "copy at a buddy rank on another machine; a restart at the same layout restores from "
+     "them, falling back to disk (0: off)"},
+    {"resilience.memory_store", "", "string", "\"/dev/shm\"", "a directory", "",
+     "where in-memory checkpoints are kept: a memory file system on every machine"},
 };
 
 std::string section_of(const std::string& name) {

@@ -173,8 +173,10 @@ Decision decide(const std::string& dir, const std::string& wanted_id,
     if (resume == Resume::Latest)
       throw RunRefused("--resume: run " + d.id + " in " + dir + " has no checkpoint yet (" + used +
                        "); --resume auto starts it again from step 0");
-    std::printf("resume auto: run %s in %s has no checkpoint yet; starting from step 0\n",
-                d.id.c_str(), dir.c_str());
+    std::printf(
+        "resume auto: run %s in %s has no checkpoint on disk yet; it starts from step 0 "
+        "unless in-memory checkpoints restore it\n",
+        d.id.c_str(), dir.c_str());
   }
   return d;
 }

@@ -12,6 +12,7 @@
 
 #include "loom/backend/backend.h"
 #include "loom/checkpoint/sharded.h"
+#include "loom/dist/hosts.h"
 #include "loom/dist/work.h"
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
@@ -24,25 +25,6 @@ namespace {
 
 Json finite_or_text(double v) {
   return std::isfinite(v) ? Json(v) : Json(std::to_string(v));
-}
-
-// Every rank's host name (up to 63 bytes), gathered as i64 words.
-std::vector<std::string> gather_hosts(dist::ProcessGroup& world) {
-  constexpr int64_t kWords = 8;
-  char name[kWords * 8] = {};
-  ::gethostname(name, sizeof name - 1);
-  std::vector<int64_t> mine(kWords);
-  std::memcpy(mine.data(), name, sizeof name);
-  Tensor out = Tensor::empty({kWords * world.size()}, DType::I64);
-  world.all_gather(from_vector(mine, {kWords}), out)->wait();
-  const std::vector<int64_t> all = to_vector_i64(out);
-  std::vector<std::string> hosts;
-  for (int r = 0; r < world.size(); ++r) {
-    char h[kWords * 8 + 1] = {};
-    std::memcpy(h, all.data() + r * kWords, kWords * 8);
-    hosts.emplace_back(h);
-  }
-  return hosts;
 }
 
 }  // namespace
@@ -59,7 +41,7 @@ StepGuard::StepGuard(const Config& cfg, const dist::DeviceMesh& mesh,
       run_dir_(std::move(run_dir)),
       run_id_(cfg.run.id),
       faults_(FaultPlan::from_env()),
-      hosts_(gather_hosts(*mesh.world())),
+      hosts_(dist::gather_names(*mesh.world(), dist::this_host())),
       heartbeat_path_(run_dir_ + "/logs/heartbeat-rank-" + std::to_string(mesh.world()->rank())) {
   std::filesystem::create_directories(run_dir_ + "/logs");
 }

@@ -307,6 +307,8 @@ struct RunParts {
     checkpointer = std::make_unique<Checkpointer>(
         mesh, *model, *optimizer, [this] { return per_worker_state(); }, cfg.spec().name,
         cfg.run_dir(), tc.async_checkpoint, tc.keep_checkpoints, workers);
+    if (cfg.resilience.memory_checkpoint_every > 0)
+      checkpointer->keep_in_memory(cfg.resilience.memory_store, cfg.run.id, cfg.resolved_toml);
   }
 
   // The recipe's per-piece state (an EMA) and DiLoCo's, which each worker keeps its own of.
@@ -319,7 +321,11 @@ struct RunParts {
 
   // Every part from a checkpoint; returns its trainer_state.json.
   Json resume(const std::string& checkpoint) {
-    const Json state = checkpointer->load(checkpoint);
+    return resume_parts(checkpointer->load(checkpoint));
+  }
+
+  // Every part but the checkpointer's from a checkpoint's trainer_state.json.
+  Json resume_parts(const Json& state) {
     decay.resume(state);
     recipe->resume(state);
     moe->resume(state);
@@ -331,6 +337,10 @@ struct RunParts {
   // Collective: every rank writes its pieces of the checkpoint after `done` steps, and what
   // each part records in trainer_state.json (data_state: where the data resumes).
   std::string save(int64_t done, const Json& data_state) {
+    return checkpointer->save(done, trainer_state(done, data_state));
+  }
+
+  Json trainer_state(int64_t done, const Json& data_state) const {
     Json state = Json::object({{"model_kind", cfg.spec().name},
                                {"run_id", cfg.run.id},
                                {"step", done},
@@ -342,7 +352,7 @@ struct RunParts {
           moe->state(), low_precision ? low_precision->state() : Json()})
       if (part.is_object())
         for (const auto& [key, value] : part.items()) state.set(key, value);
-    return checkpointer->save(done, state);
+    return state;
   }
 
   const Config& cfg;
@@ -511,14 +521,55 @@ void finish(RunParts& run, Progress& progress, const plan::StepShape& spec, int6
 
 }  // namespace
 
-void train(const Config& cfg, const std::string& resume_from) {
+// Resuming: from the in-memory copies when every rank finds one of a step at least as new as
+// the disk checkpoint, else from the disk checkpoint (if any). Returns the step to go on from
+// and says where it came from (`from`: the checkpoint, or "memory") and in how many seconds.
+int64_t resume_run(RunParts& run, const std::string& disk, std::string& from, double& seconds) {
+  const auto begin = Clock::now();
+  const int64_t disk_step =
+      disk.empty() ? 0 : std::stoll(fs::path(disk).filename().string().substr(5));  // step-N
+  int64_t step = -1;
+  from = disk;
+  if (run.checkpointer->in_memory()) {
+    const Json state = run.checkpointer->load_from_memory(disk_step);
+    if (!state.is_null()) {
+      step = run.resume_parts(state).at("step").as_int();
+      from = "memory";
+    } else {
+      run.checkpointer->forget_memory();  // copies no restore can use
+    }
+  }
+  if (step < 0 && !disk.empty()) step = run.resume(disk).at("step").as_int();
+  seconds = seconds_since(begin);
+  return std::max<int64_t>(step, 0);
+}
+
+// What in-memory copies cost the steps; at the run's end (its last step trained) they go.
+void report_memory_copies(RunParts& run, int64_t step, double step_seconds) {
+  Checkpointer& c = *run.checkpointer;
+  if (run.rank == 0 && c.memory_saves() > 0) {
+    const double each = c.memory_seconds() / double(c.memory_saves());
+    std::printf(
+        "in-memory checkpoints: %lld, each holding its step %.1f ms (%.2f%% of a step every %lld "
+        "steps)\n",
+        (long long)c.memory_saves(), 1e3 * each,
+        100 * each / (step_seconds * double(run.cfg.resilience.memory_checkpoint_every)),
+        (long long)run.cfg.resilience.memory_checkpoint_every);
+  }
+  if (step == run.decay.end_step()) c.forget_memory();
+}
+
+void train(const Config& cfg, const std::string& resume_from, bool resuming) {
   const TrainLoopConfig& tc = cfg.train;
   const std::string run_dir = cfg.run_dir();
   set_allow_tf32(tc.tf32);
   RunParts run(cfg);
   int64_t start_step = 0;
-  if (!resume_from.empty()) {
-    start_step = run.resume(resume_from).at("step").as_int();
+  std::string restored_from = resume_from;
+  double restore_seconds = 0;
+  if (resuming || !resume_from.empty())
+    start_step = resume_run(run, resume_from, restored_from, restore_seconds);
+  if (start_step > 0) {
     if (finished_already(run, start_step)) {
       std::printf(
           "%s is finished: its %lld steps are trained and evaluated (eval.json, report.html); "
@@ -527,10 +578,13 @@ void train(const Config& cfg, const std::string& resume_from) {
           run_dir.c_str(), (long long)start_step, run_dir.c_str());
       return;
     }
-    std::printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)start_step);
+    std::printf("resumed from %s at step %lld (restored in %.3f s)\n", restored_from.c_str(),
+                (long long)start_step, restore_seconds);
     if (run.rank == 0)
-      append_event(run_dir, "resumed",
-                   Json::object({{"step", start_step}, {"checkpoint", resume_from}}));
+      append_event(
+          run_dir, "resumed",
+          Json::object(
+              {{"step", start_step}, {"checkpoint", restored_from}, {"seconds", restore_seconds}}));
   }
   announce(run, start_step);
 
@@ -605,6 +659,9 @@ void train(const Config& cfg, const std::string& resume_from) {
           guard.checkpoint(step, [&] { return run.save(step + 1, step_loop.data_state); });
       if (run.rank == 0) std::printf("checkpoint %s\n", dir.c_str());
     }
+    const int64_t in_memory_every = cfg.resilience.memory_checkpoint_every;
+    if (in_memory_every > 0 && (step + 1) % in_memory_every == 0 && !last && !stop)
+      run.checkpointer->save_to_memory(step + 1, run.trainer_state(step + 1, step_loop.data_state));
     if (r.preempted) guard.finish_preempted(step + 1);
     if (excluded) guard.finish_excluded(step + 1);
     if (stop) {
@@ -621,7 +678,10 @@ void train(const Config& cfg, const std::string& resume_from) {
   guard.finish();
   profiler.finish();         // a run stopped inside the profile window still writes its trace
   run.checkpointer->wait();  // the last checkpoint is complete before the run reports or exits
-  disarm_preemption();       // nothing left to save: a signal ends evaluation and sampling at once
+  if (run.checkpointer->in_memory())
+    report_memory_copies(run, step,
+                         train_seconds / double(std::max<int64_t>(step - start_step, 1)));
+  disarm_preemption();  // nothing left to save: a signal ends evaluation and sampling at once
   finish(run, progress, spec, step, step - start_step, train_seconds);
 }
 

@@ -10,8 +10,10 @@
 namespace loom::train {
 
 // Trains per `config` in config.run_dir() (opened by RunDirectory, train/run_directory.h):
-// from step 0, or from the checkpoint resume_from.
-void train(const Config& config, const std::string& resume_from);
+// from step 0, or from the checkpoint resume_from. resuming (--resume): in-memory checkpoints
+// (resilience.memory_checkpoint_every) newer than resume_from, if every rank finds its own,
+// are restored instead.
+void train(const Config& config, const std::string& resume_from, bool resuming = false);
 
 // Refuses a run that cannot fit, before anything is built: plan::memory_lower_bound of one
 // micro-step against run.memory_limit_mb, or the machine's memory. A lower bound, so it never
