@@ -36,6 +36,10 @@ class PeerStoreFiles : public TempDirTest {
     const auto* p = static_cast<const uint8_t*>(t.data_ptr());
     return {p, p + t.numel()};
   }
+  static std::vector<uint8_t> values(const PeerStore::Payload& p) {
+    const auto* b = reinterpret_cast<const uint8_t*>(p.data);
+    return {b, b + p.size};
+  }
   dist::SingleProcessGroup group_{"memory"};
 };
 

@@ -1,6 +1,7 @@
 #include "loom/checkpoint/peer_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/core/hash.h"
@@ -32,6 +34,7 @@ struct Header {
 static_assert(sizeof(Header) == 40);
 
 constexpr int kTagHeader = 71, kTagPayload = 72;
+constexpr int64_t kPieceBytes = int64_t(8) << 20;  // a save's transfers go in pieces of 8 MiB
 
 Header header_of(int64_t step, uint64_t layout, const Tensor& payload) {
   Header h;
@@ -82,46 +85,53 @@ void write_copy(const std::string& path, const Header& h, const Tensor& payload)
   fs::rename(temp, path);
 }
 
-// A copy read whole and checked; `why` says what is wrong with it (then the tensor is empty).
+// A copy as found: its header and, read whole, its payload mapped (MAP_POPULATE: the pages
+// are the memory file system's own, mapped in one go) and checked; `why` says what is wrong
+// with it (then there is no payload).
 struct Copy {
   Header header{};
-  Tensor payload;
+  PeerStore::Payload payload;
   std::string why;
 };
 
-Copy read_copy(const std::string& path) {
+Copy read_copy(const std::string& path, bool whole) {
   Copy c;
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) {
     c.why = std::string("cannot open it: ") + std::strerror(errno);
     return c;
   }
-  auto read_all = [fd](void* data, size_t n) {
-    char* p = static_cast<char*>(data);
-    while (n > 0) {
-      const ssize_t r = ::read(fd, p, n);
-      if (r <= 0) return false;
-      p += r;
-      n -= size_t(r);
-    }
-    return true;
-  };
   const uint64_t file_bytes = uint64_t(fs::file_size(path));
-  if (!read_all(&c.header, sizeof c.header) || std::memcmp(c.header.magic, kMagic, 8) != 0) {
+  if (::pread(fd, &c.header, sizeof c.header, 0) != ssize_t(sizeof c.header) ||
+      std::memcmp(c.header.magic, kMagic, 8) != 0) {
     c.why = "it is not a memory checkpoint copy";
   } else if (file_bytes != sizeof(Header) + c.header.payload_bytes) {
     c.why = "it holds " + std::to_string(file_bytes) + " bytes, its header says " +
             std::to_string(sizeof(Header) + c.header.payload_bytes);
-  } else {
-    c.payload = payload_tensor(c.header.payload_bytes);
-    if (!read_all(c.payload.data_ptr(), c.header.payload_bytes))
-      c.why = "it cannot be read whole";
-    else if (xxh64(c.payload.data_ptr(), c.payload.nbytes()) != c.header.payload_xxh64)
-      c.why = "its bytes do not match their checksum";
+  } else if (whole) {
+    void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (map == MAP_FAILED) {
+      c.why = std::string("cannot map it: ") + std::strerror(errno);
+    } else {
+      c.payload.keep =
+          std::shared_ptr<void>(map, [file_bytes](void* m) { ::munmap(m, file_bytes); });
+      c.payload.data = static_cast<const char*>(map) + sizeof(Header);
+      c.payload.size = c.header.payload_bytes;
+      if (xxh64(c.payload.data, c.payload.size) != c.header.payload_xxh64) {
+        c.why = "its bytes do not match their checksum";
+        c.payload = {};
+      }
+    }
   }
   ::close(fd);
-  if (!c.why.empty()) c.payload = Tensor();
   return c;
+}
+
+// A payload as a tensor (to send it).
+Tensor tensor_of(const PeerStore::Payload& p) {
+  Tensor t = payload_tensor(p.size);
+  std::memcpy(t.data_ptr(), p.data, p.size);
+  return t;
 }
 
 // The copies of one rank this rank's machine holds, as found: (step, layout), newest first.
@@ -201,13 +211,18 @@ void PeerStore::save(int64_t step, uint64_t layout, const Tensor& payload) {
     LOOM_CHECK(std::memcmp(theirs.magic, kMagic, 8) == 0 && theirs.step == step)
         << "memory checkpoint: rank " << held_for_ << " sent no copy of step " << step;
     const Tensor held = payload_tensor(theirs.payload_bytes);
-    r = group_.recv(held, held_for_, kTagPayload);
-    s = group_.send(payload, buddy(), kTagPayload);
-    r->wait();
-    s->wait();
-    LOOM_CHECK(xxh64(held.data_ptr(), held.nbytes()) == theirs.payload_xxh64)
-        << "memory checkpoint: the copy of rank " << held_for_ << "'s step " << step
-        << " arrived damaged";
+    // In pieces: the step's own transfers, queued on the same communication thread, go between.
+    const int64_t most = std::max(theirs.payload_bytes, mine.payload_bytes);
+    for (int64_t at = 0; at < most; at += kPieceBytes) {
+      auto piece = [at](const Tensor& t) {
+        return t.as_strided({std::clamp<int64_t>(t.numel() - at, 0, kPieceBytes)}, {1}, at);
+      };
+      r = at < held.numel() ? group_.recv(piece(held), held_for_, kTagPayload) : nullptr;
+      s = at < payload.numel() ? group_.send(piece(payload), buddy(), kTagPayload) : nullptr;
+      if (r) r->wait();
+      if (s) s->wait();
+    }
+    // (Its checksum, the sender's, is checked when a restore reads it.)
     write_copy(path("held", held_for_, step), theirs, held);
   }
   write_copy(path("own", rank_, step), mine, payload);
@@ -221,22 +236,30 @@ void PeerStore::save(int64_t step, uint64_t layout, const Tensor& payload) {
 
 PeerStore::Found PeerStore::find(uint64_t layout, int64_t not_before) {
   // What this machine holds of this rank's and of the rank it keeps a copy for.
-  auto usable = [this](const char* kind, int rank) {
+  // Its own copies are read whole and checked (the newest kept for fetch()); the copies it
+  // holds for another only where one is asked for (fetch()).
+  cached_ = {};
+  cached_step_ = -1;
+  auto usable = [this](const char* kind, int rank, bool whole) {
     Found2 found;
     for (int64_t step : steps_of(kind, rank)) {
       const std::string p = path(kind, rank, step);
-      const Copy c = read_copy(p);
+      Copy c = read_copy(p, whole);
       if (c.why.empty())
         found.emplace_back(step, c.header.layout);
       else
         std::printf("memory checkpoint: passing over %s: %s\n", p.c_str(), c.why.c_str());
+      if (c.why.empty() && whole && !cached_.ok()) {
+        cached_step_ = step;
+        cached_ = std::move(c.payload);
+      }
       if (found.size() == 2) break;
     }
     found.resize(2, {-1, 0});
     return found;
   };
-  const Found2 own = usable("own", rank_);
-  const Found2 held = group_.size() > 1 ? usable("held", held_for_) : Found2(2, {-1, 0});
+  const Found2 own = usable("own", rank_, true);
+  const Found2 held = group_.size() > 1 ? usable("held", held_for_, false) : Found2(2, {-1, 0});
   std::vector<int64_t> mine{int64_t(layout)};
   for (const Found2* f : {&own, &held})
     for (auto [s, l] : *f) mine.insert(mine.end(), {s, int64_t(l)});
@@ -283,43 +306,53 @@ PeerStore::Found PeerStore::find(uint64_t layout, int64_t not_before) {
   return f;
 }
 
-Tensor PeerStore::fetch(const Found& found) {
+PeerStore::Payload PeerStore::fetch(const Found& found) {
   LOOM_CHECK(found.step >= 0) << "memory checkpoint: nothing to fetch";
   auto needs = [&](int r) {
     return std::find(found.from_buddy.begin(), found.from_buddy.end(), r) != found.from_buddy.end();
   };
-  auto read = [&](const char* kind, int rank) {
-    Copy c = read_copy(path(kind, rank, found.step));
-    LOOM_CHECK(c.why.empty()) << "memory checkpoint: " << path(kind, rank, found.step) << ": "
-                              << c.why;
-    return c;
-  };
-  // The rank this one keeps a copy for gets it first (sent while this rank's own arrives).
+  // The rank this one keeps a copy for gets it first (sent while this rank's own arrives); a
+  // copy that fails its checks is sent as a header of step -1 and no bytes.
   dist::WorkPtr sent_header, sent_payload;
-  Copy theirs;
-  Tensor their_header;
+  Tensor their_header, their_payload;
   if (group_.size() > 1 && needs(held_for_)) {
-    theirs = read("held", held_for_);
+    const std::string p = path("held", held_for_, found.step);
+    Copy theirs = read_copy(p, true);
+    if (!theirs.why.empty()) {
+      std::printf("memory checkpoint: %s: %s\n", p.c_str(), theirs.why.c_str());
+      theirs.header.step = -1;
+    }
     their_header = bytes_of(theirs.header);
     sent_header = group_.send(their_header, held_for_, kTagHeader);
-    sent_payload = group_.send(theirs.payload, held_for_, kTagPayload);
+    if (theirs.why.empty()) {
+      their_payload = tensor_of(theirs.payload);
+      sent_payload = group_.send(their_payload, held_for_, kTagPayload);
+    }
   }
-  Tensor payload;
+  Payload payload;
   if (needs(rank_)) {
     const Tensor header_bytes = bytes_of(Header{});
     group_.recv(header_bytes, buddy(), kTagHeader)->wait();
     Header h;
     std::memcpy(&h, header_bytes.data_ptr(), sizeof h);
-    payload = payload_tensor(h.payload_bytes);
-    group_.recv(payload, buddy(), kTagPayload)->wait();
-    LOOM_CHECK(xxh64(payload.data_ptr(), payload.nbytes()) == h.payload_xxh64)
-        << "memory checkpoint: the copy of step " << found.step << " from rank " << buddy()
-        << " arrived damaged";
+    if (h.step == found.step) {
+      const Tensor received = payload_tensor(h.payload_bytes);
+      group_.recv(received, buddy(), kTagPayload)->wait();
+      if (xxh64(received.data_ptr(), received.nbytes()) == h.payload_xxh64)
+        payload = {static_cast<const char*>(received.data_ptr()), size_t(received.nbytes()),
+                   std::make_shared<Tensor>(received)};
+      else
+        std::printf("memory checkpoint: rank %d's copy of step %lld arrived damaged\n", buddy(),
+                    (long long)found.step);
+    }
+  } else if (cached_step_ == found.step) {
+    payload = std::exchange(cached_, {});
   } else {
-    payload = read("own", rank_).payload;
+    payload = read_copy(path("own", rank_, found.step), true).payload;
   }
   if (sent_header) sent_header->wait();
   if (sent_payload) sent_payload->wait();
+  cached_ = {};
   return payload;
 }
 

@@ -16,6 +16,7 @@
 // so at most two steps' copies exist, one only while a save is under way.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,21 @@ class PeerStore {
     std::string why_not;
     std::vector<int> from_buddy;  // the ranks whose own copy is gone: their buddy sends it
   };
-  // Collective: checks every copy this rank's machine holds (a copy that fails its checksum is
-  // named and passed over). layout: this rank's.
+  // A copy's payload: data and size, kept valid by `keep` (a mapping of the copy's file, or the
+  // memory it was received into); data is null where there is none.
+  struct Payload {
+    const char* data = nullptr;
+    size_t size = 0;
+    std::shared_ptr<const void> keep;
+    bool ok() const { return data != nullptr; }
+  };
+
+  // Collective: checks this rank's own copies whole (one that fails its checksum is named and
+  // passed over), those it holds for another by their headers. layout: this rank's.
   Found find(uint64_t layout, int64_t not_before);
-  // Collective: this rank's payload of found.step (from its own copy, or sent by its buddy).
-  Tensor fetch(const Found& found);
+  // Collective: this rank's payload of found.step (its own copy, or sent by its buddy), or none
+  // where the copy failed its checksum (the caller agrees on the outcome).
+  Payload fetch(const Found& found);
 
   // Removes this rank's copies (its own and the one it holds): after a restore from disk they
   // belong to a past the run no longer follows; at the run's end they are done with.
@@ -70,7 +81,9 @@ class PeerStore {
   std::string dir_;
   int rank_;
   std::vector<int> buddies_;
-  int held_for_;  // the rank whose copy this one keeps
+  int held_for_;    // the rank whose copy this one keeps
+  Payload cached_;  // find()'s newest own copy, checked, for fetch()
+  int64_t cached_step_ = -1;
 };
 
 }  // namespace loom

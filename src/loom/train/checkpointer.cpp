@@ -9,6 +9,7 @@
 #include "loom/dist/hosts.h"
 #include "loom/ops/creation.h"
 #include "loom/train/checkpoint_dir.h"
+#include "loom/train/recipe.h"
 
 namespace loom::train {
 
@@ -155,13 +156,11 @@ void copy_bytes(const Tensor& from, void* to) {
 
 }  // namespace
 
-void Checkpointer::keep_in_memory(const std::string& root, const std::string& run_id,
-                                  const std::string& config_toml) {
+void Checkpointer::keep_in_memory(const std::string& root, const std::string& run_id) {
   dist::ProcessGroup& world = *group_;
   memory_group_ = world.split(0, world.rank(), "memory_checkpoint");
   memory_ =
       std::make_unique<PeerStore>(root, run_id, *memory_group_, memory_host(memory_group_->rank()));
-  config_hash_ = xxh64(config_toml.data(), config_toml.size());
 }
 
 std::vector<std::pair<std::string, Tensor>> Checkpointer::held_pieces() const {
@@ -176,8 +175,8 @@ std::vector<std::pair<std::string, Tensor>> Checkpointer::held_pieces() const {
 
 uint64_t Checkpointer::memory_layout(
     const std::vector<std::pair<std::string, Tensor>>& pieces) const {
-  std::string text = std::to_string(memory_group_->size()) + " " +
-                     std::to_string(memory_group_->rank()) + " " + std::to_string(config_hash_);
+  std::string text =
+      std::to_string(memory_group_->size()) + " " + std::to_string(memory_group_->rank());
   for (const auto& [name, t] : pieces)
     text += "\n" + name + " " + std::to_string(t.numel()) + " " + dtype_name(t.dtype());
   return xxh64(text.data(), text.size());
@@ -224,7 +223,8 @@ void Checkpointer::save_to_memory(int64_t step, const Json& state) {
   ++memory_saves_;
 }
 
-Json Checkpointer::load_from_memory(int64_t not_before) {
+Json Checkpointer::load_from_memory(int64_t not_before,
+                                    const std::function<std::string(const Json&)>& refuse) {
   LOOM_CHECK(memory_) << "in-memory checkpoints are off (resilience.memory_checkpoint_every)";
   wait_memory();
   if (layout_.settle) layout_.settle(true);
@@ -235,11 +235,24 @@ Json Checkpointer::load_from_memory(int64_t not_before) {
     if (main) std::printf("memory checkpoint: none to restore (%s)\n", found.why_not.c_str());
     return Json();
   }
-  const Tensor payload = memory_->fetch(found);
-  const char* at = static_cast<const char*>(payload.data_ptr());
+  const PeerStore::Payload payload = memory_->fetch(found);
+  // Every rank's copy whole, or the restore falls back to disk on every rank.
+  if (sum_over(*memory_group_, {payload.ok() ? 0.0 : 1.0})[0] > 0) {
+    if (main)
+      std::printf("memory checkpoint: a copy of step %lld failed its checks; none restored\n",
+                  (long long)found.step);
+    return Json();
+  }
+  const char* at = payload.data;
   uint64_t length = 0;
   std::memcpy(&length, at, 8);
   const Json state = Json::parse(std::string(at + 8, length), "an in-memory trainer state");
+  if (const std::string why = refuse ? refuse(state) : ""; !why.empty()) {
+    if (main)
+      std::printf("memory checkpoint: step %lld not restored: %s\n", (long long)found.step,
+                  why.c_str());
+    return Json();
+  }
   at += 8 + (length + 7) / 8 * 8;
   for (const auto& [name, t] : pieces) {
     if (t.device() == cpu_device()) {
@@ -251,7 +264,7 @@ Json Checkpointer::load_from_memory(int64_t not_before) {
     }
     at += t.nbytes();
   }
-  LOOM_CHECK(at == static_cast<const char*>(payload.data_ptr()) + payload.nbytes())
+  LOOM_CHECK(at == payload.data + payload.size)
       << "memory checkpoint: the copy of step " << found.step << " holds more than this rank";
   model_.sync_parameters();
   optimizer_.set_steps_taken(state.at("optimizer_steps").as_int());

@@ -64,18 +64,18 @@ class Checkpointer {
   void wait();
 
   // In-memory checkpoints (resilience.memory_checkpoint_every, checkpoint/peer_store.h), kept
-  // under root for the run; config_toml: the run's settings (a copy restores only the same).
-  // Collective.
-  void keep_in_memory(const std::string& root, const std::string& run_id,
-                      const std::string& config_toml);
+  // under root for the run. Collective.
+  void keep_in_memory(const std::string& root, const std::string& run_id);
   bool in_memory() const { return bool(memory_); }
   // Collective: copies everything this rank holds now (the step waits for that copy only); the
   // buddy's copy and the files are made on a background thread.
   void save_to_memory(int64_t step, const Json& state);
   // Collective: restores everything from the newest step >= not_before of which every rank
   // finds an in-memory copy of its layout; returns its trainer_state.json, or null (saying
-  // why) when there is none.
-  Json load_from_memory(int64_t not_before);
+  // why) when there is none, or when refuse(its trainer_state.json) says why not (the same on
+  // every rank); then nothing was loaded.
+  Json load_from_memory(int64_t not_before,
+                        const std::function<std::string(const Json&)>& refuse = {});
   // This rank's in-memory copies removed (a run trained to its end).
   void forget_memory();
   // Seconds the steps waited for in-memory copies, and how many were taken.
@@ -88,7 +88,7 @@ class Checkpointer {
   // saving, the checkpoint's worker it continues when loading).
   std::vector<PieceValues> contents(bool saving, int64_t worker) const;
   // What this rank holds, in order (an in-memory copy's pieces), and the hash of their names,
-  // ranges and dtypes with the world, the rank and the settings (the copy's layout).
+  // ranges and dtypes with the world and the rank (the copy's layout).
   std::vector<std::pair<std::string, Tensor>> held_pieces() const;
   uint64_t memory_layout(const std::vector<std::pair<std::string, Tensor>>& pieces) const;
   void wait_memory();
@@ -105,10 +105,9 @@ class Checkpointer {
   std::thread saver_;
   std::exception_ptr save_error_;
   // In-memory copies: their own group (their background thread's transfers never interleave
-  // with the step's or a disk save's), the store, the config's hash, the copying thread.
+  // with the step's or a disk save's), the store, the copying thread.
   std::shared_ptr<dist::ProcessGroup> memory_group_;
   std::unique_ptr<PeerStore> memory_;
-  uint64_t config_hash_ = 0;
   std::thread memory_saver_;
   std::exception_ptr memory_error_;
   double memory_seconds_ = 0;

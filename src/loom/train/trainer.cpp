@@ -36,6 +36,7 @@
 #include "loom/train/progress.h"
 #include "loom/train/recipe.h"
 #include "loom/train/report.h"
+#include "loom/train/resume_rules.h"
 #include "loom/train/step_guard.h"
 #include "loom/train/train_step.h"
 
@@ -308,7 +309,7 @@ struct RunParts {
         mesh, *model, *optimizer, [this] { return per_worker_state(); }, cfg.spec().name,
         cfg.run_dir(), tc.async_checkpoint, tc.keep_checkpoints, workers);
     if (cfg.resilience.memory_checkpoint_every > 0)
-      checkpointer->keep_in_memory(cfg.resilience.memory_store, cfg.run.id, cfg.resolved_toml);
+      checkpointer->keep_in_memory(cfg.resilience.memory_store, cfg.run.id);
   }
 
   // The recipe's per-piece state (an EMA) and DiLoCo's, which each worker keeps its own of.
@@ -521,17 +522,33 @@ void finish(RunParts& run, Progress& progress, const plan::StepShape& spec, int6
 
 }  // namespace
 
+// What of the settings a resume from `state` would refuse (resume_rules.h), against the run's
+// config.toml; "" when nothing.
+std::string refused_since(const Config& cfg, const Json& state) {
+  std::ifstream in(cfg.run_dir() + "/config.toml");
+  if (!in) return "";
+  const std::string recorded((std::istreambuf_iterator<char>(in)), {});
+  const ResumeChanges changes =
+      compare_for_resume(recorded, cfg.resolved_toml, state.at("step").as_int());
+  std::string list;
+  for (const std::string& c : changes.refused) list += (list.empty() ? "" : "; ") + c;
+  return list.empty() ? "" : "the settings changed since (" + list + ")";
+}
+
 // Resuming: from the in-memory copies when every rank finds one of a step at least as new as
 // the disk checkpoint, else from the disk checkpoint (if any). Returns the step to go on from
 // and says where it came from (`from`: the checkpoint, or "memory") and in how many seconds.
 int64_t resume_run(RunParts& run, const std::string& disk, std::string& from, double& seconds) {
+  run.mesh.world()->barrier()->wait();  // the time of the restore, not of the ranks' starts
   const auto begin = Clock::now();
   const int64_t disk_step =
       disk.empty() ? 0 : std::stoll(fs::path(disk).filename().string().substr(5));  // step-N
   int64_t step = -1;
   from = disk;
   if (run.checkpointer->in_memory()) {
-    const Json state = run.checkpointer->load_from_memory(disk_step);
+    // The settings' changes since the copy as a resume from disk allows them (resume_rules.h).
+    const Json state = run.checkpointer->load_from_memory(
+        disk_step, [&run](const Json& s) { return refused_since(run.cfg, s); });
     if (!state.is_null()) {
       step = run.resume_parts(state).at("step").as_int();
       from = "memory";
