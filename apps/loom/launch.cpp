@@ -296,6 +296,7 @@ struct Placement {
   int64_t processes = 0;
   std::string hostfile;  // "": this machine
   int64_t batch_size = 0, grad_accum = 1;
+  int64_t workers = 0;  // DiLoCo's workers (0: no DiLoCo)
 };
 
 // An elastic job's bounds and the run's layout (--min-ranks; min_ranks 0: off).
@@ -378,14 +379,16 @@ Placement without(const Placement& p, int rank, const Elastic& elastic, const st
       if (h != of_rank) out << hosts[h].line << "\n";
     LOOM_CHECK(out.flush()) << "cannot write " << next.hostfile;
   }
-  const std::optional<train::ElasticLayout> layout = train::elastic_layout(
-      elastic.dims, p.batch_size, p.grad_accum, p.processes, most, elastic.min_ranks);
+  const std::optional<train::ElasticLayout> layout =
+      train::elastic_layout(elastic.dims, p.batch_size, p.grad_accum, p.processes, most,
+                            elastic.min_ranks, p.workers > 0);
   LOOM_CHECK(layout) << "no world of " << elastic.min_ranks << " to " << most
                      << " processes splits the global batch of " << p.batch_size * p.grad_accum
                      << " under the run's parallel degrees (" << elastic.dims.str() << ")";
   next.processes = layout->processes;
   next.batch_size = layout->batch_size;
   next.grad_accum = layout->grad_accum;
+  next.workers = layout->workers;
   return next;
 }
 
@@ -407,6 +410,9 @@ int supervise(const std::string& self, Placement place, const std::vector<std::s
     if (regrouped)
       args.insert(args.end(), {"--set", "train.batch_size=" + std::to_string(place.batch_size),
                                "--set", "train.grad_accum=" + std::to_string(place.grad_accum)});
+    if (place.workers != asked.workers)  // DiLoCo: workers left (the config's own when back)
+      args.insert(args.end(), {"--set", "lowcomm.workers=" + std::to_string(place.workers), "--set",
+                               "parallel.dp_replicate=" + std::to_string(place.workers)});
     std::string line;
     for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
     std::fprintf(stderr, "launch (attempt %d): %s\n", attempt, line.c_str());
@@ -496,14 +502,19 @@ int supervise(const std::string& self, Placement place, const std::vector<std::s
                                               {"processes", next.processes},
                                               {"batch_size", next.batch_size},
                                               {"grad_accum", next.grad_accum},
+                                              {"workers", next.workers},
                                               {"hostfile", next.hostfile}}));
       std::fprintf(stderr,
-                   "launch: rank %d (%s) is %s; going on with %lld processes instead of %lld, "
+                   "launch: rank %d (%s) is %s; going on with %lld processes instead of %lld%s, "
                    "the global batch of %lld as %lld x %lld (batch_size x grad_accum)\n",
                    excluded->rank, host.c_str(),
                    excluded->reason == "lost" ? "lost (it failed twice in a row)"
                                               : ("excluded (" + excluded->reason + ")").c_str(),
                    (long long)next.processes, (long long)place.processes,
+                   next.workers > 0 ? (" (" + std::to_string(next.workers) + " DiLoCo workers of " +
+                                       std::to_string(asked.workers) + ")")
+                                          .c_str()
+                                    : "",
                    (long long)(next.batch_size * next.grad_accum), (long long)next.batch_size,
                    (long long)next.grad_accum);
       place = next;
@@ -583,7 +594,7 @@ int launch(const LaunchOptions& options, const train::Config* config) {
                       : options.hang_timeout_s > 0   ? kDefaultStartupS
                                                      : 0;
     Placement place{options.processes, options.hostfile, config->train.batch_size,
-                    config->train.grad_accum};
+                    config->train.grad_accum, config->diloco ? config->diloco->workers : 0};
     Elastic elastic{options.min_ranks, config->parallel.topology.dims, options.regrow_after_s};
     return supervise(self, place, options.command, int(options.max_restarts), watch, elastic,
                      config->run_dir());

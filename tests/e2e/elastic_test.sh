@@ -11,6 +11,8 @@
 #    from the majority, and the next attempt goes on without it;
 #  - --regrow-after: on 2 processes the job is asked to checkpoint and stop, and the rank, back,
 #    trains again in a 4-process attempt;
+#  - DiLoCo: a worker lost goes on as fewer workers of the same layout, and rejoins after
+#    --regrow-after;
 #  - a hostfile: the lost rank's host is left out of the next attempt's hostfile (a wrapper
 #    around mpirun records each attempt's hostfile and runs the job on this machine);
 #  - no world at least --min-ranks splits the batch: the launcher gives up, saying why; the
@@ -89,6 +91,45 @@ events regrow | grep -q '"event":"regrow","attempt":3,"processes":4,"from_proces
   ok "regrow: after 3 s on 2 processes, checkpointed and back on 4" ||
   fail "regrow: $(grep '^launch' "$work/regrow.log" | tail -3)"
 same_as_ref regrow
+
+# --- DiLoCo: a worker leaves and rejoins ---
+# 4 workers of 1 process; rank 3 lost (killed in two attempts) -> 2 workers (3 cannot split 8)
+# of the same layout, the outer step averaging over those present; after --regrow-after the 4
+# train again, workers 2 and 3 continuing the state of workers 0 and 1 (m mod 2). Compared with
+# the uninterrupted 4-worker run: every step's loss within 10% (other workers average other
+# outer steps; the run must neither diverge nor restart from scratch).
+diloco=(--set parallel.data_parallel=\"ddp\" --set lowcomm.method=\"diloco\" --set lowcomm.workers=4
+  --set lowcomm.inner_steps=4)
+"$loom" launch -n 4 -- train "$cfg" "${common[@]}" "${diloco[@]}" --set run.out_dir="$work/diloco_ref" \
+  > "$work/diloco_ref.log" 2>&1 || fail "the uninterrupted DiLoCo run failed: $(tail -3 "$work/diloco_ref.log")"
+LOOM_FAULT="kill:rank=3,step=7;kill:rank=3,step=7,attempt=1;sleep:rank=0,step=5,ms=400,attempt=2" \
+  "$loom" launch -n 4 --min-ranks 1 --max-restarts 3 --regrow-after 3 -- train "$cfg" "${common[@]}" \
+  "${diloco[@]}" --set run.out_dir="$work/diloco" > "$work/diloco.log" 2>&1 ||
+  fail "diloco: the job did not complete: $(tail -3 "$work/diloco.log")"
+events diloco | grep -q '"event":"elastic","attempt":2,"left_out_rank":3,.*"processes":2,"batch_size":4,"grad_accum":2,"workers":2' &&
+  grep -q "launch (attempt 2): .* -np 2 .*--set lowcomm.workers=2 --set parallel.dp_replicate=2" "$work/diloco.log" &&
+  grep -q "(2 DiLoCo workers of 4)" "$work/diloco.log" &&
+  events diloco | grep -q '"event":"regrow","attempt":3,"processes":4,"from_processes":2' &&
+  grep "launch (attempt 3): " "$work/diloco.log" | grep -q -- "-np 4 " &&
+  ! grep "launch (attempt 3): " "$work/diloco.log" | grep -q "lowcomm.workers=2" &&
+  grep -q "4 DiLoCo workers" "$work/diloco.log" &&
+  ok "diloco: worker 3 lost, 2 workers went on, all 4 back after the regrow" ||
+  fail "diloco: $(grep '^launch' "$work/diloco.log" | tail -4)"
+/usr/bin/python3 - "$work/diloco_ref/tiny_gpt/metrics.jsonl" "$work/diloco/tiny_gpt/metrics.jsonl" <<'PY' &&
+import json, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "loss" in r: out[r["step"]] = r["loss"]  # a replayed step's last record
+    return out
+ref, got = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(got) == sorted(ref) == list(range(1, 17)), (sorted(ref), sorted(got))
+worst = max(abs(got[s] - ref[s]) / ref[s] for s in ref)
+assert worst < 0.10, f"a step's loss {worst:.1%} from the uninterrupted run's"
+print(f"every step's loss within {worst:.2%} of the uninterrupted 4-worker run's")
+PY
+  ok "diloco: losses near the uninterrupted run's" || fail "diloco: losses apart from the uninterrupted run's"
 
 # --- a hostfile: the lost rank's host is left out ---
 printf "node-a slots=2\nnode-b slots=2\n" > "$work/hosts"

@@ -34,6 +34,38 @@ TEST(ElasticLayout, KeepsTheGlobalBatchOnTheLargestWorldThatSplitsIt) {
   EXPECT_EQ(l->grad_accum, 4);
 }
 
+TEST(ElasticLayout, DiLoCoGoesOnWithFewerWorkersOfTheSameLayout) {
+  dist::ParallelDims workers4;  // 4 DiLoCo workers, dp_shard filled by the world
+  workers4.dp_replicate = 4;
+  // 4 ranks (1 per worker, 2 samples each) lose one: 3 workers cannot split 8, 2 take 2 each in
+  // 2 micro-batches.
+  EXPECT_FALSE(elastic_layout(workers4, 8, 1, 4, 3, 1, /*diloco=*/false));  // 4 workers kept
+  auto l = elastic_layout(workers4, 8, 1, 4, 3, 1, /*diloco=*/true);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->processes, 2);
+  EXPECT_EQ(l->workers, 2);
+  EXPECT_EQ(l->batch_size, 4);
+  EXPECT_EQ(l->grad_accum, 2);
+  // 8 ranks (2 per worker, 1 sample each) lose one: 6 ranks are 3 workers of 2 (8 does not
+  // split), 4 ranks 2 workers of 2, 2 samples each in 2 micro-batches. Without DiLoCo the same
+  // degrees keep 4 workers and shrink each.
+  l = elastic_layout(workers4, 8, 1, 8, 7, 1, true);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->processes, 4);
+  EXPECT_EQ(l->workers, 2);
+  EXPECT_EQ(l->batch_size, 4);
+  EXPECT_EQ(l->grad_accum, 2);
+  l = elastic_layout(workers4, 8, 1, 8, 7, 1, false);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->processes, 4);
+  EXPECT_EQ(l->workers, 0);
+  // 4 samples on 4 workers: 2 workers, 1 sample each in 2 micro-batches.
+  l = elastic_layout(workers4, 4, 1, 4, 3, 1, true);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->processes, 2);
+  EXPECT_EQ(l->workers, 2);
+}
+
 TEST(ElasticLayout, KeepsTheModelParallelDegrees) {
   dist::ParallelDims tp2;
   tp2.tp = 2;

@@ -15,9 +15,16 @@ int64_t dp_on(const dist::ParallelDims& dims, int64_t world) {
 }
 }  // namespace
 
-std::optional<ElasticLayout> elastic_layout(const dist::ParallelDims& dims, int64_t batch_size,
+std::optional<ElasticLayout> elastic_layout(const dist::ParallelDims& asked, int64_t batch_size,
                                             int64_t grad_accum, int64_t world, int64_t most,
-                                            int64_t min_ranks) {
+                                            int64_t min_ranks, bool diloco) {
+  // DiLoCo: each worker keeps its layout, the number of workers is what the world fills.
+  dist::ParallelDims dims = asked;
+  if (diloco) {
+    if (dp_on(asked, world) == 0) return std::nullopt;
+    dims = asked.resolved(world);
+    dims.dp_replicate = -1;
+  }
   const int64_t dp = dp_on(dims, world);
   if (dp == 0 || batch_size % dp != 0) return std::nullopt;
   const int64_t global = batch_size * grad_accum, share = batch_size / dp;
@@ -26,7 +33,8 @@ std::optional<ElasticLayout> elastic_layout(const dist::ParallelDims& dims, int6
     if (d == 0) continue;
     for (int64_t a = 1; a <= global / d; ++a) {
       if (global % (d * a) != 0) continue;
-      if (global / (d * a) <= share) return ElasticLayout{n, global / a, a};
+      if (global / (d * a) <= share)
+        return ElasticLayout{n, global / a, a, diloco ? dims.resolved(n).dp_replicate : 0};
     }
   }
   return std::nullopt;
