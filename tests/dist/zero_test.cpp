@@ -194,5 +194,49 @@ TEST(Zero3Offload, NextForwardWaitsOnlyForItsOwnPiecesUpdates) {
 INSTANTIATE_TEST_SUITE_P(GatherDtypes, Zero3Gather, testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// The gathered copies' check (resilience.consistency_every): every rank of the shard group holds
+// the same copies of the parameters. Under stage 2 a bit flipped in one rank's copy of an element
+// another rank owns makes that rank's hash, alone, differ; under stage 3 (the copies gathered
+// again from the shards) the ranks agree, and a bit flipped in a shard reaches every copy alike:
+// without a replica of the shard it cannot be seen (docs/resilience.md).
+std::vector<int64_t> gathered(dist::ProcessGroup& group, uint64_t h) {
+  Tensor all = Tensor::empty({group.size()}, DType::I64);
+  group.all_gather(from_vector(std::vector<int64_t>{int64_t(h)}, {1}), all)->wait();
+  return to_vector_i64(all);
+}
+
+void flip_first_bit(const Tensor& t) {
+  *static_cast<uint32_t*>(t.as_strided({1}, {1}, t.offset()).data_ptr()) ^= 1u;
+}
+
+TEST(ZeroCopies, ARankWhoseCopyDiffersIsTheOneApart) {
+  auto world = dist::world();
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 processes or more";  // dist.np1 runs it alone
+  const int last = world->size() - 1;
+  for (int stage : {2, 3}) {
+    models::Gpt model(tiny());
+    model.init_parameters(11);
+    ZeroOptions options;
+    options.stage = stage;
+    ZeroDataParallel zero(model, model.block_names(), options, world,
+                          std::make_shared<dist::SingleProcessGroup>("replicate", world->rank()));
+    zero.broadcast_parameters();
+    std::vector<int64_t> h = gathered(*world, zero.copies_hash());
+    EXPECT_EQ(std::count(h.begin(), h.end(), h[0]), world->size()) << "stage " << stage;
+    if (stage == 2) {
+      // The token embedding's first element: rank 0's to own; the last rank's copy flipped.
+      if (world->rank() == last) flip_first_bit(model.tok_embed->weight);
+      h = gathered(*world, zero.copies_hash());
+      for (int r = 0; r < last; ++r) EXPECT_EQ(h[size_t(r)], h[0]) << "rank " << r;
+      EXPECT_NE(h[size_t(last)], h[0]) << "the flipped copy was not seen";
+    } else {
+      // A flipped shard element: every rank gathers it, so every copy is alike.
+      if (world->rank() == 0) flip_first_bit(zero.pieces()[0].value);
+      h = gathered(*world, zero.copies_hash());
+      EXPECT_EQ(std::count(h.begin(), h.end(), h[0]), world->size());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::parallel

@@ -66,7 +66,7 @@ log, interval = open(sys.argv[1]).read(), int(sys.argv[2])
 kills = [int(k) for k in re.findall(r"^LOOM_FAULT: rank \d+ kills itself at step (\d+)", log, re.M)]
 # Each restart either resumes from a checkpoint or, killed before the first one, starts over.
 resumes = [int(m.group(1) or 0) for m in
-           re.finditer(r"resumed from \S+ at step (\d+)|resume auto: .* no checkpoint yet; starting from step 0", log)]
+           re.finditer(r"resumed from \S+ at step (\d+)|resume auto: .* no checkpoint on disk yet; it starts from step 0", log)]
 if len(kills) != len(resumes) or not kills:
     sys.exit(f"kills {kills} and resumes {resumes} do not pair up")
 for k, r in zip(kills, resumes):
@@ -200,6 +200,14 @@ LOOM_FAULT="bitflip:rank=1,step=3,param=norm" "$loom" launch -n 4 -- train "$cfg
 grep -q "step 4: the tensor-parallel ranks of group tp .* differing from the majority: 1 (" "$work/tpflip.log" &&
   echo "ok: $(grep -o 'step 4: the tensor-parallel.*' "$work/tpflip.log" | head -1 | cut -c1-200)" ||
   fail "the tp mismatch report does not name rank 1: $(grep -m2 error "$work/tpflip.log")"
+
+# ... and on one of 4 context-parallel ranks (which split the sequence, not the weights).
+LOOM_FAULT="bitflip:rank=1,step=3,param=norm" "$loom" launch -n 4 -- train "$cfg" "${common[@]}" \
+  --set parallel.cp=4 --set resilience.consistency_every=2 \
+  --set run.out_dir="$work/cpflip" > "$work/cpflip.log" 2>&1 && fail "a flipped bit under cp went unnoticed"
+grep -q "step 4: the context-parallel ranks of group cp .* differing from the majority: 1 (" "$work/cpflip.log" &&
+  echo "ok: $(grep -o 'step 4: the context-parallel.*' "$work/cpflip.log" | head -1 | cut -c1-200)" ||
+  fail "the cp mismatch report does not name rank 1: $(grep -m2 error "$work/cpflip.log")"
 
 # --- a loss spike (one batch's loss 10x): skip it, roll back, replay, skip its batch again ---
 sp=(--set run.id=cmp --set train.steps=40 --set train.log_every=1 --set model.depth=2

@@ -374,6 +374,15 @@ std::vector<nn::NamedParameter> ParallelModel::piece_parameters() const {
   return out;
 }
 
+std::vector<std::pair<dist::ProcessGroup*, uint64_t>> ParallelModel::zero_copies() const {
+  settle();
+  std::vector<std::pair<dist::ProcessGroup*, uint64_t>> out;
+  if (zero_ && mesh_.degree("dp_shard") > 1)
+    out.emplace_back(mesh_.group("dp_shard").get(), zero_->copies_hash());
+  if (zero_experts_ && edp_->size() > 1) out.emplace_back(edp_.get(), zero_experts_->copies_hash());
+  return out;
+}
+
 NamedTensors ParallelModel::gather_full(const std::vector<Tensor>& values) {
   NamedTensors out;
   if (zero_experts_) {

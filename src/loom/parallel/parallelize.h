@@ -93,6 +93,10 @@ class ParallelModel {
   bool held_alike_over_tp(size_t k) const {
     return !tp_sharded(pieces_[k]) && !ep_sharded(pieces_[k]);
   }
+  // The ZeRO instances' shard groups (several ranks each) with this rank's hash of its gathered
+  // copies of their parameters (ZeroDataParallel::copies_hash): the ranks of each group must
+  // agree. Collective over those groups.
+  std::vector<std::pair<dist::ProcessGroup*, uint64_t>> zero_copies() const;
   std::string describe() const;  // "4 processes (dp 4: zero2)"
 
   // The step. Around each micro-step's backward the gradients are exchanged as the strategy

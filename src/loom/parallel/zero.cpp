@@ -6,7 +6,9 @@
 #include "loom/autograd/node.h"
 #include "loom/backend/backend.h"
 #include "loom/core/error.h"
+#include "loom/core/hash.h"
 #include "loom/core/ordered_worker.h"
+#include "loom/ops/creation.h"
 
 namespace loom::parallel {
 
@@ -483,6 +485,22 @@ void ZeroDataParallel::zero_grad() {
     fill_zero(g.grad_shard);
     if (g.flat_grad.defined()) fill_zero(g.flat_grad);
   }
+}
+
+uint64_t ZeroDataParallel::copies_hash() {
+  uint64_t h = 0;
+  for (Group& g : shared_->groups) {
+    Tensor copy = g.full;
+    if (shared_->options.stage == 3) {
+      shared_->settle(g);
+      const Tensor& source = shared_->gather_source(g);
+      copy = Tensor::empty({g.padded}, source.dtype(), shared_->device, MemCategory::Communication);
+      shard_->all_gather(source, copy)->wait();
+    }
+    const Tensor host = to_device(copy, cpu_device());
+    h = xxh64(host.data_ptr(), host.nbytes(), h);
+  }
+  return h;
 }
 
 std::vector<std::pair<std::string, Tensor>> ZeroDataParallel::gather_full(

@@ -115,6 +115,14 @@ class ZeroDataParallel {
   // the master weights, a moment, an EMA. Collective over the shard group.
   std::vector<std::pair<std::string, Tensor>> gather_full(const std::vector<Tensor>& values);
 
+  // A hash of the parameters as this rank's gathered copies hold them (the replicas' and
+  // gathers' silent-corruption check, train/step_guard.h): under stages 1-2 the full
+  // parameters it computes with, each element all-gathered from the rank that owns it; under
+  // stage 3 (released between uses) the groups gathered again, one at a time, from the shards
+  // the forward gathers. Every rank of the shard group holds the same copies: a rank whose hash
+  // differs received, or kept, another value than the owner sent. Collective under stage 3.
+  uint64_t copies_hash();
+
   struct Group;
   struct Shared;
 

@@ -44,6 +44,15 @@ StepGuard::StepGuard(const Config& cfg, const dist::DeviceMesh& mesh,
       hosts_(dist::gather_names(*mesh.world(), dist::this_host())),
       heartbeat_path_(run_dir_ + "/logs/heartbeat-rank-" + std::to_string(mesh.world()->rank())) {
   std::filesystem::create_directories(run_dir_ + "/logs");
+  // A layout where no two ranks hold the same weights (each pipeline stage alone) has nothing
+  // for the consistency check to compare: said once, not passed over in silence.
+  const bool comparable = model.replicas().size() > 1 || mesh.degree("tp") > 1 ||
+                          mesh.degree("cp") > 1 || mesh.degree("dp_shard") > 1;
+  if (rc_.consistency_every > 0 && mesh.world()->size() > 1 && !comparable && main_)
+    std::printf(
+        "resilience.consistency_every: no two ranks of this layout hold the same weights (%s); "
+        "silent corruption of one cannot be seen by comparing them\n",
+        mesh.dims().str().c_str());
 }
 
 void StepGuard::begin_step(int64_t step) {
@@ -108,6 +117,17 @@ void StepGuard::check_replicas(int64_t step) {
   if (replicas.size() > 1)
     compare_hashes(replicas, hash_of([&](size_t k) { return model_.replicated(k); }, false), step,
                    "replicas");
+  // Context parallelism splits the sequence, not the weights: its ranks hold the same pieces.
+  if (mesh_.degree("cp") > 1) {
+    dist::ProcessGroup& cp = *mesh_.group("cp");
+    auto every = [](size_t) { return true; };
+    const std::vector<int64_t> layouts = gather_i64(cp, hash_of(every, true));
+    if (std::all_of(layouts.begin(), layouts.end(), [&](int64_t x) { return x == layouts[0]; }))
+      compare_hashes(cp, hash_of(every, false), step, "context-parallel ranks");
+  }
+  // The ranks of a ZeRO shard group hold the same gathered copies of its parameters.
+  for (auto [group, h] : model_.zero_copies())
+    compare_hashes(*group, int64_t(h), step, "ZeRO shard ranks' gathered copies");
   // The ranks of a tensor-parallel group hold the parameters it does not split (norms, biases,
   // position embeddings) alike -- where their pieces line up (the same names and ranges).
   if (mesh_.degree("tp") > 1) {
