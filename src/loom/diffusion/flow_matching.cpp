@@ -6,6 +6,10 @@
 
 namespace loom::diffusion {
 
+double shift_time(double t, double shift) {
+  return shift * t / (1.0 + (shift - 1.0) * t);
+}
+
 FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
                                       const FlowMatchingConfig& config, uint64_t seed, int64_t step,
                                       int64_t first_index) {
@@ -25,6 +29,8 @@ FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
   std::vector<float> t = to_vector(z);
   if (!config.uniform_t)
     for (float& v : t) v = 1.0f / (1.0f + std::exp(-v));
+  if (config.shift != 1.0)
+    for (float& v : t) v = float(shift_time(v, config.shift));
   std::vector<int64_t> y = to_vector_i64(labels);
   const std::vector<float> drop = to_vector(u);
   for (int64_t i = 0; i < B; ++i)
@@ -47,6 +53,7 @@ Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Te
 Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labels,
               const SamplerConfig& config, uint64_t seed) {
   LOOM_CHECK(config.steps > 0) << "sample: steps must be positive, got " << config.steps;
+  LOOM_CHECK(config.shift > 0) << "sample: the time shift must be positive, got " << config.shift;
   NoGradGuard no_grad;
   const int64_t B = shape[0];
   const Device device = labels.device();  // the model's: sampling runs where it trained
@@ -61,9 +68,12 @@ Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labe
     Tensor vc = narrow(v2, 0, 0, B), vu = narrow(v2, 0, B, B);  // (B, C, H, W) each
     return add(vu, mul_scalar(sub(vc, vu), config.cfg_scale));
   };
-  const double dt = 1.0 / double(config.steps);
+  auto time = [&](int64_t i) {
+    return i == config.steps ? 0.0
+                             : shift_time(1.0 - double(i) / double(config.steps), config.shift);
+  };
   for (int64_t i = 0; i < config.steps; ++i) {
-    const double t = 1.0 - double(i) * dt, t_next = t - dt;
+    const double t = time(i), t_next = time(i + 1), dt = t - t_next;
     Tensor v = v_at(x, t);
     Tensor x_euler = sub(x, mul_scalar(v, dt));
     if (config.heun && t_next > 0) {

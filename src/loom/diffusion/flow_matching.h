@@ -11,6 +11,11 @@ namespace loom::diffusion {
 // velocity(x_t (B, C, H, W), t (B) f32, labels (B) i64) -> (B, C, H, W)
 using VelocityFn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
 
+// The timestep shift of SD3 (Esser et al. 2024): t -> s t / (1 + (s - 1) t), a monotone map of
+// [0, 1] onto itself that, for s > 1, moves times toward the noise end (t = 1), where a larger
+// image keeps more of its signal at a given t. s = 1 is the identity.
+double shift_time(double t, double shift);
+
 struct FlowMatchingConfig {
   double label_dropout = 0.1;  // probability of replacing a label with the null class
   int64_t null_class = 10;
@@ -18,6 +23,7 @@ struct FlowMatchingConfig {
   // the middle where the velocity is hardest to predict; or uniform on [0, 1].
   bool uniform_t = false;
   double logit_normal_mean = 0.0, logit_normal_std = 1.0;
+  double shift = 1.0;  // the times drawn, then shifted (shift_time); sample with the same
 };
 
 // One (micro-)batch's training example: the model's inputs and the velocity it should predict.
@@ -40,9 +46,13 @@ struct SamplerConfig {
   bool heun = false;       // second-order (Heun) instead of Euler
   double cfg_scale = 1.0;  // 1 = no guidance
   int64_t null_class = 10;
+  double shift = 1.0;  // the model's training shift: the time grid is shift_time of a uniform one
 };
 
-// Integrates dx/dt = v from t = 1 (noise keyed by seed) to t = 0. labels (B) i64.
+// Integrates dx/dt = v from t = 1 (noise keyed by seed) to t = 0 over the times
+// shift_time(1 - i / steps), i = 0..steps; with guidance the velocity is
+// v_uncond + cfg_scale (v_cond - v_uncond). Heun corrects every step but the last (to t = 0,
+// where it would evaluate the model at pure data). labels (B) i64.
 Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labels,
               const SamplerConfig& config, uint64_t seed);
 

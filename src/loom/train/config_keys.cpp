@@ -178,6 +178,9 @@ const std::vector<ConfigKey> kKeys = {
      "mean of the logit-normal times"},
     {"diffusion.logit_normal_std", "dit dit_router", "number", "1.0", "> 0", "",
      "deviation of the logit-normal times"},
+    {"diffusion.shift", "dit dit_router", "number", "1.0", "> 0", "",
+     "timestep shift (SD3): every time t, drawn for training and on the sampler's grid, becomes "
+     "s t / (1 + (s - 1) t); above 1 more of both near the noise end (larger images)"},
     // [sample]
     {"sample.steps", kDit, "integer", "50", "1 to 10000", "",
      "sampler steps of the end-of-run grid and evaluation"},

@@ -56,7 +56,7 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
                          const Tensor& labels, const DitSampleOptions& o) {
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
-  diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes};
+  diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes, o.shift};
   // Sampling thousands of images takes minutes on a CPU: a line every 10 s says how far.
   const auto start = std::chrono::steady_clock::now();
   auto last_line = start;
@@ -342,7 +342,9 @@ class DitRecipe : public Recipe {
             png_path,
             "",
             model_.device(),
-            cfg_.train.precision};
+            cfg_.train.precision,
+            -1,
+            cfg_.flow.shift};
   }
   // The held-out images: Fashion-MNIST's test split, or the first eval.val_images of
   // data.val_path (a dataset "images" without one has no held-out loss).
@@ -382,6 +384,7 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
   load_selection_biases(model, ckpt_dir);
   DitSampleOptions o = options;
   o.precision = cfg.train.precision;
+  o.shift = cfg.flow.shift;
   write_samples(velocity_of(model), cfg.dit(), o);
 }
 

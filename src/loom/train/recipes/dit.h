@@ -27,6 +27,7 @@ struct DitSampleOptions {
   // about 1.6x faster samples on a CPU with native bf16).
   DType precision = DType::F32;
   int64_t only_class = -1;  // >= 0: one row, of this class alone (loom sample --class)
+  double shift = 1.0;       // the run's diffusion.shift (the sampler follows the training times)
 };
 
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.

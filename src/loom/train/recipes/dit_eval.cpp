@@ -89,6 +89,7 @@ DitSampleOptions eval_sample_options(const Config& run, const EvalCall& call) {
   o.heun = call.sampler.empty() ? run.sample.heun : call.sampler == "heun";
   o.precision = call.precision.empty() ? run.train.precision : dtype_from_name(call.precision);
   o.seed = run.run.seed;
+  o.shift = run.flow.shift;
   return o;
 }
 

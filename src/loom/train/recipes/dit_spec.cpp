@@ -63,6 +63,9 @@ void read_dit(ConfigFile& f, Config& c) {
   c.flow.logit_normal_mean =
       f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
   c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);
+  c.flow.shift = f.get_double("diffusion", "shift", c.flow.shift);
+  LOOM_CHECK(c.flow.shift > 0) << "config " << path << ": diffusion.shift must be positive, got "
+                               << c.flow.shift;
   c.flow.null_class = d.num_classes;
   LOOM_CHECK(c.flow.label_dropout >= 0 && c.flow.label_dropout <= 1 && c.flow.logit_normal_std > 0)
       << "config " << path << ": diffusion.label_dropout must be in [0, 1] and "

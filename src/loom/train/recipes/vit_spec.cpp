@@ -45,14 +45,16 @@ void read_vit(ConfigFile& f, Config& c, bool router) {
   c.flow.logit_normal_mean =
       f.get_double("diffusion", "logit_normal_mean", c.flow.logit_normal_mean);
   c.flow.logit_normal_std = f.get_double("diffusion", "logit_normal_std", c.flow.logit_normal_std);
+  c.flow.shift = f.get_double("diffusion", "shift", c.flow.shift);  // as its experts'
   // model.labels > 0: the router is told the class being sampled (dropped to "no label" at
   // diffusion.label_dropout, as the experts drop theirs, for guidance's unconditional half).
   v.label_classes = f.get_int("model", "labels", 0);
   c.flow.label_dropout = v.label_classes > 0 ? f.get_double("diffusion", "label_dropout", 0.1) : 0;
   c.flow.null_class = v.label_classes;
-  LOOM_CHECK(c.flow.logit_normal_std > 0 && v.label_classes >= 0 && c.flow.label_dropout >= 0 &&
-             c.flow.label_dropout <= 1)
-      << "config " << f.path() << ": diffusion.logit_normal_std must be positive, model.labels "
+  LOOM_CHECK(c.flow.logit_normal_std > 0 && c.flow.shift > 0 && v.label_classes >= 0 &&
+             c.flow.label_dropout >= 0 && c.flow.label_dropout <= 1)
+      << "config " << f.path()
+      << ": diffusion.logit_normal_std and shift must be positive, model.labels "
       << "non-negative, diffusion.label_dropout in [0, 1]";
 }
 
