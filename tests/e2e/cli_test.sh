@@ -151,5 +151,15 @@ cp -r "$work/a" "$work/a-edited" && sed -i 's/^width = 32$/width = 48/' "$work/a
 expect_error "checkpoint of another model" "another model" -- "$loom" train "$cfg" --set run.out_dir="$work/a-edited" --set model.width=48 --resume
 expect_error "sample: not a checkpoint" "trainer_state.json" -- "$loom" sample "$work"
 
+# loom data canvas: the captioned canvases' grid and captions; a split it does not know.
+"$loom" data canvas --out "$work/canvas.png" --split test --count 4 > "$work/canvas.log" &&
+  [ -s "$work/canvas.png" ] && [ "$(grep -c '^[0-3]: a \(small\|large\) ' "$work/canvas.log")" -eq 4 ] &&
+  echo "ok: data canvas: $(head -1 "$work/canvas.log")" || fail "data canvas: $(cat "$work/canvas.log")"
+"$loom" data canvas --out "$work/c.png" --split val > /dev/null 2> "$work/err.log" &&
+  fail "data canvas: --split val accepted"
+head -1 "$work/err.log" | grep -q "^loom: error: --split: val not in {train,test}" && [ ! -e "$work/c.png" ] &&
+  echo "ok: data canvas: unknown split -> $(head -1 "$work/err.log")" ||
+  fail "data canvas: unknown split: $(cat "$work/err.log")"
+
 if [ $failures -ne 0 ]; then echo "$failures failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -1,11 +1,15 @@
-// `loom data prepare`: text tokenized once into token files.
+// `loom data prepare`: text tokenized once into token files. `loom data canvas`: a look at the
+// captioned canvases (data/canvas.h).
 #include <chrono>
 #include <cstdio>
 #include "commands.h"
+#include "loom/data/canvas.h"
 #include "loom/data/text.h"
 #include "loom/data/token_prepare.h"
 #include "loom/data/token_windows.h"
 #include "loom/data/tokenizer_files.h"
+#include "loom/diffusion/png.h"
+#include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "numbers.h"
@@ -64,6 +68,42 @@ int data_prepare_command(DataPrepareArgs a) {
   return 0;
 }
 
+struct DataCanvasArgs {
+  std::string out, split = "train", fmnist = "/usr/share/datasets/fashion-mnist";
+  int64_t count = 16, first = 0, seed = 0;
+};
+
+void add_data_canvas(CLI::App& cmd, DataCanvasArgs& a) {
+  cmd.description(
+      "draw captioned canvases (Fashion-MNIST items in quadrants, a caption naming each): a "
+      "grid PNG, and the captions printed in its order");
+  cmd.add_option("--out", a.out, "the grid")->type_name("PNG")->required();
+  cmd.add_option("--split", a.split,
+                 "train, or test (each caption holds a held-out class "
+                 "and place)")
+      ->check(CLI::IsMember({"train", "test"}));
+  add_int(cmd, "--count", a.count, "canvases", 1, 1024);
+  add_int(cmd, "--first", a.first, "index of the first canvas", 0);
+  add_int(cmd, "--seed", a.seed, "the canvases' seed", 0);
+  cmd.add_option("--fashion-mnist", a.fmnist, "the Fashion-MNIST directory")->type_name("DIR");
+}
+
+int data_canvas_command(const DataCanvasArgs& a) {
+  const bool test = a.split == "test";
+  const ImageDataset source = fashion_mnist(a.fmnist, /*train=*/!test);
+  std::vector<Tensor> images;
+  for (int64_t i = 0; i < a.count; ++i) {
+    const Canvas c = make_canvas(source, uint64_t(a.seed), test, a.first + i);
+    images.push_back(c.image);
+    std::printf("%lld: %s\n", (long long)(a.first + i), c.caption.c_str());
+  }
+  const int cols = int(std::min<int64_t>(a.count, 8)), rows = int((a.count + cols - 1) / cols);
+  const ImageGrid grid = image_grid(stack(images, 0), rows, cols);
+  write_png(a.out, grid.pixels, grid.width, grid.height, grid.channels);
+  std::printf("%lld %s canvases -> %s\n", (long long)a.count, a.split.c_str(), a.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 void add_data_commands(CLI::App& loom, int& code) {
@@ -72,6 +112,10 @@ void add_data_commands(CLI::App& loom, int& code) {
   CLI::App* prepare = data->add_subcommand("prepare");
   add_data_prepare(*prepare, *a);
   prepare->callback([a, &code] { code = data_prepare_command(*a); });
+  auto c = std::make_shared<DataCanvasArgs>();
+  CLI::App* canvas = data->add_subcommand("canvas");
+  add_data_canvas(*canvas, *c);
+  canvas->callback([c, &code] { code = data_canvas_command(*c); });
 }
 
 }  // namespace loom::cli
