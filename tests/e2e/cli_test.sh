@@ -152,8 +152,9 @@ expect_error "checkpoint of another model" "another model" -- "$loom" train "$cf
 expect_error "sample: not a checkpoint" "trainer_state.json" -- "$loom" sample "$work"
 
 # loom data canvas: the captioned canvases' grid and captions; a split it does not know.
-"$loom" data canvas --out "$work/canvas.png" --split test --count 4 > "$work/canvas.log" &&
+"$loom" data canvas --out "$work/canvas.png" --split test --count 4 --judge > "$work/canvas.log" &&
   [ -s "$work/canvas.png" ] && [ "$(grep -c '^[0-3]: a \(small\|large\) ' "$work/canvas.log")" -eq 4 ] &&
+  grep -q "^judge: captions all right [0-9.]*, places 1.000, sizes 1.000" "$work/canvas.log" &&
   echo "ok: data canvas: $(head -1 "$work/canvas.log")" || fail "data canvas: $(cat "$work/canvas.log")"
 "$loom" data canvas --out "$work/c.png" --split val > /dev/null 2> "$work/err.log" &&
   fail "data canvas: --split val accepted"

@@ -12,6 +12,8 @@
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
+#include "loom/train/recipes/canvas_judge.h"
+#include "loom/train/recipes/vit_classifier.h"
 #include "numbers.h"
 
 namespace loom::cli {
@@ -70,7 +72,9 @@ int data_prepare_command(DataPrepareArgs a) {
 
 struct DataCanvasArgs {
   std::string out, split = "train", fmnist = "/usr/share/datasets/fashion-mnist";
+  std::string classifier = "assets/fmnist_classifier";
   int64_t count = 16, first = 0, seed = 0;
+  bool judge = false;
 };
 
 void add_data_canvas(CLI::App& cmd, DataCanvasArgs& a) {
@@ -86,16 +90,30 @@ void add_data_canvas(CLI::App& cmd, DataCanvasArgs& a) {
   add_int(cmd, "--first", a.first, "index of the first canvas", 0);
   add_int(cmd, "--seed", a.seed, "the canvases' seed", 0);
   cmd.add_option("--fashion-mnist", a.fmnist, "the Fashion-MNIST directory")->type_name("DIR");
+  cmd.add_flag("--judge", a.judge,
+               "score the canvases against their own captions (the ceiling a model can reach)");
+  cmd.add_option("--classifier", a.classifier, "the judge's classifier")->type_name("DIR");
 }
 
 int data_canvas_command(const DataCanvasArgs& a) {
   const bool test = a.split == "test";
   const ImageDataset source = fashion_mnist(a.fmnist, /*train=*/!test);
   std::vector<Tensor> images;
+  std::vector<std::vector<CanvasItem>> asked;
   for (int64_t i = 0; i < a.count; ++i) {
     const Canvas c = make_canvas(source, uint64_t(a.seed), test, a.first + i);
     images.push_back(c.image);
+    asked.push_back(c.items);
     std::printf("%lld: %s\n", (long long)(a.first + i), c.caption.c_str());
+  }
+  if (a.judge) {
+    const auto classifier = train::load_classifier(a.classifier);
+    const train::CanvasScores s =
+        train::score_canvases(train::read_canvases(*classifier, stack(images, 0)), asked);
+    std::printf(
+        "judge: captions all right %.3f, places %.3f, sizes %.3f, classes %.3f (%lld canvases, "
+        "%lld items)\n",
+        s.caption, s.place, s.size, s.cls, (long long)s.canvases, (long long)s.items);
   }
   const int cols = int(std::min<int64_t>(a.count, 8)), rows = int((a.count + cols - 1) / cols);
   const ImageGrid grid = image_grid(stack(images, 0), rows, cols);
