@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/diffusion/fid.h"
 #include "loom/ops/ops.h"
 #include "loom/train/recipes/vit_classifier.h"
 
@@ -17,7 +18,7 @@ TEST(CanvasJudge, RealCanvasesPassAndOthersCaptionsFail) {
   const ImageDataset test = fashion_mnist("/usr/share/datasets/fashion-mnist", /*train=*/false);
   const auto classifier =
       load_classifier(std::string(LOOM_SOURCE_DIR) + "/assets/fmnist_classifier");
-  const int64_t N = 400;
+  const int64_t N = 1000;
   std::vector<Tensor> images;
   std::vector<std::vector<CanvasItem>> asked, shifted;
   for (int64_t i = 0; i < N; ++i) {
@@ -45,6 +46,28 @@ TEST(CanvasJudge, RealCanvasesPassAndOthersCaptionsFail) {
   EXPECT_EQ(none.caption, 0.0);
   EXPECT_EQ(none.cls, 0.0);
   EXPECT_EQ(none.size, 0.0);
+}
+
+// The Fréchet distance on canvas features: two halves of the real test canvases are close;
+// training canvases (other compositions: no held-out pair, fewer items) are far (measured with
+// 1,000 canvases each: 5.2 against 35.1; blank canvases 349). About 15 s, most of it the
+// distances' eigen-decompositions at 4 x 96 features.
+TEST(CanvasJudge, FrechetDistanceSeesCompositions) {
+  const ImageDataset test = fashion_mnist("/usr/share/datasets/fashion-mnist", /*train=*/false);
+  const auto classifier =
+      load_classifier(std::string(LOOM_SOURCE_DIR) + "/assets/fmnist_classifier");
+  auto stats = [&](bool test_split, int64_t first, int64_t n) {
+    std::vector<Tensor> images;
+    for (int64_t i = 0; i < n; ++i)
+      images.push_back(make_canvas(test, 2, test_split, first + i).image);
+    return diffusion::feature_stats(canvas_features(*classifier, stack(images, 0)));
+  };
+  const int64_t N = 1000;
+  const diffusion::FeatureStats a = stats(true, 0, N);
+  const double same = diffusion::frechet_distance(a, stats(true, N, N));
+  const double other = diffusion::frechet_distance(a, stats(false, 0, N));
+  std::printf("Frechet distance: test halves %.2f, test vs train %.2f\n", same, other);
+  EXPECT_LT(3 * same, other);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "loom/autograd/node.h"
 #include "loom/core/error.h"
 #include "loom/ops/ops.h"
+#include "loom/train/recipes/vit_classifier.h"
 
 namespace loom::train {
 
@@ -98,6 +99,18 @@ CanvasScores score_canvases(const std::vector<CanvasReading>& readings,
   s.size = double(sizes) / items;
   s.cls = double(classes) / items;
   return s;
+}
+
+Tensor canvas_features(const models::Vit& classifier, const Tensor& canvases) {
+  const int64_t N = canvases.size(0), margin = (kQuadrant - kItem) / 2;
+  std::vector<Tensor> quadrants;
+  for (int64_t q = 0; q < kCanvasQuadrants; ++q) {
+    const Tensor window = narrow(narrow(canvases, 2, q / 2 * kQuadrant + margin, kItem), 3,
+                                 q % 2 * kQuadrant + margin, kItem);  // (N, 1, 28, 28)
+    quadrants.push_back(classifier_features(classifier, contiguous(window)));
+  }
+  LOOM_CHECK(N > 0) << "canvas judge: no canvases";
+  return cat(quadrants, 1);
 }
 
 }  // namespace loom::train

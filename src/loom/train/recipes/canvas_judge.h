@@ -33,4 +33,9 @@ std::vector<CanvasReading> read_canvases(const models::Vit& classifier, const Te
 CanvasScores score_canvases(const std::vector<CanvasReading>& readings,
                             const std::vector<std::vector<CanvasItem>>& asked);
 
+// A canvas's features for a Fréchet distance: the classifier's penultimate features of each
+// quadrant's centre 28x28 window, concatenated in quadrant order (N, 4 x width). Fixed
+// windows, not the judge's reading: the distance sees what is drawn, found or not.
+Tensor canvas_features(const models::Vit& classifier, const Tensor& canvases);
+
 }  // namespace loom::train
