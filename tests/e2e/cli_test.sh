@@ -162,5 +162,24 @@ head -1 "$work/err.log" | grep -q "^loom: error: --split: val not in {train,test
   echo "ok: data canvas: unknown split -> $(head -1 "$work/err.log")" ||
   fail "data canvas: unknown split: $(cat "$work/err.log")"
 
+# loom data clips: shards NumPy reads, of the stated shapes and label ranges.
+"$loom" data clips --out "$work/clips" --count 10 --shard 4 > "$work/clips.log" || fail "data clips: $(cat "$work/clips.log")"
+/usr/bin/python3 - "$work/clips" <<'PY' && echo "ok: data clips: 10 clips in 3 shards NumPy reads" || fail "data clips shards"
+import numpy as np, os, sys
+d = sys.argv[1]
+sizes = []
+for s in range(3):
+    f, l = np.load(f"{d}/clips-{s:05d}.npy"), np.load(f"{d}/labels-{s:05d}.npy")
+    assert f.dtype == np.uint8 and f.shape[1:] == (16, 64, 64) and l.shape == (f.shape[0], 2, 3), (f.shape, l.shape)
+    first = l[:, 0]
+    assert ((0 <= first[:, 0]) & (first[:, 0] < 10) & (0 <= first[:, 1]) & (first[:, 1] < 8) & (1 <= first[:, 2]) & (first[:, 2] <= 3)).all(), l
+    second = l[:, 1]
+    assert (((second == -1).all(axis=1)) | ((0 <= second[:, 0]) & (second[:, 0] < 10))).all(), l
+    assert f.max() == 255 or f.max() > 200 and f.min() == 0
+    sizes.append(f.shape[0])
+assert sizes == [4, 4, 2], sizes
+assert os.path.getsize(f"{d}/filmstrip.png") > 0
+PY
+
 if [ $failures -ne 0 ]; then echo "$failures failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -49,6 +49,20 @@ TEST_F(DataNpy, RoundTripsF32AndI64) {
       << "a temporary file was left behind";
 }
 
+TEST_F(DataNpy, RoundTripsU8WithNumPysByteDescr) {
+  loom::Tensor u = loom::Tensor::empty({2, 3, 5}, loom::DType::U8);
+  for (int64_t i = 0; i < u.numel(); ++i) static_cast<uint8_t*>(u.data_ptr())[i] = uint8_t(i * 9);
+  loom::write_npy(path("u.npy"), u);
+  const std::string bytes = read_bytes(path("u.npy"));
+  const std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 5), }";
+  EXPECT_EQ(bytes.substr(10, dict.size()), dict);  // NumPy's uint8: byte order not applicable
+  EXPECT_EQ(bytes.size(), 128u + 30u);  // 10 + 62-byte dict + '\n' > 64: a second block
+  const loom::Tensor u2 = loom::read_npy(path("u.npy"));
+  EXPECT_EQ(u2.dtype(), loom::DType::U8);
+  EXPECT_EQ(u2.shape(), u.shape());
+  EXPECT_EQ(std::memcmp(u2.data_ptr(), u.data_ptr(), 30), 0);
+}
+
 TEST_F(DataNpy, WritesStridedViewsInLogicalOrder) {
   const loom::Tensor t = loom::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {2, 3});
   const loom::Tensor transposed = t.as_strided({3, 2}, {1, 3}, 0);  // (3, 2) view

@@ -1,9 +1,15 @@
 // `loom data prepare`: text tokenized once into token files. `loom data canvas`: a look at the
-// captioned canvases (data/canvas.h).
+// captioned canvases (data/canvas.h). `loom data clips`: the moving-item clips' shards
+// (data/clips.h).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include "commands.h"
 #include "loom/data/canvas.h"
+#include "loom/data/clips.h"
+#include "loom/data/npy.h"
 #include "loom/data/text.h"
 #include "loom/data/token_prepare.h"
 #include "loom/data/token_windows.h"
@@ -122,6 +128,63 @@ int data_canvas_command(const DataCanvasArgs& a) {
   return 0;
 }
 
+struct DataClipsArgs {
+  std::string out, split = "train", fmnist = "/usr/share/datasets/fashion-mnist";
+  int64_t count = 1000, shard = 500, seed = 0;
+};
+
+void add_data_clips(CLI::App& cmd, DataClipsArgs& a) {
+  cmd.description(
+      "write moving-item clips as shards: clips-NNNNN.npy (n, 16, 64, 64) u8 frames, "
+      "labels-NNNNN.npy (n, 2, 3) class, direction, speed per item (-1: no second item), and "
+      "filmstrip.png (the first 8 clips, a row of frames each)");
+  cmd.add_option("--out", a.out, "the shards' directory")->type_name("DIR")->required();
+  cmd.add_option("--split", a.split, "train, or test (Fashion-MNIST's held-out images)")
+      ->check(CLI::IsMember({"train", "test"}));
+  add_int(cmd, "--count", a.count, "clips", 1, 10000000);
+  add_int(cmd, "--shard", a.shard, "clips per shard", 1, 100000);
+  add_int(cmd, "--seed", a.seed, "the clips' seed", 0);
+  cmd.add_option("--fashion-mnist", a.fmnist, "the Fashion-MNIST directory")->type_name("DIR");
+}
+
+int data_clips_command(const DataClipsArgs& a) {
+  const bool test = a.split == "test";
+  const ImageDataset source = fashion_mnist(a.fmnist, /*train=*/!test);
+  std::filesystem::create_directories(a.out);
+  std::vector<Tensor> strip;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t first = 0, s = 0; first < a.count; first += a.shard, ++s) {
+    const int64_t n = std::min(a.shard, a.count - first);
+    Tensor frames = Tensor::empty({n, kClipFrames, kClipSize, kClipSize}, DType::U8);
+    std::vector<int64_t> labels;
+    auto* bytes = static_cast<uint8_t*>(frames.data_ptr());
+    for (int64_t i = 0; i < n; ++i) {
+      const Clip c = make_clip(source, uint64_t(a.seed), test, first + i);
+      const float* px = static_cast<const float*>(c.frames.data_ptr());
+      for (int64_t p = 0; p < c.frames.numel(); ++p)  // [-1, 1] -> 0..255
+        *bytes++ = uint8_t(std::lround(std::clamp((px[p] + 1.0f) * 127.5f, 0.0f, 255.0f)));
+      for (int64_t k = 0; k < kClipMaxItems; ++k) {
+        const bool has = k < int64_t(c.items.size());
+        labels.insert(labels.end(),
+                      {has ? c.items[size_t(k)].cls : -1, has ? c.items[size_t(k)].direction : -1,
+                       has ? c.items[size_t(k)].speed : -1});
+      }
+      if (first + i < 8) strip.push_back(c.frames);
+    }
+    char name[64];
+    std::snprintf(name, sizeof name, "/clips-%05lld.npy", (long long)s);
+    write_npy(a.out + name, frames);
+    std::snprintf(name, sizeof name, "/labels-%05lld.npy", (long long)s);
+    write_npy(a.out + name, from_vector(labels, {n, kClipMaxItems, 3}));
+  }
+  const ImageGrid grid = image_grid(cat(strip, 0), int(strip.size()), int(kClipFrames));
+  write_png(a.out + "/filmstrip.png", grid.pixels, grid.width, grid.height, grid.channels);
+  std::printf("%lld %s clips in %lld shards -> %s (%.1f s)\n", (long long)a.count, a.split.c_str(),
+              (long long)((a.count + a.shard - 1) / a.shard), a.out.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return 0;
+}
+
 }  // namespace
 
 void add_data_commands(CLI::App& loom, int& code) {
@@ -134,6 +197,10 @@ void add_data_commands(CLI::App& loom, int& code) {
   CLI::App* canvas = data->add_subcommand("canvas");
   add_data_canvas(*canvas, *c);
   canvas->callback([c, &code] { code = data_canvas_command(*c); });
+  auto v = std::make_shared<DataClipsArgs>();
+  CLI::App* clips = data->add_subcommand("clips");
+  add_data_clips(*clips, *v);
+  clips->callback([v, &code] { code = data_clips_command(*v); });
 }
 
 }  // namespace loom::cli

@@ -9,6 +9,7 @@
 
 #include "loom/core/atomic_file.h"
 #include "loom/ops/creation.h"
+#include "loom/ops/shape.h"
 
 namespace loom {
 namespace {
@@ -22,6 +23,7 @@ constexpr size_t kMagicLen = 6;
 const char* descr_of(DType dtype) {
   if (dtype == DType::F32) return "<f4";
   if (dtype == DType::I64) return "<i8";
+  if (dtype == DType::U8) return "|u1";
   return nullptr;
 }
 
@@ -111,7 +113,7 @@ class HeaderDict {
 void write_npy(const std::string& path, const Tensor& t) {
   const char* descr = descr_of(t.dtype());
   LOOM_CHECK(descr != nullptr) << "write_npy " << path << ": dtype " << dtype_name(t.dtype())
-                               << " is not supported, expected f32 or i64";
+                               << " is not supported, expected f32, i64 or u8";
   const std::string dict = header_dict(descr, t.shape());
   const uint16_t header_len = uint16_t(dict.size());
   const char prefix[] = {
@@ -122,6 +124,9 @@ void write_npy(const std::string& path, const Tensor& t) {
   out.write(dict);
   if (t.is_contiguous() && t.device() == cpu_device()) {
     out.write(t.data_ptr(), t.nbytes());
+  } else if (t.dtype() == DType::U8) {
+    const Tensor host = contiguous(to_device(t, cpu_device()));
+    out.write(host.data_ptr(), host.nbytes());
   } else if (t.dtype() == DType::F32) {
     const std::vector<float> values = to_vector(t);  // row-major host copy
     out.write(values.data(), values.size() * sizeof(float));
@@ -162,10 +167,10 @@ Tensor read_npy(const std::string& path) {
 
   const HeaderDict dict(header, path);
   const std::string descr = dict.string_of("descr");
-  LOOM_CHECK(descr == "<f4" || descr == "<i8")
+  LOOM_CHECK(descr == "<f4" || descr == "<i8" || descr == "|u1")
       << "npy file " << path << ": dtype '" << descr
-      << "' is not supported, expected '<f4' (f32) or '<i8' (i64)";
-  const DType dtype = descr == "<f4" ? DType::F32 : DType::I64;
+      << "' is not supported, expected '<f4' (f32), '<i8' (i64) or '|u1' (u8)";
+  const DType dtype = descr == "<f4" ? DType::F32 : descr == "<i8" ? DType::I64 : DType::U8;
   LOOM_CHECK(!dict.bool_of("fortran_order"))
       << "npy file " << path << ": Fortran-order arrays are not supported, expected C order";
   const Shape shape = dict.shape_of("shape");
