@@ -252,6 +252,17 @@ std::string image(const std::string& path, const std::string& caption) {
 
 }  // namespace
 
+std::vector<Json> last_record_per_step(std::vector<Json> lines) {
+  std::map<int64_t, Json> by_step;
+  for (Json& line : lines) {
+    const Json* step = line.find("step");
+    if (step && step->is_int()) by_step[step->as_int()] = std::move(line);
+  }
+  std::vector<Json> out;
+  for (auto& [step, line] : by_step) out.push_back(std::move(line));
+  return out;
+}
+
 ReportSummary write_report(const std::string& run_dir, const std::string& out_path) {
   ReportSummary r;
   r.path = out_path.empty() ? (fs::path(run_dir) / "report.html").string() : out_path;
@@ -259,6 +270,7 @@ ReportSummary write_report(const std::string& run_dir, const std::string& out_pa
   std::vector<Json> lines;
   for (Json& line : read_jsonl((fs::path(run_dir) / "metrics.jsonl").string(), true))
     if (line.contains("loss")) lines.push_back(std::move(line));
+  lines = last_record_per_step(std::move(lines));
   std::vector<Json> events = read_jsonl((fs::path(run_dir) / "events.jsonl").string(), false);
   const std::string name = fs::path(run_dir).filename().string();
   const bool gpt = !lines.empty() && lines.back().contains("tok_per_s");

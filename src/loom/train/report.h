@@ -9,6 +9,9 @@
 // and listed; restarts by `loom launch` are listed.
 #pragma once
 #include <string>
+#include <vector>
+
+#include "loom/core/json.h"
 
 namespace loom::train {
 
@@ -20,5 +23,9 @@ struct ReportSummary {
 // Writes the report of the run directory `run_dir` to out_path ("" = run_dir/report.html),
 // atomically. Throws naming the file when the run has no metrics.jsonl or a line is not JSON.
 ReportSummary write_report(const std::string& run_dir, const std::string& out_path = "");
+
+// Step records in step order, a step logged more than once (a restart from a checkpoint
+// before it, a rollback, a spike's replay) by its last record: the path the run went on.
+std::vector<Json> last_record_per_step(std::vector<Json> lines);
 
 }  // namespace loom::train
