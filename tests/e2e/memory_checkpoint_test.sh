@@ -8,6 +8,7 @@
 #  - a host lost: rank 2 killed at step 13, host 1's memory gone; the restart restores step 10
 #    from memory, ranks 2 and 3 from the copies on host 0, and ends as the uninterrupted run;
 #    at the end the run's copies are gone;
+#  - under `loom launch --max-restarts`: the restart restores from memory by itself;
 #  - a process lost, no host: every rank restores its own copy (step 9, newer than the disk
 #    checkpoint of step 8);
 #  - the disk checkpoint newer than the memory copies: restored from disk;
@@ -64,6 +65,15 @@ grep -q "memory checkpoint: restoring step 10 from memory (ranks 2, 3 from their
 same_as_ref host
 [ ! -e "$copies" ] && ok "host: the finished run's copies are gone" ||
   fail "host: left $(find "$store" -type f | head -3)"
+
+# --- under the supervisor: loom launch --max-restarts restarts from memory by itself ---
+LOOM_FAULT="kill:rank=3,step=13" "$loom" launch -n 4 --max-restarts 1 -- train "$cfg" "${common[@]}" \
+  --set resilience.memory_checkpoint_every=5 --set run.out_dir="$work/supervised" \
+  > "$work/supervised.log" 2>&1 || fail "supervised: the job did not complete: $(tail -3 "$work/supervised.log")"
+grep -q "resumed from memory at step 10" "$work/supervised.log" &&
+  ok "supervised: the restart resumed from memory at step 10 (no disk checkpoint yet)" ||
+  fail "supervised: $(grep -E 'memory|resumed|resume auto' "$work/supervised.log")"
+same_as_ref supervised
 
 # --- a process lost: every rank its own copy, newer than the disk's ---
 run proc "kill:rank=1,step=11" --set resilience.memory_checkpoint_every=3 --set train.ckpt_every=4
