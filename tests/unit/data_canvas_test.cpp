@@ -10,28 +10,13 @@
 #include <cmath>
 
 #include "loom/ops/ops.h"
+#include "synthetic_items.h"
 
 namespace loom {
 namespace {
 
-// 40 items: item k, class k % 10, pixel (y, x) = (k + 1) / 100 + (y * 28 + x) * 1e-4 - 0.9.
-ImageDataset items() {
-  ImageDataset d;
-  d.num_classes = 10;
-  std::vector<float> px;
-  std::vector<int64_t> labels;
-  for (int64_t k = 0; k < 40; ++k) {
-    labels.push_back(k % 10);
-    for (int64_t p = 0; p < 28 * 28; ++p) px.push_back(float((k + 1) / 100.0 + p * 1e-4 - 0.9));
-  }
-  d.images = from_vector(px, {40, 1, 28, 28});
-  d.labels = from_vector(labels, {40});
-  return d;
-}
-
-double pixel(int64_t k, int64_t y, int64_t x) {
-  return (k + 1) / 100.0 + double(y * 28 + x) * 1e-4 - 0.9;
-}
+using testing_items::items;
+using testing_items::pixel;
 
 TEST(Canvas, ItemsCaptionsAndTheHeldOutSplit) {
   const ImageDataset source = items();

@@ -10,23 +10,13 @@
 #include <algorithm>
 
 #include "loom/ops/ops.h"
+#include "synthetic_items.h"
 
 namespace loom {
 namespace {
 
-ImageDataset items() {
-  ImageDataset d;
-  d.num_classes = 10;
-  std::vector<float> px;
-  std::vector<int64_t> labels;
-  for (int64_t k = 0; k < 40; ++k) {
-    labels.push_back(k % 10);
-    for (int64_t p = 0; p < 28 * 28; ++p) px.push_back(float((k + 1) / 100.0 + p * 1e-4 - 0.9));
-  }
-  d.images = from_vector(px, {40, 1, 28, 28});
-  d.labels = from_vector(labels, {40});
-  return d;
-}
+using testing_items::items;
+using testing_items::pixel;
 
 // Frame by frame: each axis moves by its velocity; past an edge the position is reflected and
 // the velocity reversed.
@@ -77,7 +67,7 @@ TEST(Clips, PathsBounceAndFramesDrawTheItems) {
             for (int64_t x = 0; x < 28; ++x) {
               float& p = want[size_t(f * 4096 + (path[size_t(f)].first + y) * 64 +
                                      path[size_t(f)].second + x)];
-              p = std::max(p, float((it.source + 1) / 100.0 + double(y * 28 + x) * 1e-4 - 0.9));
+              p = std::max(p, float(pixel(it.source, y, x)));
             }
       }
       const std::vector<float> got = to_vector(c.frames);

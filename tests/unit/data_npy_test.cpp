@@ -56,7 +56,7 @@ TEST_F(DataNpy, RoundTripsU8WithNumPysByteDescr) {
   const std::string bytes = read_bytes(path("u.npy"));
   const std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 5), }";
   EXPECT_EQ(bytes.substr(10, dict.size()), dict);  // NumPy's uint8: byte order not applicable
-  EXPECT_EQ(bytes.size(), 128u + 30u);  // 10 + 62-byte dict + '\n' > 64: a second block
+  EXPECT_EQ(bytes.size(), 128u + 30u);             // 10 + 62-byte dict + '\n' > 64: a second block
   const loom::Tensor u2 = loom::read_npy(path("u.npy"));
   EXPECT_EQ(u2.dtype(), loom::DType::U8);
   EXPECT_EQ(u2.shape(), u.shape());

@@ -176,6 +176,18 @@ std::string PeerStore::path(const char* kind, int rank, int64_t step) const {
   return (fs::path(dir_) / name).string();
 }
 
+void PeerStore::remove_temps() const {
+  char own[32], held[32];
+  std::snprintf(own, sizeof own, "own-%05d-", rank_);
+  std::snprintf(held, sizeof held, "held-%05d-", held_for_);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".tmp" && (name.rfind(own, 0) == 0 || name.rfind(held, 0) == 0))
+      fs::remove(e.path(), ec);
+  }
+}
+
 std::vector<int64_t> PeerStore::steps_of(const char* kind, int rank) const {
   std::vector<int64_t> steps;
   char prefix[32];
@@ -232,6 +244,7 @@ void PeerStore::save(int64_t step, uint64_t layout, const Tensor& payload) {
   if (peers)
     for (int64_t s : steps_of("held", held_for_))
       if (s != step) fs::remove(path("held", held_for_, s));
+  remove_temps();  // a save a crash cut short
 }
 
 PeerStore::Found PeerStore::find(uint64_t layout, int64_t not_before) {
@@ -357,6 +370,7 @@ PeerStore::Payload PeerStore::fetch(const Found& found) {
 }
 
 void PeerStore::forget() {
+  remove_temps();
   for (int64_t s : steps_of("own", rank_)) fs::remove(path("own", rank_, s));
   if (group_.size() > 1)
     for (int64_t s : steps_of("held", held_for_)) fs::remove(path("held", held_for_, s));

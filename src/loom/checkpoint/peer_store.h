@@ -76,6 +76,7 @@ class PeerStore {
   std::string path(const char* kind, int rank, int64_t step) const;
   // Steps of this rank's copies of `kind` for `rank`, newest first.
   std::vector<int64_t> steps_of(const char* kind, int rank) const;
+  void remove_temps() const;  // this rank's files of a write a crash cut short
 
   dist::ProcessGroup& group_;
   std::string dir_;
