@@ -24,7 +24,8 @@ const train::ModelSpec& checkpoint_spec(const std::string& checkpoint, const cha
 
 void check_kind_flags(const CLI::App& cmd, const train::ModelSpec& spec,
                       const std::string& checkpoint) {
-  for (const char* group : {train::kDitFlags, train::kGptFlags, train::kRouterFlags}) {
+  for (const char* group :
+       {train::kDitFlags, train::kGptFlags, train::kRouterFlags, train::kPromptFlags}) {
     const std::vector<std::string>& read = spec.command_flags;
     if (std::find(read.begin(), read.end(), group) != read.end()) continue;
     std::string given;

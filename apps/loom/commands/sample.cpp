@@ -20,8 +20,9 @@ struct SampleArgs {
 
 void add_sample(CLI::App& cmd, SampleArgs& a) {
   cmd.description(
-      "DiT checkpoint: sample it (EMA weights) into a PNG grid and/or .npy files; GPT "
-      "checkpoint: continue a prompt (temperature 0: greedy)");
+      "DiT checkpoint: sample it (EMA weights) into a PNG grid and/or .npy files; MMDiT "
+      "checkpoint: canvases for a caption (--prompt) into a PNG grid; GPT checkpoint: continue a "
+      "prompt (temperature 0: greedy)");
   cmd.add_option("CHECKPOINT_DIR", a.checkpoint, kCheckpointHelp)->required();
   add_int(cmd, "--seed", a.seed, "sampling seed", std::numeric_limits<int64_t>::min(),
           std::numeric_limits<int64_t>::max());
@@ -40,7 +41,11 @@ void add_sample(CLI::App& cmd, SampleArgs& a) {
       ->type_name("PREFIX");
   train::GptSampleOptions& gpt = a.call.gpt;
   cmd.option_defaults()->group(train::kGptFlags);
-  cmd.add_option("--prompt", gpt.prompt, "the text to continue")->type_name("TEXT");
+  cmd.option_defaults()->group(train::kPromptFlags);
+  cmd.add_option("--prompt", a.call.prompt,
+                 "GPT: the text to continue; MMDiT: the caption (default: held-out captions)")
+      ->type_name("TEXT");
+  cmd.option_defaults()->group(train::kGptFlags);
   add_int(cmd, "--tokens", gpt.tokens, "tokens to add");
   add_number(cmd, "--temperature", gpt.temperature, "0: greedy")->type_name("T");
   cmd.add_option("--logits", gpt.logits_npy, "also write the prompt's logits (T, vocab) as .npy")
@@ -58,6 +63,7 @@ void sample_command(const CLI::App& cmd, SampleArgs a) {
   const train::ModelSpec& spec = checkpoint_spec(call.checkpoint, "sample");
   check_kind_flags(cmd, spec, call.checkpoint);
   call.dit.seed = call.gpt.seed = uint64_t(a.seed);
+  call.gpt.prompt = call.prompt;
   run_kind_command(spec.sample, call, "sample", spec);
 }
 

@@ -1,5 +1,6 @@
 #include "loom/diffusion/flow_matching.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "loom/ops/ops.h"
@@ -31,16 +32,19 @@ FlowMatchingBatch flow_matching_batch(const Tensor& x0, const Tensor& labels,
     for (float& v : t) v = 1.0f / (1.0f + std::exp(-v));
   if (config.shift != 1.0)
     for (float& v : t) v = float(shift_time(v, config.shift));
+  // A dropped sample's label (or every token of its caption) becomes the null class.
   std::vector<int64_t> y = to_vector_i64(labels);
   const std::vector<float> drop = to_vector(u);
+  const int64_t per_label = labels.numel() / B;
   for (int64_t i = 0; i < B; ++i)
-    if (drop[size_t(i)] < config.label_dropout) y[size_t(i)] = config.null_class;
+    if (drop[size_t(i)] < config.label_dropout)
+      std::fill_n(y.begin() + i * per_label, per_label, config.null_class);
   Tensor tt = from_vector(t, {B}, DType::F32, x0.device());
   Tensor t4 = reshape(tt, {B, 1, 1, 1});  // broadcasts over C, H, W
   // x_t = x0 + t (eps - x0); target = eps - x0.
   Tensor target = sub(eps, x0);
   Tensor xt = add(x0, mul(t4, target));
-  return {xt, tt, from_vector(y, {B}, DType::I64, labels.device()), target};
+  return {xt, tt, from_vector(y, labels.shape(), DType::I64, labels.device()), target};
 }
 
 Tensor flow_matching_loss(const VelocityFn& velocity, const Tensor& x0, const Tensor& labels,
@@ -59,7 +63,7 @@ Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labe
   const Device device = labels.device();  // the model's: sampling runs where it trained
   Tensor x = randn(shape, RngKey{seed, "sample.noise", ""}, DType::F32, device);  // (B, C, H, W)
   const bool guided = config.cfg_scale != 1.0;
-  Tensor null_labels = full({B}, double(config.null_class), DType::I64, device);
+  Tensor null_labels = full(labels.shape(), double(config.null_class), DType::I64, device);
   auto v_at = [&](const Tensor& xt, double t) {
     if (!guided) return velocity(xt, full({B}, t, DType::F32, device), labels);
     // Conditional and unconditional predictions in one batch of 2B.

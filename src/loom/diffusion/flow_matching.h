@@ -8,7 +8,8 @@
 
 namespace loom::diffusion {
 
-// velocity(x_t (B, C, H, W), t (B) f32, labels (B) i64) -> (B, C, H, W)
+// velocity(x_t (B, C, H, W), t (B) f32, labels (B) i64) -> (B, C, H, W). The labels may be
+// (B, L) instead (a caption's tokens): a dropped or unconditional one is L null classes.
 using VelocityFn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
 
 // The timestep shift of SD3 (Esser et al. 2024): t -> s t / (1 + (s - 1) t), a monotone map of
@@ -28,7 +29,7 @@ struct FlowMatchingConfig {
 
 // One (micro-)batch's training example: the model's inputs and the velocity it should predict.
 struct FlowMatchingBatch {
-  Tensor xt, t, labels;  // (B, C, H, W), (B) f32, (B) i64 (some dropped to the null class)
+  Tensor xt, t, labels;  // (B, C, H, W), (B) f32, (B) or (B, L) i64 (some dropped: null)
   Tensor target;         // eps - x0
 };
 // first_index: global index of x0's first sample within the step's global batch.
@@ -52,7 +53,7 @@ struct SamplerConfig {
 // Integrates dx/dt = v from t = 1 (noise keyed by seed) to t = 0 over the times
 // shift_time(1 - i / steps), i = 0..steps; with guidance the velocity is
 // v_uncond + cfg_scale (v_cond - v_uncond). Heun corrects every step but the last (to t = 0,
-// where it would evaluate the model at pure data). labels (B) i64.
+// where it would evaluate the model at pure data). labels (B) or (B, L) i64.
 Tensor sample(const VelocityFn& velocity, const Shape& shape, const Tensor& labels,
               const SamplerConfig& config, uint64_t seed);
 

@@ -14,6 +14,9 @@ struct ParallelPlan {
   std::vector<std::string> attention;  // nn::Attention: heads split (qkv column-, proj row-wise)
   std::vector<std::string> column;     // nn::Linear: output features split, input replicated
   std::vector<std::string> row;        // nn::Linear: input features split, output summed
+  // Parameters applied to every head alike inside an attention whose heads split (QK-norm's
+  // weights): whole on every rank, each rank's gradient from its own heads only (summed).
+  std::vector<std::string> per_head;
   // The blocks, in order: with sequence parallelism the residual stream (each block's first
   // input) is split along sequence_dim from the first block's input to the last one's output;
   // the blocks' other inputs (conditioning) stay whole.

@@ -200,6 +200,14 @@ class Applier {
     }
   }
 
+  // A parameter every head uses alike: whole, its gradient summed over the ranks' heads.
+  void per_head(const std::string& name) {
+    bool found = false;
+    for (const auto& p : model_.named_parameters()) found |= p.name == name;
+    LOOM_CHECK(found) << "tensor parallel: the model has no parameter " << name;
+    layout_.partial_gradients.insert(name);
+  }
+
   TensorParallelLayout layout() { return std::move(layout_); }
 
  private:
@@ -268,6 +276,7 @@ TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::Parallel
   for (const auto& path : plan.column) apply.column(path);
   for (const auto& path : plan.row) apply.row(path);
   if (!plan.vocab_embedding.empty()) apply.vocabulary(plan);
+  for (const auto& name : plan.per_head) apply.per_head(name);
   if (sequence_parallel) {
     LOOM_CHECK(!plan.blocks.empty()) << "sequence parallel: the model names no blocks";
     apply.sequence_region(plan);

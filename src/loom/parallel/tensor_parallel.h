@@ -50,7 +50,8 @@ struct TensorShard {
 
 // What apply_tensor_parallel did: the parameters it split (by full name), and the whole
 // (unsplit) parameters whose gradient each rank holds only its share of -- those used on
-// sequence shards -- which must be summed over the tp ranks before the optimizer step.
+// sequence shards, or every head alike where the heads split (QK-norm) -- which must be summed
+// over the tp ranks before the optimizer step.
 struct TensorParallelLayout {
   std::map<std::string, TensorShard> sharded;
   std::set<std::string> partial_gradients;

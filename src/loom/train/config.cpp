@@ -49,6 +49,9 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
   LOOM_CHECK(!p.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, m, path);
+  LOOM_CHECK(!m.no_sequence_split || (cp == 1 && !p.sequence_parallel))
+      << "config " << path << ": model.kind " << c.spec().name << " cannot take "
+      << (cp > 1 ? "context" : "sequence") << " parallelism: " << m.no_sequence_split;
   if (tp == 1 && cp == 1) return;
   LOOM_CHECK(m.tensor_and_context) << "config " << path << ": model.kind " << c.spec().name
                                    << " has no tensor or context parallelism";
@@ -490,6 +493,8 @@ const char* name_of(Dataset dataset) {
       return "text";
     case Dataset::Tokens:
       return "tokens";
+    case Dataset::Canvas:
+      return "canvas";
   }
   return "?";
 }

@@ -10,6 +10,7 @@
 #include "loom/lowcomm/diloco.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
+#include "loom/models/mmdit/mmdit.h"
 #include "loom/models/vit/vit.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/schedule.h"
@@ -39,8 +40,8 @@ struct RunConfig {
 
 // data.dataset: what a run trains on. Each model kind takes its own (its spec reads the key):
 // dit fashion_mnist or images (PNG files), gpt kjv (the King James Bible), text (a file) or
-// tokens (directories of `loom data prepare`).
-enum class Dataset { FashionMnist, Images, Kjv, Text, Tokens };
+// tokens (directories of `loom data prepare`), mmdit canvas (captioned canvases, data/canvas.h).
+enum class Dataset { FashionMnist, Images, Kjv, Text, Tokens, Canvas };
 const char* name_of(Dataset dataset);
 // The dataset `name` names among `allowed` (model.kind `kind`'s), or an error naming `what`.
 Dataset dataset_from_name(const std::string& name, const std::vector<Dataset>& allowed,
@@ -66,6 +67,10 @@ struct DataConfig {
   // dit, dataset "images": held-out PNG images (a folder or shards, as data.path), optional
   std::string val_path;
   int64_t cluster = -1;
+  // mmdit, dataset "canvas": the training canvases drawn (canvas i from (canvas_seed, i)), their
+  // items from the Fashion-MNIST files in `path`; the held-out ones are the test split's.
+  int64_t canvases = 60000;
+  int64_t canvas_seed = 0;
 };
 
 struct TrainLoopConfig {
@@ -171,16 +176,18 @@ struct Config {
   // [lowcomm] method = "diloco": the dp_replicate groups are DiLoCo workers (lowcomm/diloco.h).
   std::optional<lowcomm::DiLoCoConfig> diloco;
   // model.kind: only that kind's keys are accepted (its spec reads them, model_spec.h), and
-  // `model` holds its model's config: the DiT's, the GPT's, or the ViT's (the classifier and
-  // the experts' router).
+  // `model` holds its model's config: the DiT's, the GPT's, the MMDiT's, or the ViT's (the
+  // classifier and the experts' router).
   ModelKind model_kind = ModelKind::Dit;
-  std::variant<models::DitConfig, models::GptConfig, models::VitConfig> model;
+  std::variant<models::DitConfig, models::GptConfig, models::VitConfig, models::MmditConfig> model;
   const ModelSpec& spec() const { return model_spec(model_kind); }
   // The model's config; asking for another kind's is an error naming both.
   models::DitConfig& dit() { return model_as<models::DitConfig>("dit"); }
   const models::DitConfig& dit() const { return const_cast<Config*>(this)->dit(); }
   models::GptConfig& gpt() { return model_as<models::GptConfig>("gpt"); }
   const models::GptConfig& gpt() const { return const_cast<Config*>(this)->gpt(); }
+  models::MmditConfig& mmdit() { return model_as<models::MmditConfig>("mmdit"); }
+  const models::MmditConfig& mmdit() const { return const_cast<Config*>(this)->mmdit(); }
   models::VitConfig& vit() { return model_as<models::VitConfig>("vit"); }
   const models::VitConfig& vit() const { return const_cast<Config*>(this)->vit(); }
   DataConfig data;

@@ -27,7 +27,7 @@ struct SampleCall;
 struct EvalCall;
 
 // model.kind, parsed once (the registry maps names to these).
-enum class ModelKind { Dit, Gpt, VitClassifier, DitRouter };
+enum class ModelKind { Dit, Gpt, VitClassifier, DitRouter, Mmdit };
 
 // What the checks of a topology against a model need (parallel.tp, cp, pp, ep and
 // precision.bf16_blocks, checked before anything is built): which layouts the model has and
@@ -42,6 +42,8 @@ struct ParallelFacts {
   std::string tokens_what{};           // how errors name them: "16 tokens (model.context)"
   int64_t vocab = 0;                   // > 0: the embedding and head split over tp (no pipeline)
   const nn::MoeConfig* moe = nullptr;  // the model's mixture of experts, when it may have one
+  // Why context and sequence parallelism cannot split this model's sequence (null: they can).
+  const char* no_sequence_split = nullptr;
 };
 
 // What `loom ckpt export --format hf` wrote: a Hugging Face model directory.
@@ -92,7 +94,7 @@ struct ModelSpec {
 // known names).
 const ModelSpec& model_spec(ModelKind kind);
 const ModelSpec& model_spec(const std::string& name, const std::string& what);
-// "dit, gpt, vit_classifier or dit_router"
+// "dit, gpt, vit_classifier, dit_router or mmdit"
 std::string model_kind_names();
 // Every registered spec, in the registry's order.
 std::vector<const ModelSpec*> model_specs();

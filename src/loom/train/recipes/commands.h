@@ -16,9 +16,11 @@ namespace loom::train {
 constexpr const char* kDitFlags = "DiT checkpoints";
 constexpr const char* kGptFlags = "GPT checkpoints";
 constexpr const char* kRouterFlags = "dit_router checkpoints";
+constexpr const char* kPromptFlags = "GPT or MMDiT checkpoints";
 
 struct SampleCall {
   std::string checkpoint;            // a step-NNNNNN directory
+  std::string prompt;                // kPromptFlags: a GPT's text to continue, an MMDiT's caption
   DitSampleOptions dit;              // kDitFlags (seed: --seed)
   GptSampleOptions gpt;              // kGptFlags (seed: --seed)
   std::vector<std::string> experts;  // kRouterFlags: the experts' checkpoints, their mixture
@@ -57,5 +59,7 @@ DitSampleOptions eval_sample_options(const Config& run, const EvalCall& call);
 // Each kind's commands (in its spec's ModelSpec::sample and eval).
 void sample_dit_command(const SampleCall& call);  // dit_eval.cpp
 void eval_dit_command(const EvalCall& call);
+void sample_mmdit_command(const SampleCall& call);  // mmdit.cpp
+void eval_mmdit_command(const EvalCall& call);
 
 }  // namespace loom::train

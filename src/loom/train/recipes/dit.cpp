@@ -54,9 +54,14 @@ Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
 
 Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::DitConfig& c,
                          const Tensor& labels, const DitSampleOptions& o) {
+  return sample_images(velocity, c.channels, c.image_size, c.num_classes, labels, o);
+}
+
+Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
+                     int64_t null_class, const Tensor& labels, const DitSampleOptions& o) {
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
-  diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, c.num_classes, o.shift};
+  diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, null_class, o.shift};
   // Sampling thousands of images takes minutes on a CPU: a line every 10 s says how far.
   const auto start = std::chrono::steady_clock::now();
   auto last_line = start;
@@ -64,7 +69,7 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
     Tensor x =
-        diffusion::sample(velocity, {n, c.channels, c.image_size, c.image_size},
+        diffusion::sample(velocity, {n, channels, size, size},
                           to_device(narrow(labels, 0, at, n), o.device), sc, o.seed + uint64_t(at));
     parts.push_back(x);
     const auto now = std::chrono::steady_clock::now();
@@ -83,6 +88,26 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
   std::vector<float> v = to_vector(all);
   for (float& e : v) e = std::max(-1.0f, std::min(1.0f, e));
   return from_vector(v, all.shape());
+}
+
+double held_out_flow_loss(const diffusion::VelocityFn& velocity, const Tensor& images,
+                          const Tensor& labels, int64_t n,
+                          const diffusion::FlowMatchingConfig& flow, uint64_t seed,
+                          dist::ProcessGroup& dp, Device device) {
+  const int64_t chunk = 250, chunks = (n + chunk - 1) / chunk, P = dp.size();
+  NoGradGuard no_grad;
+  AutocastGuard exact(DType::F32);
+  double sum = 0;
+  for (int64_t round = 0; round < (chunks + P - 1) / P; ++round) {
+    const int64_t c = round * P + dp.rank();
+    const int64_t at = c < chunks ? c * chunk : 0, k = std::min(chunk, n - at);
+    const Tensor loss =
+        diffusion::flow_matching_loss(velocity, to_device(narrow(images, 0, at, k), device),
+                                      to_device(narrow(labels, 0, at, k), device), flow, seed,
+                                      /*step=*/-1, at);  // step -1: draws no training step uses
+    if (c < chunks) sum += double(item(loss)) * double(k);
+  }
+  return sum_over(dp, {sum})[0] / double(n);
 }
 
 void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
@@ -229,27 +254,12 @@ class DitRecipe : public Recipe {
   }
 
   // The flow-matching loss of the trained weights (not the EMA: the loss they were trained on)
-  // on the first eval.val_images test images, with draws of their own, in f32. Collective: the
-  // chunks are shared over the dp ranks, and every rank runs as many forwards (under ZeRO-3 or
-  // TP each forward holds collectives): one without a chunk of its own left runs the first
-  // chunk again and discards it.
+  // on the first eval.val_images test images (held_out_flow_loss).
   double held_out_loss() {
     if (!val_.images.defined()) val_ = held_out_images();
-    const int64_t n = std::min(cfg_.eval.val_images, val_.images.size(0)), chunk = 250;
-    const int64_t chunks = (n + chunk - 1) / chunk, P = run_->dp.size();
-    NoGradGuard no_grad;
-    AutocastGuard exact(DType::F32);
-    double sum = 0;
-    for (int64_t round = 0; round < (chunks + P - 1) / P; ++round) {
-      const int64_t c = round * P + run_->dp.rank();
-      const int64_t at = c < chunks ? c * chunk : 0, k = std::min(chunk, n - at);
-      const Tensor loss = diffusion::flow_matching_loss(
-          velocity_of(model_), to_device(narrow(val_.images, 0, at, k), model_.device()),
-          to_device(narrow(val_.labels, 0, at, k), model_.device()), cfg_.flow, cfg_.run.seed,
-          /*step=*/-1, at);  // step -1: draws no training step uses
-      if (c < chunks) sum += double(item(loss)) * double(k);
-    }
-    return sum_over(run_->dp, {sum})[0] / double(n);
+    return held_out_flow_loss(velocity_of(model_), val_.images, val_.labels,
+                              std::min(cfg_.eval.val_images, val_.images.size(0)), cfg_.flow,
+                              cfg_.run.seed, run_->dp, model_.device());
   }
   Json evaluate(int64_t step) override {
     if (!has_held_out()) return Json();

@@ -39,6 +39,18 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
                          const Tensor& labels, const DitSampleOptions& options);
 Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
                          const DitSampleOptions& options);
+// The same for any diffusion model of images (N, channels, size, size): labels (N) i64, or
+// captions (N, L); null_class: the unconditional label (or caption token) of guidance.
+Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
+                     int64_t null_class, const Tensor& labels, const DitSampleOptions& options);
+// The flow-matching loss of `velocity` over the first n held-out (images, labels), with draws
+// no training step uses, in f32. Collective over dp: the chunks are shared over its ranks, and
+// every rank runs as many forwards (under ZeRO-3 or TP each forward holds collectives): one
+// without a chunk of its own left runs the first chunk again and discards it.
+double held_out_flow_loss(const diffusion::VelocityFn& velocity, const Tensor& images,
+                          const Tensor& labels, int64_t n,
+                          const diffusion::FlowMatchingConfig& flow, uint64_t seed,
+                          dist::ProcessGroup& dp, Device device);
 // The class grid (PNG) and/or .npy files of options.
 void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
                    const DitSampleOptions& options);

@@ -48,6 +48,17 @@ void read_dit(ConfigFile& f, Config& c) {
                                     << "(the cluster this expert trains on, from 0)";
   }
 
+  read_diffusion_keys(f, c, d.num_classes);
+  LOOM_CHECK(c.data.dataset == Dataset::FashionMnist || c.eval.classifier.empty())
+      << "config " << path << ": eval.classifier judges samples against Fashion-MNIST; set "
+      << "eval.classifier = \"\" for data.dataset \"images\"";
+}
+
+}  // namespace
+
+// [train] ema_*, [diffusion], [sample] and [eval] of the diffusion models (dit, mmdit).
+void read_diffusion_keys(ConfigFile& f, Config& c, int64_t null_class) {
+  const std::string& path = f.path();
   auto& t = c.train;
   t.ema_decay = f.get_double("train", "ema_decay", t.ema_decay);
   t.ema_start = f.get_int("train", "ema_start", t.ema_start, kAnyStep);
@@ -66,7 +77,7 @@ void read_dit(ConfigFile& f, Config& c) {
   c.flow.shift = f.get_double("diffusion", "shift", c.flow.shift);
   LOOM_CHECK(c.flow.shift > 0) << "config " << path << ": diffusion.shift must be positive, got "
                                << c.flow.shift;
-  c.flow.null_class = d.num_classes;
+  c.flow.null_class = null_class;
   LOOM_CHECK(c.flow.label_dropout >= 0 && c.flow.label_dropout <= 1 && c.flow.logit_normal_std > 0)
       << "config " << path << ": diffusion.label_dropout must be in [0, 1] and "
       << "logit_normal_std positive";
@@ -87,10 +98,9 @@ void read_dit(ConfigFile& f, Config& c) {
   c.eval.val_images = f.get_int("eval", "val_images", c.eval.val_images);
   LOOM_CHECK(c.eval.every >= 0 && c.eval.val_images >= 0)
       << "config " << path << ": eval.every and eval.val_images must be non-negative";
-  LOOM_CHECK(c.data.dataset == Dataset::FashionMnist || c.eval.classifier.empty())
-      << "config " << path << ": eval.classifier judges samples against Fashion-MNIST; set "
-      << "eval.classifier = \"\" for data.dataset \"images\"";
 }
+
+namespace {
 
 ParallelFacts dit_facts(const Config& c) {
   const models::DitConfig& d = c.dit();

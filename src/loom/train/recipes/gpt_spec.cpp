@@ -222,7 +222,7 @@ extern const ModelSpec kGptSpec = {
     .bench_step = gpt_bench_step,
     .sample = sample_gpt_command,
     .eval = eval_gpt_command,
-    .command_flags = {kGptFlags},
+    .command_flags = {kGptFlags, kPromptFlags},
     .export_hf = export_hf,
 };
 

@@ -13,8 +13,8 @@ namespace loom::train {
 
 namespace {
 
-const std::array<const ModelSpec*, 4> kSpecs = {&kDitSpec, &kGptSpec, &kVitClassifierSpec,
-                                                &kDitRouterSpec};
+const std::array<const ModelSpec*, 5> kSpecs = {&kDitSpec, &kGptSpec, &kVitClassifierSpec,
+                                                &kDitRouterSpec, &kMmditSpec};
 
 }  // namespace
 

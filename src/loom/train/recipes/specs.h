@@ -14,6 +14,12 @@ extern const ModelSpec kDitSpec;            // dit_spec.cpp
 extern const ModelSpec kGptSpec;            // gpt_spec.cpp
 extern const ModelSpec kVitClassifierSpec;  // vit_spec.cpp
 extern const ModelSpec kDitRouterSpec;      // vit_spec.cpp
+extern const ModelSpec kMmditSpec;          // mmdit_spec.cpp
+
+class ConfigFile;
+// [train] ema_decay and ema_start, [diffusion], [sample] and [eval] of a diffusion model
+// (dit_spec.cpp); null_class: its unconditional label (or caption token).
+void read_diffusion_keys(ConfigFile& f, Config& c, int64_t null_class);
 
 // The parameters a model's mixtures of experts add: each one's experts in place of the dense
 // MLP's 8 w^2.

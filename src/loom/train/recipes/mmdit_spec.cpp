@@ -1,0 +1,150 @@
+// The MMDiT's spec (train/model_spec.h): a text-to-image diffusion transformer trained by flow
+// matching on captioned canvases ([model], [data] and the diffusion models' keys), its step's
+// cost, and `loom sample --prompt` / `loom eval` by the canvas judge.
+#include "loom/data/captions.h"
+#include "loom/diffusion/flow_matching.h"
+#include "loom/models/mmdit/mmdit.h"
+#include "loom/ops/creation.h"
+#include "loom/ops/detail.h"
+#include "loom/train/config.h"
+#include "loom/train/config_read.h"
+#include "loom/train/recipes/commands.h"
+#include "loom/train/recipes/mmdit.h"
+#include "loom/train/recipes/specs.h"
+
+namespace loom::train {
+
+namespace {
+
+void read_mmdit(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
+  auto& m = c.model.emplace<models::MmditConfig>();
+  m.image_size = f.get_int("model", "image_size", m.image_size);
+  m.channels = f.get_int("model", "channels", m.channels);
+  m.patch = f.get_int("model", "patch", m.patch);
+  m.width = f.get_int("model", "width", m.width);
+  m.depth = f.get_int("model", "depth", m.depth);
+  m.heads = f.get_int("model", "heads", m.heads);
+  m.mlp_ratio = f.get_double("model", "mlp_ratio", m.mlp_ratio);
+  m.text_length = f.get_int("model", "text_length", m.text_length);
+  m.text_depth = f.get_int("model", "text_depth", m.text_depth);
+  const std::string conditioning = f.get_string("model", "conditioning", "joint");
+  LOOM_CHECK(conditioning == "joint" || conditioning == "cross")
+      << "config " << path << ": model.conditioning \"" << conditioning
+      << "\" is not known (joint: MMDiT's joint attention, cross: PixArt's cross-attention)";
+  m.cross_attention = conditioning == "cross";
+  m.vocab = CaptionVocab().size();
+  m.validate();
+
+  c.data.dataset = dataset_from_name(f.get_string("data", "dataset", "canvas"), {Dataset::Canvas},
+                                     "config " + path + ": data.dataset", "mmdit");
+  c.data.path = f.get_string("data", "path", c.data.path);
+  c.data.canvases = f.get_int("data", "canvases", c.data.canvases);
+  c.data.canvas_seed = f.get_int("data", "canvas_seed", c.data.canvas_seed);
+  LOOM_CHECK(c.data.canvases > 0 && c.data.canvas_seed >= 0)
+      << "config " << path << ": data.canvases must be positive and data.canvas_seed "
+      << "non-negative";
+  LOOM_CHECK(m.text_length >= CaptionVocab::longest_canvas_caption())
+      << "config " << path << ": model.text_length " << m.text_length
+      << " is shorter than the longest canvas caption (" << CaptionVocab::longest_canvas_caption()
+      << " tokens)";
+  read_diffusion_keys(f, c, CaptionVocab::kNull);
+}
+
+ParallelFacts mmdit_facts(const Config& c) {
+  const models::MmditConfig& m = c.mmdit();
+  return {.pipeline = true,
+          .tensor_and_context = true,
+          .depth = m.depth,
+          .heads = m.heads,
+          .kv_heads = m.heads,
+          .mlp_hidden = m.mlp_hidden(),
+          .tokens = m.tokens(),
+          .tokens_what = std::to_string(m.tokens()) + " caption and image tokens",
+          .no_sequence_split =
+              m.cross_attention
+                  ? "every rank's image rows attend to the whole caption, whose encoder's "
+                    "gradients a split along the sequence would leave partial"
+                  : "its blocks apply separate weights to the caption's and the image's rows of "
+                    "one joint sequence, which a split along the sequence would mix"};
+}
+
+plan::StepShape mmdit_step_shape(const Config& config, int64_t samples, int64_t /*tokens*/) {
+  const models::MmditConfig& c = config.mmdit();
+  plan::StepShape s;
+  s.name = config.run.name;
+  s.unit = "img";
+  s.batch = samples;
+  // FLOPs per canvas. Joint: every token of the joint sequence through its stream's weights,
+  // attending to all L + T; cross: the image tokens through self-attention over T and the MLP,
+  // their queries and output projection, the caption's keys and values, attention to its L.
+  // Both: the adaLN projections, the caption encoder over L, embeddings and output.
+  const double D = double(c.width), L = double(c.text_length), T = double(c.image_tokens()),
+               S = L + T, F = c.mlp_ratio * D, pp = double(c.patch * c.patch * c.channels);
+  const double block =
+      c.cross_attention ? plan::block_flops_per_token(D, F, 3 * D, T) * T +
+                              2.0 * 2 * D * D * (T + L) + 2.0 * 2 * T * L * D + 2.0 * D * 6 * D
+                        : plan::block_flops_per_token(D, F, 3 * D, S) * S + 2 * 2.0 * D * 6.0 * D;
+  s.forward_flops = double(c.depth) * block +
+                    double(c.text_depth) * plan::block_flops_per_token(D, F, 3 * D, L) * L +
+                    2.0 * pp * D * 2.0 * T + 2.0 * (256.0 * D + 2 * D * D);
+  // Joint: two streams per block (attention 4 w^2, MLP 8, adaLN 6 each); cross: one stream and
+  // the cross-attention's 4 w^2; the text encoder's 12 w^2 a block.
+  s.parameters =
+      ((c.cross_attention ? 22 : 36) * double(c.depth) + 12 * double(c.text_depth)) * D * D;
+  s.sample_bytes = double(c.channels * c.image_size * c.image_size) * 4 + L * 8;
+  plan::BlockValues& b = s.values;  // as the DiT's block, over the joint sequence
+  const double H = double(c.heads);
+  b.width = D;
+  b.qkv = 3 * D;
+  b.whole = 6 * D + 4;
+  b.split = b.qkv + D + H + 2 * F;
+  b.matmul_split = b.qkv + D + H + F;
+  b.mlp_backward = 2 * F;
+  b.tokens = S;
+  b.head = 3 * D + 2 + 2 * pp;
+  return s;
+}
+
+BenchStep mmdit_bench_step(const Config& config, const plan::StepShape& shape, Device device) {
+  const models::MmditConfig& c = config.mmdit();
+  auto model = std::make_shared<models::Mmdit>(c);
+  Tensor x0 = randn({shape.batch, c.channels, c.image_size, c.image_size},
+                    RngKey{1, "bench.data", "x0"}, DType::F32, device);
+  Tensor captions = detail::raw_to_device(
+      synthetic_ids({shape.batch, c.text_length}, c.vocab, shape.name), device);
+  diffusion::FlowMatchingConfig flow;
+  flow.null_class = CaptionVocab::kNull;
+  return {model, [model, x0, captions, flow] {
+            return diffusion::flow_matching_loss(
+                [&](const Tensor& x, const Tensor& t, const Tensor& y) {
+                  return model->forward(x, t, y);
+                },
+                x0, captions, flow, 1, 0);
+          }};
+}
+
+}  // namespace
+
+extern const ModelSpec kMmditSpec = {
+    .kind = ModelKind::Mmdit,
+    .name = "mmdit",
+    .read = read_mmdit,
+    .parallel_facts = mmdit_facts,
+    .diloco = true,
+    .cuda = true,
+    .make_recipe = make_mmdit_recipe,
+    .bare_model = [](const Config& c) -> std::unique_ptr<nn::Module> {
+      return std::make_unique<models::Mmdit>(c.mmdit());
+    },
+    .plan_of =
+        [](const nn::Module& m) { return static_cast<const models::Mmdit&>(m).parallel_plan(); },
+    .piece_states = {"ema"},
+    .step_shape = mmdit_step_shape,
+    .bench_step = mmdit_bench_step,
+    .sample = sample_mmdit_command,
+    .eval = eval_mmdit_command,
+    .command_flags = {kDitFlags, kPromptFlags},
+};
+
+}  // namespace loom::train
