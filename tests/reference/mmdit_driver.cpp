@@ -37,21 +37,12 @@ models::MmditConfig small_config() {
   return c;
 }
 
-void perturb_zero_parameters(const nn::Module& model) {
-  NoGradGuard no_grad;
-  for (const auto& p : model.named_parameters()) {
-    bool all_zero = true;
-    for (float v : to_vector(p.tensor)) all_zero = all_zero && v == 0.0f;
-    if (all_zero) fill_normal(p.tensor, RngKey{kSeed, "reference.perturb", p.name}, 0, 0.0f, 0.3f);
-  }
-}
-
 void write_case(const std::string& dir, bool perturb, bool cross) {
   models::MmditConfig c = small_config();
   c.cross_attention = cross;
   models::Mmdit model(c);
   model.init_parameters(kSeed);
-  if (perturb) perturb_zero_parameters(model);
+  if (perturb) reference::perturb_zero_parameters(model, kSeed);
 
   // The fixed batch: x0 in [-1, 1], eps ~ N(0, 1), t in (0.02, 0.98), captions of every token
   // (the null caption's among them).

@@ -46,6 +46,17 @@ struct TrainSpec {
   optim::LrSchedule schedule{optim::LrSchedule::Kind::Constant};
 };
 
+// Every all-zero parameter (adaLN-Zero's modulations, zero-initialised output layers, biases)
+// redrawn from N(0, 0.3^2), so every part of the model carries gradients at step 0.
+inline void perturb_zero_parameters(const nn::Module& model, uint64_t seed) {
+  NoGradGuard no_grad;
+  for (const auto& p : model.named_parameters()) {
+    bool all_zero = true;
+    for (float v : to_vector(p.tensor)) all_zero = all_zero && v == 0.0f;
+    if (all_zero) fill_normal(p.tensor, RngKey{seed, "reference.perturb", p.name}, 0, 0.0f, 0.3f);
+  }
+}
+
 inline std::vector<std::pair<std::string, Tensor>> named_values(const nn::Module& model) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& p : model.named_parameters()) out.emplace_back(p.name, p.tensor.detach());

@@ -110,6 +110,21 @@ double held_out_flow_loss(const diffusion::VelocityFn& velocity, const Tensor& i
   return sum_over(dp, {sum})[0] / double(n);
 }
 
+PieceState ema_piece_state(const optim::Ema& ema) {
+  std::vector<Tensor> values;
+  for (const auto& [name, t] : ema.named_weights()) values.push_back(t);
+  return {"ema", values};
+}
+
+void follow_weights(optim::Ema& ema, parallel::ParallelModel& model, const Config& cfg,
+                    int64_t step, bool updated) {
+  model.settle();  // the EMA reads the master weights through tensors of its own
+  if (updated && step < cfg.train.ema_start)
+    ema.reset_to_params();
+  else if (updated)
+    ema.update(step - cfg.train.ema_start);
+}
+
 void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfig& config,
                    const DitSampleOptions& o) {
   LOOM_CHECK(o.only_class < config.num_classes)
@@ -194,11 +209,7 @@ class DitRecipe : public Recipe {
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
     sampler_ = shuffled_sampler(files_ ? files_->size() : data_.images.size(0), cfg_, run);
   }
-  std::vector<PieceState> piece_state() override {
-    std::vector<Tensor> values;
-    for (const auto& [name, t] : ema_->named_weights()) values.push_back(t);
-    return {{"ema", values}};
-  }
+  std::vector<PieceState> piece_state() override { return {ema_piece_state(*ema_)}; }
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
   Batch make_batch(const Slot&) override {
@@ -216,41 +227,11 @@ class DitRecipe : public Recipe {
     return diffusion::flow_matching_loss(velocity_of(model_), b.x, b.y, cfg_.flow, cfg_.run.seed,
                                          s.step, s.first);
   }
-  // Embedders before the first stage, the blocks, the final layer and the loss after the last.
-  // What travels between stages is the tokens with the conditioning appended as one more
-  // token, (B, T + 1, D): every stage's blocks need both, and the conditioning's gradient
-  // flows back through every stage to the embedders.
   parallel::PipelineStages pipeline_stages(const parallel::Pipeline& pipe,
                                            const std::vector<Batch>& batches,
                                            const std::vector<Slot>& slots) override {
-    auto fm = std::make_shared<std::vector<diffusion::FlowMatchingBatch>>();
-    for (size_t m = 0; m < batches.size(); ++m)
-      fm->push_back(diffusion::flow_matching_batch(batches[m].x, batches[m].y, cfg_.flow,
-                                                   cfg_.run.seed, slots[m].step, slots[m].first));
-    const int64_t T = cfg_.dit().tokens();
-    auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
-    auto tokens = [T](const Tensor& a) { return contiguous(narrow(a, 1, 0, T)); };  // (B, T, D)
-    auto conditioning = [T](const Tensor& a) {                                      // (B, D)
-      return contiguous(squeeze(narrow(a, 1, T, 1), 1));
-    };
-    const models::Dit& model = model_;
-    parallel::PipelineStages st;
-    for (const auto& blocks : pipe.chunk_blocks)  // [begin, end) of each of this rank's chunks
-      st.forward.push_back([=, &model](const Tensor& a) {
-        const Tensor c = conditioning(a);
-        return pack(model.run_blocks(tokens(a), c, blocks.first, blocks.second), c);
-      });
-    st.input = [=, &model](int64_t m) {
-      const auto& b = (*fm)[size_t(m)];
-      const models::Dit::Embedded e = model.embed(b.xt, b.t, b.labels);
-      return pack(e.tokens, e.conditioning);
-    };
-    st.loss = [=, &model](const Tensor& out, int64_t m) {
-      return mse(model.head(tokens(out), conditioning(out)), (*fm)[size_t(m)].target);
-    };
-    st.activation_shape = {batches.at(0).x.size(0), T + 1, cfg_.dit().width};
-    st.device = model.device();
-    return st;
+    return conditioned_pipeline_stages(model_, pipe, batches, slots, cfg_, cfg_.dit().tokens(),
+                                       cfg_.dit().width);
   }
 
   // The flow-matching loss of the trained weights (not the EMA: the loss they were trained on)
@@ -270,13 +251,7 @@ class DitRecipe : public Recipe {
   }
 
   void after_step(int64_t step, bool updated) override {
-    run_->model.settle();  // the EMA reads the master weights through tensors of its own
-    // Until ema_start the EMA just follows the weights; then it averages with a warm-up.
-    if (updated && step < cfg_.train.ema_start) {
-      ema_->reset_to_params();
-    } else if (updated) {
-      ema_->update(step - cfg_.train.ema_start);
-    }
+    follow_weights(*ema_, run_->model, cfg_, step, updated);
   }
 
   std::vector<Image> images(int64_t step) override {

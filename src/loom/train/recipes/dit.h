@@ -6,6 +6,8 @@
 
 #include "loom/diffusion/flow_matching.h"
 #include "loom/models/dit/dit.h"
+#include "loom/ops/ops.h"
+#include "loom/optim/ema.h"
 #include "loom/train/recipe.h"
 
 namespace loom::train {
@@ -39,6 +41,54 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
                          const Tensor& labels, const DitSampleOptions& options);
 Tensor sample_dit_images(const models::Dit& model, const Tensor& labels,
                          const DitSampleOptions& options);
+// The pipeline stages of a diffusion transformer (the DiT, the MMDiT) for one step's
+// micro-batches (their flow-matching draws keyed as the loss's): embedders before the first stage,
+// its blocks, the final layer and the loss after the last. Between stages travels the token
+// sequence (B, S, D) with the conditioning appended as one more token, (B, S + 1, D): every stage's
+// blocks need both, and the conditioning's gradient flows back through every stage to the
+// embedders. Model: embed(x_t, t, labels) -> {tokens, conditioning}, run_blocks(h, c, begin, end),
+// head(h, c), device().
+template <typename Model>
+parallel::PipelineStages conditioned_pipeline_stages(const Model& model,
+                                                     const parallel::Pipeline& pipe,
+                                                     const std::vector<Batch>& batches,
+                                                     const std::vector<Slot>& slots,
+                                                     const Config& cfg, int64_t S, int64_t D) {
+  auto fm = std::make_shared<std::vector<diffusion::FlowMatchingBatch>>();
+  for (size_t m = 0; m < batches.size(); ++m)
+    fm->push_back(diffusion::flow_matching_batch(batches[m].x, batches[m].y, cfg.flow, cfg.run.seed,
+                                                 slots[m].step, slots[m].first));
+  auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
+  auto tokens = [S](const Tensor& a) { return contiguous(narrow(a, 1, 0, S)); };  // (B, S, D)
+  auto conditioning = [S](const Tensor& a) {                                      // (B, D)
+    return contiguous(squeeze(narrow(a, 1, S, 1), 1));
+  };
+  parallel::PipelineStages st;
+  for (const auto& blocks : pipe.chunk_blocks)  // [begin, end) of each of this rank's chunks
+    st.forward.push_back([=, &model](const Tensor& a) {
+      const Tensor c = conditioning(a);
+      return pack(model.run_blocks(tokens(a), c, blocks.first, blocks.second), c);
+    });
+  st.input = [=, &model](int64_t m) {
+    const auto& b = (*fm)[size_t(m)];
+    const auto e = model.embed(b.xt, b.t, b.labels);
+    return pack(e.tokens, e.conditioning);
+  };
+  st.loss = [=, &model](const Tensor& out, int64_t m) {
+    return mse(model.head(tokens(out), conditioning(out)), (*fm)[size_t(m)].target);
+  };
+  st.activation_shape = {fm->at(0).xt.size(0), S + 1, D};
+  st.device = model.device();
+  return st;
+}
+
+// The diffusion recipes' EMA of the weights this rank holds: its values as the checkpointed
+// per-piece state "ema"; after a step that updated the weights, a copy of them until
+// train.ema_start, then the average (optim::Ema::update's warm-up counted from there).
+PieceState ema_piece_state(const optim::Ema& ema);
+void follow_weights(optim::Ema& ema, parallel::ParallelModel& model, const Config& cfg,
+                    int64_t step, bool updated);
+
 // The same for any diffusion model of images (N, channels, size, size): labels (N) i64, or
 // captions (N, L); null_class: the unconditional label (or caption token) of guidance.
 Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,

@@ -67,6 +67,7 @@ class MmditRecipe : public Recipe {
   std::string describe() const override {
     const models::MmditConfig& c = cfg_.mmdit();
     return "mmdit: " + std::to_string(model_.num_parameters()) + " parameters, " +
+           (c.cross_attention ? "cross-attention to " : "joint attention over ") +
            std::to_string(c.text_length) + " caption + " + std::to_string(c.image_tokens()) +
            " image tokens";
   }
@@ -81,11 +82,7 @@ class MmditRecipe : public Recipe {
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
     sampler_ = shuffled_sampler(cfg_.data.canvases, cfg_, run);
   }
-  std::vector<PieceState> piece_state() override {
-    std::vector<Tensor> values;
-    for (const auto& [name, t] : ema_->named_weights()) values.push_back(t);
-    return {{"ema", values}};
-  }
+  std::vector<PieceState> piece_state() override { return {ema_piece_state(*ema_)}; }
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
   // Canvases are drawn as the sampler picks them: each from (canvas_seed, index) alone.
@@ -107,37 +104,12 @@ class MmditRecipe : public Recipe {
     return diffusion::flow_matching_loss(velocity_of(model_), b.x, b.y, cfg_.flow, cfg_.run.seed,
                                          s.step, s.first);
   }
-  // As the DiT's: between stages travels the joint sequence with the conditioning appended as
-  // one more token, (B, L + T + 1, D).
+  // The joint sequence (B, L + T, D) travels between stages, with the conditioning.
   parallel::PipelineStages pipeline_stages(const parallel::Pipeline& pipe,
                                            const std::vector<Batch>& batches,
                                            const std::vector<Slot>& slots) override {
-    auto fm = std::make_shared<std::vector<diffusion::FlowMatchingBatch>>();
-    for (size_t m = 0; m < batches.size(); ++m)
-      fm->push_back(diffusion::flow_matching_batch(batches[m].x, batches[m].y, cfg_.flow,
-                                                   cfg_.run.seed, slots[m].step, slots[m].first));
-    const int64_t S = cfg_.mmdit().tokens();
-    auto pack = [](const Tensor& h, const Tensor& c) { return cat({h, unsqueeze(c, 1)}, 1); };
-    auto tokens = [S](const Tensor& a) { return contiguous(narrow(a, 1, 0, S)); };
-    auto conditioning = [S](const Tensor& a) { return contiguous(squeeze(narrow(a, 1, S, 1), 1)); };
-    const models::Mmdit& model = model_;
-    parallel::PipelineStages st;
-    for (const auto& blocks : pipe.chunk_blocks)
-      st.forward.push_back([=, &model](const Tensor& a) {
-        const Tensor c = conditioning(a);
-        return pack(model.run_blocks(tokens(a), c, blocks.first, blocks.second), c);
-      });
-    st.input = [=, &model](int64_t m) {
-      const auto& b = (*fm)[size_t(m)];
-      const models::Mmdit::Embedded e = model.embed(b.xt, b.t, b.labels);
-      return pack(e.tokens, e.conditioning);
-    };
-    st.loss = [=, &model](const Tensor& out, int64_t m) {
-      return mse(model.head(tokens(out), conditioning(out)), (*fm)[size_t(m)].target);
-    };
-    st.activation_shape = {batches.at(0).x.size(0), S + 1, cfg_.mmdit().width};
-    st.device = model.device();
-    return st;
+    return conditioned_pipeline_stages(model_, pipe, batches, slots, cfg_, cfg_.mmdit().tokens(),
+                                       cfg_.mmdit().width);
   }
 
   // The flow-matching loss of the trained weights on the first eval.val_images test canvases.
@@ -164,12 +136,7 @@ class MmditRecipe : public Recipe {
   }
 
   void after_step(int64_t step, bool updated) override {
-    run_->model.settle();
-    if (updated && step < cfg_.train.ema_start) {
-      ema_->reset_to_params();
-    } else if (updated) {
-      ema_->update(step - cfg_.train.ema_start);
-    }
+    follow_weights(*ema_, run_->model, cfg_, step, updated);
   }
 
   std::vector<Image> images(int64_t step) override {
