@@ -5,8 +5,10 @@
 # AdamW state, to 1e-5): equal means every step saw the same 8 samples, none repeated or skipped.
 #  - a rank lost for good (killed at step 7 in every attempt that has it): after its second
 #    failure the job goes on with 2 processes (3 cannot split 8), 4 x 2 micro-batches;
-#  - a rank slowed 3x is flagged as a straggler twice in a row and excluded: the run
-#    checkpoints, exits 76, and goes on with 2 processes;
+#  - a rank slowed 6x is flagged as a straggler twice in a row and excluded: the run
+#    checkpoints, exits 76, and goes on with 2 processes (4 processes share 2 cores here, so a
+#    step of a few milliseconds can be descheduled: another rank flagged once is noise, not a
+#    failure, but never twice in a row);
 #  - one replica's weights corrupted (a flipped bit, DDP): the consistency check names it apart
 #    from the majority, and the next attempt goes on without it;
 #  - --regrow-after: on 2 processes the job is asked to checkpoint and stop, and the rank, back,
@@ -51,7 +53,7 @@ events lost | grep -q '"event":"elastic","attempt":2,"left_out_rank":3,"host":"t
 same_as_ref lost
 
 # --- a straggler excluded ---
-LOOM_FAULT="slow:rank=1,step=1,factor=3" "$loom" launch -n 4 --min-ranks 2 --max-restarts 2 -- \
+LOOM_FAULT="slow:rank=1,step=1,factor=6" "$loom" launch -n 4 --min-ranks 2 --max-restarts 2 -- \
   train "$cfg" "${common[@]}" --set run.out_dir="$work/slow" --set resilience.straggler_every=2 \
   --set resilience.straggler_factor=2 --set resilience.exclude_stragglers_after=2 \
   > "$work/slow.log" 2>&1 || fail "slow: the job did not complete: $(tail -3 "$work/slow.log")"
@@ -64,7 +66,8 @@ assert len(exclude) == 1 and exclude[0]["rank"] == 1 and exclude[0]["reason"] ==
 flags = exclude[0]["evidence"]
 assert len(flags) == 2 and all(f["rank"] == 1 and f["compute_s_per_step"] > 2 * f["others_median_s"] for f in flags), flags
 assert len(elastic) == 1 and elastic[0]["left_out_rank"] == 1 and elastic[0]["processes"] == 2, elastic
-assert [e["rank"] for e in events if e["event"] == "straggler"] == [1, 1], "another rank was flagged"
+before = events[:events.index(exclude[0])]
+assert [e["step"] for e in before if e["event"] == "straggler" and e["rank"] == 1] == [2, 4], "rank 1 not flagged at both comparisons"
 assert events[-1]["event"] == "completed"
 PY
 grep -q "exiting with status 76" "$work/slow.log" || fail "slow: no exit 76 said"
