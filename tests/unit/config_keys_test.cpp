@@ -43,6 +43,7 @@ class ConfigKeysTest : public TempDirTest {
         {kSource + "/configs/gpt_kjv.toml", {}},
         {kSource + "/configs/fmnist_classifier.toml", {}},
         {kSource + "/configs/mmdit_canvas.toml", {}},
+        {kSource + "/configs/autoencoder_canvas.toml", {}},
         {dit,
          {"moe.experts=4", "train.precision=fp8_delayed", "lowcomm.method=diloco",
           "lowcomm.workers=2", "train.steps=100"}},

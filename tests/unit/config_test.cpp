@@ -319,7 +319,7 @@ TEST_F(ConfigTest, WrongTypeIsNamed) {
 TEST_F(ConfigTest, BadValuesAreNamed) {
   const std::string gpt = gpt_file();
   expect_error([&] { load_config(gpt, {"model.kind=rnn"}); },
-               {"model.kind 'rnn'", "dit, gpt, vit_classifier, dit_router or mmdit"});
+               {"model.kind 'rnn'", "dit, gpt, vit_classifier, dit_router, mmdit or autoencoder"});
   expect_error([&] { load_config(gpt, {"model.style=rnn"}); }, {"model.style 'rnn'"});
   expect_error(
       [&] {

@@ -82,5 +82,22 @@ TEST(Canvas, ItemsCaptionsAndTheHeldOutSplit) {
   EXPECT_GT(held_out_items, 300);
 }
 
+// The class-label baseline's conditioning: the classes in class order, nothing of size or place
+// (always "a", as the canvas grammar says it).
+TEST(Canvas, ClassCaptionsNameTheClassesAloneInClassOrder) {
+  const auto item = [](int64_t cls, int64_t quadrant, bool large) {
+    CanvasItem it;
+    it.cls = cls;
+    it.quadrant = quadrant;
+    it.large = large;
+    return it;
+  };
+  EXPECT_EQ(canvas_class_caption({item(8, 0, true)}), "a bag");
+  EXPECT_EQ(canvas_class_caption({item(8, 0, true), item(5, 3, false)}), "a sandal and a bag");
+  EXPECT_EQ(canvas_class_caption({item(5, 3, false), item(8, 0, true)}), "a sandal and a bag");
+  EXPECT_EQ(canvas_class_caption({item(9, 1, true), item(0, 0, true), item(0, 2, false)}),
+            "a t-shirt, a t-shirt and a ankle boot");
+}
+
 }  // namespace
 }  // namespace loom

@@ -44,6 +44,7 @@ void add_eval(CLI::App& cmd, train::EvalCall& a) {
 void eval_command(const CLI::App& cmd, train::EvalCall a) {
   a.checkpoint = checkpoint_from_user_path(a.checkpoint);
   const train::ModelSpec& spec = checkpoint_spec(a.checkpoint, "eval");
+  require_kind_command(spec.eval, a.checkpoint, "eval", spec);
   check_kind_flags(cmd, spec, a.checkpoint);
   // By default eval-step-NNNNNN.json in the run directory: beside the run's own eval.json
   // (never replacing it), not inside the checkpoint; a later evaluation of the same checkpoint

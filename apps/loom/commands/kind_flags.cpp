@@ -22,6 +22,12 @@ const train::ModelSpec& checkpoint_spec(const std::string& checkpoint, const cha
                            std::string(command) + ": " + checkpoint);
 }
 
+std::string model_of(const train::ModelSpec& spec) {
+  const std::string name = spec.name;
+  const bool vowel = !name.empty() && std::string("aeiou").find(name[0]) != std::string::npos;
+  return (vowel ? "an " : "a ") + name + " model";
+}
+
 void check_kind_flags(const CLI::App& cmd, const train::ModelSpec& spec,
                       const std::string& checkpoint) {
   for (const char* group :
@@ -35,7 +41,7 @@ void check_kind_flags(const CLI::App& cmd, const train::ModelSpec& spec,
     const std::string one = std::string(group).substr(0, std::string(group).size() - 1);
     if (!given.empty())
       throw CLI::ValidationError(
-          given, "needs a " + one + ", and " + checkpoint + " holds a " + spec.name + " model");
+          given, "needs a " + one + ", and " + checkpoint + " holds " + model_of(spec));
   }
 }
 

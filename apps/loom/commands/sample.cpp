@@ -61,6 +61,7 @@ void sample_command(const CLI::App& cmd, SampleArgs a) {
       train::check_output_path(call.dit.npy_prefix + part, "--npy");
   if (!call.gpt.logits_npy.empty()) train::check_output_path(call.gpt.logits_npy, "--logits");
   const train::ModelSpec& spec = checkpoint_spec(call.checkpoint, "sample");
+  require_kind_command(spec.sample, call.checkpoint, "sample", spec);
   check_kind_flags(cmd, spec, call.checkpoint);
   call.dit.seed = call.gpt.seed = uint64_t(a.seed);
   call.gpt.prompt = call.prompt;

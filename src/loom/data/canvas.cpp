@@ -1,5 +1,6 @@
 #include "loom/data/canvas.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "loom/core/error.h"
@@ -29,6 +30,18 @@ std::string canvas_caption(const std::vector<CanvasItem>& items) {
     if (k > 0) caption += k + 1 == items.size() ? " and " : ", ";
     caption += std::string("a ") + (it.large ? "large " : "small ") + kFashionClassNames[it.cls] +
                " at the " + kCanvasQuadrantNames[it.quadrant];
+  }
+  return caption;
+}
+
+std::string canvas_class_caption(const std::vector<CanvasItem>& items) {
+  std::vector<int64_t> classes;
+  for (const CanvasItem& it : items) classes.push_back(it.cls);
+  std::sort(classes.begin(), classes.end());
+  std::string caption;
+  for (size_t k = 0; k < classes.size(); ++k) {
+    if (k > 0) caption += k + 1 == classes.size() ? " and " : ", ";
+    caption += std::string("a ") + kFashionClassNames[classes[k]];
   }
   return caption;
 }

@@ -42,6 +42,9 @@ struct Canvas {
 bool canvas_held_out(int64_t cls, int64_t quadrant);
 // The caption of items in quadrant order.
 std::string canvas_caption(const std::vector<CanvasItem>& items);
+// The items' classes alone, in class order ("a sandal and a bag" for a bag and a sandal wherever
+// they are): the class-label baseline's conditioning, which says nothing of the layout.
+std::string canvas_class_caption(const std::vector<CanvasItem>& items);
 // Canvas `index` of the training (test = false) or test split; source: the Fashion-MNIST split
 // of the same name (28x28, one channel).
 Canvas make_canvas(const ImageDataset& source, uint64_t seed, bool test, int64_t index);

@@ -8,6 +8,7 @@
 #include "loom/core/error.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/lowcomm/diloco.h"
+#include "loom/models/autoencoder/autoencoder.h"
 #include "loom/models/dit/dit.h"
 #include "loom/models/gpt/gpt.h"
 #include "loom/models/mmdit/mmdit.h"
@@ -71,6 +72,12 @@ struct DataConfig {
   // items from the Fashion-MNIST files in `path`; the held-out ones are the test split's.
   int64_t canvases = 60000;
   int64_t canvas_seed = 0;
+  // mmdit, model.latent: the run directory of a trained autoencoder; the model trains on its
+  // latents of the canvases ("": on the pixels).
+  std::string latent;
+  // mmdit, data.captions = "classes": told each canvas's classes alone, not their layout (the
+  // class-label baseline); "full": the captions.
+  bool class_captions = false;
 };
 
 struct TrainLoopConfig {
@@ -176,10 +183,12 @@ struct Config {
   // [lowcomm] method = "diloco": the dp_replicate groups are DiLoCo workers (lowcomm/diloco.h).
   std::optional<lowcomm::DiLoCoConfig> diloco;
   // model.kind: only that kind's keys are accepted (its spec reads them, model_spec.h), and
-  // `model` holds its model's config: the DiT's, the GPT's, the MMDiT's, or the ViT's (the
-  // classifier and the experts' router).
+  // `model` holds its model's config: the DiT's, the GPT's, the MMDiT's, the autoencoder's, or the
+  // ViT's (the classifier and the experts' router).
   ModelKind model_kind = ModelKind::Dit;
-  std::variant<models::DitConfig, models::GptConfig, models::VitConfig, models::MmditConfig> model;
+  std::variant<models::DitConfig, models::GptConfig, models::VitConfig, models::MmditConfig,
+               models::AutoencoderConfig>
+      model;
   const ModelSpec& spec() const { return model_spec(model_kind); }
   // The model's config; asking for another kind's is an error naming both.
   models::DitConfig& dit() { return model_as<models::DitConfig>("dit"); }
@@ -188,6 +197,12 @@ struct Config {
   const models::GptConfig& gpt() const { return const_cast<Config*>(this)->gpt(); }
   models::MmditConfig& mmdit() { return model_as<models::MmditConfig>("mmdit"); }
   const models::MmditConfig& mmdit() const { return const_cast<Config*>(this)->mmdit(); }
+  models::AutoencoderConfig& autoencoder() {
+    return model_as<models::AutoencoderConfig>("autoencoder");
+  }
+  const models::AutoencoderConfig& autoencoder() const {
+    return const_cast<Config*>(this)->autoencoder();
+  }
   models::VitConfig& vit() { return model_as<models::VitConfig>("vit"); }
   const models::VitConfig& vit() const { return const_cast<Config*>(this)->vit(); }
   DataConfig data;

@@ -12,7 +12,9 @@ constexpr const char* kDit = "dit";
 constexpr const char* kGpt = "gpt";
 constexpr const char* kDitGpt = "dit gpt";
 constexpr const char* kMmdit = "mmdit";
-constexpr const char* kDiffusion = "dit mmdit";  // the diffusion models' shared keys
+constexpr const char* kAutoencoder = "autoencoder";
+constexpr const char* kCanvasKinds = "mmdit autoencoder";  // trained on the captioned canvases
+constexpr const char* kDiffusion = "dit mmdit";            // the diffusion models' shared keys
 constexpr const char* kVit = "vit_classifier dit_router";
 constexpr const char* kDitVit = "dit vit_classifier dit_router";
 constexpr const char* kMoe = "moe.experts > 0";
@@ -39,12 +41,14 @@ const std::vector<ConfigKey> kKeys = {
      "threads of the CPU kernels (0: OMP_NUM_THREADS, else the cores this process may use, "
      "shared by the ranks on its host)"},
     // [model]
-    {"model.kind", "", "string", "\"dit\"", "dit, gpt, vit_classifier, dit_router, mmdit", "",
+    {"model.kind", "", "string", "\"dit\"",
+     "dit, gpt, vit_classifier, dit_router, mmdit, autoencoder", "",
      "what is trained: a diffusion transformer, a language model, the Fashion-MNIST "
-     "classifier, the router of decentralized diffusion experts, or a text-to-image MMDiT"},
+     "classifier, the router of decentralized diffusion experts, a text-to-image MMDiT, or the "
+     "KL autoencoder of latent diffusion"},
     {"model.image_size", kDitVit, "integer", "28", "", "", "image height and width in pixels"},
-    {"model.image_size", kMmdit, "integer", "64", "", "", "image height and width in pixels"},
-    {"model.channels", "dit mmdit vit_classifier dit_router", "integer", "1", "", "",
+    {"model.image_size", kCanvasKinds, "integer", "64", "", "", "image height and width in pixels"},
+    {"model.channels", "dit mmdit vit_classifier dit_router autoencoder", "integer", "1", "", "",
      "image channels"},
     {"model.patch", kDit, "integer", "2", "divides image_size", "",
      "patch size: the image is (image_size / patch)^2 tokens"},
@@ -53,6 +57,8 @@ const std::vector<ConfigKey> kKeys = {
     {"model.width", kDiffusion, "integer", "256", "multiple of heads", "", "transformer width"},
     {"model.width", kGpt, "integer", "384", "multiple of heads", "", "transformer width"},
     {"model.width", kVit, "integer", "96", "multiple of heads", "", "transformer width"},
+    {"model.width", kAutoencoder, "integer", "32", "> 0", "",
+     "convolution channels at the first level, doubled at each further one"},
     {"model.depth", "dit gpt mmdit", "integer", "6", "", "", "transformer blocks"},
     {"model.depth", kVit, "integer", "4", "", "", "transformer blocks"},
     {"model.heads", kDiffusion, "integer", "4", "", "", "attention heads"},
@@ -73,6 +79,13 @@ const std::vector<ConfigKey> kKeys = {
     {"model.conditioning", kMmdit, "string", "\"joint\"", "joint, cross", "",
      "joint: MMDiT's joint attention over caption and image tokens; cross: PixArt's "
      "cross-attention from the image to the caption"},
+    {"model.latent", kMmdit, "string", "\"\"", "", "",
+     "a trained autoencoder's run directory: train on its latents of the canvases (encoded once "
+     "into a cache beside it; model.channels and image_size must be the latent's) and decode "
+     "samples with it (\"\": pixels)"},
+    {"model.downsamples", kAutoencoder, "integer", "2", "1 to 6", "",
+     "levels, each halving the side: latents image_size / 2^downsamples wide"},
+    {"model.latent_channels", kAutoencoder, "integer", "4", "> 0", "", "channels of a latent"},
     {"model.style", kGpt, "string", "\"gpt2\"", "gpt2, llama", "",
      "gpt2: LayerNorm, GELU, learned positions; llama: RMSNorm, SwiGLU, rotary positions"},
     {"model.vocab_size", kGpt, "integer", "256", "", "", "tokens of the tokenizer"},
@@ -107,9 +120,9 @@ const std::vector<ConfigKey> kKeys = {
      "the training images: Fashion-MNIST, or PNG files (data.path)"},
     {"data.dataset", kGpt, "string", "\"kjv\"", "kjv, text, tokens", "",
      "the training text: the King James Bible, a UTF-8 file, or `loom data prepare` shards"},
-    {"data.dataset", kMmdit, "string", "\"canvas\"", "canvas", "",
+    {"data.dataset", kCanvasKinds, "string", "\"canvas\"", "canvas", "",
      "captioned canvases of Fashion-MNIST items (docs/text_to_image.md)"},
-    {"data.path", "dit mmdit vit_classifier dit_router", "string",
+    {"data.path", "dit mmdit vit_classifier dit_router autoencoder", "string",
      "\"/usr/share/datasets/fashion-mnist\"", "", "",
      "Fashion-MNIST's directory, or (dataset images) a folder with labels.txt, a .tar shard or "
      "a directory of shards"},
@@ -123,9 +136,12 @@ const std::vector<ConfigKey> kKeys = {
      "assignments of `loom cluster` the router learns to predict"},
     {"data.cluster", kDit, "integer", "-1", ">= 0", "data.clusters set",
      "the cluster this expert trains on"},
-    {"data.canvases", kMmdit, "integer", "60000", "> 0", "",
+    {"data.canvases", kCanvasKinds, "integer", "60000", "> 0", "",
      "training canvases (canvas i drawn from (canvas_seed, i) as the sampler picks it)"},
-    {"data.canvas_seed", kMmdit, "integer", "0", ">= 0", "",
+    {"data.captions", kMmdit, "string", "\"full\"", "full, classes", "",
+     "what the model is told of a canvas: its caption, or its items' classes alone in class "
+     "order (the class-label baseline)"},
+    {"data.canvas_seed", kCanvasKinds, "integer", "0", ">= 0", "",
      "the canvases' seed (training and held-out alike)"},
     {"data.paths", kGpt, "string list", "([data.path])", "", "data.dataset = \"tokens\"",
      "several directories of `loom data prepare`, mixed"},
@@ -173,6 +189,11 @@ const std::vector<ConfigKey> kKeys = {
      "steps before the average starts tracking (it copies the weights until then)"},
     {"train.augment", "vit_classifier", "boolean", "true", "", "",
      "random flips and shifts by up to 2 pixels"},
+    {"train.kl_weight", kAutoencoder, "number", "0.0001", ">= 0", "",
+     "weight of the KL divergence from N(0, 1), per latent value, against the reconstruction "
+     "error per pixel"},
+    {"train.reconstruction", kAutoencoder, "string", "\"l2\"", "l2, l1", "",
+     "the reconstruction error: squared or absolute"},
     // [precision]
     {"precision.amax_history", "", "integer", "16", ">= 1", "train.precision = \"fp8_delayed\"",
      "steps of amax history a delayed scale is taken from"},
@@ -230,6 +251,10 @@ const std::vector<ConfigKey> kKeys = {
      "steps between held-out loss evaluations (0: at the end only)"},
     {"eval.val_images", kDiffusion, "integer", "1000", ">= 0", "",
      "test images (mmdit: canvases) of the held-out loss (0: none)"},
+    {"eval.every", kAutoencoder, "integer", "0", ">= 0", "",
+     "steps between held-out PSNR evaluations (0: at the end only)"},
+    {"eval.val_images", kAutoencoder, "integer", "1000", ">= 0", "",
+     "test canvases of the held-out PSNR (0: none)"},
     {"eval.windows", kGpt, "integer", "64", "1 to 1000000", "",
      "validation windows of the periodic held-out loss"},
     // [optim]

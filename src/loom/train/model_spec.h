@@ -27,7 +27,7 @@ struct SampleCall;
 struct EvalCall;
 
 // model.kind, parsed once (the registry maps names to these).
-enum class ModelKind { Dit, Gpt, VitClassifier, DitRouter, Mmdit };
+enum class ModelKind { Dit, Gpt, VitClassifier, DitRouter, Mmdit, Autoencoder };
 
 // What the checks of a topology against a model need (parallel.tp, cp, pp, ep and
 // precision.bf16_blocks, checked before anything is built): which layouts the model has and

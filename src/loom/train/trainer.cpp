@@ -181,7 +181,7 @@ struct Loop {
     data_state = b.data_state;
     if (tc.device != cpu_device()) {
       b.x = to_device(b.x, tc.device);
-      b.y = to_device(b.y, tc.device);
+      if (b.y.defined()) b.y = to_device(b.y, tc.device);  // an autoencoder has no labels
     }
     return b;
   }

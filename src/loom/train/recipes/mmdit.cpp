@@ -17,6 +17,7 @@
 #include "loom/train/progress.h"
 #include "loom/train/recipes/canvas_judge.h"
 #include "loom/train/recipes/commands.h"
+#include "loom/train/recipes/latents.h"
 #include "loom/train/recipes/vit_classifier.h"
 
 namespace loom::train {
@@ -29,6 +30,15 @@ diffusion::VelocityFn velocity_of(const models::Mmdit& model) {
   return [&model](const Tensor& x, const Tensor& t, const Tensor& caption) {
     return model.forward(x, t, caption);
   };
+}
+
+// What the model is told of canvases: their captions, or (data.captions = "classes", the
+// class-label baseline) their items' classes alone.
+std::vector<std::string> told_captions(const Config& cfg, const CanvasSet& set) {
+  if (!cfg.data.class_captions) return set.captions;
+  std::vector<std::string> out;
+  for (const auto& items : set.items) out.push_back(canvas_class_caption(items));
+  return out;
 }
 
 // The sample grid's captions: the first `rows` held-out ones, each row `per_row` samples.
@@ -55,10 +65,7 @@ class MmditRecipe : public Recipe {
  public:
   explicit MmditRecipe(const Config& cfg)
       : cfg_(cfg), source_(fashion_mnist(cfg.data.path, /*train=*/true)), model_(cfg.mmdit()) {
-    LOOM_CHECK(cfg.mmdit().image_size == kCanvasSize && cfg.mmdit().channels == 1)
-        << "mmdit: the canvases are 1 x " << kCanvasSize << " x " << kCanvasSize
-        << ", model.channels " << cfg.mmdit().channels << " and model.image_size "
-        << cfg.mmdit().image_size << " do not match them";
+    if (!cfg.data.latent.empty()) latent_ = load_latent_space(cfg.data.latent);
     model_.init_parameters(cfg.run.seed);
   }
 
@@ -74,18 +81,22 @@ class MmditRecipe : public Recipe {
   std::string describe_data() const override {
     return "data: " + std::to_string(cfg_.data.canvases) + " captioned canvases (seed " +
            std::to_string(cfg_.data.canvas_seed) + ") of Fashion-MNIST items from " +
-           cfg_.data.path;
+           cfg_.data.path + (latent_ ? ", as the latents of the autoencoder " + latent_->dir : "");
   }
 
   void start(RunContext& run) override {
     run_ = &run;
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
     sampler_ = shuffled_sampler(cfg_.data.canvases, cfg_, run);
+    if (latent_)
+      latents_ = cached_canvas_latents(*latent_, source_, uint64_t(cfg_.data.canvas_seed),
+                                       cfg_.data.canvases, run.dp);
   }
   std::vector<PieceState> piece_state() override { return {ema_piece_state(*ema_)}; }
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
-  // Canvases are drawn as the sampler picks them: each from (canvas_seed, index) alone.
+  // Canvases are drawn as the sampler picks them: each from (canvas_seed, index) alone; in
+  // latent space their images are the cached latents.
   Batch make_batch(const Slot&) override {
     const std::vector<int64_t> idx = sampler_->next_batch();
     std::vector<Tensor> images;
@@ -93,11 +104,14 @@ class MmditRecipe : public Recipe {
     for (int64_t i : idx) {
       Canvas c = make_canvas(source_, uint64_t(cfg_.data.canvas_seed), /*test=*/false, i);
       images.push_back(c.image);
-      captions.push_back(std::move(c.caption));
+      captions.push_back(cfg_.data.class_captions ? canvas_class_caption(c.items)
+                                                  : std::move(c.caption));
     }
     const Sampler::State next = sampler_->state();
     NoGradGuard no_grad;
-    return {stack(images, 0), vocab_.encode_all(captions, cfg_.mmdit().text_length),
+    const Tensor x = latent_ ? index_select(latents_, 0, from_vector(idx, {int64_t(idx.size())}))
+                             : stack(images, 0);
+    return {x, vocab_.encode_all(captions, cfg_.mmdit().text_length),
             Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
   }
   Tensor loss(const Batch& b, const Slot& s) override {
@@ -118,8 +132,8 @@ class MmditRecipe : public Recipe {
     if (!val_images_.defined()) {
       const CanvasSet v = make_canvases(fashion_mnist(cfg_.data.path, /*train=*/false),
                                         uint64_t(cfg_.data.canvas_seed), /*test=*/true, 0, n);
-      val_images_ = v.images;
-      val_captions_ = vocab_.encode_all(v.captions, cfg_.mmdit().text_length);
+      val_images_ = latent_ ? latent_->encode(v.images) : v.images;
+      val_captions_ = vocab_.encode_all(told_captions(cfg_, v), cfg_.mmdit().text_length);
     }
     return held_out_flow_loss(velocity_of(model_), val_images_, val_captions_, n, cfg_.flow,
                               cfg_.run.seed, run_->dp, model_.device());
@@ -169,7 +183,7 @@ class MmditRecipe : public Recipe {
     if (cfg_.eval.classifier.empty()) return held_out ? result : Json();
     const DitSampleOptions so = sample_options();
     const CanvasQuality q =
-        evaluate_mmdit(*ema, cfg_, cfg_.eval.classifier, cfg_.eval.num_samples, so);
+        evaluate_mmdit(*ema, cfg_, cfg_.eval.classifier, cfg_.eval.num_samples, so, latent_.get());
     const Json quality = canvas_quality_json(q, so);
     for (const auto& [key, value] : quality.items()) result.set(key, value);
     result.set("train_seconds", summary.train_seconds);
@@ -208,8 +222,8 @@ class MmditRecipe : public Recipe {
     const CanvasSet v = make_canvases(fashion_mnist(cfg_.data.path, false),
                                       uint64_t(cfg_.data.canvas_seed), true, 0, kGridRows);
     const Tensor captions = repeated_captions(
-        vocab_.encode_all(v.captions, cfg_.mmdit().text_length), cfg_.sample.per_class);
-    const Tensor images = sample_canvases(model, captions, sample_options());
+        vocab_.encode_all(told_captions(cfg_, v), cfg_.mmdit().text_length), cfg_.sample.per_class);
+    const Tensor images = sample_canvases(model, captions, sample_options(), latent_.get());
     write_caption_grid(path, images, kGridRows, v.captions);
     return image_grid(images, int(kGridRows), int(cfg_.sample.per_class));
   }
@@ -218,7 +232,9 @@ class MmditRecipe : public Recipe {
   const CaptionVocab vocab_;
   ImageDataset source_;  // Fashion-MNIST's training split: the training canvases' items
   models::Mmdit model_;
-  Tensor val_images_, val_captions_;  // the held-out canvases, made at the first evaluation
+  std::unique_ptr<LatentSpace> latent_;  // model.latent's autoencoder; null: pixel space
+  Tensor latents_;                       // the training canvases' latents (latent space only)
+  Tensor val_images_, val_captions_;     // the held-out canvases, made at the first evaluation
   RunContext* run_ = nullptr;
   std::unique_ptr<optim::Ema> ema_;
   std::unique_ptr<Sampler> sampler_;
@@ -246,14 +262,15 @@ CanvasSet make_canvases(const ImageDataset& source, uint64_t seed, bool test, in
 }
 
 Tensor sample_canvases(const models::Mmdit& model, const Tensor& captions,
-                       const DitSampleOptions& options) {
-  return sample_images(velocity_of(model), model.config.channels, model.config.image_size,
-                       CaptionVocab::kNull, captions, options);
+                       const DitSampleOptions& options, const LatentSpace* latent) {
+  const Tensor x = sample_images(velocity_of(model), model.config.channels, model.config.image_size,
+                                 CaptionVocab::kNull, captions, options);
+  return latent ? latent->decode(x) : x;
 }
 
 CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,
                              const std::string& classifier_dir, int64_t count,
-                             const DitSampleOptions& options) {
+                             const DitSampleOptions& options, const LatentSpace* latent) {
   LOOM_CHECK(count >= 2) << "eval: need at least 2 samples for a Fréchet distance, got " << count;
   const auto classifier = load_classifier(classifier_dir);
   const ImageDataset test = fashion_mnist(run.data.path, /*train=*/false);
@@ -263,8 +280,9 @@ CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,
   const CanvasSet other = make_canvases(test, seed, true, count, count);
   std::printf("eval: sampling %lld canvases for held-out captions\n", (long long)count);
   std::fflush(stdout);
-  const Tensor captions = CaptionVocab().encode_all(asked.captions, model.config.text_length);
-  const Tensor samples = sample_canvases(model, captions, options);
+  const Tensor captions =
+      CaptionVocab().encode_all(told_captions(run, asked), model.config.text_length);
+  const Tensor samples = sample_canvases(model, captions, options, latent);
   const CanvasScores s = score_canvases(read_canvases(*classifier, samples), asked.items);
   CanvasQuality q;
   q.samples = count;
@@ -327,7 +345,10 @@ void sample_mmdit_command(const SampleCall& call) {
   } catch (const Error& e) {
     throw FlagError("--prompt", e.message());
   }
-  const Tensor images = sample_canvases(*model, repeated_captions(ids, o.per_class), o);
+  const std::unique_ptr<LatentSpace> latent =
+      cfg.data.latent.empty() ? nullptr : load_latent_space(cfg.data.latent);
+  const Tensor images =
+      sample_canvases(*model, repeated_captions(ids, o.per_class), o, latent.get());
   write_caption_grid(o.png_path, images, int64_t(captions.size()), captions);
   std::printf("samples: %lld canvases (%lld %s steps, cfg %.2f) -> %s, captions in %s.txt\n",
               (long long)images.size(0), (long long)o.steps, o.heun ? "Heun" : "Euler", o.cfg_scale,
@@ -337,7 +358,10 @@ void sample_mmdit_command(const SampleCall& call) {
 void eval_mmdit_command(const EvalCall& call) {
   const auto [cfg, model] = load_mmdit(call.checkpoint, "eval");
   const DitSampleOptions o = eval_sample_options(cfg, call);
-  const CanvasQuality q = evaluate_mmdit(*model, cfg, call.classifier, call.samples, o);
+  const std::unique_ptr<LatentSpace> latent =
+      cfg.data.latent.empty() ? nullptr : load_latent_space(cfg.data.latent);
+  const CanvasQuality q =
+      evaluate_mmdit(*model, cfg, call.classifier, call.samples, o, latent.get());
   Json out = canvas_quality_json(q, o);
   write_json_file(call.out, out);
   std::printf(

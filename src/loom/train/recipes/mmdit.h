@@ -25,9 +25,11 @@ struct CanvasSet {
 CanvasSet make_canvases(const ImageDataset& source, uint64_t seed, bool test, int64_t first,
                         int64_t count);
 
-// Canvases sampled for captions (N, L) (the model's text_length), in [-1, 1].
+struct LatentSpace;
+// Canvases sampled for captions (N, L) (the model's text_length), in [-1, 1]; a model of a
+// latent space samples latents, which `latent` decodes.
 Tensor sample_canvases(const models::Mmdit& model, const Tensor& captions,
-                       const DitSampleOptions& options);
+                       const DitSampleOptions& options, const LatentSpace* latent = nullptr);
 
 struct CanvasQuality {
   int64_t samples = 0;
@@ -38,7 +40,7 @@ struct CanvasQuality {
 // Samples for the first `count` held-out (test) captions, judged against what each asked for.
 CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,
                              const std::string& classifier_dir, int64_t count,
-                             const DitSampleOptions& options);
+                             const DitSampleOptions& options, const LatentSpace* latent = nullptr);
 Json canvas_quality_json(const CanvasQuality& q, const DitSampleOptions& options);
 
 }  // namespace loom::train

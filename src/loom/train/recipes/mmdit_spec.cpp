@@ -1,6 +1,7 @@
 // The MMDiT's spec (train/model_spec.h): a text-to-image diffusion transformer trained by flow
 // matching on captioned canvases ([model], [data] and the diffusion models' keys), its step's
 // cost, and `loom sample --prompt` / `loom eval` by the canvas judge.
+#include "loom/data/canvas.h"
 #include "loom/data/captions.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/models/mmdit/mmdit.h"
@@ -9,6 +10,7 @@
 #include "loom/train/config.h"
 #include "loom/train/config_read.h"
 #include "loom/train/recipes/commands.h"
+#include "loom/train/recipes/latents.h"
 #include "loom/train/recipes/mmdit.h"
 #include "loom/train/recipes/specs.h"
 
@@ -33,6 +35,7 @@ void read_mmdit(ConfigFile& f, Config& c) {
       << "config " << path << ": model.conditioning \"" << conditioning
       << "\" is not known (joint: MMDiT's joint attention, cross: PixArt's cross-attention)";
   m.cross_attention = conditioning == "cross";
+  c.data.latent = f.get_string("model", "latent", "");
   m.vocab = CaptionVocab().size();
   m.validate();
 
@@ -41,6 +44,11 @@ void read_mmdit(ConfigFile& f, Config& c) {
   c.data.path = f.get_string("data", "path", c.data.path);
   c.data.canvases = f.get_int("data", "canvases", c.data.canvases);
   c.data.canvas_seed = f.get_int("data", "canvas_seed", c.data.canvas_seed);
+  const std::string told = f.get_string("data", "captions", "full");
+  LOOM_CHECK(told == "full" || told == "classes")
+      << "config " << path << ": data.captions \"" << told
+      << "\" is not known (full: the captions; classes: the items' classes alone)";
+  c.data.class_captions = told == "classes";
   LOOM_CHECK(c.data.canvases > 0 && c.data.canvas_seed >= 0)
       << "config " << path << ": data.canvases must be positive and data.canvas_seed "
       << "non-negative";
@@ -48,6 +56,21 @@ void read_mmdit(ConfigFile& f, Config& c) {
       << "config " << path << ": model.text_length " << m.text_length
       << " is shorter than the longest canvas caption (" << CaptionVocab::longest_canvas_caption()
       << " tokens)";
+  // Latent diffusion: the model's image is the autoencoder's latent.
+  if (!c.data.latent.empty()) {
+    const models::AutoencoderConfig a =
+        autoencoder_config_of(c.data.latent, "config " + path + ": model.latent");
+    LOOM_CHECK(m.channels == a.latent_channels && m.image_size == a.latent_size())
+        << "config " << path << ": model.latent: the autoencoder's latents are "
+        << a.latent_channels << " x " << a.latent_size() << " x " << a.latent_size()
+        << "; model.channels " << m.channels << " and model.image_size " << m.image_size
+        << " do not match them";
+  } else {
+    LOOM_CHECK(m.image_size == kCanvasSize && m.channels == 1)
+        << "config " << path << ": the canvases are 1 x " << kCanvasSize << " x " << kCanvasSize
+        << ", model.channels " << m.channels << " and model.image_size " << m.image_size
+        << " do not match them (or name an autoencoder in model.latent)";
+  }
   read_diffusion_keys(f, c, CaptionVocab::kNull);
 }
 

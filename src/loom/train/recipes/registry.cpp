@@ -13,8 +13,8 @@ namespace loom::train {
 
 namespace {
 
-const std::array<const ModelSpec*, 5> kSpecs = {&kDitSpec, &kGptSpec, &kVitClassifierSpec,
-                                                &kDitRouterSpec, &kMmditSpec};
+const std::array<const ModelSpec*, 6> kSpecs = {&kDitSpec,       &kGptSpec,   &kVitClassifierSpec,
+                                                &kDitRouterSpec, &kMmditSpec, &kAutoencoderSpec};
 
 }  // namespace
 

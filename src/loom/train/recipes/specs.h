@@ -15,6 +15,7 @@ extern const ModelSpec kGptSpec;            // gpt_spec.cpp
 extern const ModelSpec kVitClassifierSpec;  // vit_spec.cpp
 extern const ModelSpec kDitRouterSpec;      // vit_spec.cpp
 extern const ModelSpec kMmditSpec;          // mmdit_spec.cpp
+extern const ModelSpec kAutoencoderSpec;    // autoencoder_spec.cpp
 
 class ConfigFile;
 // [train] ema_decay and ema_start, [diffusion], [sample] and [eval] of a diffusion model

@@ -1,0 +1,119 @@
+#include "loom/train/recipes/latents.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "loom/autograd/node.h"
+#include "loom/checkpoint/safetensors.h"
+#include "loom/checkpoint/state_dict.h"
+#include "loom/core/hash.h"
+#include "loom/core/json_file.h"
+#include "loom/data/npy.h"
+#include "loom/ops/ops.h"
+#include "loom/train/config.h"
+#include "loom/train/recipe.h"
+#include "loom/train/recipes/mmdit.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kShard = 4096;  // canvases per cache file
+constexpr int64_t kChunk = 250;   // images per forward
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+models::AutoencoderConfig autoencoder_config_of(const std::string& dir, const std::string& what) {
+  const std::string config = dir + "/config.toml";
+  LOOM_CHECK(fs::exists(config)) << what << ": " << config
+                                 << " not found (name the run directory of a trained autoencoder)";
+  const Config c = load_config(config);
+  LOOM_CHECK(c.model_kind == ModelKind::Autoencoder)
+      << what << ": " << dir << " holds a run of model.kind " << c.spec().name
+      << ", not an autoencoder";
+  return c.autoencoder();
+}
+
+std::unique_ptr<LatentSpace> load_latent_space(const std::string& dir) {
+  auto space = std::make_unique<LatentSpace>();
+  space->dir = dir;
+  space->model = std::make_unique<models::Autoencoder>(autoencoder_config_of(dir, "model.latent"));
+  const std::string weights = dir + "/model.safetensors", eval = dir + "/eval.json";
+  LOOM_CHECK(fs::exists(weights) && fs::exists(eval))
+      << "model.latent: " << dir << " has no model.safetensors and eval.json (they are written "
+      << "when the autoencoder's run ends)";
+  load_state_dict(*space->model, load_safetensors(weights).by_name(), weights);
+  const Json e = read_json_file(eval);
+  space->stats = {e.at("latent_shift").as_double(), e.at("latent_scale").as_double()};
+  const std::string bytes = file_bytes(weights);
+  space->weights_hash = xxh64_hex(bytes.data(), bytes.size());
+  return space;
+}
+
+Tensor LatentSpace::encode(const Tensor& images) const {
+  NoGradGuard no_grad;
+  AutocastGuard exact(DType::F32);
+  std::vector<Tensor> parts;
+  for (int64_t at = 0; at < images.size(0); at += kChunk) {
+    const Tensor x = narrow(images, 0, at, std::min(kChunk, images.size(0) - at));
+    parts.push_back(mul_scalar(add_scalar(model->encode(x).mean, -stats.shift), stats.scale));
+  }
+  return cat(parts, 0);
+}
+
+Tensor LatentSpace::decode(const Tensor& latents) const {
+  NoGradGuard no_grad;
+  AutocastGuard exact(DType::F32);
+  std::vector<Tensor> parts;
+  for (int64_t at = 0; at < latents.size(0); at += kChunk) {
+    const Tensor z = narrow(latents, 0, at, std::min(kChunk, latents.size(0) - at));
+    parts.push_back(model->decode(add_scalar(mul_scalar(z, 1.0 / stats.scale), stats.shift)));
+  }
+  return cat(parts, 0);
+}
+
+Tensor cached_canvas_latents(const LatentSpace& space, const ImageDataset& source, uint64_t seed,
+                             int64_t count, dist::ProcessGroup& dp) {
+  const std::string dir = space.dir + "/latents/" + space.weights_hash + "-" + std::to_string(seed);
+  fs::create_directories(dir);
+  const int64_t shards = (count + kShard - 1) / kShard;
+  auto shard_path = [&](int64_t s) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/shard-%05lld.npy", (long long)s);
+    return dir + name;
+  };
+  auto shard_size = [&](int64_t s) { return std::min(kShard, count - s * kShard); };
+  int64_t encoded = 0;
+  for (int64_t s = dp.rank(); s < shards; s += dp.size()) {
+    if (fs::exists(shard_path(s)) && read_npy(shard_path(s)).size(0) >= shard_size(s)) continue;
+    const CanvasSet set = make_canvases(source, seed, /*test=*/false, s * kShard, shard_size(s));
+    const std::string tmp = shard_path(s) + ".tmp-" + std::to_string(dp.rank());
+    write_npy(tmp, space.encode(set.images));
+    fs::rename(tmp, shard_path(s));
+    encoded += shard_size(s);
+  }
+  const double all = sum_over(dp, {double(encoded)})[0];  // also: every shard is in place
+  if (dp.rank() == 0)
+    std::printf(
+        "latents: %lld training canvases, %lld encoded now, %lld read from the cache in %s\n",
+        (long long)count, (long long)all, (long long)(double(count) - all), dir.c_str());
+  std::vector<Tensor> parts;
+  for (int64_t s = 0; s < shards; ++s) {
+    const Tensor shard = read_npy(shard_path(s));
+    parts.push_back(narrow(shard, 0, 0, shard_size(s)));
+  }
+  return contiguous(cat(parts, 0));  // (count, z, h, w)
+}
+
+}  // namespace loom::train
