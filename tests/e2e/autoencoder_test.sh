@@ -80,7 +80,8 @@ bad 1 "the canvases are 1 x 64 x 64, model.channels 1 and model.image_size 32" "
 
 # Latent diffusion: the tiny MMDiT on this autoencoder's 4 x 16 x 16 latents of 5000 canvases
 # (two cache shards). The first run encodes them all, on 2 processes one shard each; the next
-# finds them cached; with one shard removed, the next encodes only that one. Samples and the
+# finds them cached; with one shard removed, the next (TP2: both ranks encode it, each under its
+# own temporary name) encodes only that one. Samples and the
 # judge's canvases are decoded to 64 x 64.
 mm=$here/tiny_mmdit.toml
 latent=(--set model.latent=\"$run\" --set model.channels=4 --set model.image_size=16
@@ -97,7 +98,8 @@ grep -q "latents: 5000 training canvases, 0 encoded now, 5000 read from the cach
   fail "latent mmdit: cache not used: $(grep latents: "$work/latent2.log")"
 parity "latent mmdit, the cache's latents" "$work/latent/tiny_mmdit" "$work/latent2/tiny_mmdit"
 rm "$cache"/*/shard-00001.npy
-"$loom" train "$mm" "${latent[@]}" --set run.out_dir="$work/latent3" > "$work/latent3.log" 2>&1 ||
+"$mpirun" --oversubscribe -np 2 "$loom" train "$mm" "${latent[@]}" --set parallel.tp=2 \
+  --set run.out_dir="$work/latent3" > "$work/latent3.log" 2>&1 ||
   { fail "latent mmdit: third run failed"; tail -3 "$work/latent3.log"; }
 grep -q "latents: 5000 training canvases, 904 encoded now, 4096 read from the cache" "$work/latent3.log" ||
   fail "latent mmdit: a lost shard not encoded again: $(grep latents: "$work/latent3.log")"

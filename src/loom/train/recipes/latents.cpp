@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "loom/autograd/node.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/state_dict.h"
@@ -98,7 +100,8 @@ Tensor cached_canvas_latents(const LatentSpace& space, const ImageDataset& sourc
   for (int64_t s = dp.rank(); s < shards; s += dp.size()) {
     if (fs::exists(shard_path(s)) && read_npy(shard_path(s)).size(0) >= shard_size(s)) continue;
     const CanvasSet set = make_canvases(source, seed, /*test=*/false, s * kShard, shard_size(s));
-    const std::string tmp = shard_path(s) + ".tmp-" + std::to_string(dp.rank());
+    // Tensor-parallel ranks of one dp rank encode the same shard: each under its own name.
+    const std::string tmp = shard_path(s) + ".tmp-" + std::to_string(::getpid());
     write_npy(tmp, space.encode(set.images));
     fs::rename(tmp, shard_path(s));
     encoded += shard_size(s);
