@@ -28,18 +28,11 @@ void read_autoencoder(ConfigFile& f, Config& c) {
   m.latent_channels = f.get_int("model", "latent_channels", m.latent_channels);
   m.validate();
 
-  c.data.dataset = dataset_from_name(f.get_string("data", "dataset", "canvas"), {Dataset::Canvas},
-                                     "config " + path + ": data.dataset", "autoencoder");
-  c.data.path = f.get_string("data", "path", c.data.path);
-  c.data.canvases = f.get_int("data", "canvases", c.data.canvases);
-  c.data.canvas_seed = f.get_int("data", "canvas_seed", c.data.canvas_seed);
+  read_canvas_keys(f, c, "autoencoder");
   LOOM_CHECK(m.image_size == kCanvasSize && m.channels == 1)
       << "config " << path << ": the canvases are 1 x " << kCanvasSize << " x " << kCanvasSize
       << ", model.channels " << m.channels << " and model.image_size " << m.image_size
       << " do not match them";
-  LOOM_CHECK(c.data.canvases > 0 && c.data.canvas_seed >= 0)
-      << "config " << path << ": data.canvases must be positive and data.canvas_seed "
-      << "non-negative";
 
   m.kl_weight = f.get_double("train", "kl_weight", m.kl_weight);
   const std::string reconstruction = f.get_string("train", "reconstruction", "l2");

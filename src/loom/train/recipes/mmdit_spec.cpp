@@ -16,6 +16,18 @@
 
 namespace loom::train {
 
+void read_canvas_keys(ConfigFile& f, Config& c, const char* kind) {
+  const std::string& path = f.path();
+  c.data.dataset = dataset_from_name(f.get_string("data", "dataset", "canvas"), {Dataset::Canvas},
+                                     "config " + path + ": data.dataset", kind);
+  c.data.path = f.get_string("data", "path", c.data.path);
+  c.data.canvases = f.get_int("data", "canvases", c.data.canvases);
+  c.data.canvas_seed = f.get_int("data", "canvas_seed", c.data.canvas_seed);
+  LOOM_CHECK(c.data.canvases > 0 && c.data.canvas_seed >= 0)
+      << "config " << path << ": data.canvases must be positive and data.canvas_seed "
+      << "non-negative";
+}
+
 namespace {
 
 void read_mmdit(ConfigFile& f, Config& c) {
@@ -39,19 +51,12 @@ void read_mmdit(ConfigFile& f, Config& c) {
   m.vocab = CaptionVocab().size();
   m.validate();
 
-  c.data.dataset = dataset_from_name(f.get_string("data", "dataset", "canvas"), {Dataset::Canvas},
-                                     "config " + path + ": data.dataset", "mmdit");
-  c.data.path = f.get_string("data", "path", c.data.path);
-  c.data.canvases = f.get_int("data", "canvases", c.data.canvases);
-  c.data.canvas_seed = f.get_int("data", "canvas_seed", c.data.canvas_seed);
+  read_canvas_keys(f, c, "mmdit");
   const std::string told = f.get_string("data", "captions", "full");
   LOOM_CHECK(told == "full" || told == "classes")
       << "config " << path << ": data.captions \"" << told
       << "\" is not known (full: the captions; classes: the items' classes alone)";
   c.data.class_captions = told == "classes";
-  LOOM_CHECK(c.data.canvases > 0 && c.data.canvas_seed >= 0)
-      << "config " << path << ": data.canvases must be positive and data.canvas_seed "
-      << "non-negative";
   LOOM_CHECK(m.text_length >= CaptionVocab::longest_canvas_caption())
       << "config " << path << ": model.text_length " << m.text_length
       << " is shorter than the longest canvas caption (" << CaptionVocab::longest_canvas_caption()

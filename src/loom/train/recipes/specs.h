@@ -21,6 +21,9 @@ class ConfigFile;
 // [train] ema_decay and ema_start, [diffusion], [sample] and [eval] of a diffusion model
 // (dit_spec.cpp); null_class: its unconditional label (or caption token).
 void read_diffusion_keys(ConfigFile& f, Config& c, int64_t null_class);
+// [data] of the kinds trained on the captioned canvases (mmdit_spec.cpp): data.dataset (canvas),
+// path, canvases and canvas_seed.
+void read_canvas_keys(ConfigFile& f, Config& c, const char* kind);
 
 // The parameters a model's mixtures of experts add: each one's experts in place of the dense
 // MLP's 8 w^2.
