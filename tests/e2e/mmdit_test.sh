@@ -2,12 +2,15 @@
 # The text-to-image MMDiT (docs/text_to_image.md) under the parallel layouts changes nothing but
 # memory and speed: the tiny MMDiT (2 joint blocks, 4 heads, a 1-block caption encoder) trained
 # 8 steps on 1 process vs TP2 (each stream's heads and MLP split), DDP2, ZeRO-3 over 2, a
-# 2-stage pipeline (1F1B, 4 micro-batches), TP2 x ZeRO-2 over 4, activation checkpointing, and
-# with PixArt's cross-attention blocks (model.conditioning "cross") TP2 and ZeRO-3: losses to
-# 1e-5 relative, final weights and AdamW moments to 1e-4 (the bounds of the DiT's
-# parity tests; measured differences printed). A run saved under TP2 x ZeRO-2 resumes on one
-# process and ends where the uninterrupted run ends. Context and sequence parallelism are refused
-# with the reason. `loom sample --prompt` writes the canvases of a caption; an unknown word, a
+# 2-stage pipeline (1F1B, 4 micro-batches), TP2 x ZeRO-2 over 4, activation checkpointing,
+# context parallelism over the joint sequence (CP2 ring and Ulysses, CP2 x TP2: each rank its
+# share of the caption's and of the image's rows), and with PixArt's cross-attention blocks
+# (model.conditioning "cross") TP2, ZeRO-3 and CP2 ring and Ulysses (the caption's keys and
+# values gathered): losses to 1e-5 relative, final weights and AdamW moments to 1e-4 (the
+# bounds of the DiT's parity tests; measured differences printed). A run saved under TP2 x
+# ZeRO-2 resumes on one process and ends where the uninterrupted run ends. A cp that does not
+# divide the caption's tokens and sequence parallelism are refused with the reason.
+# Diffusion-DPO from the trained run: see below. `loom sample --prompt` writes the canvases of a caption; an unknown word, a
 # caption longer than the encoder's context and a too short model.text_length are one clear
 # error each; `loom eval` judges held-out captions.
 # Usage: mmdit_test.sh LOOM_BINARY MPIRUN WORK_DIR
@@ -24,10 +27,13 @@ common=(--set train.steps=8 --set train.log_every=1 --set model.heads=4 --set tr
 ref=$work/np1
 "$loom" train "$cfg" "${common[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
   { fail "single-process run failed"; tail -3 "$ref.log"; }
-for layout in tp2 ddp2 zero3x2 pp2 tp2-zero2x2 recompute; do
+for layout in tp2 ddp2 zero3x2 pp2 tp2-zero2x2 recompute cp2 cp2-ulysses cp2-tp2; do
   out=$work/$layout
   case $layout in
     tp2) np=2; par=(--set parallel.tp=2) ;;
+    cp2) np=2; par=(--set parallel.cp=2) ;;
+    cp2-ulysses) np=2; par=(--set parallel.cp=2 --set parallel.context_parallel=\"ulysses\") ;;
+    cp2-tp2) np=4; par=(--set parallel.cp=2 --set parallel.tp=2) ;;
     ddp2) np=2; par=() ;;
     zero3x2) np=2; par=(--set parallel.data_parallel=zero3) ;;
     pp2) np=2; par=(--set parallel.pp=2) ;;
@@ -43,10 +49,12 @@ done
 cross=(--set model.conditioning=\"cross\")
 "$loom" train "$cfg" "${common[@]}" "${cross[@]}" --set run.out_dir="$work/cross-np1" > "$work/cross-np1.log" 2>&1 ||
   { fail "cross: single-process run failed"; tail -3 "$work/cross-np1.log"; }
-for layout in tp2 zero3x2; do
+for layout in tp2 zero3x2 cp2 cp2-ulysses; do
   out=$work/cross-$layout
   case $layout in
     tp2) par=(--set parallel.tp=2) ;;
+    cp2) par=(--set parallel.cp=2) ;;
+    cp2-ulysses) par=(--set parallel.cp=2 --set parallel.context_parallel=\"ulysses\") ;;
     zero3x2) par=(--set parallel.data_parallel=zero3) ;;
   esac
   "$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" "${cross[@]}" "${par[@]}" \
@@ -66,10 +74,35 @@ rm -rf "$resumed" && cp -r "$base" "$resumed"
 grep -q "resumed from .*step-000004 at step 4" "$resumed.log" || fail "did not resume at step 4"
 parity "mmdit tp2 x zero2 to step 4, then 1 process to 8," "$ref/$name" "$resumed/$name"
 
-bad 2 "cannot take context parallelism: its blocks apply separate weights" "$cfg" --set parallel.cp=2
-bad 2 "cannot take sequence parallelism" "$cfg" --set parallel.tp=2 --set parallel.sequence_parallel=true
+bad 3 "context parallelism splits each part of the 56 caption and image tokens over parallel.cp 3, which does not divide 40" \
+  "$cfg" --set parallel.cp=3
+bad 2 "cannot take sequence parallelism: its blocks apply separate weights" "$cfg" --set parallel.tp=2 \
+  --set parallel.sequence_parallel=true
 bad 1 "model.text_length 20 is shorter than the longest canvas caption (35 tokens)" "$cfg" \
   --set model.text_length=20
+
+# Diffusion-DPO from the 8-step run: pairs sampled once and cached beside it (a second run
+# samples none), the first loss log 2 (the model starts as the reference), TP2 equal to one
+# process, and one clear error for each bad reference.
+dpo=(--set dpo.reference=\"$ref/$name\" --set dpo.pairs=24 --set train.steps=4 --set train.ckpt_every=4
+  --set eval.classifier=\"$here/../../assets/fmnist_classifier\" --set eval.num_samples=4)
+"$loom" train "$cfg" "${common[@]}" "${dpo[@]}" --set run.out_dir="$work/dpo-np1" > "$work/dpo-np1.log" 2>&1 ||
+  { fail "dpo: single-process run failed"; tail -3 "$work/dpo-np1.log"; }
+grep -q "dpo: 24 pairs (24 sampled now, 0 read from $ref/$name/preference_pairs/" "$work/dpo-np1.log" ||
+  fail "dpo: the pairs were not sampled into the reference's run: $(grep -m1 '^dpo' "$work/dpo-np1.log")"
+grep -q "^step      1/4 | loss 0.6931 " "$work/dpo-np1.log" ||
+  fail "dpo: the first loss is not log 2: $(grep -m1 '^step ' "$work/dpo-np1.log")"
+"$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" "${dpo[@]}" --set parallel.tp=2 \
+  --set run.out_dir="$work/dpo-tp2" > "$work/dpo-tp2.log" 2>&1 ||
+  { fail "dpo tp2: run failed"; tail -3 "$work/dpo-tp2.log"; }
+grep -q "dpo: 24 pairs (0 sampled now, 24 read from" "$work/dpo-tp2.log" ||
+  fail "dpo: the cached pairs were sampled again"
+parity "mmdit dpo tp2" "$work/dpo-np1/$name" "$work/dpo-tp2/$name"
+bad 1 "dpo.reference: $work/none is not a directory" "$cfg" "${dpo[@]}" --set dpo.reference=\"$work/none\"
+bad 1 "the reference's model is joint, image 1 x 64 in patches of 16, width 32" "$cfg" "${dpo[@]}" \
+  --set model.heads=4 --set model.width=64
+bad 2 "dpo: no pipeline parallelism (parallel.pp 2)" "$cfg" "${common[@]}" "${dpo[@]}" --set parallel.pp=2
+bad 1 "dpo needs eval.classifier" "$cfg" "${common[@]}" "${dpo[@]}" --set eval.classifier=\"\"
 
 # Sampling a caption, and the errors of a bad one.
 ckpt=$ref/$name/step-000008

@@ -99,6 +99,8 @@ void register_elementwise() {
   unary("silu", loom::silu, ref::silu, false);
   unary(
       "sigmoid", loom::sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, false);
+  unary(
+      "softplus", loom::softplus, [](double x) { return std::log1p(std::exp(x)); }, false);
 
   harness::register_op("swiglu", {OpCase{"(3, 8)",
                                          {F({3, 8}), F({3, 8})},

@@ -42,6 +42,14 @@ struct ParallelPlan {
   // the input on and averages the ranks' losses. Otherwise (DiT) it splits the sequence from
   // the first block's input to the last block's output only.
   bool sequence_shards = false;
+  // A stream of segments (MMDiT: the caption's rows, then the image's), position-free and
+  // attended bidirectionally: context parallelism gives each rank chunk r of every segment, in
+  // segment order, so each rank's rows hold the segments in the same proportion as the whole.
+  // Empty: one sequence.
+  std::vector<int64_t> sequence_segments;
+  // Modules inside the blocks whose input is another segment's rows, needed whole
+  // (cross-attention's keys and values from the caption): context parallelism gathers it.
+  std::vector<std::string> context_inputs;
   // Pipeline parallelism: the direct children the first stage uses before the blocks
   // (embeddings) and the last stage after them (final norm, head). A module in both (a tied
   // embedding) is held by both ends, its gradient summed between them. Every parameter must

@@ -20,6 +20,33 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 namespace {
+struct SoftplusBackward : Node {
+  Tensor x;
+  const char* name() const override { return "SoftplusBackward"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    return {mul(g[0], sigmoid(x))};
+  }
+  void release() override { x = Tensor(); }
+};
+}  // namespace
+
+Tensor softplus(const Tensor& x) {
+  detail::check_floating("softplus", x, "x");
+  Tensor out;
+  {
+    // exp(x) overflows f32 from x = 89 on; exp(-|x|) is at most 1.
+    NoGradGuard composite;
+    out = add(relu(x), log(add_scalar(exp(neg(add(relu(x), relu(neg(x))))), 1.0)));
+  }
+  if (any_requires_grad({x})) {  // d/dx = sigmoid(x), also at 0 (where relu's kink would give 0)
+    auto node = std::make_shared<SoftplusBackward>();
+    node->x = x.detach();
+    record(node, {x}, {out});
+  }
+  return out;
+}
+
+namespace {
 struct SwigluBackward : Node {
   Tensor gate, up;
   const char* name() const override { return "SwigluBackward"; }

@@ -254,11 +254,31 @@ std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
 
 namespace {
 
-// Every rank's rows one after another (ring: a permutation of 0..T-1), and its inverse.
-std::vector<int64_t> rank_order(int64_t T, int64_t P, ContextParallelKind kind) {
+// The rows rank r holds of a stream of T rows: of a segmented one (plan.sequence_segments),
+// chunk r of each segment in turn; else context_parallel_rows.
+std::vector<int64_t> rank_rows(int64_t T, const std::vector<int64_t>& segments, int64_t rank,
+                               int64_t P, ContextParallelKind kind) {
+  if (segments.empty()) return context_parallel_rows(T, rank, P, kind);
+  std::vector<int64_t> rows;
+  int64_t start = 0;
+  for (int64_t length : segments) {
+    LOOM_CHECK(length % P == 0) << "context parallel: a segment of " << length
+                                << " rows does not split over " << P << " ranks";
+    for (int64_t i = rank * (length / P); i < (rank + 1) * (length / P); ++i)
+      rows.push_back(start + i);
+    start += length;
+  }
+  LOOM_CHECK(start == T) << "context parallel: segments of " << start << " rows in all, the "
+                         << "stream has " << T;
+  return rows;
+}
+
+// Every rank's rows one after another (ring, segments: a permutation of 0..T-1).
+std::vector<int64_t> rank_order(int64_t T, const std::vector<int64_t>& segments, int64_t P,
+                                ContextParallelKind kind) {
   std::vector<int64_t> order;
   for (int64_t q = 0; q < P; ++q)
-    for (int64_t i : context_parallel_rows(T, q, P, kind)) order.push_back(i);
+    for (int64_t i : rank_rows(T, segments, q, P, kind)) order.push_back(i);
   return order;
 }
 
@@ -273,12 +293,21 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
   LOOM_CHECK(!plan.blocks.empty()) << "context parallel: the model names no blocks";
   const bool ring = kind == ContextParallelKind::Ring;
   const int64_t P = group->size(), rank = group->rank(), dim = plan.sequence_dim;
+  const std::vector<int64_t>& segments = plan.sequence_segments;
   for (const auto& path : plan.attention) {
     auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
     LOOM_CHECK(attn) << "context parallel: " << path << " is not an attention module";
     if (ring)
-      attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
-                           bool causal) { return ring_attention(q, k, v, pos, causal, group); };
+      attn->core = [group, rank](const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& pos, bool causal) {
+        if (pos.defined()) return ring_attention(q, k, v, pos, causal, group);
+        // Without positions (a segmented stream, position-free and bidirectional) any
+        // partition of the rows will do: rank r's as the r-th run.
+        LOOM_CHECK(!causal) << "context parallel: causal attention needs its rows' positions";
+        std::vector<int64_t> rows(size_t(q.size(2)));
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = rank * q.size(2) + int64_t(i);
+        return ring_attention(q, k, v, from_vector(rows, {q.size(2)}), false, group);
+      };
     else
       attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
                            bool causal) { return ulysses_attention(q, k, v, causal, group); };
@@ -305,6 +334,16 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
     for (const auto& p : model.named_parameters()) partial.insert(p.name);
     return partial;
   }
+  // Inputs from the other segment's rows (cross-attention's keys and values): gathered whole.
+  for (const auto& path : plan.context_inputs)
+    model.submodule(path).add_forward_wrapper(
+        [group, dim](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+          std::vector<Tensor> args = in;
+          args[0] = all_gather_along(args[0], dim, group);
+          return fn(args);
+        });
+  // Rows in another order than rank-contiguous chunks: every rank's one after another.
+  const bool permuted = ring || !segments.empty();
   // This rank's rows of the current forward: set where the region starts, read by attention.
   auto rows = std::make_shared<std::vector<int64_t>>();
   for (size_t i = 0; i < plan.blocks.size(); ++i) {
@@ -315,11 +354,12 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
           std::vector<Tensor> args = in;
           if (first) {
             const int64_t T = args[0].size(dim);
-            *rows = context_parallel_rows(T, rank, P, kind);
-            // Ring: put every rank's rows one after another, so that a plain split hands each
-            // its load-balanced chunks.
-            const Tensor x =
-                ring ? index_select(args[0], dim, index_tensor(rank_order(T, P, kind))) : args[0];
+            *rows = rank_rows(T, segments, rank, P, kind);
+            // Ring, segments: put every rank's rows one after another, so that a plain split
+            // hands each its own (ring: its load-balanced chunks).
+            const Tensor x = permuted ? index_select(args[0], dim,
+                                                     index_tensor(rank_order(T, segments, P, kind)))
+                                      : args[0];
             args[0] = scatter_along(x, dim, group);
           }
           for (size_t k = 1; k < args.size(); ++k)  // whole conditioning used on a share of rows
@@ -328,8 +368,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
           Tensor out = fn(args);
           if (!last) return out;
           out = gather_along(out, dim, group);
-          if (!ring) return out;
-          const std::vector<int64_t> order = rank_order(out.size(dim), P, kind);
+          if (!permuted) return out;
+          const std::vector<int64_t> order = rank_order(out.size(dim), segments, P, kind);
           std::vector<int64_t> inverse(order.size());
           for (size_t j = 0; j < order.size(); ++j) inverse[size_t(order[j])] = int64_t(j);
           return index_select(out, dim, index_tensor(inverse));
@@ -337,6 +377,7 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
     for (const auto& p : model.submodule(plan.blocks[i]).named_parameters())
       partial.insert(plan.blocks[i] + "." + p.name);
   }
+  if (!segments.empty()) return partial;  // position-free: the attention needs no positions
   for (const auto& path : plan.attention) {
     auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
     // The positions of this rank's rows: the model's positions (if it passes any) at them.

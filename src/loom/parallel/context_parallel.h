@@ -54,7 +54,9 @@ std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
 //   otherwise (DiT): the residual stream is split along plan.sequence_dim from the first
 //     block's input to the last block's output; the blocks' other inputs (conditioning) stay
 //     whole and what lies outside the blocks runs whole on every rank. The block parameters'
-//     gradients are shares.
+//     gradients are shares. With plan.sequence_segments (MMDiT: caption, then image rows;
+//     bidirectional, position-free) each rank takes chunk r of every segment, the attention
+//     cores need no positions, and plan.context_inputs get their input gathered whole.
 // Returns the parameters whose gradient each rank holds only its rows' share of, to be summed
 // over the group before the optimizer step.
 std::set<std::string> apply_context_parallel(nn::Module& model, const nn::ParallelPlan& plan,

@@ -49,9 +49,9 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
   LOOM_CHECK(!p.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, m, path);
-  LOOM_CHECK(!m.no_sequence_split || (cp == 1 && !p.sequence_parallel))
-      << "config " << path << ": model.kind " << c.spec().name << " cannot take "
-      << (cp > 1 ? "context" : "sequence") << " parallelism: " << m.no_sequence_split;
+  LOOM_CHECK(!m.no_sequence_split || !p.sequence_parallel)
+      << "config " << path << ": model.kind " << c.spec().name
+      << " cannot take sequence parallelism: " << m.no_sequence_split;
   if (tp == 1 && cp == 1) return;
   LOOM_CHECK(m.tensor_and_context) << "config " << path << ": model.kind " << c.spec().name
                                    << " has no tensor or context parallelism";
@@ -66,8 +66,13 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
       << " must be divisible by parallel.tp " << tp << " (the embedding and head split over it)";
   const std::string& what = m.tokens_what;
   const bool ring = p.context_parallel == parallel::ContextParallelKind::Ring;
+  for (int64_t segment : m.segments)
+    LOOM_CHECK(segment % cp == 0) << "config " << path
+                                  << ": context parallelism splits each part of the " << what
+                                  << " over parallel.cp " << cp << ", which does not divide "
+                                  << segment;
   if (cp > 1) {
-    LOOM_CHECK(tokens % (ring ? 2 * cp : cp) == 0)
+    LOOM_CHECK(!m.segments.empty() || tokens % (ring ? 2 * cp : cp) == 0)
         << "config " << path << ": " << (ring ? "ring" : "Ulysses")
         << " context parallelism splits the " << what << " into " << (ring ? 2 * cp : cp)
         << " chunks (parallel.cp " << cp << (ring ? ", two chunks per rank" : "")

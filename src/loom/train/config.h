@@ -154,6 +154,16 @@ struct EvalConfig {
   int64_t windows = 64;
 };
 
+// mmdit, [dpo]: Diffusion-DPO post-training (train/recipes/preference_pairs.h): `reference` is a
+// trained MMDiT's checkpoint directory, whose EMA weights are the frozen reference and the
+// run's starting point ("": training by flow matching); `pairs` training captions are sampled
+// twice each by it and ranked by the canvas judge; beta scales the loss's margins.
+struct DpoConfig {
+  std::string reference;
+  int64_t pairs = 1000;
+  double beta = 1000;
+};
+
 // gpt: text printed at the end of training (tokens = 0: none); an empty prompt starts the text
 // after a newline.
 struct LmSampleConfig {
@@ -213,6 +223,7 @@ struct Config {
   SampleConfig sample;       // dit
   LmSampleConfig lm_sample;  // gpt ([sample] section)
   EvalConfig eval;
+  DpoConfig dpo;              // mmdit
   std::string resolved_toml;  // what was read, defaults included (saved in the run directory)
   std::string run_dir() const { return run.out_dir + "/" + run.name; }
 

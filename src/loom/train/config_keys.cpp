@@ -257,6 +257,16 @@ const std::vector<ConfigKey> kKeys = {
      "test canvases of the held-out PSNR (0: none)"},
     {"eval.windows", kGpt, "integer", "64", "1 to 1000000", "",
      "validation windows of the periodic held-out loss"},
+    // [dpo]
+    {"dpo.reference", kMmdit, "string", "\"\"", "", "",
+     "a trained MMDiT's checkpoint directory (or run directory: its latest): post-train it by "
+     "Diffusion-DPO, its EMA weights the "
+     "frozen reference and the starting point (\"\": train by flow matching)"},
+    {"dpo.pairs", kMmdit, "integer", "1000", "1 to 1000000", "dpo.reference set",
+     "training captions the reference samples twice each; the canvas judge ranks each pair "
+     "(places + sizes + classes right), ties dropped"},
+    {"dpo.beta", kMmdit, "number", "1000.0", "> 0", "dpo.reference set",
+     "scale of the margins (mean squared velocity errors against the reference's) in the loss"},
     // [optim]
     {"optim.lr", "", "number", "0.001", ">= 0", "", "peak learning rate (AdamW)"},
     {"optim.beta1", "", "number", "0.9", "[0, 1)", "", "AdamW's first-moment decay"},

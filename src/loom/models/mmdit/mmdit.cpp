@@ -65,13 +65,21 @@ MmditStream::MmditStream(const MmditConfig& c) {
   mlp = register_module("mlp", std::make_shared<nn::Mlp>(D, c.mlp_hidden()));
 }
 
-MmditBlock::MmditBlock(const MmditConfig& c) : MmditBlockBase(c.text_length) {
+MmditBlock::MmditBlock(const MmditConfig& c) : MmditBlockBase(c) {
   text = register_module("text", std::make_shared<MmditStream>(c));
   image = register_module("image", std::make_shared<MmditStream>(c));
 }
 
+int64_t MmditBlockBase::text_rows(const Tensor& x) const {
+  const int64_t rows = x.size(1);
+  LOOM_CHECK(rows * text_length % tokens == 0)
+      << "mmdit: " << rows << " rows of the joint sequence do not hold caption and image rows in "
+      << "its proportion " << text_length << " : " << tokens - text_length;
+  return rows * text_length / tokens;
+}
+
 Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
-  const int64_t B = x.size(0), L = text_length, T = x.size(1) - L, D = c.size(-1);
+  const int64_t B = x.size(0), L = text_rows(x), T = x.size(1) - L, D = c.size(-1);
   const MmditStream* streams[2] = {text.get(), image.get()};
   const Tensor rows[2] = {contiguous(narrow(x, 1, 0, L)), contiguous(narrow(x, 1, L, T))};
   std::vector<Tensor> mod[2], q(2), k(2), v(2);
@@ -91,7 +99,13 @@ Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
     v[size_t(s)] = to_heads(split_heads(parts[2]));
   }
   // One attention over the joint sequence: every token sees every other, of either modality.
-  Tensor o = scaled_dot_product_attention(cat(q, 2), cat(k, 2), cat(v, 2));  // (B, H, L + T, Dh)
+  // Through the image stream's attention core where parallelism set one (context parallelism:
+  // ring or Ulysses attention over every rank's rows), in f32 as cores take it.
+  const nn::Attention::Core& core = image->attn->core;
+  Tensor o =
+      core ? core(to_dtype(cat(q, 2), DType::F32), to_dtype(cat(k, 2), DType::F32),
+                  to_dtype(cat(v, 2), DType::F32), Tensor(), false)
+           : scaled_dot_product_attention(cat(q, 2), cat(k, 2), cat(v, 2));  // (B, H, L + T, Dh)
   o = reshape(permute(o, {0, 2, 1, 3}), {B, L + T, o.size(1) * o.size(3)});
   const Tensor att[2] = {contiguous(narrow(o, 1, 0, L)), contiguous(narrow(o, 1, L, T))};
   std::vector<Tensor> out(2);
@@ -105,7 +119,7 @@ Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
 }
 
 CrossAttentionBlock::CrossAttentionBlock(const MmditConfig& c)
-    : MmditBlockBase(c.text_length), head_dim(c.width / c.heads) {
+    : MmditBlockBase(c), head_dim(c.width / c.heads) {
   const int64_t D = c.width;
   ada = register_module("ada", std::make_shared<nn::Linear>(D, 6 * D, true, nn::Init::zeros()));
   attn = register_module("attn",
@@ -123,7 +137,7 @@ CrossAttentionBlock::CrossAttentionBlock(const MmditConfig& c)
 }
 
 Tensor CrossAttentionBlock::forward(const Tensor& x, const Tensor& c) const {
-  const int64_t B = x.size(0), L = text_length, T = x.size(1) - L, D = c.size(-1);
+  const int64_t B = x.size(0), L = text_rows(x), T = x.size(1) - L, D = c.size(-1);
   const Tensor text = contiguous(narrow(x, 1, 0, L)), image = contiguous(narrow(x, 1, L, T));
   auto mod = split(ada->forward(silu(c)), D, -1);  // 6 x (B, D)
   for (Tensor& m : mod) m = contiguous(m);
@@ -133,6 +147,8 @@ Tensor CrossAttentionBlock::forward(const Tensor& x, const Tensor& c) const {
   auto heads = [&](const Tensor& t) {
     return permute(reshape(t, {B, t.size(1), t.size(2) / head_dim, head_dim}), {0, 2, 1, 3});
   };
+  // Keys and values of the whole caption (under context parallelism cross.k and cross.v gather
+  // every rank's caption rows: plan.context_inputs).
   Tensor o = scaled_dot_product_attention(heads(cross_q->forward(h)), heads(cross_k->forward(text)),
                                           heads(cross_v->forward(text)));  // (B, H, T, Dh)
   h = add(h, cross_proj->forward(reshape(permute(o, {0, 2, 1, 3}), {B, T, o.size(1) * head_dim})));
@@ -178,6 +194,7 @@ nn::ParallelPlan Mmdit::parallel_plan() const {
       for (const char* l : {".cross.q", ".cross.k", ".cross.v", ".mlp.fc1"})
         plan.column.push_back(b + l);
       for (const char* l : {".cross.proj", ".mlp.fc2"}) plan.row.push_back(b + l);
+      for (const char* l : {".cross.k", ".cross.v"}) plan.context_inputs.push_back(b + l);
       continue;
     }
     for (const char* s : {".text", ".image"}) {
@@ -188,6 +205,7 @@ nn::ParallelPlan Mmdit::parallel_plan() const {
       plan.per_head.push_back(b + s + ".k_norm.weight");
     }
   }
+  plan.sequence_segments = {config.text_length, config.image_tokens()};
   plan.first_stage = {"text", "patch_embed", "t_embed.fc1", "t_embed.fc2", "text_pool"};
   plan.last_stage = {"final.ada", "final.linear"};
   return plan;

@@ -66,12 +66,16 @@ struct MmditStream : nn::Module {
 };
 
 // A block of either kind on the joint sequence x (B, L + T, D), text rows first, with
-// conditioning c (B, D) -> (B, L + T, D).
+// conditioning c (B, D) -> (B, L + T, D). x may hold a share of each instead, in the same
+// proportion (a context-parallel rank's rows: plan.sequence_segments).
 class MmditBlockBase : public nn::Module {
  public:
-  explicit MmditBlockBase(int64_t text_length) : text_length(text_length) {}
+  explicit MmditBlockBase(const MmditConfig& c) : text_length(c.text_length), tokens(c.tokens()) {}
   virtual Tensor forward(const Tensor& x, const Tensor& c) const = 0;
-  const int64_t text_length;
+  const int64_t text_length, tokens;
+
+ protected:
+  int64_t text_rows(const Tensor& x) const;  // of x's rows, the caption's
 };
 
 // A joint block: both streams change.

@@ -5,18 +5,16 @@
 #include <fstream>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "loom/autograd/node.h"
 #include "loom/checkpoint/safetensors.h"
 #include "loom/checkpoint/state_dict.h"
 #include "loom/core/hash.h"
 #include "loom/core/json_file.h"
-#include "loom/data/npy.h"
 #include "loom/ops/ops.h"
 #include "loom/train/config.h"
 #include "loom/train/recipe.h"
 #include "loom/train/recipes/mmdit.h"
+#include "loom/train/recipes/shard_cache.h"
 
 namespace loom::train {
 
@@ -87,36 +85,19 @@ Tensor LatentSpace::decode(const Tensor& latents) const {
 
 Tensor cached_canvas_latents(const LatentSpace& space, const ImageDataset& source, uint64_t seed,
                              int64_t count, dist::ProcessGroup& dp) {
-  const std::string dir = space.dir + "/latents/" + space.weights_hash + "-" + std::to_string(seed);
-  fs::create_directories(dir);
-  const int64_t shards = (count + kShard - 1) / kShard;
-  auto shard_path = [&](int64_t s) {
-    char name[32];
-    std::snprintf(name, sizeof name, "/shard-%05lld.npy", (long long)s);
-    return dir + name;
-  };
-  auto shard_size = [&](int64_t s) { return std::min(kShard, count - s * kShard); };
-  int64_t encoded = 0;
-  for (int64_t s = dp.rank(); s < shards; s += dp.size()) {
-    if (fs::exists(shard_path(s)) && read_npy(shard_path(s)).size(0) >= shard_size(s)) continue;
-    const CanvasSet set = make_canvases(source, seed, /*test=*/false, s * kShard, shard_size(s));
-    // Tensor-parallel ranks of one dp rank encode the same shard: each under its own name.
-    const std::string tmp = shard_path(s) + ".tmp-" + std::to_string(::getpid());
-    write_npy(tmp, space.encode(set.images));
-    fs::rename(tmp, shard_path(s));
-    encoded += shard_size(s);
-  }
-  const double all = sum_over(dp, {double(encoded)})[0];  // also: every shard is in place
+  const ShardCache cache{space.dir + "/latents/" + space.weights_hash + "-" + std::to_string(seed),
+                         count,
+                         kShard,
+                         {""}};
+  const ShardCacheRead read = read_or_make_shards(cache, dp, [&](int64_t first, int64_t n) {
+    return std::vector<Tensor>{
+        space.encode(make_canvases(source, seed, /*test=*/false, first, n).images)};
+  });
   if (dp.rank() == 0)
     std::printf(
         "latents: %lld training canvases, %lld encoded now, %lld read from the cache in %s\n",
-        (long long)count, (long long)all, (long long)(double(count) - all), dir.c_str());
-  std::vector<Tensor> parts;
-  for (int64_t s = 0; s < shards; ++s) {
-    const Tensor shard = read_npy(shard_path(s));
-    parts.push_back(narrow(shard, 0, 0, shard_size(s)));
-  }
-  return contiguous(cat(parts, 0));  // (count, z, h, w)
+        (long long)count, (long long)read.made, (long long)(count - read.made), cache.dir.c_str());
+  return read.parts[0];  // (count, z, h, w)
 }
 
 }  // namespace loom::train

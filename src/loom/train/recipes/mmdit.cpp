@@ -11,6 +11,7 @@
 #include "loom/data/sampler.h"
 #include "loom/diffusion/fid.h"
 #include "loom/diffusion/png.h"
+#include "loom/diffusion/preference.h"
 #include "loom/ops/ops.h"
 #include "loom/optim/ema.h"
 #include "loom/train/checkpoint_dir.h"
@@ -18,6 +19,7 @@
 #include "loom/train/recipes/canvas_judge.h"
 #include "loom/train/recipes/commands.h"
 #include "loom/train/recipes/latents.h"
+#include "loom/train/recipes/preference_pairs.h"
 #include "loom/train/recipes/vit_classifier.h"
 
 namespace loom::train {
@@ -61,12 +63,32 @@ Tensor repeated_captions(const Tensor& captions, int64_t per_row) {
   return cat(rows, 0);
 }
 
+// The EMA weights of a checkpoint with its run's config.
+std::pair<Config, std::unique_ptr<models::Mmdit>> load_mmdit(const std::string& ckpt_dir,
+                                                             const char* what) {
+  Config cfg = run_config_of(ckpt_dir, ModelKind::Mmdit, what);
+  auto model = std::make_unique<models::Mmdit>(cfg.mmdit());
+  load_state_dict(*model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
+  return {std::move(cfg), std::move(model)};
+}
+
 class MmditRecipe : public Recipe {
  public:
   explicit MmditRecipe(const Config& cfg)
       : cfg_(cfg), source_(fashion_mnist(cfg.data.path, /*train=*/true)), model_(cfg.mmdit()) {
     if (!cfg.data.latent.empty()) latent_ = load_latent_space(cfg.data.latent);
     model_.init_parameters(cfg.run.seed);
+    if (!cfg.dpo.reference.empty()) {
+      // Diffusion-DPO: the run starts from the reference's EMA weights and keeps them, frozen,
+      // whole on every rank (its forwards hold no collectives).
+      LOOM_CHECK(cfg.parallel.topology.dims.pp == 1)
+          << "dpo: no pipeline parallelism (parallel.pp " << cfg.parallel.topology.dims.pp
+          << "): the loss compares each pair's two images through the whole model and the "
+          << "reference";
+      reference_ = load_mmdit(cfg.dpo.reference, "dpo.reference").second;
+      load_state_dict(model_, as_map(state_dict(*reference_)), cfg.dpo.reference + " (ema)");
+      judge_ = load_classifier(cfg.eval.classifier);
+    }
   }
 
   nn::Module& model() override { return model_; }
@@ -76,7 +98,8 @@ class MmditRecipe : public Recipe {
     return "mmdit: " + std::to_string(model_.num_parameters()) + " parameters, " +
            (c.cross_attention ? "cross-attention to " : "joint attention over ") +
            std::to_string(c.text_length) + " caption + " + std::to_string(c.image_tokens()) +
-           " image tokens";
+           " image tokens" +
+           (reference_ ? "; Diffusion-DPO against the frozen " + cfg_.dpo.reference : "");
   }
   std::string describe_data() const override {
     return "data: " + std::to_string(cfg_.data.canvases) + " captioned canvases (seed " +
@@ -87,6 +110,12 @@ class MmditRecipe : public Recipe {
   void start(RunContext& run) override {
     run_ = &run;
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
+    if (reference_) {
+      reference_->to(cfg_.train.device);
+      pairs_ = cached_preference_pairs(*reference_, latent_.get(), *judge_, source_, cfg_, run.dp);
+      sampler_ = shuffled_sampler(pairs_.images.size(0), cfg_, run);
+      return;
+    }
     sampler_ = shuffled_sampler(cfg_.data.canvases, cfg_, run);
     if (latent_)
       latents_ = cached_canvas_latents(*latent_, source_, uint64_t(cfg_.data.canvas_seed),
@@ -99,6 +128,7 @@ class MmditRecipe : public Recipe {
   // latent space their images are the cached latents.
   Batch make_batch(const Slot&) override {
     const std::vector<int64_t> idx = sampler_->next_batch();
+    if (reference_) return preference_batch(idx);
     std::vector<Tensor> images;
     std::vector<std::string> captions;
     for (int64_t i : idx) {
@@ -115,6 +145,14 @@ class MmditRecipe : public Recipe {
             Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
   }
   Tensor loss(const Batch& b, const Slot& s) override {
+    if (reference_) {
+      const Shape image{b.x.size(0), b.x.size(2), b.x.size(3), b.x.size(4)};
+      const Tensor preferred = reshape(contiguous(narrow(b.x, 1, 0, 1)), image);
+      const Tensor rejected = reshape(contiguous(narrow(b.x, 1, 1, 1)), image);
+      return diffusion::diffusion_dpo_loss(velocity_of(model_), velocity_of(*reference_), preferred,
+                                           rejected, b.y, cfg_.flow, cfg_.dpo.beta, cfg_.run.seed,
+                                           s.step, s.first);
+    }
     return diffusion::flow_matching_loss(velocity_of(model_), b.x, b.y, cfg_.flow, cfg_.run.seed,
                                          s.step, s.first);
   }
@@ -197,6 +235,16 @@ class MmditRecipe : public Recipe {
   }
 
  private:
+  // Pairs `idx` (B, 2, C, H, W), preferred first, and their captions.
+  Batch preference_batch(const std::vector<int64_t>& idx) {
+    std::vector<std::string> captions;
+    for (int64_t i : idx) captions.push_back(pairs_.captions[size_t(i)]);
+    const Sampler::State next = sampler_->state();
+    NoGradGuard no_grad;
+    return {index_select(pairs_.images, 0, from_vector(idx, {int64_t(idx.size())})),
+            vocab_.encode_all(captions, cfg_.mmdit().text_length),
+            Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
+  }
   std::unique_ptr<models::Mmdit> gathered_ema() {
     const parallel::NamedTensors weights = run_->model.gather_full(piece_state()[0].second);
     if (!run_->main) return nullptr;
@@ -238,6 +286,10 @@ class MmditRecipe : public Recipe {
   RunContext* run_ = nullptr;
   std::unique_ptr<optim::Ema> ema_;
   std::unique_ptr<Sampler> sampler_;
+  // Diffusion-DPO (dpo.reference): the frozen reference, the judge and the pairs.
+  std::unique_ptr<models::Mmdit> reference_;
+  std::unique_ptr<models::Vit> judge_;
+  PreferencePairs pairs_;
 };
 
 }  // namespace
@@ -311,19 +363,6 @@ Json canvas_quality_json(const CanvasQuality& q, const DitSampleOptions& o) {
                        {"sampler", o.heun ? "heun" : "euler"},
                        {"cfg_scale", o.cfg_scale}});
 }
-
-namespace {
-
-// The EMA weights of a checkpoint with its run's config.
-std::pair<Config, std::unique_ptr<models::Mmdit>> load_mmdit(const std::string& ckpt_dir,
-                                                             const char* what) {
-  Config cfg = run_config_of(ckpt_dir, ModelKind::Mmdit, what);
-  auto model = std::make_unique<models::Mmdit>(cfg.mmdit());
-  load_state_dict(*model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
-  return {std::move(cfg), std::move(model)};
-}
-
-}  // namespace
 
 void sample_mmdit_command(const SampleCall& call) {
   const auto [cfg, model] = load_mmdit(call.checkpoint, "sample");

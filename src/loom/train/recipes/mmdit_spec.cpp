@@ -1,12 +1,17 @@
 // The MMDiT's spec (train/model_spec.h): a text-to-image diffusion transformer trained by flow
 // matching on captioned canvases ([model], [data] and the diffusion models' keys), its step's
 // cost, and `loom sample --prompt` / `loom eval` by the canvas judge.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "loom/data/canvas.h"
 #include "loom/data/captions.h"
 #include "loom/diffusion/flow_matching.h"
 #include "loom/models/mmdit/mmdit.h"
 #include "loom/ops/creation.h"
 #include "loom/ops/detail.h"
+#include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "loom/train/config_read.h"
 #include "loom/train/recipes/commands.h"
@@ -29,6 +34,47 @@ void read_canvas_keys(ConfigFile& f, Config& c, const char* kind) {
 }
 
 namespace {
+
+// What an MMDiT's weights are shaped by, for errors that compare two.
+std::string mmdit_shape(const models::MmditConfig& m) {
+  std::ostringstream s;
+  s << (m.cross_attention ? "cross" : "joint") << ", image " << m.channels << " x " << m.image_size
+    << " in patches of " << m.patch << ", width " << m.width << ", depth " << m.depth << ", heads "
+    << m.heads << ", mlp_ratio " << m.mlp_ratio << ", captions of " << m.text_length
+    << " tokens through " << m.text_depth << " blocks";
+  return s.str();
+}
+
+// [dpo]: post-training a trained MMDiT of this config's shape and space.
+void read_dpo_keys(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
+  DpoConfig& d = c.dpo;
+  d.reference = f.get_string("dpo", "reference", "");
+  d.pairs = f.get_int("dpo", "pairs", d.pairs, 1000000);
+  d.beta = f.get_double("dpo", "beta", d.beta);
+  if (d.reference.empty()) return;
+  LOOM_CHECK(d.pairs > 0 && d.beta > 0) << "config " << path << ": dpo.pairs (" << d.pairs
+                                        << ") and dpo.beta (" << d.beta << ") must be positive";
+  const std::string what = "config " + path + ": dpo.reference";
+  LOOM_CHECK(std::filesystem::is_directory(d.reference))
+      << what << ": " << d.reference << " is not a directory (name a trained MMDiT's run "
+      << "directory or one of its checkpoints, e.g. runs/mmdit_canvas/step-004000)";
+  // A run directory: the checkpoint its `latest` names, so that the run records which.
+  std::ifstream latest(d.reference + "/latest");
+  std::string step;
+  if (latest >> step) d.reference += "/" + step;
+  const Config ref = run_config_of(d.reference, ModelKind::Mmdit, what.c_str());
+  LOOM_CHECK(mmdit_shape(ref.mmdit()) == mmdit_shape(c.mmdit()))
+      << what << ": the reference's model is " << mmdit_shape(ref.mmdit()) << "; this config's is "
+      << mmdit_shape(c.mmdit()) << " (the run starts from the reference's weights)";
+  LOOM_CHECK(ref.data.latent == c.data.latent)
+      << what << ": the reference trained on "
+      << (ref.data.latent.empty() ? "pixels" : "the latents of " + ref.data.latent)
+      << ", this config on "
+      << (c.data.latent.empty() ? "pixels" : "the latents of " + c.data.latent);
+  LOOM_CHECK(!c.eval.classifier.empty())
+      << "config " << path << ": dpo needs eval.classifier: the canvas judge ranks the pairs";
+}
 
 void read_mmdit(ConfigFile& f, Config& c) {
   const std::string& path = f.path();
@@ -77,6 +123,7 @@ void read_mmdit(ConfigFile& f, Config& c) {
         << " do not match them (or name an autoencoder in model.latent)";
   }
   read_diffusion_keys(f, c, CaptionVocab::kNull);
+  read_dpo_keys(f, c);
 }
 
 ParallelFacts mmdit_facts(const Config& c) {
@@ -89,12 +136,11 @@ ParallelFacts mmdit_facts(const Config& c) {
           .mlp_hidden = m.mlp_hidden(),
           .tokens = m.tokens(),
           .tokens_what = std::to_string(m.tokens()) + " caption and image tokens",
+          .segments = {m.text_length, m.image_tokens()},
           .no_sequence_split =
-              m.cross_attention
-                  ? "every rank's image rows attend to the whole caption, whose encoder's "
-                    "gradients a split along the sequence would leave partial"
-                  : "its blocks apply separate weights to the caption's and the image's rows of "
-                    "one joint sequence, which a split along the sequence would mix"};
+              "its blocks apply separate weights to the caption's and the image's rows, which "
+              "sequence parallelism's contiguous split would mix (context parallelism splits "
+              "each part)"};
 }
 
 plan::StepShape mmdit_step_shape(const Config& config, int64_t samples, int64_t /*tokens*/) {
