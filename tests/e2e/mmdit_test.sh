@@ -83,8 +83,9 @@ bad 1 "model.text_length 20 is shorter than the longest canvas caption (35 token
 
 # Diffusion-DPO from the 8-step run: pairs sampled once and cached beside it (a second run
 # samples none), the first loss log 2 (the model starts as the reference), TP2 equal to one
-# process, and one clear error for each bad reference.
-dpo=(--set dpo.reference=\"$ref/$name\" --set dpo.pairs=24 --set train.steps=4 --set train.ckpt_every=4
+# process (beta 10: a large beta scales the margins' rounding differences into the step), and
+# one clear error for each bad reference.
+dpo=(--set dpo.reference=\"$ref/$name\" --set dpo.pairs=24 --set dpo.beta=10 --set train.steps=4 --set train.ckpt_every=4
   --set eval.classifier=\"$here/../../assets/fmnist_classifier\" --set eval.num_samples=4)
 "$loom" train "$cfg" "${common[@]}" "${dpo[@]}" --set run.out_dir="$work/dpo-np1" > "$work/dpo-np1.log" 2>&1 ||
   { fail "dpo: single-process run failed"; tail -3 "$work/dpo-np1.log"; }
@@ -97,7 +98,9 @@ grep -q "^step      1/4 | loss 0.6931 " "$work/dpo-np1.log" ||
   { fail "dpo tp2: run failed"; tail -3 "$work/dpo-tp2.log"; }
 grep -q "dpo: 24 pairs (0 sampled now, 24 read from" "$work/dpo-tp2.log" ||
   fail "dpo: the cached pairs were sampled again"
-parity "mmdit dpo tp2" "$work/dpo-np1/$name" "$work/dpo-tp2/$name"
+# Weights to 5e-4 (emulated device: 1.9e-4 in final.linear, whose gradients are near zero
+# and AdamW's step normalises their rounding; 2.1e-5 on the host).
+PARITY_WEIGHTS_RTOL=5e-4 parity "mmdit dpo tp2" "$work/dpo-np1/$name" "$work/dpo-tp2/$name"
 bad 1 "dpo.reference: $work/none is not a directory" "$cfg" "${dpo[@]}" --set dpo.reference=\"$work/none\"
 bad 1 "the reference's model is joint, image 1 x 64 in patches of 16, width 32" "$cfg" "${dpo[@]}" \
   --set model.heads=4 --set model.width=64
