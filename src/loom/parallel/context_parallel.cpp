@@ -252,25 +252,38 @@ std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
   return out;
 }
 
+std::vector<int64_t> segment_rows(const std::vector<int64_t>& segments, int64_t n, int64_t rank,
+                                  int64_t P) {
+  int64_t whole = 0;
+  for (int64_t length : segments) whole += length;
+  std::vector<int64_t> rows;
+  int64_t start = 0;
+  for (int64_t length : segments) {
+    LOOM_CHECK(length * n % whole == 0 && length * n / whole % P == 0)
+        << "segmented sequence: a part of " << length << " of " << whole << " rows, as a share of "
+        << n << " rows, does not split over " << P << " ranks";
+    const int64_t part = length * n / whole, chunk = part / P;
+    for (int64_t i = rank * chunk; i < (rank + 1) * chunk; ++i) rows.push_back(start + i);
+    start += part;
+  }
+  return rows;
+}
+
+std::vector<int64_t> segment_order(const std::vector<int64_t>& segments, int64_t n, int64_t P) {
+  std::vector<int64_t> order;
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t i : segment_rows(segments, n, r, P)) order.push_back(i);
+  return order;
+}
+
 namespace {
 
 // The rows rank r holds of a stream of T rows: of a segmented one (plan.sequence_segments),
 // chunk r of each segment in turn; else context_parallel_rows.
 std::vector<int64_t> rank_rows(int64_t T, const std::vector<int64_t>& segments, int64_t rank,
                                int64_t P, ContextParallelKind kind) {
-  if (segments.empty()) return context_parallel_rows(T, rank, P, kind);
-  std::vector<int64_t> rows;
-  int64_t start = 0;
-  for (int64_t length : segments) {
-    LOOM_CHECK(length % P == 0) << "context parallel: a segment of " << length
-                                << " rows does not split over " << P << " ranks";
-    for (int64_t i = rank * (length / P); i < (rank + 1) * (length / P); ++i)
-      rows.push_back(start + i);
-    start += length;
-  }
-  LOOM_CHECK(start == T) << "context parallel: segments of " << start << " rows in all, the "
-                         << "stream has " << T;
-  return rows;
+  return segments.empty() ? context_parallel_rows(T, rank, P, kind)
+                          : segment_rows(segments, T, rank, P);
 }
 
 // Every rank's rows one after another (ring, segments: a permutation of 0..T-1).

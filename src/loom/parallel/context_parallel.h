@@ -45,6 +45,15 @@ std::vector<int64_t> load_balanced_positions(int64_t T, int64_t rank, int64_t P)
 std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
                                            ContextParallelKind kind);
 
+// The rows rank r of P holds of a stream of n rows made of segments in the proportions of
+// `segments` (plan.sequence_segments: their lengths in the whole stream): chunk r of each
+// segment, in segment order. Every segment's share of n must split over P.
+std::vector<int64_t> segment_rows(const std::vector<int64_t>& segments, int64_t n, int64_t rank,
+                                  int64_t P);
+// Every rank's segment_rows one after another (a permutation of 0..n-1): the order in which a
+// plain split along the rows hands each rank its own.
+std::vector<int64_t> segment_order(const std::vector<int64_t>& segments, int64_t n, int64_t P);
+
 // Context parallelism over `group`: each rank holds its context_parallel_rows of the sequence,
 // and the plan's attention modules attend over every rank's rows -- ring or Ulysses attention
 // -- with their rows' global positions (RoPE, the causal mask).

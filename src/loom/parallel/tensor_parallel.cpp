@@ -2,6 +2,7 @@
 
 #include "loom/nn/layers.h"
 #include "loom/ops/ops.h"
+#include "loom/parallel/context_parallel.h"
 #include "loom/parallel/vocab_parallel.h"
 
 namespace loom::parallel {
@@ -177,21 +178,40 @@ class Applier {
   // Sequence parallelism: the residual stream is split from the first block's input to the
   // last block's output; inside, conditioning inputs are used on sequence shards, so their
   // gradients (and those of the blocks' whole parameters) are partial per rank.
+  // A segmented stream (plan.sequence_segments) is split segment by segment: each rank its
+  // chunk of each, in segment order.
   void sequence_region(const nn::ParallelPlan& plan) {
     const std::vector<std::string>& blocks = plan.blocks;
     for (size_t i = 0; i < blocks.size(); ++i) {
       const bool first = plan.stretch_starts_at(i);
       const bool last = i + 1 == blocks.size() || plan.stretch_starts_at(i + 1);
       model_.submodule(blocks[i]).add_forward_wrapper(
-          [group = group_, dim = seq_dim_, first, last](const nn::Module::ForwardFn& fn,
-                                                        const std::vector<Tensor>& in) {
+          [group = group_, dim = seq_dim_, first, last, segments = plan.sequence_segments](
+              const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {
+            const int64_t P = group->size();
+            auto index = [](const std::vector<int64_t>& rows) {
+              return from_vector(rows, {int64_t(rows.size())});
+            };
             std::vector<Tensor> args = in;
-            if (first) args[0] = scatter_along(args[0], dim, group);
+            if (first) {
+              const Tensor x =
+                  segments.empty()
+                      ? args[0]
+                      : index_select(args[0], dim,
+                                     index(segment_order(segments, args[0].size(dim), P)));
+              args[0] = scatter_along(x, dim, group);
+            }
             for (size_t k = 1; k < args.size(); ++k)
               if (args[k].defined() && args[k].requires_grad())
                 args[k] = copy_to_group(args[k], group);
             Tensor out = fn(args);
-            return last ? gather_along(out, dim, group) : out;
+            if (!last) return out;
+            out = gather_along(out, dim, group);
+            if (segments.empty()) return out;
+            const std::vector<int64_t> order = segment_order(segments, out.size(dim), P);
+            std::vector<int64_t> inverse(order.size());
+            for (size_t j = 0; j < order.size(); ++j) inverse[size_t(order[j])] = int64_t(j);
+            return index_select(out, dim, index(inverse));
           });
       for (const auto& p : model_.submodule(blocks[i]).named_parameters()) {
         const std::string name = blocks[i] + "." + p.name;

@@ -49,9 +49,6 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
   LOOM_CHECK(!p.sequence_parallel || tp > 1)
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, m, path);
-  LOOM_CHECK(!m.no_sequence_split || !p.sequence_parallel)
-      << "config " << path << ": model.kind " << c.spec().name
-      << " cannot take sequence parallelism: " << m.no_sequence_split;
   if (tp == 1 && cp == 1) return;
   LOOM_CHECK(m.tensor_and_context) << "config " << path << ": model.kind " << c.spec().name
                                    << " has no tensor or context parallelism";
@@ -66,11 +63,17 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
       << " must be divisible by parallel.tp " << tp << " (the embedding and head split over it)";
   const std::string& what = m.tokens_what;
   const bool ring = p.context_parallel == parallel::ContextParallelKind::Ring;
+  // A segmented sequence: each part split over cp, then over tp with sequence parallelism.
+  const int64_t splits = cp * (p.sequence_parallel ? tp : 1);
+  const std::string over = cp > 1 && splits > cp ? "parallel.cp " + std::to_string(cp) +
+                                                       " x parallel.tp " + std::to_string(tp)
+                           : cp > 1 ? "parallel.cp " + std::to_string(cp)
+                                    : "parallel.tp " + std::to_string(tp);
   for (int64_t segment : m.segments)
-    LOOM_CHECK(segment % cp == 0) << "config " << path
-                                  << ": context parallelism splits each part of the " << what
-                                  << " over parallel.cp " << cp << ", which does not divide "
-                                  << segment;
+    LOOM_CHECK(segment % splits == 0)
+        << "config " << path << ": " << (cp > 1 ? "context" : "sequence")
+        << " parallelism splits each part of the " << what << " over " << over
+        << ", which does not divide " << segment;
   if (cp > 1) {
     LOOM_CHECK(!m.segments.empty() || tokens % (ring ? 2 * cp : cp) == 0)
         << "config " << path << ": " << (ring ? "ring" : "Ulysses")
@@ -82,7 +85,7 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
         << heads / tp << " heads (" << kv_heads / tp << " key/value heads) over parallel.cp " << cp
         << ", which does not divide them";
   }
-  LOOM_CHECK(!p.sequence_parallel || (tokens / cp) % tp == 0)
+  LOOM_CHECK(!p.sequence_parallel || !m.segments.empty() || (tokens / cp) % tp == 0)
       << "config " << path << ": sequence parallelism splits the " << what
       << (cp > 1 ? " (" + std::to_string(tokens / cp) + " per context-parallel rank)" : "")
       << " over parallel.tp " << tp << ", which does not divide them";

@@ -42,11 +42,9 @@ struct ParallelFacts {
   std::string tokens_what{};           // how errors name them: "16 tokens (model.context)"
   int64_t vocab = 0;                   // > 0: the embedding and head split over tp (no pipeline)
   const nn::MoeConfig* moe = nullptr;  // the model's mixture of experts, when it may have one
-  // The segments context parallelism splits each of (its plan's sequence_segments; empty: the
-  // tokens as one sequence).
+  // The parts of the tokens that context and sequence parallelism split each of (the plan's
+  // sequence_segments; empty: the tokens as one sequence).
   std::vector<int64_t> segments{};
-  // Why sequence parallelism cannot split this model's sequence (null: it can).
-  const char* no_sequence_split = nullptr;
 };
 
 // What `loom ckpt export --format hf` wrote: a Hugging Face model directory.

@@ -70,8 +70,7 @@ MmditBlock::MmditBlock(const MmditConfig& c) : MmditBlockBase(c) {
   image = register_module("image", std::make_shared<MmditStream>(c));
 }
 
-int64_t MmditBlockBase::text_rows(const Tensor& x) const {
-  const int64_t rows = x.size(1);
+int64_t MmditBlockBase::text_rows(int64_t rows) const {
   LOOM_CHECK(rows * text_length % tokens == 0)
       << "mmdit: " << rows << " rows of the joint sequence do not hold caption and image rows in "
       << "its proportion " << text_length << " : " << tokens - text_length;
@@ -79,7 +78,7 @@ int64_t MmditBlockBase::text_rows(const Tensor& x) const {
 }
 
 Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
-  const int64_t B = x.size(0), L = text_rows(x), T = x.size(1) - L, D = c.size(-1);
+  const int64_t B = x.size(0), L = text_rows(x.size(1)), T = x.size(1) - L, D = c.size(-1);
   const MmditStream* streams[2] = {text.get(), image.get()};
   const Tensor rows[2] = {contiguous(narrow(x, 1, 0, L)), contiguous(narrow(x, 1, L, T))};
   std::vector<Tensor> mod[2], q(2), k(2), v(2);
@@ -89,10 +88,13 @@ Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
     for (Tensor& m : mod[s]) m = contiguous(m);
     const Tensor n = layer_norm_modulate(rows[s], mod[s][0], mod[s][1], kNormEps);
     // This stream's q, k, v (B, n, H Dh): H is the heads this rank computes (tensor
-    // parallelism lowers it), each normalised over its Dh features, then (B, H, n, Dh).
-    const int64_t H = st.attn->config.heads, Dh = st.attn->head_dim, len = n.size(1);
+    // parallelism lowers it), each normalised over its Dh features, then (B, H, n, Dh). n:
+    // the rows qkv gives (sequence parallelism gathers every rank's there).
+    const int64_t H = st.attn->config.heads, Dh = st.attn->head_dim;
     auto parts = split(st.attn->qkv->forward(n), H * Dh, -1);
-    auto split_heads = [&](const Tensor& t) { return reshape(contiguous(t), {B, len, H, Dh}); };
+    auto split_heads = [&](const Tensor& t) {
+      return reshape(contiguous(t), {B, t.size(1), H, Dh});
+    };
     auto to_heads = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };  // (B, H, n, Dh)
     q[size_t(s)] = to_heads(st.q_norm->forward(split_heads(parts[0])));
     k[size_t(s)] = to_heads(st.k_norm->forward(split_heads(parts[1])));
@@ -106,8 +108,9 @@ Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
       core ? core(to_dtype(cat(q, 2), DType::F32), to_dtype(cat(k, 2), DType::F32),
                   to_dtype(cat(v, 2), DType::F32), Tensor(), false)
            : scaled_dot_product_attention(cat(q, 2), cat(k, 2), cat(v, 2));  // (B, H, L + T, Dh)
-  o = reshape(permute(o, {0, 2, 1, 3}), {B, L + T, o.size(1) * o.size(3)});
-  const Tensor att[2] = {contiguous(narrow(o, 1, 0, L)), contiguous(narrow(o, 1, L, T))};
+  const int64_t n = o.size(2), Ln = text_rows(n);
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, n, o.size(1) * o.size(3)});
+  const Tensor att[2] = {contiguous(narrow(o, 1, 0, Ln)), contiguous(narrow(o, 1, Ln, n - Ln))};
   std::vector<Tensor> out(2);
   for (int s = 0; s < 2; ++s) {
     const MmditStream& st = *streams[s];
@@ -137,7 +140,7 @@ CrossAttentionBlock::CrossAttentionBlock(const MmditConfig& c)
 }
 
 Tensor CrossAttentionBlock::forward(const Tensor& x, const Tensor& c) const {
-  const int64_t B = x.size(0), L = text_rows(x), T = x.size(1) - L, D = c.size(-1);
+  const int64_t B = x.size(0), L = text_rows(x.size(1)), T = x.size(1) - L, D = c.size(-1);
   const Tensor text = contiguous(narrow(x, 1, 0, L)), image = contiguous(narrow(x, 1, L, T));
   auto mod = split(ada->forward(silu(c)), D, -1);  // 6 x (B, D)
   for (Tensor& m : mod) m = contiguous(m);
@@ -151,7 +154,8 @@ Tensor CrossAttentionBlock::forward(const Tensor& x, const Tensor& c) const {
   // every rank's caption rows: plan.context_inputs).
   Tensor o = scaled_dot_product_attention(heads(cross_q->forward(h)), heads(cross_k->forward(text)),
                                           heads(cross_v->forward(text)));  // (B, H, T, Dh)
-  h = add(h, cross_proj->forward(reshape(permute(o, {0, 2, 1, 3}), {B, T, o.size(1) * head_dim})));
+  h = add(h, cross_proj->forward(
+                 reshape(permute(o, {0, 2, 1, 3}), {B, o.size(2), o.size(1) * head_dim})));
   h = gated_residual(h, mod[5], mlp->forward(layer_norm_modulate(h, mod[3], mod[4], kNormEps)));
   return cat({text, h}, 1);
 }

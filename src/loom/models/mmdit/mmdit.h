@@ -67,7 +67,9 @@ struct MmditStream : nn::Module {
 
 // A block of either kind on the joint sequence x (B, L + T, D), text rows first, with
 // conditioning c (B, D) -> (B, L + T, D). x may hold a share of each instead, in the same
-// proportion (a context-parallel rank's rows: plan.sequence_segments).
+// proportion (a context- or sequence-parallel rank's rows: plan.sequence_segments), and the
+// projections may gather the rows of every rank (sequence parallelism): each step takes the
+// caption's rows as that proportion of the rows it has.
 class MmditBlockBase : public nn::Module {
  public:
   explicit MmditBlockBase(const MmditConfig& c) : text_length(c.text_length), tokens(c.tokens()) {}
@@ -75,7 +77,7 @@ class MmditBlockBase : public nn::Module {
   const int64_t text_length, tokens;
 
  protected:
-  int64_t text_rows(const Tensor& x) const;  // of x's rows, the caption's
+  int64_t text_rows(int64_t rows) const;  // of `rows` rows of the sequence, the caption's
 };
 
 // A joint block: both streams change.

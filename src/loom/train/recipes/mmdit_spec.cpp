@@ -136,11 +136,7 @@ ParallelFacts mmdit_facts(const Config& c) {
           .mlp_hidden = m.mlp_hidden(),
           .tokens = m.tokens(),
           .tokens_what = std::to_string(m.tokens()) + " caption and image tokens",
-          .segments = {m.text_length, m.image_tokens()},
-          .no_sequence_split =
-              "its blocks apply separate weights to the caption's and the image's rows, which "
-              "sequence parallelism's contiguous split would mix (context parallelism splits "
-              "each part)"};
+          .segments = {m.text_length, m.image_tokens()}};
 }
 
 plan::StepShape mmdit_step_shape(const Config& config, int64_t samples, int64_t /*tokens*/) {
