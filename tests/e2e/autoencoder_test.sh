@@ -6,11 +6,12 @@
 # ZeRO-3 resumes on one process and ends where the uninterrupted run ends. The run directory
 # keeps the weights, the reconstructions and eval.json (held-out PSNR, the box-average
 # baseline, the latents' shift and scale); `loom eval` of the last checkpoint gives the same
-# PSNR. Tensor, context and pipeline parallelism, the GPU, another dataset, an unknown
+# PSNR. Tensor, context and pipeline parallelism, the GPU, an unknown dataset, an unknown
 # reconstruction error and an image size the levels do not divide are one clear error each.
 # The MMDiT trains on its latents (model.latent), cached once in shards beside it, and samples
 # through its decoder; a model whose shape is not the latent's, or a model.latent that is not an
-# autoencoder, is one clear error each.
+# autoencoder, is one clear error each. The class-conditional DiT trains on the latents of an
+# autoencoder of Fashion-MNIST's images the same way; one of the canvases is refused for it.
 # Usage: autoencoder_test.sh LOOM_BINARY MPIRUN WORK_DIR
 set -uo pipefail
 loom=$1 mpirun=$2 work=$3
@@ -71,8 +72,8 @@ bad 2 "model.kind autoencoder has no tensor or context parallelism" "$cfg" --set
 bad 2 "model.kind autoencoder has no pipeline parallelism" "$cfg" --set parallel.pp=2
 bad 1 'train.device "cuda" does not train model.kind autoencoder yet' "$cfg" \
   --set train.device=\"cuda\"
-bad 1 "data.dataset 'fashion_mnist' is not known for model.kind autoencoder" "$cfg" \
-  --set data.dataset=\"fashion_mnist\"
+bad 1 "data.dataset 'kjv' is not known for model.kind autoencoder" "$cfg" \
+  --set data.dataset=\"kjv\"
 bad 1 'train.reconstruction "l3" is not known' "$cfg" --set train.reconstruction=\"l3\"
 bad 1 "image_size 62 is not a multiple of 2^downsamples" "$cfg" --set model.image_size=62
 bad 1 "the canvases are 1 x 64 x 64, model.channels 1 and model.image_size 32" "$cfg" \
@@ -117,6 +118,40 @@ bad 1 "model.latent: the autoencoder's latents are 4 x 16 x 16; model.channels 1
   "$mm" --set model.latent=\"$run\"
 bad 1 "holds a run of model.kind mmdit, not an autoencoder" "$mm" \
   --set model.latent=\"$work/latent/tiny_mmdit\" --set model.channels=4 --set model.image_size=16
+
+# The class-conditional DiT on the latents of an autoencoder of Fashion-MNIST's 28 x 28 images
+# (4 x 7 x 7): the 60,000 training images encoded once, read from the cache by the next run;
+# samples, the grid and the judge's images decoded to 28 x 28.
+fm=$work/fmnist.toml
+sed -e 's/^canvases = 256/dataset = "fashion_mnist"/' -e 's/^downsamples = 2/downsamples = 2\nimage_size = 28/' \
+  "$cfg" > "$fm"
+"$loom" train "$fm" --set run.out_dir="$work/fm" --set eval.val_images=16 > "$work/fm.log" 2>&1 ||
+  { fail "fashion-mnist autoencoder: run failed"; tail -3 "$work/fm.log"; }
+grep -q "held-out PSNR .* dB on 16 test images" "$work/fm.log" ||
+  fail "fashion-mnist autoencoder: no held-out PSNR: $(grep -m1 PSNR "$work/fm.log")"
+dl=(--set model.latent=\"$work/fm/$name\" --set model.channels=4 --set model.image_size=7
+  --set model.patch=1 --set train.steps=4 --set eval.val_images=16
+  --set eval.classifier=\"$here/../../assets/fmnist_classifier\" --set eval.num_samples=10)
+"$loom" train "$here/tiny_dit.toml" "${dl[@]}" --set run.out_dir="$work/dl" > "$work/dl.log" 2>&1 ||
+  { fail "latent dit: run failed"; tail -3 "$work/dl.log"; }
+grep -q "latents: 60000 training images, 60000 encoded now, 0 read from the cache" "$work/dl.log" ||
+  fail "latent dit: not encoded: $(grep latents: "$work/dl.log")"
+grep -q "eval: class accuracy .* of 10 samples" "$work/dl.log" || fail "latent dit: not judged"
+"$loom" train "$here/tiny_dit.toml" "${dl[@]}" --set run.out_dir="$work/dl2" > "$work/dl2.log" 2>&1 ||
+  { fail "latent dit: second run failed"; tail -3 "$work/dl2.log"; }
+grep -q "latents: 60000 training images, 0 encoded now, 60000 read from the cache" "$work/dl2.log" ||
+  fail "latent dit: cache not used: $(grep latents: "$work/dl2.log")"
+"$loom" sample "$work/dl/tiny_dit/step-000004" --per-class 2 --steps 2 --png "$work/dl.png" \
+  > "$work/dl-sample.log" 2>&1 || { fail "latent dit sample failed"; tail -2 "$work/dl-sample.log"; }
+/usr/bin/python3 - "$work/dl.png" <<'PY' || fail "latent dit sample: not 10 rows of 28 x 28 images"
+import struct, sys
+w, h = struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24])
+assert h == 10 * 28 + 11 * 2, (w, h)  # image_grid: 10 rows, 2-pixel padding
+PY
+bad 1 "the autoencoder in $run was trained on canvas images, this model trains on fashion_mnist images" \
+  "$here/tiny_dit.toml" "${dl[@]}" --set model.latent=\"$run\"
+bad 1 "model.latent: the autoencoder's latents are 4 x 7 x 7; model.channels 1 and model.image_size 28" \
+  "$here/tiny_dit.toml" --set model.latent=\"$work/fm/$name\"
 
 "$loom" sample "$run/step-000008" --png "$work/x.png" > "$work/bad.log" 2>&1 &&
   fail "loom sample accepted an autoencoder checkpoint"

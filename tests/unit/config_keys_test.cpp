@@ -44,6 +44,7 @@ class ConfigKeysTest : public TempDirTest {
         {kSource + "/configs/fmnist_classifier.toml", {}},
         {kSource + "/configs/mmdit_canvas.toml", {}},
         {kSource + "/configs/autoencoder_canvas.toml", {}},
+        {kSource + "/configs/autoencoder_fmnist.toml", {}},
         {dit,
          {"moe.experts=4", "train.precision=fp8_delayed", "lowcomm.method=diloco",
           "lowcomm.workers=2", "train.steps=100"}},

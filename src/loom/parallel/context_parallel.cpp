@@ -276,6 +276,12 @@ std::vector<int64_t> segment_order(const std::vector<int64_t>& segments, int64_t
   return order;
 }
 
+std::vector<int64_t> inverse_order(const std::vector<int64_t>& order) {
+  std::vector<int64_t> inverse(order.size());
+  for (size_t j = 0; j < order.size(); ++j) inverse[size_t(order[j])] = int64_t(j);
+  return inverse;
+}
+
 namespace {
 
 // The rows rank r holds of a stream of T rows: of a segmented one (plan.sequence_segments),
@@ -382,10 +388,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
           if (!last) return out;
           out = gather_along(out, dim, group);
           if (!permuted) return out;
-          const std::vector<int64_t> order = rank_order(out.size(dim), segments, P, kind);
-          std::vector<int64_t> inverse(order.size());
-          for (size_t j = 0; j < order.size(); ++j) inverse[size_t(order[j])] = int64_t(j);
-          return index_select(out, dim, index_tensor(inverse));
+          return index_select(
+              out, dim, index_tensor(inverse_order(rank_order(out.size(dim), segments, P, kind))));
         });
     for (const auto& p : model.submodule(plan.blocks[i]).named_parameters())
       partial.insert(plan.blocks[i] + "." + p.name);

@@ -53,6 +53,8 @@ std::vector<int64_t> segment_rows(const std::vector<int64_t>& segments, int64_t 
 // Every rank's segment_rows one after another (a permutation of 0..n-1): the order in which a
 // plain split along the rows hands each rank its own.
 std::vector<int64_t> segment_order(const std::vector<int64_t>& segments, int64_t n, int64_t P);
+// The permutation that puts rows taken in `order` back where they came from.
+std::vector<int64_t> inverse_order(const std::vector<int64_t>& order);
 
 // Context parallelism over `group`: each rank holds its context_parallel_rows of the sequence,
 // and the plan's attention modules attend over every rank's rows -- ring or Ulysses attention

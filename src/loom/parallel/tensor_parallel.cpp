@@ -208,10 +208,8 @@ class Applier {
             if (!last) return out;
             out = gather_along(out, dim, group);
             if (segments.empty()) return out;
-            const std::vector<int64_t> order = segment_order(segments, out.size(dim), P);
-            std::vector<int64_t> inverse(order.size());
-            for (size_t j = 0; j < order.size(); ++j) inverse[size_t(order[j])] = int64_t(j);
-            return index_select(out, dim, index(inverse));
+            return index_select(out, dim,
+                                index(inverse_order(segment_order(segments, out.size(dim), P))));
           });
       for (const auto& p : model_.submodule(blocks[i]).named_parameters()) {
         const std::string name = blocks[i] + "." + p.name;

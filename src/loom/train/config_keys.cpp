@@ -79,6 +79,10 @@ const std::vector<ConfigKey> kKeys = {
     {"model.conditioning", kMmdit, "string", "\"joint\"", "joint, cross", "",
      "joint: MMDiT's joint attention over caption and image tokens; cross: PixArt's "
      "cross-attention from the image to the caption"},
+    {"model.latent", kDit, "string", "\"\"", "", "",
+     "a trained autoencoder's run directory (trained on Fashion-MNIST): train on its latents of "
+     "the images (encoded once into a cache beside it; model.channels and image_size must be the "
+     "latent's) and decode samples with it (\"\": pixels)"},
     {"model.latent", kMmdit, "string", "\"\"", "", "",
      "a trained autoencoder's run directory: train on its latents of the canvases (encoded once "
      "into a cache beside it; model.channels and image_size must be the latent's) and decode "
@@ -120,8 +124,11 @@ const std::vector<ConfigKey> kKeys = {
      "the training images: Fashion-MNIST, or PNG files (data.path)"},
     {"data.dataset", kGpt, "string", "\"kjv\"", "kjv, text, tokens", "",
      "the training text: the King James Bible, a UTF-8 file, or `loom data prepare` shards"},
-    {"data.dataset", kCanvasKinds, "string", "\"canvas\"", "canvas", "",
+    {"data.dataset", kMmdit, "string", "\"canvas\"", "canvas", "",
      "captioned canvases of Fashion-MNIST items (docs/text_to_image.md)"},
+    {"data.dataset", kAutoencoder, "string", "\"canvas\"", "canvas, fashion_mnist", "",
+     "the images of the captioned canvases (docs/text_to_image.md), or Fashion-MNIST's (28 x 28: "
+     "the DiT's latents)"},
     {"data.path", "dit mmdit vit_classifier dit_router autoencoder", "string",
      "\"/usr/share/datasets/fashion-mnist\"", "", "",
      "Fashion-MNIST's directory, or (dataset images) a folder with labels.txt, a .tar shard or "
@@ -136,7 +143,7 @@ const std::vector<ConfigKey> kKeys = {
      "assignments of `loom cluster` the router learns to predict"},
     {"data.cluster", kDit, "integer", "-1", ">= 0", "data.clusters set",
      "the cluster this expert trains on"},
-    {"data.canvases", kCanvasKinds, "integer", "60000", "> 0", "",
+    {"data.canvases", kCanvasKinds, "integer", "60000", "> 0", "data.dataset = \"canvas\"",
      "training canvases (canvas i drawn from (canvas_seed, i) as the sampler picks it)"},
     {"data.captions", kMmdit, "string", "\"full\"", "full, classes", "",
      "what the model is told of a canvas: its caption, or its items' classes alone in class "

@@ -40,6 +40,26 @@ double average(const std::vector<double>& v) {
   return v.empty() ? 0 : s / double(v.size());
 }
 
+}  // namespace
+
+Tensor autoencoder_images(const Config& cfg, const ImageDataset& split, bool test, int64_t first,
+                          int64_t count) {
+  if (cfg.data.dataset == Dataset::Canvas)
+    return make_canvases(split, uint64_t(cfg.data.canvas_seed), test, first, count).images;
+  NoGradGuard no_grad;
+  return contiguous(narrow(split.images, 0, first, count));
+}
+
+int64_t autoencoder_training_images(const Config& cfg, const ImageDataset& train) {
+  return cfg.data.dataset == Dataset::Canvas ? cfg.data.canvases : train.images.size(0);
+}
+
+const char* autoencoder_images_name(const Config& cfg) {
+  return cfg.data.dataset == Dataset::Canvas ? "canvases" : "images";
+}
+
+namespace {
+
 class AutoencoderRecipe : public Recipe {
  public:
   explicit AutoencoderRecipe(const Config& cfg)
@@ -60,6 +80,9 @@ class AutoencoderRecipe : public Recipe {
            " x " + std::to_string(s) + " x " + std::to_string(s) + " latents";
   }
   std::string describe_data() const override {
+    if (cfg_.data.dataset != Dataset::Canvas)
+      return "data: " + std::to_string(source_.images.size(0)) + " Fashion-MNIST images from " +
+             cfg_.data.path;
     return "data: the images of " + std::to_string(cfg_.data.canvases) + " canvases (seed " +
            std::to_string(cfg_.data.canvas_seed) + ") of Fashion-MNIST items from " +
            cfg_.data.path;
@@ -67,17 +90,22 @@ class AutoencoderRecipe : public Recipe {
 
   void start(RunContext& run) override {
     run_ = &run;
-    sampler_ = shuffled_sampler(cfg_.data.canvases, cfg_, run);
+    sampler_ = shuffled_sampler(autoencoder_training_images(cfg_, source_), cfg_, run);
   }
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
 
   Batch make_batch(const Slot&) override {
+    const std::vector<int64_t> idx = sampler_->next_batch();
     std::vector<Tensor> images;
-    for (int64_t i : sampler_->next_batch())
-      images.push_back(make_canvas(source_, uint64_t(cfg_.data.canvas_seed), false, i).image);
+    if (cfg_.data.dataset == Dataset::Canvas)
+      for (int64_t i : idx)
+        images.push_back(make_canvas(source_, uint64_t(cfg_.data.canvas_seed), false, i).image);
     const Sampler::State next = sampler_->state();
     NoGradGuard no_grad;
-    return {stack(images, 0), Tensor(),
+    return {images.empty()
+                ? index_select(source_.images, 0, from_vector(idx, {int64_t(idx.size())}))
+                : stack(images, 0),
+            Tensor(),
             Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
   }
   Tensor loss(const Batch& b, const Slot& s) override {
@@ -87,8 +115,8 @@ class AutoencoderRecipe : public Recipe {
   Json evaluate(int64_t step) override {
     if (cfg_.eval.val_images == 0) return Json();
     const double psnr = held_out_psnr();
-    std::printf("eval   %6lld | held-out PSNR %.2f dB (%lld test canvases)\n",
-                (long long)(step + 1), psnr, (long long)cfg_.eval.val_images);
+    std::printf("eval   %6lld | held-out PSNR %.2f dB (%lld test %s)\n", (long long)(step + 1),
+                psnr, (long long)cfg_.eval.val_images, autoencoder_images_name(cfg_));
     return Json::object({{"psnr", psnr}});
   }
 
@@ -102,14 +130,14 @@ class AutoencoderRecipe : public Recipe {
     save_safetensors(dir + "/model.safetensors", state_dict(trained));
     // The latents' statistics on as many training canvases as are held out (at least 256).
     const int64_t n = std::max<int64_t>(cfg_.eval.val_images, 256);
-    const LatentStats stats = latent_stats(
-        trained, make_canvases(source_, uint64_t(cfg_.data.canvas_seed), false, 0, n).images);
+    const LatentStats stats =
+        latent_stats(trained, autoencoder_images(cfg_, source_, /*test=*/false, 0, n));
     Json result = Json::object({{"step", summary.step},
                                 {"latent_shift", stats.shift},
                                 {"latent_scale", stats.scale},
                                 {"train_seconds", summary.train_seconds}});
-    std::printf("latents: shift %.5f, scale %.5f (from %lld training canvases)\n", stats.shift,
-                stats.scale, (long long)n);
+    std::printf("latents: shift %.5f, scale %.5f (from %lld training %s)\n", stats.shift,
+                stats.scale, (long long)n, autoencoder_images_name(cfg_));
     write_reconstructions(trained, dir + "/reconstructions.png");
     if (cfg_.eval.val_images > 0) {
       const int64_t k = box_baseline_factor(cfg_.autoencoder());
@@ -117,8 +145,8 @@ class AutoencoderRecipe : public Recipe {
       result.set("psnr", psnr);
       result.set("val_images", cfg_.eval.val_images);
       if (k > 0) result.set("box_baseline_psnr", baseline);
-      std::printf("eval: held-out PSNR %.2f dB on %lld test canvases", psnr,
-                  (long long)cfg_.eval.val_images);
+      std::printf("eval: held-out PSNR %.2f dB on %lld test %s", psnr,
+                  (long long)cfg_.eval.val_images, autoencoder_images_name(cfg_));
       if (k > 0)
         std::printf(" (as many values as a %lldx%lld box average: %.2f dB)", (long long)k,
                     (long long)k, baseline);
@@ -131,9 +159,8 @@ class AutoencoderRecipe : public Recipe {
  private:
   const Tensor& held_out() {
     if (!val_.defined())
-      val_ = make_canvases(fashion_mnist(cfg_.data.path, /*train=*/false),
-                           uint64_t(cfg_.data.canvas_seed), /*test=*/true, 0, cfg_.eval.val_images)
-                 .images;
+      val_ = autoencoder_images(cfg_, fashion_mnist(cfg_.data.path, /*train=*/false),
+                                /*test=*/true, 0, cfg_.eval.val_images);
     return val_;
   }
   // The mean PSNR of the held-out canvases, their chunks shared over the dp ranks (every rank
@@ -155,14 +182,13 @@ class AutoencoderRecipe : public Recipe {
   // The first 8 held-out canvases over their reconstructions.
   void write_reconstructions(const models::Autoencoder& model, const std::string& path) {
     NoGradGuard no_grad;
-    const Tensor originals = make_canvases(fashion_mnist(cfg_.data.path, false),
-                                           uint64_t(cfg_.data.canvas_seed), true, 0, 8)
-                                 .images;
+    const Tensor originals =
+        autoencoder_images(cfg_, fashion_mnist(cfg_.data.path, false), /*test=*/true, 0, 8);
     const Tensor rebuilt = model.decode(model.encode(originals).mean);
     const ImageGrid grid = image_grid(cat({originals, rebuilt}, 0), 2, 8);
     write_png(path, grid.pixels, grid.width, grid.height, grid.channels);
-    std::printf("reconstructions: 8 held-out canvases (top) and theirs (bottom) -> %s\n",
-                path.c_str());
+    std::printf("reconstructions: 8 held-out %s (top) and theirs (bottom) -> %s\n",
+                autoencoder_images_name(cfg_), path.c_str());
   }
 
   const Config& cfg_;

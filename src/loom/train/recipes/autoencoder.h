@@ -7,12 +7,22 @@
 #include <memory>
 #include <string>
 
+#include "loom/data/idx.h"
 #include "loom/models/autoencoder/autoencoder.h"
 #include "loom/train/recipe.h"
 
 namespace loom::train {
 
 std::unique_ptr<Recipe> make_autoencoder_recipe(const Config& config);
+
+// The images an autoencoder of `cfg` trains on (data.dataset), [first, first + count) of a
+// split as (count, 1, H, W) in [-1, 1]: the canvases (their items from `split`, Fashion-MNIST's
+// split of the same name) or Fashion-MNIST's `split` itself; how many the training split has;
+// and what the messages call them.
+Tensor autoencoder_images(const Config& cfg, const ImageDataset& split, bool test, int64_t first,
+                          int64_t count);
+int64_t autoencoder_training_images(const Config& cfg, const ImageDataset& train);
+const char* autoencoder_images_name(const Config& cfg);  // "canvases" or "images"
 // Its residual blocks, for activation checkpointing and ZeRO's flat groups (data parallelism
 // only).
 nn::ParallelPlan autoencoder_plan(const models::Autoencoder& model);

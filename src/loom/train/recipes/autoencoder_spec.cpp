@@ -28,11 +28,20 @@ void read_autoencoder(ConfigFile& f, Config& c) {
   m.latent_channels = f.get_int("model", "latent_channels", m.latent_channels);
   m.validate();
 
-  read_canvas_keys(f, c, "autoencoder");
-  LOOM_CHECK(m.image_size == kCanvasSize && m.channels == 1)
-      << "config " << path << ": the canvases are 1 x " << kCanvasSize << " x " << kCanvasSize
-      << ", model.channels " << m.channels << " and model.image_size " << m.image_size
-      << " do not match them";
+  // The canvases' images, or Fashion-MNIST's (the class-conditional DiT's latents).
+  c.data.dataset = dataset_from_name(f.get_string("data", "dataset", "canvas"),
+                                     {Dataset::Canvas, Dataset::FashionMnist},
+                                     "config " + path + ": data.dataset", "autoencoder");
+  const bool canvas = c.data.dataset == Dataset::Canvas;
+  if (canvas)
+    read_canvas_keys(f, c, "autoencoder");
+  else
+    c.data.path = f.get_string("data", "path", c.data.path);
+  const int64_t size = canvas ? kCanvasSize : 28;
+  LOOM_CHECK(m.image_size == size && m.channels == 1)
+      << "config " << path << ": the " << (canvas ? "canvases" : "Fashion-MNIST images")
+      << " are 1 x " << size << " x " << size << ", model.channels " << m.channels
+      << " and model.image_size " << m.image_size << " do not match them";
 
   m.kl_weight = f.get_double("train", "kl_weight", m.kl_weight);
   const std::string reconstruction = f.get_string("train", "reconstruction", "l2");
@@ -98,8 +107,7 @@ void eval_autoencoder_command(const EvalCall& call) {
                   call.checkpoint + " (model)");
   const int64_t n = cfg.eval.val_images > 0 ? cfg.eval.val_images : 1000;
   const Tensor images =
-      make_canvases(fashion_mnist(cfg.data.path, false), uint64_t(cfg.data.canvas_seed), true, 0, n)
-          .images;
+      autoencoder_images(cfg, fashion_mnist(cfg.data.path, false), /*test=*/true, 0, n);
   const std::vector<double> psnr = reconstruction_psnr(model, images);
   double mean = 0;
   for (double p : psnr) mean += p / double(n);
@@ -111,8 +119,8 @@ void eval_autoencoder_command(const EvalCall& call) {
     out.set("box_baseline_psnr", baseline);
   }
   write_json_file(call.out, out);
-  std::printf("%s: held-out PSNR %.2f dB on %lld test canvases", call.checkpoint.c_str(), mean,
-              (long long)n);
+  std::printf("%s: held-out PSNR %.2f dB on %lld test %s", call.checkpoint.c_str(), mean,
+              (long long)n, autoencoder_images_name(cfg));
   if (k > 0)
     std::printf(" (a %lldx%lld box average: %.2f dB)", (long long)k, (long long)k, baseline);
   std::printf(" -> %s\n", call.out.c_str());

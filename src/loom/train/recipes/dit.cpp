@@ -17,6 +17,7 @@
 #include "loom/train/moe_balance.h"
 #include "loom/train/progress.h"
 #include "loom/train/recipes/dit_clusters.h"
+#include "loom/train/recipes/latents.h"
 
 namespace loom::train {
 
@@ -57,8 +58,8 @@ Tensor sample_dit_images(const diffusion::VelocityFn& velocity, const models::Di
   return sample_images(velocity, c.channels, c.image_size, c.num_classes, labels, o);
 }
 
-Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
-                     int64_t null_class, const Tensor& labels, const DitSampleOptions& o) {
+Tensor sample_model_space(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
+                          int64_t null_class, const Tensor& labels, const DitSampleOptions& o) {
   const int64_t N = labels.size(0), chunk = 100;
   std::vector<Tensor> parts;
   diffusion::SamplerConfig sc{o.steps, o.heun, o.cfg_scale, null_class, o.shift};
@@ -83,7 +84,13 @@ Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, in
     }
   }
   NoGradGuard no_grad;
-  Tensor all = cat(parts, 0);
+  return cat(parts, 0);
+}
+
+Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
+                     int64_t null_class, const Tensor& labels, const DitSampleOptions& o) {
+  Tensor all = sample_model_space(velocity, channels, size, null_class, labels, o);
+  if (o.latent) all = o.latent->decode(all);  // latents have no fixed range: clamp the images
   // Clamp to the data range.
   std::vector<float> v = to_vector(all);
   for (float& e : v) e = std::max(-1.0f, std::min(1.0f, e));
@@ -136,7 +143,7 @@ void write_samples(const diffusion::VelocityFn& velocity, const models::DitConfi
   Tensor images = sample_dit_images(velocity, config, labels, o);
   if (!o.png_path.empty()) {
     const ImageGrid grid = label_rows(image_grid(images, int(rows), int(o.per_class)),
-                                      row_classes(rows, o.only_class), int(config.image_size));
+                                      row_classes(rows, o.only_class), int(images.size(2)));
     write_png(o.png_path, grid.pixels, grid.width, grid.height, grid.channels);
   }
   if (!o.npy_prefix.empty()) {
@@ -178,8 +185,10 @@ class DitRecipe : public Recipe {
       model_.init_parameters(cfg.run.seed);
       return;
     }
-    LOOM_CHECK(data_.images.size(1) == cfg.dit().channels &&
-               data_.images.size(2) == cfg.dit().image_size)
+    // Latent diffusion: the images become their latents when the run starts (cached).
+    if (!cfg.data.latent.empty()) latent_ = load_latent_space(cfg.data.latent);
+    LOOM_CHECK(latent_ || (data_.images.size(1) == cfg.dit().channels &&
+                           data_.images.size(2) == cfg.dit().image_size))
         << "dataset images " << data_.images.shape() << " do not match model.channels "
         << cfg.dit().channels << " and model.image_size " << cfg.dit().image_size;
     LOOM_CHECK(data_.num_classes <= cfg.dit().num_classes)
@@ -198,6 +207,9 @@ class DitRecipe : public Recipe {
   std::string describe_data() const override {
     if (files_)
       return "data: " + std::to_string(files_->size()) + " PNG images in " + files_->source();
+    if (latent_)
+      return "data: " + std::to_string(data_.images.size(0)) +
+             " Fashion-MNIST images as the latents of the autoencoder " + latent_->dir;
     if (cfg_.data.clusters.empty()) return "";
     return "data: cluster " + std::to_string(cfg_.data.cluster) + " of " + cfg_.data.clusters +
            ": " + std::to_string(data_.images.size(0)) + " training images";
@@ -208,6 +220,14 @@ class DitRecipe : public Recipe {
     // Of the master weights this rank holds; samples use the gathered whole.
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
     sampler_ = shuffled_sampler(files_ ? files_->size() : data_.images.size(0), cfg_, run);
+    if (latent_) {
+      const Tensor images = data_.images;
+      data_.images = cached_latents(*latent_, "fashion_mnist", "training images", images.size(0),
+                                    run.dp, [&](int64_t first, int64_t n) {
+                                      NoGradGuard no_grad;
+                                      return contiguous(narrow(images, 0, first, n));
+                                    });
+    }
   }
   std::vector<PieceState> piece_state() override { return {ema_piece_state(*ema_)}; }
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
@@ -329,7 +349,8 @@ class DitRecipe : public Recipe {
             model_.device(),
             cfg_.train.precision,
             -1,
-            cfg_.flow.shift};
+            cfg_.flow.shift,
+            latent_.get()};
   }
   // The held-out images: Fashion-MNIST's test split, or the first eval.val_images of
   // data.val_path (a dataset "images" without one has no held-out loss).
@@ -338,6 +359,13 @@ class DitRecipe : public Recipe {
            (!files_ || !cfg_.data.val_path.empty());
   }
   ImageDataset held_out_images() const {
+    if (latent_) {  // the first eval.val_images, as latents
+      ImageDataset test = fashion_mnist(cfg_.data.path, /*train=*/false);
+      const int64_t n = std::min(cfg_.eval.val_images, test.images.size(0));
+      NoGradGuard no_grad;
+      return {latent_->encode(narrow(test.images, 0, 0, n)), narrow(test.labels, 0, 0, n),
+              test.num_classes};
+    }
     if (!files_) return fashion_mnist(cfg_.data.path, /*train=*/false);
     const auto val = image_files(cfg_.data.val_path, cfg_);
     std::vector<int64_t> first(size_t(std::min(cfg_.eval.val_images, val->size())));
@@ -347,9 +375,10 @@ class DitRecipe : public Recipe {
   }
 
   const Config& cfg_;
-  std::unique_ptr<ImageFiles> files_;  // data.dataset "images"; else data_ holds the images
-  ImageDataset data_;
-  ImageDataset val_;  // the test split, read at the first evaluation
+  std::unique_ptr<ImageFiles> files_;    // data.dataset "images"; else data_ holds the images
+  ImageDataset data_;                    // with model.latent: the images' latents from start() on
+  std::unique_ptr<LatentSpace> latent_;  // model.latent's autoencoder; null: pixel space
+  ImageDataset val_;                     // the test split, read at the first evaluation
   models::Dit model_;
   RunContext* run_ = nullptr;
   std::unique_ptr<optim::Ema> ema_;
@@ -370,6 +399,9 @@ void sample_dit(const std::string& ckpt_dir, const DitSampleOptions& options) {
   DitSampleOptions o = options;
   o.precision = cfg.train.precision;
   o.shift = cfg.flow.shift;
+  const std::unique_ptr<LatentSpace> latent =
+      cfg.data.latent.empty() ? nullptr : load_latent_space(cfg.data.latent);
+  o.latent = latent.get();
   write_samples(velocity_of(model), cfg.dit(), o);
 }
 

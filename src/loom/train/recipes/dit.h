@@ -12,6 +12,8 @@
 
 namespace loom::train {
 
+struct LatentSpace;
+
 std::unique_ptr<Recipe> make_dit_recipe(const Config& config);
 // A step of `batch` images of `config`'s DiT, for the cost and memory models (dit_spec.cpp).
 plan::StepShape dit_step_shape(std::string name, const models::DitConfig& config, int64_t batch);
@@ -30,6 +32,7 @@ struct DitSampleOptions {
   DType precision = DType::F32;
   int64_t only_class = -1;  // >= 0: one row, of this class alone (loom sample --class)
   double shift = 1.0;       // the run's diffusion.shift (the sampler follows the training times)
+  const LatentSpace* latent = nullptr;  // a latent model's (model.latent): decodes its samples
 };
 
 // Samples from a checkpoint directory (EMA weights), with the config saved beside it.
@@ -89,10 +92,15 @@ PieceState ema_piece_state(const optim::Ema& ema);
 void follow_weights(optim::Ema& ema, parallel::ParallelModel& model, const Config& cfg,
                     int64_t step, bool updated);
 
-// The same for any diffusion model of images (N, channels, size, size): labels (N) i64, or
-// captions (N, L); null_class: the unconditional label (or caption token) of guidance.
+// The same for any diffusion model of (N, channels, size, size): labels (N) i64, or captions
+// (N, L); null_class: the unconditional label (or caption token) of guidance. The images, in
+// [-1, 1] (a latent model's decoded by options.latent); sample_model_space: what the model
+// samples as it is (a latent model's latents, not clamped).
 Tensor sample_images(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
                      int64_t null_class, const Tensor& labels, const DitSampleOptions& options);
+Tensor sample_model_space(const diffusion::VelocityFn& velocity, int64_t channels, int64_t size,
+                          int64_t null_class, const Tensor& labels,
+                          const DitSampleOptions& options);
 // The flow-matching loss of `velocity` over the first n held-out (images, labels), with draws
 // no training step uses, in f32. Collective over dp: the chunks are shared over its ranks, and
 // every rank runs as many forwards (under ZeRO-3 or TP each forward holds collectives): one

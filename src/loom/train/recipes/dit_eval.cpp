@@ -11,6 +11,7 @@
 #include "loom/train/moe_balance.h"
 #include "loom/train/recipes/commands.h"
 #include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/latents.h"
 #include "loom/train/recipes/vit_classifier.h"
 
 namespace loom::train {
@@ -60,9 +61,13 @@ DitQuality evaluate_dit_checkpoint(const std::string& ckpt_dir, const std::strin
   models::Dit model(cfg.dit());
   load_state_dict(model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
   load_selection_biases(model, ckpt_dir);
+  const std::unique_ptr<LatentSpace> latent =
+      cfg.data.latent.empty() ? nullptr : load_latent_space(cfg.data.latent);
+  DitSampleOptions o = options;
+  o.latent = latent.get();
   DitQuality q = evaluate_dit([&model](const Tensor& x, const Tensor& t,
                                        const Tensor& y) { return model.forward(x, t, y); },
-                              cfg.dit(), classifier_dir, cfg.data.path, num_samples, options);
+                              cfg.dit(), classifier_dir, cfg.data.path, num_samples, o);
   Json result = quality_json(q, options);
   result.set("checkpoint", ckpt_dir);
   result.set("classifier", find_classifier(classifier_dir));

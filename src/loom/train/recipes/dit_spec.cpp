@@ -11,6 +11,7 @@
 #include "loom/train/config_read.h"
 #include "loom/train/recipes/commands.h"
 #include "loom/train/recipes/dit.h"
+#include "loom/train/recipes/latents.h"
 #include "loom/train/recipes/specs.h"
 
 namespace loom::train {
@@ -48,6 +49,20 @@ void read_dit(ConfigFile& f, Config& c) {
                                     << "(the cluster this expert trains on, from 0)";
   }
 
+  // Latent diffusion: the model's image is the autoencoder's latent of a Fashion-MNIST image.
+  c.data.latent = f.get_string("model", "latent", "");
+  if (!c.data.latent.empty()) {
+    const std::string what = "config " + path + ": model.latent";
+    LOOM_CHECK(c.data.dataset == Dataset::FashionMnist && c.data.clusters.empty())
+        << what << ": latent diffusion takes Fashion-MNIST's whole training set (data.dataset "
+        << "\"fashion_mnist\", no data.clusters)";
+    check_autoencoder_data(c.data.latent, Dataset::FashionMnist, what);
+    const models::AutoencoderConfig a = autoencoder_config_of(c.data.latent, what);
+    LOOM_CHECK(d.channels == a.latent_channels && d.image_size == a.latent_size())
+        << what << ": the autoencoder's latents are " << a.latent_channels << " x "
+        << a.latent_size() << " x " << a.latent_size() << "; model.channels " << d.channels
+        << " and model.image_size " << d.image_size << " do not match them";
+  }
   read_diffusion_keys(f, c, d.num_classes);
   LOOM_CHECK(c.data.dataset == Dataset::FashionMnist || c.eval.classifier.empty())
       << "config " << path << ": eval.classifier judges samples against Fashion-MNIST; set "

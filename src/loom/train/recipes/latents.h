@@ -3,12 +3,14 @@
 // and scale, and the training canvases' latents, encoded once into a cache beside the
 // autoencoder and read whole by every run after.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "loom/data/idx.h"
 #include "loom/dist/process_group.h"
 #include "loom/models/autoencoder/autoencoder.h"
+#include "loom/train/config.h"
 #include "loom/train/recipes/autoencoder.h"
 
 namespace loom::train {
@@ -16,6 +18,8 @@ namespace loom::train {
 // The config of the autoencoder whose run directory is `dir` (its config.toml); `what` names the
 // key that points there in errors.
 models::AutoencoderConfig autoencoder_config_of(const std::string& dir, const std::string& what);
+// That the autoencoder in `dir` was trained on `data` (canvases, Fashion-MNIST): else an error.
+void check_autoencoder_data(const std::string& dir, Dataset data, const std::string& what);
 
 struct LatentSpace {
   std::string dir;  // the autoencoder's run directory
@@ -23,7 +27,8 @@ struct LatentSpace {
   LatentStats stats;         // from its eval.json
   std::string weights_hash;  // XXH64 of its model.safetensors: which latents a cache holds
   // Images (N, C, H, W) -> (mean - shift) x scale of the posterior (N, z, h, w); and back to
-  // images. In chunks, without recording a graph.
+  // images. In chunks, without recording a graph, on the host (the autoencoder's device)
+  // whatever device the input is on.
   Tensor encode(const Tensor& images) const;
   Tensor decode(const Tensor& latents) const;
 };
@@ -38,5 +43,10 @@ std::unique_ptr<LatentSpace> load_latent_space(const std::string& dir);
 // rank reads them all. Collective over `dp`.
 Tensor cached_canvas_latents(const LatentSpace& space, const ImageDataset& source, uint64_t seed,
                              int64_t count, dist::ProcessGroup& dp);
+// The same for any `count` images: images(first, n) gives [first, first + n); `data` names
+// them in the cache's directory, `what` in the line it prints ("training images").
+Tensor cached_latents(const LatentSpace& space, const std::string& data, const std::string& what,
+                      int64_t count, dist::ProcessGroup& dp,
+                      const std::function<Tensor(int64_t first, int64_t n)>& images);
 
 }  // namespace loom::train

@@ -315,9 +315,10 @@ CanvasSet make_canvases(const ImageDataset& source, uint64_t seed, bool test, in
 
 Tensor sample_canvases(const models::Mmdit& model, const Tensor& captions,
                        const DitSampleOptions& options, const LatentSpace* latent) {
-  const Tensor x = sample_images(velocity_of(model), model.config.channels, model.config.image_size,
-                                 CaptionVocab::kNull, captions, options);
-  return latent ? latent->decode(x) : x;
+  DitSampleOptions o = options;
+  o.latent = latent;
+  return sample_images(velocity_of(model), model.config.channels, model.config.image_size,
+                       CaptionVocab::kNull, captions, o);
 }
 
 CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,

@@ -111,6 +111,7 @@ void read_mmdit(ConfigFile& f, Config& c) {
   if (!c.data.latent.empty()) {
     const models::AutoencoderConfig a =
         autoencoder_config_of(c.data.latent, "config " + path + ": model.latent");
+    check_autoencoder_data(c.data.latent, Dataset::Canvas, "config " + path + ": model.latent");
     LOOM_CHECK(m.channels == a.latent_channels && m.image_size == a.latent_size())
         << "config " << path << ": model.latent: the autoencoder's latents are "
         << a.latent_channels << " x " << a.latent_size() << " x " << a.latent_size()

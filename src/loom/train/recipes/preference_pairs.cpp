@@ -68,9 +68,15 @@ PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const La
         DitSampleOptions shard = o;
         shard.seed = RngKey{cfg.run.seed, "dpo.pairs", std::to_string(first)}.hash();
         const Tensor ids = CaptionVocab().encode_all(captions, m.text_length);
-        const Tensor x = sample_images([&](const Tensor& xt, const Tensor& t,
-                                           const Tensor& y) { return reference.forward(xt, t, y); },
-                                       m.channels, m.image_size, CaptionVocab::kNull, ids, shard);
+        // Pixels as sampled (clamped to the data range); latents as sampled, judged decoded.
+        const diffusion::VelocityFn velocity = [&](const Tensor& xt, const Tensor& t,
+                                                   const Tensor& y) {
+          return reference.forward(xt, t, y);
+        };
+        const Tensor x = latent ? sample_model_space(velocity, m.channels, m.image_size,
+                                                     CaptionVocab::kNull, ids, shard)
+                                : sample_images(velocity, m.channels, m.image_size,
+                                                CaptionVocab::kNull, ids, shard);
         const std::vector<CanvasReading> readings =
             read_canvases(judge, latent ? latent->decode(x) : x);
         std::vector<float> scores;
