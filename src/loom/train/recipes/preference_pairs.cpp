@@ -49,8 +49,8 @@ PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const La
   std::ostringstream what;
   what << manifest.rdbuf() << " canvas_seed " << canvas_seed << " seed " << cfg.run.seed
        << " captions " << (cfg.data.class_captions ? "classes" : "full") << " steps " << o.steps
-       << " heun " << o.heun << " cfg " << o.cfg_scale << " precision " << dtype_name(o.precision)
-       << " judge " << cfg.eval.classifier;
+       << " heun " << o.heun << " cfg " << o.cfg_scale << " shift " << o.shift << " precision "
+       << dtype_name(o.precision) << " judge " << cfg.eval.classifier;
   const std::string key = what.str();
   const std::string dir = std::filesystem::path(cfg.dpo.reference).parent_path().string() +
                           "/preference_pairs/" + xxh64_hex(key.data(), key.size());
