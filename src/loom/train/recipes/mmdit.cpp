@@ -112,7 +112,8 @@ class MmditRecipe : public Recipe {
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
     if (reference_) {
       reference_->to(cfg_.train.device);
-      pairs_ = cached_preference_pairs(*reference_, latent_.get(), *judge_, source_, cfg_, run.dp);
+      pairs_ = cached_preference_pairs(*reference_, latent_.get(), *judge_, source_, cfg_,
+                                       sample_options(), run.dp);
       sampler_ = shuffled_sampler(pairs_.images.size(0), cfg_, run);
       return;
     }

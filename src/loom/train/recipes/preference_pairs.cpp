@@ -33,16 +33,10 @@ double canvas_preference_score(const CanvasReading& reading, const std::vector<C
 
 PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const LatentSpace* latent,
                                         const models::Vit& judge, const ImageDataset& source,
-                                        const Config& cfg, dist::ProcessGroup& dp) {
+                                        const Config& cfg, const DitSampleOptions& o,
+                                        dist::ProcessGroup& dp) {
   const models::MmditConfig& m = cfg.mmdit();
   const uint64_t canvas_seed = uint64_t(cfg.data.canvas_seed);
-  DitSampleOptions o;
-  o.steps = cfg.sample.steps;
-  o.cfg_scale = cfg.sample.cfg_scale;
-  o.heun = cfg.sample.heun;
-  o.device = cfg.train.device;
-  o.precision = cfg.train.precision;
-  o.shift = cfg.flow.shift;
   // Everything the pairs depend on names their directory: another choice samples anew.
   // (The reference by its manifest, whose checksums cover its weights.)
   std::ifstream manifest(cfg.dpo.reference + "/manifest.json", std::ios::binary);

@@ -11,6 +11,7 @@
 #include "loom/models/vit/vit.h"
 #include "loom/train/config.h"
 #include "loom/train/recipes/canvas_judge.h"
+#include "loom/train/recipes/dit.h"
 
 namespace loom::train {
 
@@ -30,12 +31,13 @@ struct PreferencePairs {
 double canvas_preference_score(const CanvasReading& reading, const std::vector<CanvasItem>& asked);
 
 // Pairs for training canvases [0, cfg.dpo.pairs) of cfg.data.canvas_seed, sampled by
-// `reference` (the EMA weights of checkpoint cfg.dpo.reference) with the run's [sample]
-// options, decoded by `latent` in latent space, judged by `judge`. Cached as shards
-// (shard_cache.h) beside the reference's run, under a hash of everything the samples depend on.
-// Collective over `dp`.
+// `reference` (the EMA weights of checkpoint cfg.dpo.reference) with the run's sample
+// options `o` (each shard's seed its own), decoded by `latent` in latent space, judged by `judge`.
+// Cached as shards (shard_cache.h) beside the reference's run, under a hash of everything the
+// samples depend on. Collective over `dp`.
 PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const LatentSpace* latent,
                                         const models::Vit& judge, const ImageDataset& source,
-                                        const Config& cfg, dist::ProcessGroup& dp);
+                                        const Config& cfg, const DitSampleOptions& o,
+                                        dist::ProcessGroup& dp);
 
 }  // namespace loom::train
