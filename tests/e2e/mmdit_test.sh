@@ -8,8 +8,9 @@
 # with PixArt's cross-attention blocks (model.conditioning "cross") TP2, ZeRO-3, CP2 ring and
 # Ulysses (the caption's keys and values gathered) and TP2 + SP: losses to 1e-5 relative, final
 # weights and AdamW moments to 1e-4 (the bounds of the DiT's parity tests; measured differences
-# printed). A run saved under TP2 x ZeRO-2 resumes on one process and ends where the
-# uninterrupted run ends. A cp that does not divide the caption's tokens is refused with the
+# printed). Every low-precision recipe (fp8 tensorwise and blockwise, MXFP8, NVFP4) on every
+# block trains, and under TP2 its losses are within 2e-3 of one process's. A run saved under
+# TP2 x ZeRO-2 resumes on one process and ends where the uninterrupted run ends. A cp that does not divide the caption's tokens is refused with the
 # reason.
 # Diffusion-DPO from the trained run: see below. `loom sample --prompt` writes the canvases of a caption; an unknown word, a
 # caption longer than the encoder's context and a too short model.text_length are one clear
@@ -65,6 +66,25 @@ for layout in tp2 zero3x2 cp2 cp2-ulysses sp2; do
   "$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" "${cross[@]}" "${par[@]}" \
     --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "cross $layout: run failed"; tail -3 "$out.log"; continue; }
   parity "mmdit cross $layout" "$work/cross-np1/$name" "$out/$name"
+done
+
+# Low-precision recipes (precision/recipe.h) on the MMDiT's blocks, every block quantised: each
+# trains with finite losses and TP2 matches one process within 2e-3 relative on every loss (as
+# the DiT's recipes under TP2 in low_precision_test.sh: each rank quantises its own share, and
+# TP2 cuts the 32-value MX blocks of the row-parallel layers in two).
+for recipe in fp8_tensorwise fp8_blockwise mxfp8 nvfp4; do
+  lp=(--set train.precision=\"$recipe\" --set precision.bf16_blocks=[])
+  [ $recipe = fp8_blockwise ] && lp+=(--set precision.block_size=16)
+  [ $recipe = nvfp4 ] && lp+=(--set precision.stochastic_rounding=false)
+  "$loom" train "$cfg" "${common[@]}" "${lp[@]}" --set run.out_dir="$work/$recipe-np1" > "$work/$recipe-np1.log" 2>&1 ||
+    { fail "$recipe: single-process run failed"; tail -3 "$work/$recipe-np1.log"; continue; }
+  grep -q "^$recipe: " "$work/$recipe-np1.log" || fail "$recipe: no recipe line in the log"
+  "$mpirun" --oversubscribe -np 2 "$loom" train "$cfg" "${common[@]}" "${lp[@]}" --set parallel.tp=2 \
+    --set run.out_dir="$work/$recipe-tp2" > "$work/$recipe-tp2.log" 2>&1 ||
+    { fail "$recipe tp2: run failed"; tail -3 "$work/$recipe-tp2.log"; continue; }
+  echo -n "mmdit $recipe tp2 vs 1 process: "
+  /usr/bin/python3 "$here/compare_runs.py" "$work/$recipe-np1/$name" "$work/$recipe-tp2/$name" 2e-3 \
+    --losses-only || fail "mmdit $recipe tp2: losses not within 2e-3 of 1 process"
 done
 
 # Resharding: saved under TP2 x ZeRO-2 at step 4, resumed on one process.

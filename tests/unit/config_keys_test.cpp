@@ -43,6 +43,8 @@ class ConfigKeysTest : public TempDirTest {
         {kSource + "/configs/gpt_kjv.toml", {}},
         {kSource + "/configs/fmnist_classifier.toml", {}},
         {kSource + "/configs/mmdit_canvas.toml", {}},
+        {kSource + "/configs/mmdit_canvas.toml", {"data.tokenizer=bpe"}},
+        {kSource + "/configs/gpt_captions.toml", {}},
         {kSource + "/configs/autoencoder_canvas.toml", {}},
         {kSource + "/configs/autoencoder_fmnist.toml", {}},
         {dit,
@@ -147,7 +149,8 @@ TEST_F(ConfigKeysTest, UnusedKeysSayWhenTheyAreRead) {
             std::string::npos)
       << message({"lowcomm.workers=2"});
   EXPECT_NE(message({"model.vocab_size=3"})
-                .find("model.vocab_size (not used by this config: read for model.kind gpt)"),
+                .find("model.vocab_size (not used by this config: read for model.kind gpt, "
+                      "mmdit when data.tokenizer = \"bpe\")"),
             std::string::npos)
       << message({"model.vocab_size=3"});
   EXPECT_NE(message({"lowcomm.worker=2"}).find("(did you mean lowcomm.workers?)"),

@@ -329,7 +329,7 @@ TEST_F(ConfigTest, BadValuesAreNamed) {
   expect_error([&] { load_config(gpt, {"model.context=0"}); }, {"context"});
   expect_error([&] { load_config(gpt, {"model.swiglu_hidden=64"}); }, {"swiglu_hidden"});
   expect_error([&] { load_config(gpt, {"data.dataset=mnist"}); },
-               {"data.dataset 'mnist'", "kjv, text or tokens"});
+               {"data.dataset 'mnist'", "kjv, text, tokens or canvas"});
   expect_error([&] { load_config(gpt, {"data.dataset=text"}); }, {"needs data.path"});
   expect_error([&] { load_config(gpt, {"data.dataset=tokens"}); },
                {"needs data.path", "data.paths"});

@@ -46,7 +46,8 @@ std::string canvas_class_caption(const std::vector<CanvasItem>& items) {
   return caption;
 }
 
-Canvas make_canvas(const ImageDataset& source, uint64_t seed, bool test, int64_t index) {
+std::vector<CanvasItem> canvas_items(const ImageDataset& source, uint64_t seed, bool test,
+                                     int64_t index) {
   const Tensor& images = source.images;  // (N, 1, 28, 28)
   LOOM_CHECK(images.dim() == 4 && images.size(1) == 1 && images.size(2) == kItem &&
              images.size(3) == kItem && images.dtype() == DType::F32 && source.num_classes == 10)
@@ -55,7 +56,6 @@ Canvas make_canvas(const ImageDataset& source, uint64_t seed, bool test, int64_t
   const int64_t N = images.size(0);
   const uint64_t key = RngKey{seed, "canvas", test ? "test" : "train"}.hash();
   const int64_t* labels = static_cast<const int64_t*>(source.labels.data_ptr());
-  Canvas c;
   // Drawn again until the split's rule holds: no held-out item in training, one at least in
   // test (about 1 try in 4 is redrawn).
   for (int64_t t = 0; t < kTries; ++t) {
@@ -84,10 +84,16 @@ Canvas make_canvas(const ImageDataset& source, uint64_t seed, bool test, int64_t
       items.push_back(it);
     }
     if (test ? held_out == 0 : held_out > 0) continue;
-    c.items = std::move(items);
-    break;
+    return items;
   }
-  LOOM_CHECK(!c.items.empty()) << "canvas: no canvas of its split's rule in " << kTries << " tries";
+  LOOM_FAIL() << "canvas: no canvas of its split's rule in " << kTries << " tries";
+  return {};
+}
+
+Canvas make_canvas(const ImageDataset& source, uint64_t seed, bool test, int64_t index) {
+  Canvas c;
+  c.items = canvas_items(source, seed, test, index);
+  const Tensor& images = source.images;  // (N, 1, 28, 28)
   c.image = Tensor::empty({1, kCanvasSize, kCanvasSize});
   float* out = static_cast<float*>(c.image.data_ptr());
   std::fill(out, out + kCanvasSize * kCanvasSize, -1.0f);

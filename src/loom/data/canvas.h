@@ -45,6 +45,9 @@ std::string canvas_caption(const std::vector<CanvasItem>& items);
 // The items' classes alone, in class order ("a sandal and a bag" for a bag and a sandal wherever
 // they are): the class-label baseline's conditioning, which says nothing of the layout.
 std::string canvas_class_caption(const std::vector<CanvasItem>& items);
+// The items of canvas `index` of the training (test = false) or test split, without its image.
+std::vector<CanvasItem> canvas_items(const ImageDataset& source, uint64_t seed, bool test,
+                                     int64_t index);
 // Canvas `index` of the training (test = false) or test split; source: the Fashion-MNIST split
 // of the same name (28x28, one channel).
 Canvas make_canvas(const ImageDataset& source, uint64_t seed, bool test, int64_t index);

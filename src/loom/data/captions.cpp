@@ -52,7 +52,57 @@ std::vector<int64_t> CaptionVocab::encode(const std::string& caption, int64_t le
   return ids;
 }
 
-Tensor CaptionVocab::encode_all(const std::vector<std::string>& captions, int64_t length) const {
+CaptionTokenizer::CaptionTokenizer(BpeTokenizer bpe)
+    : bpe_(std::make_shared<const BpeTokenizer>(std::move(bpe))) {}
+
+const BpeTokenizer& CaptionTokenizer::bpe() const {
+  LOOM_CHECK(bpe_) << "captions: the tokenizer is the closed word vocabulary, not a BPE";
+  return *bpe_;
+}
+
+int64_t CaptionTokenizer::size() const {
+  return bpe_ ? kFirstToken + bpe_->vocab_size() : vocab_.size();
+}
+
+void CaptionTokenizer::learn_known(const std::vector<std::string>& captions) {
+  if (!bpe_) return;
+  known_.assign(size_t(bpe_->vocab_size()), false);
+  for (const std::string& c : captions)
+    for (int32_t id : bpe_->encode(c)) known_[size_t(id)] = true;
+}
+
+std::vector<int64_t> CaptionTokenizer::encode(const std::string& caption, int64_t length) const {
+  if (!bpe_) return vocab_.encode(caption, length);
+  const std::vector<int32_t> tokens = bpe_->encode(caption);
+  LOOM_CHECK(int64_t(tokens.size()) <= length)
+      << "caption \"" << caption << "\" has " << tokens.size()
+      << " tokens, more than the text encoder's context of " << length << " (model.text_length)";
+  std::vector<int64_t> ids(size_t(length), CaptionVocab::kPad);
+  size_t at = 0;  // the token's first byte in the caption
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& bytes = bpe_->token_bytes(tokens[i]);
+    if (!known_.empty() && !known_[size_t(tokens[i])]) {
+      // The word it belongs to: the run of non-spaces from its first non-space byte on.
+      const size_t q = caption.find_first_not_of(' ', at);
+      std::string word = bytes;
+      if (q != std::string::npos) {
+        const size_t begin = caption.find_last_of(' ', q) == std::string::npos
+                                 ? 0
+                                 : caption.find_last_of(' ', q) + 1;
+        word = caption.substr(begin, caption.find(' ', q) - begin);
+      }
+      LOOM_FAIL() << "caption \"" << caption << "\": the word \"" << word << "\" holds the token \""
+                  << bytes << "\" (BPE id " << tokens[i] << "), which never occurs in the "
+                  << "training captions, so the text encoder never learned it";
+    }
+    ids[i] = kFirstToken + tokens[i];
+    at += bytes.size();
+  }
+  return ids;
+}
+
+Tensor CaptionTokenizer::encode_all(const std::vector<std::string>& captions,
+                                    int64_t length) const {
   std::vector<int64_t> ids;
   ids.reserve(captions.size() * size_t(length));
   for (const std::string& c : captions) {

@@ -54,6 +54,9 @@ std::vector<std::string> tokenizer_files(const std::string& spec, const std::str
   bool have_copies = !run_dir.empty();
   for (const std::string& c : copies) have_copies = have_copies && fs::is_regular_file(c);
   if (have_copies) return copies;
+  LOOM_CHECK(spec != "bpe") << "data.tokenizer \"bpe\" is learned by the run and kept in its "
+                            << "directory, but " << (run_dir.empty() ? "no run directory" : run_dir)
+                            << " has no tokenizer.bpe";
   for (const std::string& f : files)
     LOOM_CHECK(fs::is_regular_file(f))
         << "data.tokenizer " << spec << ": " << f << " does not exist (expected \"bytes\", a BPE "
@@ -84,7 +87,8 @@ Tokenizer read_tokenizer(const std::string& spec, const std::string& pattern,
 Tokenizer load_tokenizer(const std::string& spec, const std::string& pattern, int64_t vocab_size,
                          const std::string& run_dir) {
   Tokenizer t = read_tokenizer(spec, pattern, run_dir);
-  LOOM_CHECK(t.bpe.vocab_size() == vocab_size)
+  // A BPE learned by the run stops early when no pair repeats: it may have fewer tokens.
+  LOOM_CHECK(spec == "bpe" ? t.bpe.vocab_size() <= vocab_size : t.bpe.vocab_size() == vocab_size)
       << "data.tokenizer " << (t.bytes ? "\"bytes\"" : spec) << " has " << t.bpe.vocab_size()
       << " tokens but model.vocab_size is " << vocab_size;
   return t;

@@ -25,7 +25,8 @@ struct Tokenizer {
   int64_t bytes_of(int32_t id) const { return bytes ? 1 : int64_t(bpe.token_bytes(id).size()); }
 };
 
-// spec: "bytes"; a Loom BPE file (`loom tokenizer train`); a Hugging Face tokenizer.json; a
+// spec: "bytes"; "bpe" (a BPE the run learned: its copy in run_dir, at most vocab_size tokens);
+// a Loom BPE file (`loom tokenizer train`); a Hugging Face tokenizer.json; a
 // tiktoken rank file (*.tiktoken), cut by the named `pattern` (tokenizer_files.h); or a
 // directory holding one of those as tokenizer.{json,tiktoken,bpe}, or GPT-2's vocab.json +
 // merges.txt (a Hugging Face model, a run directory, a `loom data prepare` directory). It must have

@@ -57,8 +57,11 @@ struct DataConfig {
   std::vector<std::string> paths;
   std::vector<double> weights;
   double val_fraction = 0.05;  // gpt: the held-out tail of the text (see split_text)
-  // gpt: "bytes", a BPE file of `loom tokenizer train`, a Hugging Face tokenizer.json (or a
-  // directory with it or vocab.json + merges.txt), or a tiktoken file (see token_windows.h)
+  // gpt: "bytes", "bpe" (a Loom BPE of at most model.vocab_size tokens, learned from the
+  // training text by the run), a BPE file of `loom tokenizer train`, a Hugging Face
+  // tokenizer.json (or a directory with it or vocab.json + merges.txt), or a tiktoken file (see
+  // token_windows.h). mmdit: "words" (the captions' closed vocabulary), "bpe" (learned from the
+  // training captions) or a tokenizer file as gpt's.
   std::string tokenizer = "bytes";
   std::string tokenizer_pattern = "gpt2";  // gpt, a .tiktoken tokenizer: gpt2, cl100k or o200k
   std::string cache_dir;  // gpt, dataset "kjv": where kjv.txt is produced ("" = default_cache_dir)
@@ -75,6 +78,9 @@ struct DataConfig {
   // mmdit, model.latent: the run directory of a trained autoencoder; the model trains on its
   // latents of the canvases ("": on the pixels).
   std::string latent;
+  // mmdit, model.text_encoder: a GPT checkpoint whose frozen features of the captions the text
+  // encoder reads (its tokenizer reads them); "": the encoder embeds tokens of data.tokenizer.
+  std::string text_encoder;
   // mmdit, data.captions = "classes": told each canvas's classes alone, not their layout (the
   // class-label baseline); "full": the captions.
   bool class_captions = false;

@@ -13,8 +13,8 @@ constexpr const char* kGpt = "gpt";
 constexpr const char* kDitGpt = "dit gpt";
 constexpr const char* kMmdit = "mmdit";
 constexpr const char* kAutoencoder = "autoencoder";
-constexpr const char* kCanvasKinds = "mmdit autoencoder";  // trained on the captioned canvases
-constexpr const char* kDiffusion = "dit mmdit";            // the diffusion models' shared keys
+constexpr const char* kCanvasKinds = "mmdit autoencoder gpt";  // canvases (gpt: their captions)
+constexpr const char* kDiffusion = "dit mmdit";                // the diffusion models' shared keys
 constexpr const char* kVit = "vit_classifier dit_router";
 constexpr const char* kDitVit = "dit vit_classifier dit_router";
 constexpr const char* kMoe = "moe.experts > 0";
@@ -72,8 +72,9 @@ const std::vector<ConfigKey> kKeys = {
      "channels of a two-convolution stem before the patch embedding (0: none)"},
     {"model.labels", "dit_router", "integer", "0", ">= 0", "",
      "classes the router is told (the class being sampled; 0: unconditional)"},
-    {"model.text_length", kMmdit, "integer", "40", ">= 35", "",
-     "caption tokens (padded; the longest canvas caption is 35)"},
+    {"model.text_length", kMmdit, "integer", "40", "> 0; words: >= 35", "",
+     "caption tokens (padded; the longest canvas caption is 35 words); every training caption "
+     "must fit"},
     {"model.text_depth", kMmdit, "integer", "2", ">= 0", "",
      "blocks of the caption encoder trained with the model"},
     {"model.conditioning", kMmdit, "string", "\"joint\"", "joint, cross", "",
@@ -87,6 +88,13 @@ const std::vector<ConfigKey> kKeys = {
      "a trained autoencoder's run directory: train on its latents of the canvases (encoded once "
      "into a cache beside it; model.channels and image_size must be the latent's) and decode "
      "samples with it (\"\": pixels)"},
+    {"model.text_encoder", kMmdit, "string", "\"\"", "", "",
+     "a GPT trained on the captions (its run directory: the latest checkpoint, recorded; or a "
+     "checkpoint): the text encoder reads its frozen features of each caption, through its "
+     "tokenizer (\"\": the encoder embeds tokens of data.tokenizer)"},
+    {"model.vocab_size", kMmdit, "integer", "512", "> 256", "data.tokenizer = \"bpe\"",
+     "tokens of the BPE learned from the training captions (the 256 bytes included; it stops "
+     "early when no pair repeats)"},
     {"model.downsamples", kAutoencoder, "integer", "2", "1 to 6", "",
      "levels, each halving the side: latents image_size / 2^downsamples wide"},
     {"model.latent_channels", kAutoencoder, "integer", "4", "> 0", "", "channels of a latent"},
@@ -122,8 +130,9 @@ const std::vector<ConfigKey> kKeys = {
     // [data]
     {"data.dataset", kDit, "string", "\"fashion_mnist\"", "fashion_mnist, images", "",
      "the training images: Fashion-MNIST, or PNG files (data.path)"},
-    {"data.dataset", kGpt, "string", "\"kjv\"", "kjv, text, tokens", "",
-     "the training text: the King James Bible, a UTF-8 file, or `loom data prepare` shards"},
+    {"data.dataset", kGpt, "string", "\"kjv\"", "kjv, text, tokens, canvas", "",
+     "the training text: the King James Bible, a UTF-8 file, `loom data prepare` shards, or the "
+     "training canvases' captions, one a line (a caption encoder for the MMDiT)"},
     {"data.dataset", kMmdit, "string", "\"canvas\"", "canvas", "",
      "captioned canvases of Fashion-MNIST items (docs/text_to_image.md)"},
     {"data.dataset", kAutoencoder, "string", "\"canvas\"", "canvas, fashion_mnist", "",
@@ -133,8 +142,9 @@ const std::vector<ConfigKey> kKeys = {
      "\"/usr/share/datasets/fashion-mnist\"", "", "",
      "Fashion-MNIST's directory, or (dataset images) a folder with labels.txt, a .tar shard or "
      "a directory of shards"},
-    {"data.path", kGpt, "string", "\"\"", "", "",
-     "the text file (dataset text) or the directory of `loom data prepare` (dataset tokens)"},
+    {"data.path", kGpt, "string", "(\"\"; dataset canvas: Fashion-MNIST's directory)", "", "",
+     "the text file (dataset text), the directory of `loom data prepare` (dataset tokens) or "
+     "Fashion-MNIST's (dataset canvas)"},
     {"data.val_path", kDit, "string", "\"\"", "", "data.dataset = \"images\"",
      "held-out PNG images, as data.path (\"\": none)"},
     {"data.clusters", kDit, "string", "\"\"", "", "",
@@ -156,8 +166,12 @@ const std::vector<ConfigKey> kKeys = {
      "data.dataset = \"tokens\"", "mixing weights of data.paths"},
     {"data.val_fraction", kGpt, "number", "0.05", "(0, 1)", "", "the held-out tail of the text"},
     {"data.tokenizer", kGpt, "string", "\"bytes\"", "", "",
-     "bytes, a file of `loom tokenizer train`, a Hugging Face tokenizer.json (or its "
-     "directory) or a .tiktoken file"},
+     "bytes; bpe (a BPE of at most model.vocab_size tokens learned from the training text by the "
+     "run, kept in its directory); a file of `loom tokenizer train`, a Hugging Face "
+     "tokenizer.json (or its directory) or a .tiktoken file"},
+    {"data.tokenizer", kMmdit, "string", "\"words\"", "words, bpe", "model.text_encoder unset",
+     "how captions become tokens: the caption grammar's closed vocabulary, or a byte-level BPE "
+     "learned from the training captions (kept in the run directory)"},
     {"data.tokenizer_pattern", kGpt, "string", "\"gpt2\"", "gpt2, cl100k, o200k", "",
      "the pre-tokenizer pattern of a .tiktoken tokenizer"},
     {"data.cache_dir", kGpt, "string", "\"\"", "", "",

@@ -180,6 +180,13 @@ Tensor Gpt::head(const Tensor& h) const {
   return lm_head ? lm_head->forward(n) : tied_head->forward(n);  // (B, T, V)
 }
 
+Tensor Gpt::features(const Tensor& ids) const {
+  LOOM_CHECK(ids.dim() == 2) << "gpt: expected token ids (B, T), got " << ids.shape();
+  const Tensor pos = default_positions(ids.size(1));
+  return apply_norm(*norm_f, config.is_llama(),
+                    run_blocks(embed(ids, pos), pos, 0, int64_t(blocks.size())));
+}
+
 Tensor Gpt::forward(const Tensor& ids, const Tensor& positions) const {
   LOOM_CHECK(ids.dim() == 2) << "gpt: expected token ids (B, T), got " << ids.shape();
   const Tensor pos = positions.defined() ? positions : default_positions(ids.size(1));

@@ -90,6 +90,8 @@ class Gpt : public nn::Module {
   // Blocks [begin, end) on h (B, T, C) at positions (T) -> (B, T, C).
   Tensor run_blocks(Tensor h, const Tensor& positions, int64_t begin, int64_t end) const;
   Tensor head(const Tensor& h) const;  // (B, T, C) -> final norm -> logits (B, T, V)
+  // The final norm's output, the head's input: ids (B, T) -> (B, T, C) (a text's features).
+  Tensor features(const Tensor& ids) const;
   // 0..T-1 after checking T against the context; the default positions of forward.
   Tensor default_positions(int64_t T) const;
 

@@ -18,7 +18,7 @@ void MmditConfig::validate() const {
                              << " must be a multiple of 4 (2-D sin-cos positions)";
   LOOM_CHECK(depth > 0 && channels > 0 && mlp_ratio > 0 && text_depth >= 0)
       << "mmdit: model.depth, channels and mlp_ratio must be positive, text_depth >= 0";
-  LOOM_CHECK(vocab > 1 && text_length > 0)
+  LOOM_CHECK(vocab > 1 && text_length > 0 && text_features >= 0)
       << "mmdit: the caption vocabulary (" << vocab << ") and model.text_length (" << text_length
       << ") must be positive";
 }
@@ -34,7 +34,10 @@ TextEncoder::Block::Block(const MmditConfig& c) {
 }
 
 TextEncoder::TextEncoder(const MmditConfig& c) {
-  tokens_ = register_module("tokens", std::make_shared<nn::Embedding>(c.vocab, c.width));
+  if (c.text_features > 0)
+    project_ = register_module("project", std::make_shared<nn::Linear>(c.text_features, c.width));
+  else
+    tokens_ = register_module("tokens", std::make_shared<nn::Embedding>(c.vocab, c.width));
   positions_ = register_parameter("positions", {c.text_length, c.width}, nn::Init::normal(0.02f),
                                   /*weight_decay=*/false);
   for (int64_t i = 0; i < c.text_depth; ++i)
@@ -44,8 +47,12 @@ TextEncoder::TextEncoder(const MmditConfig& c) {
 
 Tensor TextEncoder::forward(const Tensor& ids) const {
   // Through call(): ZeRO-3 gathers the encoder's parameters around it (a unit of its own).
+  LOOM_CHECK(tokens_ || features)
+      << "mmdit: the text encoder reads a frozen model's features (model.text_encoder), and "
+      << "none are attached";
   return call({ids}, [this](const std::vector<Tensor>& in) {
-    Tensor h = add(tokens_->forward(in[0]), positions_);  // (B, L, D)
+    const Tensor x = tokens_ ? tokens_->forward(in[0]) : project_->forward(features(in[0]));
+    Tensor h = add(x, positions_);  // (B, L, D)
     for (const auto& b : blocks) {
       h = add(h, b->attn->forward(b->norm1->forward(h)));
       h = add(h, b->mlp->forward(b->norm2->forward(h)));

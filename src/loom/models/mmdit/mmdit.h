@@ -3,11 +3,15 @@
 // weights of their own (adaLN modulation, q/k/v and output projections, MLP) and meet in one
 // joint attention over both; q and k are RMS-normalised per head (QK-norm). The text comes from
 // a small transformer encoder trained with the model: its tokens join the attention and their
-// mean, projected, joins the timestep in the adaLN conditioning. Images are patchified with fixed
-// 2-D sin-cos positions, as in the DiT. With model.conditioning = "cross" the blocks are
-// PixArt-alpha's instead (Chen et al. 2023): image-only self-attention and MLP under adaLN, and
-// a cross-attention from the image tokens to the encoded caption. Plain single-device code.
+// mean, projected, joins the timestep in the adaLN conditioning. The encoder starts from token
+// embeddings, or from a frozen language model's features of the caption (model.text_encoder:
+// attached from outside, projected to the width; the encoder's blocks then adapt them). Images are
+// patchified with fixed 2-D sin-cos positions, as in the DiT. With model.conditioning = "cross" the
+// blocks are PixArt-alpha's instead (Chen et al. 2023): image-only self-attention and MLP under
+// adaLN, and a cross-attention from the image tokens to the encoded caption. Plain single-device
+// code.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +31,7 @@ struct MmditConfig {
   int64_t vocab = 32;            // caption tokens (data/captions.h); id 1 is the null caption's
   int64_t text_length = 40;      // tokens per caption, padded
   int64_t text_depth = 2;        // the text encoder's blocks
+  int64_t text_features = 0;     // > 0: the encoder reads a frozen model's features this wide
   bool cross_attention = false;  // PixArt's blocks (model.conditioning "cross"), else joint
   void validate() const;
   int64_t image_tokens() const { return (image_size / patch) * (image_size / patch); }
@@ -34,12 +39,18 @@ struct MmditConfig {
   int64_t mlp_hidden() const { return int64_t(double(width) * mlp_ratio); }
 };
 
+// A frozen model's features of captions: ids (B, L) i64 -> (B, L, text_features) f32, without
+// a graph, on the ids' device.
+using TextFeatures = std::function<Tensor(const Tensor& ids)>;
+
 // A pre-norm transformer encoder over caption tokens: learned positions, full (not causal)
-// attention, a final LayerNorm. ids (B, L) i64 -> (B, L, D).
+// attention, a final LayerNorm. ids (B, L) i64 -> (B, L, D). Its input: a token embedding, or
+// (text_features > 0) the attached frozen features, projected.
 class TextEncoder : public nn::Module {
  public:
   explicit TextEncoder(const MmditConfig& c);
   Tensor forward(const Tensor& ids) const;
+  TextFeatures features;  // what text_features > 0 reads
   struct Block : nn::Module {
     explicit Block(const MmditConfig& c);
     std::shared_ptr<nn::LayerNorm> norm1, norm2;
@@ -49,7 +60,8 @@ class TextEncoder : public nn::Module {
   std::vector<std::shared_ptr<Block>> blocks;
 
  private:
-  std::shared_ptr<nn::Embedding> tokens_;
+  std::shared_ptr<nn::Embedding> tokens_;  // text_features == 0
+  std::shared_ptr<nn::Linear> project_;    // text_features > 0
   std::shared_ptr<nn::LayerNorm> norm_;
   Tensor positions_;  // (L, D), a parameter
 };
@@ -121,6 +133,8 @@ class Mmdit : public nn::Module {
   // row-parallel; the text encoder, embedders and modulations stay whole. Pipeline: the text
   // encoder and embedders before the first stage, the final layer after the last.
   nn::ParallelPlan parallel_plan() const;
+  // The frozen features the text encoder reads when config.text_features > 0.
+  void attach_text_features(TextFeatures features) { text_->features = std::move(features); }
   const MmditConfig config;
 
  private:

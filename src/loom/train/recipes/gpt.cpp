@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "loom/checkpoint/state_dict.h"
+#include "loom/core/atomic_file.h"
 #include "loom/core/json_file.h"
 #include "loom/core/rng.h"
 #include "loom/data/npy.h"
@@ -17,6 +18,7 @@
 #include "loom/ops/ops.h"
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/moe_balance.h"
+#include "loom/train/recipes/caption_text.h"
 #include "loom/train/recipes/gpt_hf.h"
 
 namespace loom::train {
@@ -35,18 +37,41 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The text file the GPT trains on: the King James Bible, a file, or the training canvases'
+// captions, one a line (written into the cache directory).
+std::string text_source(const Config& cfg) {
+  if (cfg.data.dataset == Dataset::Kjv) return kjv_corpus(resolved_cache_dir(cfg));
+  if (cfg.data.dataset != Dataset::Canvas) return cfg.data.path;
+  std::string text;
+  for (const std::string& c : training_captions(cfg, fashion_mnist(cfg.data.path, true)))
+    text += c + "\n";
+  const std::string path = resolved_cache_dir(cfg) + "/canvas_captions/seed" +
+                           std::to_string(cfg.data.canvas_seed) + "-" +
+                           std::to_string(cfg.data.canvases) + ".txt";
+  fs::create_directories(fs::path(path).parent_path());
+  write_file_atomic(path, text);  // the same text from every rank
+  return path;
+}
+
+// The run's tokenizer; data.tokenizer "bpe": learned from the training text by a new run
+// (run_dir ""), the run directory's copy afterwards.
 Tokenizer load_tokenizer(const Config& cfg, const std::string& run_dir) {
-  return loom::load_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern, cfg.gpt().vocab_size,
-                              run_dir);
+  if (cfg.data.tokenizer != "bpe" || !run_dir.empty())
+    return loom::load_tokenizer(cfg.data.tokenizer, cfg.data.tokenizer_pattern,
+                                cfg.gpt().vocab_size, run_dir);
+  const TextSplit split = split_text(read_text_file(text_source(cfg)), cfg.data.val_fraction);
+  Tokenizer t;
+  t.bytes = false;
+  t.bpe = BpeTokenizer::train(std::string(split.train.begin(), split.train.end()),
+                              int(cfg.gpt().vocab_size));
+  return t;
 }
 
 TokenizedText load_lm_data(const Config& cfg, const Tokenizer& tok) {
   if (cfg.data.dataset == Dataset::Tokens)
     return open_token_dirs(cfg.data.paths, cfg.data.weights, cfg.gpt().vocab_size,
                            cfg.gpt().context + 2, tok, cfg.data.tokenizer_pattern);
-  const std::string source =
-      cfg.data.dataset == Dataset::Kjv ? kjv_corpus(resolved_cache_dir(cfg)) : cfg.data.path;
-  return tokenize_text(source, tok, cfg.data.val_fraction, cfg.gpt().context + 2);
+  return tokenize_text(text_source(cfg), tok, cfg.data.val_fraction, cfg.gpt().context + 2);
 }
 
 Batch window_batch(const TokenSet& tokens, const std::vector<Window>& windows, int64_t T) {
@@ -199,12 +224,7 @@ std::string generate(const models::Gpt& model, const Tokenizer& tok, const GptSa
   return o.prompt.empty() ? text.substr(start.size()) : text;
 }
 
-// Loads a GPT checkpoint's model weights and its run's config and tokenizer.
-struct LoadedGpt {
-  Config cfg;
-  Tokenizer tok;
-  std::unique_ptr<models::Gpt> model;
-};
+}  // namespace
 
 LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   LoadedGpt g;
@@ -216,6 +236,8 @@ LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what) {
   load_selection_biases(*g.model, ckpt_dir);  // a mixture's choices depend on them
   return g;
 }
+
+namespace {
 
 class GptRecipe : public Recipe {
  public:
@@ -254,6 +276,7 @@ class GptRecipe : public Recipe {
   }
   void write_run_files(const std::string& run_dir) const override {
     save_tokenizer_copy(tok_, run_dir);
+    if (cfg_.data.tokenizer == "bpe") tok_.bpe.save(run_dir + "/tokenizer.bpe");  // learned
   }
   Json state(int64_t step) const override {
     return Json::object({{"tokens_seen", step * cfg_.train.batch_size * cfg_.gpt().context *

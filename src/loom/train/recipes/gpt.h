@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 
+#include "loom/data/token_windows.h"
+#include "loom/models/gpt/gpt.h"
 #include "loom/train/recipe.h"
 
 namespace loom::train {
@@ -53,6 +55,14 @@ struct GptSampleOptions {
   uint64_t seed = 0;
   std::string logits_npy;  // also write the prompt's logits (T, vocab) f32 here ("": no)
 };
+
+// A GPT checkpoint's weights with its run's config and tokenizer.
+struct LoadedGpt {
+  Config cfg;
+  Tokenizer tok;
+  std::unique_ptr<models::Gpt> model;
+};
+LoadedGpt load_gpt_checkpoint(const std::string& ckpt_dir, const char* what);
 
 // Continues `prompt` with options.tokens tokens from a GPT checkpoint directory; returns the
 // prompt and its continuation as text.

@@ -40,9 +40,18 @@ void read_gpt(ConfigFile& f, Config& c) {
 
   auto& d = c.data;
   d.dataset = dataset_from_name(f.get_string("data", "dataset", "kjv"),
-                                {Dataset::Kjv, Dataset::Text, Dataset::Tokens},
+                                {Dataset::Kjv, Dataset::Text, Dataset::Tokens, Dataset::Canvas},
                                 "config " + path + ": data.dataset", "gpt");
-  d.path = f.get_string("data", "path", "");
+  if (d.dataset == Dataset::Canvas) {  // the canvases' captions (as a text encoder learns them)
+    d.path = f.get_string("data", "path", d.path);
+    d.canvases = f.get_int("data", "canvases", d.canvases);
+    d.canvas_seed = f.get_int("data", "canvas_seed", d.canvas_seed);
+    LOOM_CHECK(d.canvases > 0 && d.canvas_seed >= 0)
+        << "config " << path << ": data.canvases must be positive and data.canvas_seed "
+        << "non-negative";
+  } else {
+    d.path = f.get_string("data", "path", "");
+  }
   d.val_fraction = f.get_double("data", "val_fraction", d.val_fraction);
   d.tokenizer = f.get_string("data", "tokenizer", d.tokenizer);
   d.tokenizer_pattern = f.get_string("data", "tokenizer_pattern", d.tokenizer_pattern);
@@ -75,6 +84,14 @@ void read_gpt(ConfigFile& f, Config& c) {
       << "config " << path << ": data.val_fraction must be in (0, 1), got " << d.val_fraction;
   LOOM_CHECK(!d.tokenizer.empty())
       << "config " << path << ": data.tokenizer must be \"bytes\" or the path of a tokenizer";
+  if (d.tokenizer == "bpe") {
+    LOOM_CHECK(d.dataset != Dataset::Tokens)
+        << "config " << path << ": data.tokenizer \"bpe\" is learned from the text, and "
+        << "data.dataset \"tokens\" is text tokenized already (by the tokenizer it names)";
+    LOOM_CHECK(g.vocab_size > 256)
+        << "config " << path << ": data.tokenizer \"bpe\" learns merges beyond the 256 byte "
+        << "tokens; model.vocab_size " << g.vocab_size << " leaves none";
+  }
   if (d.tokenizer == "bytes") {
     LOOM_CHECK(g.vocab_size == 256)
         << "config " << path << ": data.tokenizer \"bytes\" has 256 tokens but model.vocab_size is "

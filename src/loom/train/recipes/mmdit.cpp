@@ -17,6 +17,7 @@
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/progress.h"
 #include "loom/train/recipes/canvas_judge.h"
+#include "loom/train/recipes/caption_text.h"
 #include "loom/train/recipes/commands.h"
 #include "loom/train/recipes/latents.h"
 #include "loom/train/recipes/preference_pairs.h"
@@ -63,21 +64,42 @@ Tensor repeated_captions(const Tensor& captions, int64_t per_row) {
   return cat(rows, 0);
 }
 
-// The EMA weights of a checkpoint with its run's config.
-std::pair<Config, std::unique_ptr<models::Mmdit>> load_mmdit(const std::string& ckpt_dir,
-                                                             const char* what) {
-  Config cfg = run_config_of(ckpt_dir, ModelKind::Mmdit, what);
-  auto model = std::make_unique<models::Mmdit>(cfg.mmdit());
-  load_state_dict(*model, as_map(CheckpointReader(ckpt_dir).read_all("ema")), ckpt_dir + " (ema)");
-  return {std::move(cfg), std::move(model)};
+// The run directory of a checkpoint.
+std::string run_dir_of(const std::string& ckpt_dir) {
+  return fs::path(ckpt_dir).parent_path().string();
+}
+
+// A checkpoint's EMA weights with its run's config and caption text.
+struct LoadedMmdit {
+  Config cfg;
+  CaptionText text;
+  std::unique_ptr<models::Mmdit> model;
+};
+
+LoadedMmdit load_mmdit(const std::string& ckpt_dir, const char* what) {
+  LoadedMmdit m;
+  m.cfg = run_config_of(ckpt_dir, ModelKind::Mmdit, what);
+  m.text = load_caption_text(m.cfg, fashion_mnist(m.cfg.data.path, /*train=*/true),
+                             run_dir_of(ckpt_dir));
+  m.model = std::make_unique<models::Mmdit>(m.cfg.mmdit());
+  load_state_dict(*m.model, as_map(CheckpointReader(ckpt_dir).read_all("ema")),
+                  ckpt_dir + " (ema)");
+  m.text.attach(*m.model);
+  return m;
 }
 
 class MmditRecipe : public Recipe {
  public:
   explicit MmditRecipe(const Config& cfg)
-      : cfg_(cfg), source_(fashion_mnist(cfg.data.path, /*train=*/true)), model_(cfg.mmdit()) {
+      : cfg_(cfg),
+        source_(fashion_mnist(cfg.data.path, /*train=*/true)),
+        // Post-training reads the captions as the reference did (its learned BPE).
+        text_(load_caption_text(cfg, source_,
+                                cfg.dpo.reference.empty() ? "" : run_dir_of(cfg.dpo.reference))),
+        model_(cfg.mmdit()) {
     if (!cfg.data.latent.empty()) latent_ = load_latent_space(cfg.data.latent);
     model_.init_parameters(cfg.run.seed);
+    text_.attach(model_);
     if (!cfg.dpo.reference.empty()) {
       // Diffusion-DPO: the run starts from the reference's EMA weights and keeps them, frozen,
       // whole on every rank (its forwards hold no collectives).
@@ -85,7 +107,7 @@ class MmditRecipe : public Recipe {
           << "dpo: no pipeline parallelism (parallel.pp " << cfg.parallel.topology.dims.pp
           << "): the loss compares each pair's two images through the whole model and the "
           << "reference";
-      reference_ = load_mmdit(cfg.dpo.reference, "dpo.reference").second;
+      reference_ = std::move(load_mmdit(cfg.dpo.reference, "dpo.reference").model);
       load_state_dict(model_, as_map(state_dict(*reference_)), cfg.dpo.reference + " (ema)");
       judge_ = load_classifier(cfg.eval.classifier);
     }
@@ -98,7 +120,11 @@ class MmditRecipe : public Recipe {
     return "mmdit: " + std::to_string(model_.num_parameters()) + " parameters, " +
            (c.cross_attention ? "cross-attention to " : "joint attention over ") +
            std::to_string(c.text_length) + " caption + " + std::to_string(c.image_tokens()) +
-           " image tokens" +
+           " image tokens; captions " +
+           (text_.gpt ? "through the frozen GPT " + cfg_.data.text_encoder
+            : text_.tokenizer.words()
+                ? std::string("as words")
+                : "as " + std::to_string(text_.tokenizer.bpe().vocab_size()) + " BPE tokens") +
            (reference_ ? "; Diffusion-DPO against the frozen " + cfg_.dpo.reference : "");
   }
   std::string describe_data() const override {
@@ -112,8 +138,8 @@ class MmditRecipe : public Recipe {
     ema_ = std::make_unique<optim::Ema>(run.model.piece_parameters(), cfg_.train.ema_decay);
     if (reference_) {
       reference_->to(cfg_.train.device);
-      pairs_ = cached_preference_pairs(*reference_, latent_.get(), *judge_, source_, cfg_,
-                                       sample_options(), run.dp);
+      pairs_ = cached_preference_pairs(*reference_, text_.tokenizer, latent_.get(), *judge_,
+                                       source_, cfg_, sample_options(), run.dp);
       sampler_ = shuffled_sampler(pairs_.images.size(0), cfg_, run);
       return;
     }
@@ -121,6 +147,9 @@ class MmditRecipe : public Recipe {
     if (latent_)
       latents_ = cached_canvas_latents(*latent_, source_, uint64_t(cfg_.data.canvas_seed),
                                        cfg_.data.canvases, run.dp);
+  }
+  void write_run_files(const std::string& run_dir) const override {
+    save_caption_text(text_, run_dir);
   }
   std::vector<PieceState> piece_state() override { return {ema_piece_state(*ema_)}; }
   void resume(const Json& state) override { resume_sampler(*sampler_, state); }
@@ -142,7 +171,7 @@ class MmditRecipe : public Recipe {
     NoGradGuard no_grad;
     const Tensor x = latent_ ? index_select(latents_, 0, from_vector(idx, {int64_t(idx.size())}))
                              : stack(images, 0);
-    return {x, vocab_.encode_all(captions, cfg_.mmdit().text_length),
+    return {x, text_.tokenizer.encode_all(captions, cfg_.mmdit().text_length),
             Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
   }
   Tensor loss(const Batch& b, const Slot& s) override {
@@ -172,7 +201,7 @@ class MmditRecipe : public Recipe {
       const CanvasSet v = make_canvases(fashion_mnist(cfg_.data.path, /*train=*/false),
                                         uint64_t(cfg_.data.canvas_seed), /*test=*/true, 0, n);
       val_images_ = latent_ ? latent_->encode(v.images) : v.images;
-      val_captions_ = vocab_.encode_all(told_captions(cfg_, v), cfg_.mmdit().text_length);
+      val_captions_ = text_.tokenizer.encode_all(told_captions(cfg_, v), cfg_.mmdit().text_length);
     }
     return held_out_flow_loss(velocity_of(model_), val_images_, val_captions_, n, cfg_.flow,
                               cfg_.run.seed, run_->dp, model_.device());
@@ -221,8 +250,8 @@ class MmditRecipe : public Recipe {
         (long long)kGridRows, (long long)cfg_.sample.per_class, cfg_.run_dir().c_str());
     if (cfg_.eval.classifier.empty()) return held_out ? result : Json();
     const DitSampleOptions so = sample_options();
-    const CanvasQuality q =
-        evaluate_mmdit(*ema, cfg_, cfg_.eval.classifier, cfg_.eval.num_samples, so, latent_.get());
+    const CanvasQuality q = evaluate_mmdit(*ema, text_.tokenizer, cfg_, cfg_.eval.classifier,
+                                           cfg_.eval.num_samples, so, latent_.get());
     const Json quality = canvas_quality_json(q, so);
     for (const auto& [key, value] : quality.items()) result.set(key, value);
     result.set("train_seconds", summary.train_seconds);
@@ -243,7 +272,7 @@ class MmditRecipe : public Recipe {
     const Sampler::State next = sampler_->state();
     NoGradGuard no_grad;
     return {index_select(pairs_.images, 0, from_vector(idx, {int64_t(idx.size())})),
-            vocab_.encode_all(captions, cfg_.mmdit().text_length),
+            text_.tokenizer.encode_all(captions, cfg_.mmdit().text_length),
             Json::object({{"sampler_epoch", next.epoch}, {"sampler_position", next.position}})};
   }
   std::unique_ptr<models::Mmdit> gathered_ema() {
@@ -251,6 +280,7 @@ class MmditRecipe : public Recipe {
     if (!run_->main) return nullptr;
     auto model = std::make_unique<models::Mmdit>(cfg_.mmdit());
     load_state_dict(*model, as_map(weights), "ema");
+    text_.attach(*model);
     model->to(model_.device());
     return model;
   }
@@ -271,15 +301,16 @@ class MmditRecipe : public Recipe {
     const CanvasSet v = make_canvases(fashion_mnist(cfg_.data.path, false),
                                       uint64_t(cfg_.data.canvas_seed), true, 0, kGridRows);
     const Tensor captions = repeated_captions(
-        vocab_.encode_all(told_captions(cfg_, v), cfg_.mmdit().text_length), cfg_.sample.per_class);
+        text_.tokenizer.encode_all(told_captions(cfg_, v), cfg_.mmdit().text_length),
+        cfg_.sample.per_class);
     const Tensor images = sample_canvases(model, captions, sample_options(), latent_.get());
     write_caption_grid(path, images, kGridRows, v.captions);
     return image_grid(images, int(kGridRows), int(cfg_.sample.per_class));
   }
 
   const Config& cfg_;
-  const CaptionVocab vocab_;
   ImageDataset source_;  // Fashion-MNIST's training split: the training canvases' items
+  CaptionText text_;     // how the captions reach the text encoder
   models::Mmdit model_;
   std::unique_ptr<LatentSpace> latent_;  // model.latent's autoencoder; null: pixel space
   Tensor latents_;                       // the training canvases' latents (latent space only)
@@ -322,8 +353,8 @@ Tensor sample_canvases(const models::Mmdit& model, const Tensor& captions,
                        CaptionVocab::kNull, captions, o);
 }
 
-CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,
-                             const std::string& classifier_dir, int64_t count,
+CanvasQuality evaluate_mmdit(const models::Mmdit& model, const CaptionTokenizer& tokenizer,
+                             const Config& run, const std::string& classifier_dir, int64_t count,
                              const DitSampleOptions& options, const LatentSpace* latent) {
   LOOM_CHECK(count >= 2) << "eval: need at least 2 samples for a Fréchet distance, got " << count;
   const auto classifier = load_classifier(classifier_dir);
@@ -334,8 +365,7 @@ CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,
   const CanvasSet other = make_canvases(test, seed, true, count, count);
   std::printf("eval: sampling %lld canvases for held-out captions\n", (long long)count);
   std::fflush(stdout);
-  const Tensor captions =
-      CaptionVocab().encode_all(told_captions(run, asked), model.config.text_length);
+  const Tensor captions = tokenizer.encode_all(told_captions(run, asked), model.config.text_length);
   const Tensor samples = sample_canvases(model, captions, options, latent);
   const CanvasScores s = score_canvases(read_canvases(*classifier, samples), asked.items);
   CanvasQuality q;
@@ -367,11 +397,11 @@ Json canvas_quality_json(const CanvasQuality& q, const DitSampleOptions& o) {
 }
 
 void sample_mmdit_command(const SampleCall& call) {
-  const auto [cfg, model] = load_mmdit(call.checkpoint, "sample");
+  const LoadedMmdit m = load_mmdit(call.checkpoint, "sample");
+  const Config& cfg = m.cfg;
   DitSampleOptions o = call.dit;
   o.precision = cfg.train.precision;
   o.shift = cfg.flow.shift;
-  const CaptionVocab vocab;
   std::vector<std::string> captions;
   if (!call.prompt.empty()) {
     captions = {call.prompt};
@@ -382,14 +412,14 @@ void sample_mmdit_command(const SampleCall& call) {
   }
   Tensor ids;
   try {
-    ids = vocab.encode_all(captions, cfg.mmdit().text_length);
+    ids = m.text.tokenizer.encode_all(captions, cfg.mmdit().text_length);
   } catch (const Error& e) {
     throw FlagError("--prompt", e.message());
   }
   const std::unique_ptr<LatentSpace> latent =
       cfg.data.latent.empty() ? nullptr : load_latent_space(cfg.data.latent);
   const Tensor images =
-      sample_canvases(*model, repeated_captions(ids, o.per_class), o, latent.get());
+      sample_canvases(*m.model, repeated_captions(ids, o.per_class), o, latent.get());
   write_caption_grid(o.png_path, images, int64_t(captions.size()), captions);
   std::printf("samples: %lld canvases (%lld %s steps, cfg %.2f) -> %s, captions in %s.txt\n",
               (long long)images.size(0), (long long)o.steps, o.heun ? "Heun" : "Euler", o.cfg_scale,
@@ -397,12 +427,13 @@ void sample_mmdit_command(const SampleCall& call) {
 }
 
 void eval_mmdit_command(const EvalCall& call) {
-  const auto [cfg, model] = load_mmdit(call.checkpoint, "eval");
+  const LoadedMmdit m = load_mmdit(call.checkpoint, "eval");
+  const Config& cfg = m.cfg;
   const DitSampleOptions o = eval_sample_options(cfg, call);
   const std::unique_ptr<LatentSpace> latent =
       cfg.data.latent.empty() ? nullptr : load_latent_space(cfg.data.latent);
-  const CanvasQuality q =
-      evaluate_mmdit(*model, cfg, call.classifier, call.samples, o, latent.get());
+  const CanvasQuality q = evaluate_mmdit(*m.model, m.text.tokenizer, cfg, call.classifier,
+                                         call.samples, o, latent.get());
   Json out = canvas_quality_json(q, o);
   write_json_file(call.out, out);
   std::printf(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/data/canvas.h"
+#include "loom/data/captions.h"
 #include "loom/models/mmdit/mmdit.h"
 #include "loom/train/recipe.h"
 #include "loom/train/recipes/dit.h"
@@ -38,8 +39,8 @@ struct CanvasQuality {
   double fid_floor = 0;  // as many other real test canvases vs the same
 };
 // Samples for the first `count` held-out (test) captions, judged against what each asked for.
-CanvasQuality evaluate_mmdit(const models::Mmdit& model, const Config& run,
-                             const std::string& classifier_dir, int64_t count,
+CanvasQuality evaluate_mmdit(const models::Mmdit& model, const CaptionTokenizer& tokenizer,
+                             const Config& run, const std::string& classifier_dir, int64_t count,
                              const DitSampleOptions& options, const LatentSpace* latent = nullptr);
 Json canvas_quality_json(const CanvasQuality& q, const DitSampleOptions& options);
 

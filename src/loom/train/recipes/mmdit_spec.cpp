@@ -14,7 +14,9 @@
 #include "loom/train/checkpoint_dir.h"
 #include "loom/train/config.h"
 #include "loom/train/config_read.h"
+#include "loom/train/recipes/caption_text.h"
 #include "loom/train/recipes/commands.h"
+#include "loom/train/recipes/gpt.h"
 #include "loom/train/recipes/latents.h"
 #include "loom/train/recipes/mmdit.h"
 #include "loom/train/recipes/specs.h"
@@ -40,9 +42,64 @@ std::string mmdit_shape(const models::MmditConfig& m) {
   std::ostringstream s;
   s << (m.cross_attention ? "cross" : "joint") << ", image " << m.channels << " x " << m.image_size
     << " in patches of " << m.patch << ", width " << m.width << ", depth " << m.depth << ", heads "
-    << m.heads << ", mlp_ratio " << m.mlp_ratio << ", captions of " << m.text_length
-    << " tokens through " << m.text_depth << " blocks";
+    << m.heads << ", mlp_ratio " << m.mlp_ratio << ", captions of " << m.text_length << " tokens ("
+    << m.vocab << " ids";
+  if (m.text_features > 0) s << ", features " << m.text_features << " wide";
+  s << ") through " << m.text_depth << " blocks";
   return s.str();
+}
+
+// A run directory's latest checkpoint (the one its `latest` names), or `dir` itself (a
+// checkpoint): what a run records, so that later reads take the same weights.
+std::string checkpoint_in(const std::string& dir, const std::string& what) {
+  LOOM_CHECK(std::filesystem::is_directory(dir))
+      << what << ": " << dir << " is not a directory (name a run directory or one of its "
+      << "checkpoints)";
+  std::ifstream latest(dir + "/latest");
+  std::string step;
+  return latest >> step ? dir + "/" + step : dir;
+}
+
+// How captions become the text encoder's input: data.tokenizer, or model.text_encoder (a frozen
+// GPT, whose tokenizer reads them).
+void read_caption_keys(ConfigFile& f, Config& c) {
+  const std::string& path = f.path();
+  models::MmditConfig& m = std::get<models::MmditConfig>(c.model);
+  c.data.text_encoder = f.get_string("model", "text_encoder", "");
+  if (!c.data.text_encoder.empty()) {
+    const std::string what = "config " + path + ": model.text_encoder";
+    LOOM_CHECK(!f.has("data", "tokenizer") && !f.has("model", "vocab_size"))
+        << what << ": the GPT's tokenizer reads the captions; leave out data.tokenizer and "
+        << "model.vocab_size";
+    c.data.tokenizer = "gpt";
+    c.data.text_encoder = checkpoint_in(c.data.text_encoder, what);
+    f.record("model", "text_encoder", c.data.text_encoder);
+    const Config gpt = run_config_of(c.data.text_encoder, ModelKind::Gpt, what.c_str());
+    LOOM_CHECK(m.text_length <= gpt.gpt().context)
+        << what << ": model.text_length " << m.text_length << " is longer than the GPT's context "
+        << gpt.gpt().context;
+    m.text_features = gpt.gpt().width;
+    m.vocab = CaptionTokenizer::kFirstToken + gpt.gpt().vocab_size;
+    return;
+  }
+  c.data.tokenizer = f.get_string("data", "tokenizer", "words");
+  LOOM_CHECK(c.data.tokenizer == "words" || c.data.tokenizer == "bpe")
+      << "config " << path << ": data.tokenizer \"" << c.data.tokenizer << "\" is not known "
+      << "(words: the captions' closed vocabulary; bpe: a byte-level BPE learned from the "
+      << "training captions; or name a GPT trained on captions in model.text_encoder)";
+  if (c.data.tokenizer == "words") {
+    m.vocab = CaptionVocab().size();
+    LOOM_CHECK(m.text_length >= CaptionVocab::longest_canvas_caption())
+        << "config " << path << ": model.text_length " << m.text_length
+        << " is shorter than the longest canvas caption (" << CaptionVocab::longest_canvas_caption()
+        << " tokens)";
+    return;
+  }
+  const int64_t tokens = f.get_int("model", "vocab_size", 512, 1000000);
+  LOOM_CHECK(tokens > BpeTokenizer::kByteTokens)
+      << "config " << path << ": model.vocab_size " << tokens << " leaves no merge beyond the "
+      << BpeTokenizer::kByteTokens << " byte tokens";
+  m.vocab = CaptionTokenizer::kFirstToken + tokens;
 }
 
 // [dpo]: post-training a trained MMDiT of this config's shape and space.
@@ -56,13 +113,8 @@ void read_dpo_keys(ConfigFile& f, Config& c) {
   LOOM_CHECK(d.pairs > 0 && d.beta > 0) << "config " << path << ": dpo.pairs (" << d.pairs
                                         << ") and dpo.beta (" << d.beta << ") must be positive";
   const std::string what = "config " + path + ": dpo.reference";
-  LOOM_CHECK(std::filesystem::is_directory(d.reference))
-      << what << ": " << d.reference << " is not a directory (name a trained MMDiT's run "
-      << "directory or one of its checkpoints, e.g. runs/mmdit_canvas/step-004000)";
-  // A run directory: the checkpoint its `latest` names, so that the run records which.
-  std::ifstream latest(d.reference + "/latest");
-  std::string step;
-  if (latest >> step) d.reference += "/" + step;
+  d.reference = checkpoint_in(d.reference, what);
+  f.record("dpo", "reference", d.reference);
   const Config ref = run_config_of(d.reference, ModelKind::Mmdit, what.c_str());
   LOOM_CHECK(mmdit_shape(ref.mmdit()) == mmdit_shape(c.mmdit()))
       << what << ": the reference's model is " << mmdit_shape(ref.mmdit()) << "; this config's is "
@@ -72,6 +124,11 @@ void read_dpo_keys(ConfigFile& f, Config& c) {
       << (ref.data.latent.empty() ? "pixels" : "the latents of " + ref.data.latent)
       << ", this config on "
       << (c.data.latent.empty() ? "pixels" : "the latents of " + c.data.latent);
+  LOOM_CHECK(ref.data.tokenizer == c.data.tokenizer && ref.data.text_encoder == c.data.text_encoder)
+      << what << ": the reference read its captions through "
+      << (ref.data.text_encoder.empty() ? ref.data.tokenizer : ref.data.text_encoder)
+      << ", this config through "
+      << (c.data.text_encoder.empty() ? c.data.tokenizer : c.data.text_encoder);
   LOOM_CHECK(!c.eval.classifier.empty())
       << "config " << path << ": dpo needs eval.classifier: the canvas judge ranks the pairs";
 }
@@ -94,7 +151,7 @@ void read_mmdit(ConfigFile& f, Config& c) {
       << "\" is not known (joint: MMDiT's joint attention, cross: PixArt's cross-attention)";
   m.cross_attention = conditioning == "cross";
   c.data.latent = f.get_string("model", "latent", "");
-  m.vocab = CaptionVocab().size();
+  read_caption_keys(f, c);
   m.validate();
 
   read_canvas_keys(f, c, "mmdit");
@@ -103,10 +160,6 @@ void read_mmdit(ConfigFile& f, Config& c) {
       << "config " << path << ": data.captions \"" << told
       << "\" is not known (full: the captions; classes: the items' classes alone)";
   c.data.class_captions = told == "classes";
-  LOOM_CHECK(m.text_length >= CaptionVocab::longest_canvas_caption())
-      << "config " << path << ": model.text_length " << m.text_length
-      << " is shorter than the longest canvas caption (" << CaptionVocab::longest_canvas_caption()
-      << " tokens)";
   // Latent diffusion: the model's image is the autoencoder's latent.
   if (!c.data.latent.empty()) {
     const models::AutoencoderConfig a =
@@ -180,6 +233,11 @@ plan::StepShape mmdit_step_shape(const Config& config, int64_t samples, int64_t 
 BenchStep mmdit_bench_step(const Config& config, const plan::StepShape& shape, Device device) {
   const models::MmditConfig& c = config.mmdit();
   auto model = std::make_shared<models::Mmdit>(c);
+  if (!config.data.text_encoder.empty()) {  // the frozen GPT's features, as the run reads them
+    CaptionText text;
+    text.gpt = load_gpt_checkpoint(config.data.text_encoder, "bench").model;
+    text.attach(*model);
+  }
   Tensor x0 = randn({shape.batch, c.channels, c.image_size, c.image_size},
                     RngKey{1, "bench.data", "x0"}, DType::F32, device);
   Tensor captions = detail::raw_to_device(

@@ -31,10 +31,11 @@ double canvas_preference_score(const CanvasReading& reading, const std::vector<C
   return s.place + s.size + s.cls;
 }
 
-PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const LatentSpace* latent,
-                                        const models::Vit& judge, const ImageDataset& source,
-                                        const Config& cfg, const DitSampleOptions& o,
-                                        dist::ProcessGroup& dp) {
+PreferencePairs cached_preference_pairs(const models::Mmdit& reference,
+                                        const CaptionTokenizer& tokenizer,
+                                        const LatentSpace* latent, const models::Vit& judge,
+                                        const ImageDataset& source, const Config& cfg,
+                                        const DitSampleOptions& o, dist::ProcessGroup& dp) {
   const models::MmditConfig& m = cfg.mmdit();
   const uint64_t canvas_seed = uint64_t(cfg.data.canvas_seed);
   // Everything the pairs depend on names their directory: another choice samples anew.
@@ -61,7 +62,7 @@ PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const La
         }
         DitSampleOptions shard = o;
         shard.seed = RngKey{cfg.run.seed, "dpo.pairs", std::to_string(first)}.hash();
-        const Tensor ids = CaptionVocab().encode_all(captions, m.text_length);
+        const Tensor ids = tokenizer.encode_all(captions, m.text_length);
         // Pixels as sampled (clamped to the data range); latents as sampled, judged decoded.
         const diffusion::VelocityFn velocity = [&](const Tensor& xt, const Tensor& t,
                                                    const Tensor& y) {

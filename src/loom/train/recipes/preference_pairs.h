@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/data/captions.h"
 #include "loom/data/idx.h"
 #include "loom/dist/process_group.h"
 #include "loom/models/mmdit/mmdit.h"
@@ -31,13 +32,15 @@ struct PreferencePairs {
 double canvas_preference_score(const CanvasReading& reading, const std::vector<CanvasItem>& asked);
 
 // Pairs for training canvases [0, cfg.dpo.pairs) of cfg.data.canvas_seed, sampled by
-// `reference` (the EMA weights of checkpoint cfg.dpo.reference) with the run's sample
+// `reference` (the EMA weights of checkpoint cfg.dpo.reference, reading captions through
+// `tokenizer`) with the run's sample
 // options `o` (each shard's seed its own), decoded by `latent` in latent space, judged by `judge`.
 // Cached as shards (shard_cache.h) beside the reference's run, under a hash of everything the
 // samples depend on. Collective over `dp`.
-PreferencePairs cached_preference_pairs(const models::Mmdit& reference, const LatentSpace* latent,
-                                        const models::Vit& judge, const ImageDataset& source,
-                                        const Config& cfg, const DitSampleOptions& o,
-                                        dist::ProcessGroup& dp);
+PreferencePairs cached_preference_pairs(const models::Mmdit& reference,
+                                        const CaptionTokenizer& tokenizer,
+                                        const LatentSpace* latent, const models::Vit& judge,
+                                        const ImageDataset& source, const Config& cfg,
+                                        const DitSampleOptions& o, dist::ProcessGroup& dp);
 
 }  // namespace loom::train
