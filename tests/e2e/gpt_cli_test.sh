@@ -59,6 +59,17 @@ grep -q '"windows": 3' "$work/w3.json" || fail "loom eval --out wrote no figures
 "$loom" sample "$work/a/tiny_gpt/step-000006" --prompt "In the beginning" --tokens 12 --temperature 0 > "$work/s2.txt"
 grep -q "^In the beginning" "$work/s1.txt" || fail "sample does not start with the prompt"
 cmp -s "$work/s1.txt" "$work/s2.txt" || fail "greedy sampling is not deterministic"
+# Without the KV cache (the whole window each token): the same text; the rate on stderr.
+"$loom" sample "$work/a/tiny_gpt/step-000006" --prompt "In the beginning" --tokens 12 --temperature 0 \
+  --no-kv-cache > "$work/s3.txt" 2> "$work/s3.err"
+cmp -s "$work/s1.txt" "$work/s3.txt" || fail "the KV cache changes the greedy text"
+grep -q "new tokens/s (no cache" "$work/s3.err" || fail "sample printed no rate: $(cat "$work/s3.err")"
+"$loom" sample "$work/a/tiny_gpt/step-000006" --prompt "In the beginning" --tokens 12 --top-k 1 \
+  > "$work/s4.txt" || fail "sample --top-k failed"
+cmp -s "$work/s1.txt" "$work/s4.txt" || fail "top-k 1 is not greedy"
+"$loom" sample "$work/a/tiny_gpt/step-000006" --prompt "In" --top-p 1.5 > /dev/null 2> "$work/s5.err" &&
+  fail "top-p 1.5 was accepted"
+grep -q "top_p in (0, 1\]" "$work/s5.err" || fail "no clear error for top-p 1.5: $(cat "$work/s5.err")"
 
 # --- tokenizer: train, round trip, train a GPT on its tokens ---
 kjv=$work/cache/kjv.txt

@@ -48,6 +48,14 @@ void add_sample(CLI::App& cmd, SampleArgs& a) {
   cmd.option_defaults()->group(train::kGptFlags);
   add_int(cmd, "--tokens", gpt.tokens, "tokens to add");
   add_number(cmd, "--temperature", gpt.temperature, "0: greedy")->type_name("T");
+  add_int(cmd, "--top-k", gpt.top_k, "draw among the K most likely tokens (0: all)");
+  add_number(cmd, "--top-p", gpt.top_p,
+             "draw among the fewest most likely tokens whose "
+             "probability reaches P (1: all)")
+      ->type_name("P");
+  cmd.add_flag(
+      "--no-kv-cache", [&gpt](int64_t) { gpt.kv_cache = false; },
+      "run the whole window for each token (no KV cache: for comparison)");
   cmd.add_option("--logits", gpt.logits_npy, "also write the prompt's logits (T, vocab) as .npy")
       ->type_name("FILE");
 }

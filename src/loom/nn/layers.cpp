@@ -117,7 +117,20 @@ Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
   // Not where RoPE rotates them (in f32) or a parallel core (ring attention) takes them.
   const AutocastOutput qkv_output =
       !core && config.rope_theta <= 0 ? AutocastOutput::Compute : AutocastOutput::Wide;
-  Tensor qkv_out = qkv->forward(x, qkv_output);  // (B, T, (H + 2 Hkv) * Dh)
+  const std::vector<Tensor> qkv_heads = project(x, positions, qkv_output);
+  const Tensor &q = qkv_heads[0], &k = qkv_heads[1], &v = qkv_heads[2];
+  const int64_t B = q.size(0), T = q.size(2);
+  Tensor o = core
+                 ? core(q, k, v, positions, config.causal)
+                 : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});  // merge heads: (B, T, H Dh)
+  return proj->forward(o);                                // (B, T, dim)
+}
+
+std::vector<Tensor> Attention::project(const Tensor& x, const Tensor& positions,
+                                       AutocastOutput output) const {
+  const int64_t H = config.heads, Hkv = config.kv_heads, Dh = head_dim;
+  Tensor qkv_out = qkv->forward(x, output);  // (B, T, (H + 2 Hkv) * Dh)
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1);
   auto parts = split(qkv_out, std::vector<int64_t>{H * Dh, Hkv * Dh, Hkv * Dh}, -1);
   auto heads = [&](const Tensor& t, int64_t n) {  // (B, T, n*Dh) -> (B, n, T, Dh), a view
@@ -129,11 +142,35 @@ Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
     q = rope(q, positions, config.rope_theta);
     k = rope(k, positions, config.rope_theta);
   }
-  Tensor o = core
-                 ? core(q, k, v, positions, config.causal)
-                 : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
-  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});  // merge heads: (B, T, H Dh)
-  return proj->forward(o);                                // (B, T, dim)
+  return {q, k, v};
+}
+
+Tensor Attention::forward_cached(const Tensor& x, KvCache& cache, int64_t capacity) const {
+  NoGradGuard no_grad;
+  LOOM_CHECK(!core) << "Attention: incremental decoding runs on the whole model (no parallel "
+                       "attention core)";
+  const int64_t H = config.heads, Hkv = config.kv_heads, Dh = head_dim;
+  const int64_t B = x.size(0), T = x.size(1), at = cache.length;
+  if (!cache.k.defined()) {
+    cache.k = zeros({B, Hkv, capacity, Dh}, DType::F32, x.device());
+    cache.v = zeros({B, Hkv, capacity, Dh}, DType::F32, x.device());
+    cache.length = 0;
+  }
+  LOOM_CHECK(cache.k.size(0) == B && at + T <= cache.k.size(2))
+      << "Attention: " << T << " more rows of a batch of " << B << " do not fit a cache of "
+      << cache.k.size(0) << " x " << cache.k.size(2) << " rows holding " << at;
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) pos[size_t(i)] = at + i;
+  const std::vector<Tensor> qkv_heads = project(x, from_vector(pos, {T}), AutocastOutput::Wide);
+  copy_(narrow(cache.k, 2, at, T), qkv_heads[1]);
+  copy_(narrow(cache.v, 2, at, T), qkv_heads[2]);
+  cache.length = at + T;
+  // Causal with the cache: row i sees keys j <= at + i (the kernel aligns the rows' ends).
+  Tensor o = scaled_dot_product_attention(qkv_heads[0], contiguous(narrow(cache.k, 2, 0, at + T)),
+                                          contiguous(narrow(cache.v, 2, 0, at + T)), Tensor(),
+                                          config.causal);  // (B, H, T, Dh)
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});   // (B, T, H Dh)
+  return proj->forward(o);                                 // (B, T, dim)
 }
 
 }  // namespace loom::nn

@@ -96,6 +96,13 @@ struct AttentionConfig {
   Init init = Init::xavier_uniform();
 };
 
+// One attention layer's keys and values of the positions decoded so far (incremental decoding):
+// contiguous, preallocated (B, Hkv, capacity, Dh) each, rows [0, length) filled.
+struct KvCache {
+  Tensor k, v;
+  int64_t length = 0;
+};
+
 // Multi-head (or grouped-query) self-attention with fused attention kernels.
 class Attention : public Module {
  public:
@@ -109,6 +116,11 @@ class Attention : public Module {
   // attention over every rank's rows.
   using Core = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& positions, bool causal)>;
+  // Incremental decoding, without a graph: x (B, T, dim) holds the rows at positions
+  // [cache.length, cache.length + T); they attend to the cached rows and (causal) to each other,
+  // and their keys and values join the cache. A new cache: cache.k undefined (allocated here
+  // for `capacity` rows).
+  Tensor forward_cached(const Tensor& x, KvCache& cache, int64_t capacity) const;
   Core core;
   // config.heads and kv_heads are the heads this module computes: tensor parallelism lowers
   // them to this rank's share (and shards qkv and proj to match); head_dim stays.
@@ -118,6 +130,9 @@ class Attention : public Module {
 
  private:
   Tensor attend(const Tensor& x, const Tensor& positions) const;
+  // x's q (B, H, T, Dh), k and v (B, Hkv, T, Dh), RoPE applied at `positions`.
+  std::vector<Tensor> project(const Tensor& x, const Tensor& positions,
+                              AutocastOutput output) const;
 };
 
 }  // namespace loom::nn

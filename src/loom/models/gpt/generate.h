@@ -1,5 +1,16 @@
-// Continuing a sequence of tokens with a GPT: each next token greedily (temperature 0) or
-// drawn from softmax(logits / temperature) at a Philox uniform keyed by `seed`.
+// Continuing token sequences with a GPT. Each next token is greedy (temperature 0) or drawn
+// from softmax(logits / temperature), cut to the top_k most likely tokens and then to the
+// smallest set of them whose probability reaches top_p (nucleus sampling), by the inverse CDF
+// at a Philox uniform keyed by (seed, row, index).
+//
+// With the KV cache (the default) a prompt is prefilled in one forward and each further token
+// costs one row's forward, attending to the cached keys and values (Gpt::forward_cached: one
+// contiguous cache a block, model.context rows). Without it every token runs the whole window
+// again. Prompts of different lengths decode together as one batch: the rows move in step, a row
+// still inside its prompt taking its prompt's next token instead of a drawn one, so no row ever
+// needs padding or a mask. When the sequences reach model.context, the cache is rebuilt from
+// their last context / 2 tokens (the uncached path slides its window by one token instead, so the
+// two part ways there).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -8,8 +19,23 @@
 
 namespace loom::models {
 
-// ids (non-empty) followed by `tokens` more; the model sees the last model.context of them.
-std::vector<int32_t> generate(const Gpt& model, std::vector<int32_t> ids, int64_t tokens,
-                              double temperature, uint64_t seed);
+struct SampleOptions {
+  int64_t tokens = 200;      // added to each prompt
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 0;         // 0: every token
+  double top_p = 1.0;        // 1: no nucleus cut
+  uint64_t seed = 0;
+  bool kv_cache = true;
+};
+
+// Each prompt (non-empty) followed by o.tokens more.
+std::vector<std::vector<int32_t>> generate(const Gpt& model,
+                                           std::vector<std::vector<int32_t>> prompts,
+                                           const SampleOptions& o);
+std::vector<int32_t> generate(const Gpt& model, std::vector<int32_t> ids, const SampleOptions& o);
+
+// The token drawn from `logits` (V values) with o's temperature, top_k and top_p at the uniform
+// u in [0, 1) (greedy: the first largest).
+int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, float u);
 
 }  // namespace loom::models

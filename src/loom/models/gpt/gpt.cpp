@@ -104,11 +104,13 @@ GptBlock::GptBlock(const GptConfig& c, bool moe) : llama_(c.is_llama()), moe_(mo
 
 Tensor GptBlock::forward(const Tensor& x, const Tensor& positions) const {
   Tensor h = add(x, attn->forward(apply_norm(*norm1, llama_, x), positions));  // (B, T, C)
-  Tensor n = apply_norm(*norm2, llama_, h);                                    // (B, T, C)
-  Tensor m = moe_     ? static_cast<const nn::MoE&>(*mlp).forward(n)
-             : llama_ ? static_cast<const nn::SwiGLU&>(*mlp).forward(n)
-                      : static_cast<const nn::Mlp&>(*mlp).forward(n);  // (B, T, C)
-  return add(h, m);
+  return add(h, mlp_of(apply_norm(*norm2, llama_, h)));
+}
+
+Tensor GptBlock::mlp_of(const Tensor& n) const {  // (B, T, C)
+  return moe_     ? static_cast<const nn::MoE&>(*mlp).forward(n)
+         : llama_ ? static_cast<const nn::SwiGLU&>(*mlp).forward(n)
+                  : static_cast<const nn::Mlp&>(*mlp).forward(n);
 }
 
 Gpt::Gpt(const GptConfig& c) : config(c) {
@@ -178,6 +180,26 @@ Tensor Gpt::embed(const Tensor& ids, const Tensor& positions) const {
 Tensor Gpt::head(const Tensor& h) const {
   Tensor n = apply_norm(*norm_f, config.is_llama(), h);          // (B, T, C)
   return lm_head ? lm_head->forward(n) : tied_head->forward(n);  // (B, T, V)
+}
+
+Tensor GptBlock::forward_cached(const Tensor& x, nn::KvCache& cache, int64_t capacity) const {
+  Tensor h = add(x, attn->forward_cached(apply_norm(*norm1, llama_, x), cache, capacity));
+  return add(h, mlp_of(apply_norm(*norm2, llama_, h)));  // (B, T, C)
+}
+
+Tensor Gpt::forward_cached(const Tensor& ids, std::vector<nn::KvCache>& cache) const {
+  NoGradGuard no_grad;
+  LOOM_CHECK(ids.dim() == 2) << "gpt: expected token ids (B, T), got " << ids.shape();
+  cache.resize(blocks.size());
+  const int64_t at = cache[0].length, T = ids.size(1);
+  LOOM_CHECK(T > 0 && at + T <= config.context) << "gpt: positions " << at << " to " << at + T - 1
+                                                << " are beyond the context " << config.context;
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) pos[size_t(i)] = at + i;
+  Tensor h = embed(ids, from_vector(pos, {T}));  // (B, T, C)
+  for (size_t i = 0; i < blocks.size(); ++i)
+    h = blocks[i]->forward_cached(h, cache[i], config.context);
+  return head(h);  // (B, T, V)
 }
 
 Tensor Gpt::features(const Tensor& ids) const {

@@ -66,11 +66,14 @@ class GptBlock : public nn::Module {
   // x (B, T, C); positions (T) i64 global token positions (used by RoPE; may be undefined for
   // gpt2) -> (B, T, C).
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
+  // Incremental decoding (nn::Attention::forward_cached): x (B, T, C), the rows after the cache's.
+  Tensor forward_cached(const Tensor& x, nn::KvCache& cache, int64_t capacity) const;
   std::shared_ptr<nn::Module> norm1, norm2;  // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Attention> attn;       // causal; RoPE for llama
   std::shared_ptr<nn::Module> mlp;           // nn::Mlp (gpt2), nn::SwiGLU (llama) or nn::MoE
 
  private:
+  Tensor mlp_of(const Tensor& n) const;  // the block's MLP (dense or a mixture)
   bool llama_, moe_;
 };
 
@@ -92,6 +95,12 @@ class Gpt : public nn::Module {
   Tensor head(const Tensor& h) const;  // (B, T, C) -> final norm -> logits (B, T, V)
   // The final norm's output, the head's input: ids (B, T) -> (B, T, C) (a text's features).
   Tensor features(const Tensor& ids) const;
+  // Incremental decoding without a graph: ids (B, T) are the tokens at positions [length,
+  // length + T) of sequences whose first `length` tokens the cache holds (a new cache: empty,
+  // one KvCache a block, each holding at most model.context rows) -> their logits (B, T, V);
+  // the cache then holds length + T. forward_cached over a sequence in pieces equals forward
+  // over the whole of it.
+  Tensor forward_cached(const Tensor& ids, std::vector<nn::KvCache>& cache) const;
   // 0..T-1 after checking T against the context; the default positions of forward.
   Tensor default_positions(int64_t T) const;
 

@@ -219,8 +219,14 @@ std::string eval_line(const LmEvalResult& r) {
 
 std::string generate(const models::Gpt& model, const Tokenizer& tok, const GptSampleOptions& o) {
   const std::string start = o.prompt.empty() ? "\n" : o.prompt;
-  const std::string text =
-      tok.decode(models::generate(model, tok.encode(start), o.tokens, o.temperature, o.seed));
+  const std::vector<int32_t> prompt = tok.encode(start);
+  const auto t0 = Clock::now();
+  const std::string text = tok.decode(models::generate(
+      model, prompt, {o.tokens, o.temperature, o.top_k, o.top_p, o.seed, o.kv_cache}));
+  const double s = seconds_since(t0);
+  std::fprintf(stderr, "sample: %lld prompt + %lld new tokens in %.2fs: %.1f new tokens/s (%s)\n",
+               (long long)prompt.size(), (long long)o.tokens, s, double(o.tokens) / s,
+               o.kv_cache ? "KV cache" : "no cache: the whole window each token");
   return o.prompt.empty() ? text.substr(start.size()) : text;
 }
 
@@ -338,8 +344,11 @@ class GptRecipe : public Recipe {
                 (long long)summary.step, eval_line(r).c_str(), seconds_since(t0),
                 cfg_.run_dir().c_str());
     if (cfg_.lm_sample.tokens > 0) {
-      const GptSampleOptions so{cfg_.lm_sample.prompt, cfg_.lm_sample.tokens,
-                                cfg_.lm_sample.temperature, cfg_.run.seed, ""};
+      GptSampleOptions so;
+      so.prompt = cfg_.lm_sample.prompt;
+      so.tokens = cfg_.lm_sample.tokens;
+      so.temperature = cfg_.lm_sample.temperature;
+      so.seed = cfg_.run.seed;
       std::printf("sample (%lld tokens, temperature %.2f):\n%s\n", (long long)so.tokens,
                   so.temperature, generate(*full_model, tok_, so).c_str());
     }

@@ -52,6 +52,9 @@ struct GptSampleOptions {
   std::string prompt;  // "": start after a newline (which is not part of the returned text)
   int64_t tokens = 200;
   double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 0;         // models::SampleOptions
+  double top_p = 1.0;
+  bool kv_cache = true;
   uint64_t seed = 0;
   std::string logits_npy;  // also write the prompt's logits (T, vocab) f32 here ("": no)
 };
