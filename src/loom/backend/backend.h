@@ -6,8 +6,10 @@
 // Conventions for every kernel: outputs are allocated by the caller and contiguous unless
 // said otherwise; floating kernels accept f32, bf16 (and f16 where noted) and compute in f32.
 #pragma once
+#include <array>
 #include <cstdint>
 
+#include "loom/backend/block_scaling.h"
 #include "loom/core/tensor.h"
 
 namespace loom {
@@ -87,6 +89,20 @@ class Backend {
   // 16 (the shapes of fp8 tensor cores; fp8_quantize pads with zeros), the scales (1) f32.
   virtual void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
                           const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) = 0;
+
+  // --- block-scaled quantisation (fp8_blockwise, MXFP8, NVFP4), emulated ---
+  // x (rows, cols) f32 contiguous -> out (rows, cols) f32: each value quantised to the spec's
+  // element format under its group's scale and dequantised (block_scaling.h), what a tensor
+  // core of that format would multiply. A group holding a NaN or an infinity becomes NaN.
+  // stats (3) i64 accumulates as fp8_quantize's: the largest finite magnitude of x (f32 bits),
+  // the values that saturated, the non-zero values that became zero.
+  virtual void block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
+                              const Tensor& stats) = 0;
+  // x (rows, cols) f32 contiguous -> out (rows, cols rounded up to 16) f32: each run of 16
+  // values of a row (x padded with zeros) times diag(signs) H / 4, H the 16 x 16
+  // Sylvester-Hadamard matrix, by the butterflies of the fast transform in their order.
+  virtual void hadamard16(const Tensor& x, const std::array<float, 16>& signs,
+                          const Tensor& out) = 0;
 
   // --- normalisation over the last dim of contiguous (rows, C) ---
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -109,6 +109,33 @@ bool check_fp8_quantize(const Tensor& x, const Tensor& out, const Tensor& inv_sc
   return out.dtype() == DType::F8E4M3;
 }
 
+void check_block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
+                          const Tensor& stats) {
+  LOOM_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous() && x.numel() > 0)
+      << "block_quantize: x must be contiguous non-empty f32 (rows, cols), got "
+      << dtype_name(x.dtype()) << " " << x.shape();
+  LOOM_CHECK(out.shape() == x.shape() && out.dtype() == DType::F32 && out.is_contiguous() &&
+             out.device() == x.device())
+      << "block_quantize: out must be contiguous f32 " << x.shape() << " on " << x.device().str()
+      << ", got " << dtype_name(out.dtype()) << " " << out.shape() << " on " << out.device().str();
+  LOOM_CHECK(spec.tile_rows >= 0 && spec.tile_cols >= 0)
+      << "block_quantize: tiles of (" << spec.tile_rows << ", " << spec.tile_cols << ")";
+  LOOM_CHECK(spec.scale != GroupScale::Nvfp4 || spec.element == QuantElement::E2M1)
+      << "block_quantize: NVFP4 scales take E2M1 elements";
+  check_small("block_quantize", "stats", stats, 3, DType::I64, x);
+}
+
+void check_hadamard16(const Tensor& x, const Tensor& out) {
+  LOOM_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous())
+      << "hadamard16: x must be contiguous f32 (rows, cols), got " << dtype_name(x.dtype()) << " "
+      << x.shape();
+  const int64_t padded = (x.size(1) + 15) / 16 * 16;
+  LOOM_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == padded &&
+             out.dtype() == DType::F32 && out.is_contiguous() && out.device() == x.device())
+      << "hadamard16: out must be contiguous f32 (" << x.size(0) << ", " << padded << ") on "
+      << x.device().str() << ", got " << dtype_name(out.dtype()) << " " << out.shape();
+}
+
 void check_fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
                       const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) {
   LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(1) &&

@@ -1,5 +1,6 @@
 // Argument checks every backend's kernels share, with one message each.
 #pragma once
+#include "loom/backend/block_scaling.h"
 #include "loom/core/tensor.h"
 
 namespace loom {
@@ -29,6 +30,10 @@ bool check_fp8_quantize(const Tensor& x, const Tensor& out, const Tensor& inv_sc
                         const Tensor& stats);
 void check_fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
                       const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out);
+// block_quantize's and hadamard16's operands (backend.h).
+void check_block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
+                          const Tensor& stats);
+void check_hadamard16(const Tensor& x, const Tensor& out);
 
 // An attention operand (B, H, S, D) of this shape and dtype with contiguous rows of D.
 void check_attention_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype);

@@ -80,6 +80,15 @@ class TracedBackend final : public Backend {
     trace::Scope s("fp8_matmul", "op");
     inner_.fp8_matmul(a, a_inv_scale, b, b_inv_scale, bias, out);
   }
+  void block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
+                      const Tensor& stats) override {
+    trace::Scope s("block_quantize", "op");
+    inner_.block_quantize(x, spec, out, stats);
+  }
+  void hadamard16(const Tensor& x, const std::array<float, 16>& signs, const Tensor& out) override {
+    trace::Scope s("hadamard16", "op");
+    inner_.hadamard16(x, signs, out);
+  }
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
     trace::Scope s("layer_norm_forward", "op");

@@ -111,7 +111,7 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions) const {
 }
 
 Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
-  const int64_t H = config.heads, Hkv = config.kv_heads, Dh = head_dim;
+  const int64_t H = config.heads, Dh = head_dim;
   // Under autocast the attention kernel takes q, k and v in bf16: the projection rounds them in
   // its GEMM, and the kernel's bf16 output and gradients pass to the projections as they are.
   // Not where RoPE rotates them (in f32) or a parallel core (ring attention) takes them.

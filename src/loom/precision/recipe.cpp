@@ -14,6 +14,7 @@
 #include "loom/core/rng.h"
 #include "loom/nn/layers.h"
 #include "loom/ops/creation.h"
+#include "loom/ops/shape.h"
 
 namespace loom::precision {
 
@@ -80,6 +81,44 @@ const char* role_name(GemmOperand role) {
       return "grad";
   }
   return "?";
+}
+
+BlockQuantizeSpec block_quantize_spec(Element element, Scaling scaling,
+                                      const QuantizeOptions& options) {
+  BlockQuantizeSpec spec;
+  spec.element = element == Element::E4M3   ? QuantElement::E4M3
+                 : element == Element::E5M2 ? QuantElement::E5M2
+                                            : QuantElement::E2M1;
+  const int64_t tile = options.block;
+  switch (scaling) {
+    case Scaling::Tensor:
+      spec.tile_rows = spec.tile_cols = 0;
+      break;
+    case Scaling::Tile1x128:
+      spec.tile_rows = 1, spec.tile_cols = tile ? tile : 128;
+      break;
+    case Scaling::Block128:
+      spec.tile_rows = spec.tile_cols = tile ? tile : 128;
+      break;
+    case Scaling::Mx:
+      spec.scale = GroupScale::E8M0, spec.tile_rows = 1, spec.tile_cols = kMxBlock;
+      break;
+    case Scaling::Nvfp4:
+      spec.scale = GroupScale::Nvfp4, spec.tile_rows = 1, spec.tile_cols = kNvfp4Block;
+      break;
+    case Scaling::Nvfp4Square:
+      spec.scale = GroupScale::Nvfp4, spec.tile_rows = spec.tile_cols = kNvfp4Block;
+      break;
+  }
+  spec.amax = options.amax;
+  if (options.sr) {
+    LOOM_CHECK(options.sr->offset == 0)
+        << "precision: a kernel's stochastic rounding draws from offset 0, not "
+        << options.sr->offset;
+    spec.stochastic = true;
+    spec.sr_key = options.sr->key;
+  }
+  return spec;
 }
 
 OperandFormat operand_format(const RecipeConfig& c, GemmOperand role) {
@@ -200,27 +239,26 @@ struct LowPrecision::Layer : LinearQuantizer {
     }
   }
 
-  // On a device the operands are quantised on the host (copied there and back): the block
-  // scalings have no device kernels, and this gives the host's codes bit for bit.
   void quantize(GemmPass pass, Tensor& a, GemmOperand a_role, Tensor& b,
                 GemmOperand b_role) override {
-    const Device device = a.device();
-    if (device.type != DeviceType::CPU) {
-      a = to_device(a, cpu_device());
-      b = to_device(b, cpu_device());
-    }
     if (pass == GemmPass::WeightGrad && config.recipe == Recipe::Nvfp4 && config.hadamard) {
       a = rotated(a);
       b = rotated(b);
     }
-    a = to_device(quantized(a, a_role), device);
-    b = to_device(quantized(b, b_role), device);
+    a = quantized(a, a_role);
+    b = quantized(b, b_role);
   }
 
   // t (rows, K) padded with zeros to a multiple of 16 columns and rotated along them.
   Tensor rotated(const Tensor& t) const {
     const int64_t rows = t.size(0), cols = t.size(1), padded = (cols + 15) / 16 * 16;
-    Tensor out = Tensor::empty({rows, padded}, DType::F32);
+    Tensor out = Tensor::empty({rows, padded}, DType::F32, t.device());
+    if (t.device().type != DeviceType::CPU) {
+      std::array<float, 16> s;
+      std::copy(signs, signs + 16, s.begin());
+      backend_for(t.device()).hadamard16(contiguous(t), s, out);
+      return out;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       float* row = out.data<float>() + r * padded;
       std::memcpy(row, t.data<float>() + r * cols, size_t(cols) * sizeof(float));
@@ -230,6 +268,9 @@ struct LowPrecision::Layer : LinearQuantizer {
     return out;
   }
 
+  // t quantised as the role's format prescribes and dequantised: on the host by the recipes'
+  // emulation, on a device by its kernel (the same values; the counts stay on the device until
+  // the step's metrics read them).
   Tensor quantized(const Tensor& t, GemmOperand role) {
     const OperandFormat f = operand_format(config, role);
     const size_t k = size_t(role);
@@ -247,6 +288,18 @@ struct LowPrecision::Layer : LinearQuantizer {
       ++calls;
     }
     if (f.stochastic) options.sr = &sr;
+    const Device device = t.device();
+    if (device.type != DeviceType::CPU) {
+      const Tensor out = Tensor::empty(t.shape(), DType::F32, device);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        stats[k].values += t.numel();
+      }
+      backend_for(device).block_quantize(contiguous(t),
+                                         block_quantize_spec(f.element, f.scaling, options), out,
+                                         device_counts->slot(index, k, device));
+      return out;
+    }
     Tensor out = Tensor::empty(t.shape(), DType::F32);
     const QuantizeStats s = fake_quantize(t.data<float>(), t.size(0), t.size(1), f.element,
                                           f.scaling, out.data<float>(), options);

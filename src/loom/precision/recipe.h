@@ -16,6 +16,10 @@
 // along the reduction, and keeps the first and last blocks in bf16 (each can be turned off).
 // Layers outside the model's blocks (embeddings, the timestep MLP, the final layer, the head)
 // stay in bf16 with every recipe: they are small and the most sensitive.
+//
+// On a GPU the tensorwise recipes multiply on fp8 tensor cores; the block-scaled ones quantise
+// each operand on the device (Backend::block_quantize, the host's values bit for bit) and
+// multiply the dequantised operands in f32.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -24,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/backend/block_scaling.h"
 #include "loom/core/json.h"
 #include "loom/nn/module.h"
 #include "loom/ops/linear_quantizer.h"
@@ -55,6 +60,11 @@ struct OperandFormat {
   bool stochastic = false;
 };
 OperandFormat operand_format(const RecipeConfig& config, GemmOperand role);
+
+// fake_quantize's quantisation as a backend's kernel takes it (Backend::block_quantize): the
+// same values bit for bit. Stochastic rounding must start at offset 0.
+BlockQuantizeSpec block_quantize_spec(Element element, Scaling scaling,
+                                      const QuantizeOptions& options);
 
 // What the quantised operands of one role (input, weight, output gradient) saw this step.
 struct RoleStats {

@@ -155,9 +155,6 @@ void read_device(ConfigFile& f, Config& c, const std::string& path) {
       << "(run.memory_limit_mb limits the host's)";
   if (name == "cpu") return;
   c.train.device = Device{DeviceType::CUDA, 0};
-  LOOM_CHECK(c.spec().cuda) << "config " << path << ": train.device \"cuda\" does not train "
-                            << "model.kind " << c.spec().name << " yet; it trains on the cpu "
-                            << "only so far";
 }
 
 // train.precision "auto": bf16 autocast where it is faster than f32 and as good (its curves are

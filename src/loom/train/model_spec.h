@@ -67,7 +67,6 @@ struct ModelSpec {
   void (*read)(ConfigFile& file, Config& config) = nullptr;
   ParallelFacts (*parallel_facts)(const Config& config) = nullptr;
   bool diloco = false;  // trains under lowcomm.method "diloco"
-  bool cuda = false;    // trains on train.device "cuda"
   std::unique_ptr<Recipe> (*make_recipe)(const Config& config) = nullptr;
   // The model's parameters' names and shapes, never initialised (checkpoint checks, dry run).
   std::unique_ptr<nn::Module> (*bare_model)(const Config& config) = nullptr;

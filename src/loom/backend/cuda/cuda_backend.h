@@ -26,6 +26,9 @@ class CudaBackend final : public Backend {
                     const Tensor& stats) override;
   void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
                   const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) override;
+  void block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
+                      const Tensor& stats) override;
+  void hadamard16(const Tensor& x, const std::array<float, 16>& signs, const Tensor& out) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,

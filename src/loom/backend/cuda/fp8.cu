@@ -4,14 +4,13 @@
 // with each block's saturated and flushed counts, and those counts added (one block). The
 // scale stays on the device: the host never waits for it.
 #include "loom/backend/cuda/cuda_backend.h"
+#include "loom/backend/cuda/scale_reductions.h"
 #include "loom/backend/fp8_scaling.h"
 #include "loom/backend/kernel_checks.h"
 
 namespace loom::LOOM_CUDA_NS {
 
 namespace {
-
-constexpr int64_t kAmaxRun = 4096;
 
 // partial[2 r], partial[2 r + 1]: the largest finite magnitude of run r and its count of
 // non-finite values.
@@ -82,7 +81,8 @@ __global__ void cast_kernel(const float* x, int64_t rows, int64_t cols, int64_t 
   }
 }
 
-// One block (whole numbers again: exact in any order).
+// One block: the blocks' saturated and flushed counts added into stats[1], stats[2] (whole
+// numbers again: exact in any order).
 __global__ void add_counts_kernel(const double* counts, int64_t blocks, int64_t* stats) {
   double saturated = 0.0, flushed = 0.0;
   LOOM_BLOCK_STRIDE(b, blocks) {
@@ -98,10 +98,23 @@ __global__ void add_counts_kernel(const double* counts, int64_t blocks, int64_t*
 
 }  // namespace
 
+int64_t amax_runs(int64_t n) {
+  return std::max<int64_t>((n + kAmaxRun - 1) / kAmaxRun, 1);
+}
+
+void launch_amax_runs(const float* x, int64_t n, double* partial) {
+  const int64_t runs = amax_runs(n);
+  LOOM_LAUNCH(amax_runs_kernel, blocks_for(runs, 1), kBlock, x, n, runs, partial);
+}
+
+void launch_add_counts(const double* counts, int64_t blocks, int64_t* stats) {
+  LOOM_LAUNCH(add_counts_kernel, 1, kReduceBlock, counts, blocks, stats);
+}
+
 void CudaBackend::fp8_quantize(const Tensor& x, float amax, const Tensor& out,
                                const Tensor& inv_scale, const Tensor& stats) {
   const bool e4m3 = check_fp8_quantize(x, out, inv_scale, stats);
-  const int64_t n = x.numel(), runs = std::max<int64_t>((n + kAmaxRun - 1) / kAmaxRun, 1);
+  const int64_t n = x.numel(), runs = amax_runs(n);
   const int64_t total = out.numel();
   const unsigned blocks = blocks_for(total);
   // [runs' amax partials | the scale | the blocks' counts]
@@ -109,12 +122,12 @@ void CudaBackend::fp8_quantize(const Tensor& x, float amax, const Tensor& out,
   double* partial = f64_ptr(scratch);
   double* scale = partial + 2 * runs;
   double* counts = scale + 1;
-  LOOM_LAUNCH(amax_runs_kernel, blocks_for(runs, 1), kBlock, ptr<const float>(x), n, runs, partial);
+  launch_amax_runs(ptr<const float>(x), n, partial);
   LOOM_LAUNCH(scale_kernel, 1, kReduceBlock, partial, runs, amax, e4m3, scale,
               ptr<float>(inv_scale), ptr<int64_t>(stats));
   LOOM_LAUNCH(cast_kernel, blocks, kBlock, ptr<const float>(x), x.size(0), x.size(1), out.size(0),
               out.size(1), scale, e4m3, ptr<uint8_t>(out), counts);
-  LOOM_LAUNCH(add_counts_kernel, 1, kReduceBlock, counts, int64_t(blocks), ptr<int64_t>(stats));
+  launch_add_counts(counts, int64_t(blocks), ptr<int64_t>(stats));
 }
 
 }  // namespace loom::LOOM_CUDA_NS

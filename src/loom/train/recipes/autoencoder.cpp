@@ -128,8 +128,10 @@ class AutoencoderRecipe : public Recipe {
     load_state_dict(trained, as_map(weights), "the trained weights");
     const std::string dir = cfg_.run_dir();
     save_safetensors(dir + "/model.safetensors", state_dict(trained));
-    // The latents' statistics on as many training canvases as are held out (at least 256).
-    const int64_t n = std::max<int64_t>(cfg_.eval.val_images, 256);
+    // The latents' statistics on as many training canvases as are held out (at least 256, at
+    // most as many as there are).
+    const int64_t n = std::min(std::max<int64_t>(cfg_.eval.val_images, 256),
+                               autoencoder_training_images(cfg_, source_));
     const LatentStats stats =
         latent_stats(trained, autoencoder_images(cfg_, source_, /*test=*/false, 0, n));
     Json result = Json::object({{"step", summary.step},
@@ -158,9 +160,14 @@ class AutoencoderRecipe : public Recipe {
 
  private:
   const Tensor& held_out() {
-    if (!val_.defined())
-      val_ = autoencoder_images(cfg_, fashion_mnist(cfg_.data.path, /*train=*/false),
-                                /*test=*/true, 0, cfg_.eval.val_images);
+    if (!val_.defined()) {
+      const ImageDataset test = fashion_mnist(cfg_.data.path, /*train=*/false);
+      LOOM_CHECK(cfg_.data.dataset == Dataset::Canvas ||
+                 cfg_.eval.val_images <= test.images.size(0))
+          << "eval.val_images " << cfg_.eval.val_images << ": the test split of " << cfg_.data.path
+          << " holds " << test.images.size(0) << " images";
+      val_ = autoencoder_images(cfg_, test, /*test=*/true, 0, cfg_.eval.val_images);
+    }
     return val_;
   }
   // The mean PSNR of the held-out canvases, their chunks shared over the dp ranks (every rank

@@ -81,10 +81,12 @@ class DitRouterRecipe : public Recipe {
     }
     const int64_t B = int64_t(both.size());
     // x_t and t as the experts draw theirs (and the label dropped as theirs are).
+    const Device on = b.x.device();
     const diffusion::FlowMatchingBatch fm = diffusion::flow_matching_batch(
-        b.x, from_vector(label, {B}), cfg_.flow, cfg_.run.seed, s.step, s.first);
+        b.x, from_vector(label, {B}, DType::I64, on), cfg_.flow, cfg_.run.seed, s.step, s.first);
     const Tensor told = cfg_.vit().label_classes > 0 ? fm.labels : Tensor();
-    return cross_entropy(model_.forward(fm.xt, fm.t, told), from_vector(cluster, {B}));
+    return cross_entropy(model_.forward(fm.xt, fm.t, told),
+                         from_vector(cluster, {B}, DType::I64, on));
   }
   // Its accuracy at a few times t on the first 2000 training images, noised afresh.
   Json finish(const RunSummary& summary) override {

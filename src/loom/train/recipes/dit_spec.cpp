@@ -200,7 +200,6 @@ extern const ModelSpec kDitSpec = {
     .read = read_dit,
     .parallel_facts = dit_facts,
     .diloco = true,
-    .cuda = true,
     .make_recipe = make_dit_recipe,
     .bare_model = [](const Config& c) -> std::unique_ptr<nn::Module> {
       return std::make_unique<models::Dit>(c.dit());

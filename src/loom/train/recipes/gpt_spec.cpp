@@ -227,7 +227,6 @@ extern const ModelSpec kGptSpec = {
     .read = read_gpt,
     .parallel_facts = gpt_facts,
     .diloco = true,
-    .cuda = true,
     .make_recipe = make_gpt_recipe,
     .bare_model = [](const Config& c) -> std::unique_ptr<nn::Module> {
       return std::make_unique<models::Gpt>(c.gpt());

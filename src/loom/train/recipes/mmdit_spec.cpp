@@ -261,7 +261,6 @@ extern const ModelSpec kMmditSpec = {
     .read = read_mmdit,
     .parallel_facts = mmdit_facts,
     .diloco = true,
-    .cuda = true,
     .make_recipe = make_mmdit_recipe,
     .bare_model = [](const Config& c) -> std::unique_ptr<nn::Module> {
       return std::make_unique<models::Mmdit>(c.mmdit());
