@@ -475,6 +475,36 @@ TEST(CudaTrainer, OffloadedOptimizerStateLeavesTheDevice) {
   fs::remove_all(dir);
 }
 
+// DiLoCo's outer state (global weights, outer momentum, the average, both error-feedback
+// residuals: five f32 copies of the weights) lives on the parameters' device, or with
+// lowcomm.outer_state = "host" in host memory; the run is the same. AdamW's moments are
+// offloaded in both, so the device's optimizer-state peak is DiLoCo's alone: exactly five
+// times the parameters' bytes on the device, none on the host.
+TEST(CudaTrainer, DiLoCoOuterStateLivesOnTheDevice) {
+  const std::string dir = temp_dir("diloco");
+  const std::string config = write_config(dir, kGpt);
+  const std::vector<std::string> common = {"data.path=\"" + text_file(dir) + "\"",
+                                           "run.out_dir=\"" + dir + "\"",
+                                           "train.device=\"cuda\"",
+                                           "optim.offload=true",
+                                           "lowcomm.method=\"diloco\"",
+                                           "lowcomm.workers=1",
+                                           "lowcomm.inner_steps=2",
+                                           "lowcomm.compression=\"int8\"",
+                                           "sample.tokens=0",
+                                           "eval.every=0"};
+  auto with = [&](const std::vector<std::string>& more) { return joined(common, more); };
+  const RunFiles device = run(config, with({"run.name=\"device\""}));
+  const RunFiles host = run(config, with({"run.name=\"host\"", "lowcomm.outer_state=\"host\""}));
+  expect_close(host.losses, device.losses, 1e-5, "gpt2 DiLoCo loss, outer state on the device");
+  const auto peak = [](const RunFiles& r, const char* category) {
+    return r.last.at("mem").at(category).at("peak").as_double();
+  };
+  EXPECT_EQ(peak(host, "optimizer"), 0) << "outer state on the device";
+  EXPECT_EQ(peak(device, "optimizer"), 5 * peak(device, "parameters"));
+  fs::remove_all(dir);
+}
+
 TEST(CudaTrainer, DeviceMemoryLimitIsHeld) {
   const std::string dir = temp_dir("limit");
   const std::string config = write_config(dir, kGpt);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "loom/backend/block_scaling.h"
+#include "loom/backend/wire_quantize.h"
 #include "loom/core/tensor.h"
 
 namespace loom {
@@ -103,6 +104,12 @@ class Backend {
   // Sylvester-Hadamard matrix, by the butterflies of the fast transform in their order.
   virtual void hadamard16(const Tensor& x, const std::array<float, 16>& signs,
                           const Tensor& out) = 0;
+
+  // --- block quantisation for the wire (DiLoCo's int8 / int4 pseudo-gradients) ---
+  // x (n) f32 contiguous -> out (wire_bytes(q, n)) u8 contiguous: each block of q.block values
+  // its scale then its codes (backend/wire_quantize.h); wire_decode is the way back.
+  virtual void wire_encode(const Tensor& x, const WireQuant& q, const Tensor& out) = 0;
+  virtual void wire_decode(const Tensor& in, const WireQuant& q, const Tensor& out) = 0;
 
   // --- normalisation over the last dim of contiguous (rows, C) ---
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -136,6 +136,21 @@ void check_hadamard16(const Tensor& x, const Tensor& out) {
       << x.device().str() << ", got " << dtype_name(out.dtype()) << " " << out.shape();
 }
 
+void check_wire(const char* kernel, const Tensor& values, const WireQuant& q, const Tensor& bytes) {
+  LOOM_CHECK(q.block > 0 && (q.qmax == 127 || q.qmax == 7))
+      << kernel << ": blocks of " << q.block << " values, qmax " << q.qmax
+      << " (expected a positive block, 127 or 7)";
+  LOOM_CHECK(values.dim() == 1 && values.dtype() == DType::F32 && values.is_contiguous())
+      << kernel << ": values must be contiguous f32 (n), got " << dtype_name(values.dtype()) << " "
+      << values.shape();
+  const int64_t n = wire_bytes(q, values.numel());
+  LOOM_CHECK(bytes.dim() == 1 && bytes.numel() == n && bytes.dtype() == DType::U8 &&
+             bytes.is_contiguous() && bytes.device() == values.device())
+      << kernel << ": bytes must be contiguous u8 (" << n << ") on " << values.device().str()
+      << ", got " << dtype_name(bytes.dtype()) << " " << bytes.shape() << " on "
+      << bytes.device().str();
+}
+
 void check_fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
                       const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) {
   LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(1) &&

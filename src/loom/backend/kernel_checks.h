@@ -1,6 +1,7 @@
 // Argument checks every backend's kernels share, with one message each.
 #pragma once
 #include "loom/backend/block_scaling.h"
+#include "loom/backend/wire_quantize.h"
 #include "loom/core/tensor.h"
 
 namespace loom {
@@ -34,6 +35,8 @@ void check_fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& 
 void check_block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
                           const Tensor& stats);
 void check_hadamard16(const Tensor& x, const Tensor& out);
+// wire_encode's and wire_decode's (backend.h): values (n) f32 and bytes (wire_bytes) u8.
+void check_wire(const char* kernel, const Tensor& values, const WireQuant& q, const Tensor& bytes);
 
 // An attention operand (B, H, S, D) of this shape and dtype with contiguous rows of D.
 void check_attention_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype);

@@ -89,6 +89,14 @@ class TracedBackend final : public Backend {
     trace::Scope s("hadamard16", "op");
     inner_.hadamard16(x, signs, out);
   }
+  void wire_encode(const Tensor& x, const WireQuant& q, const Tensor& out) override {
+    trace::Scope s("wire_encode", "op");
+    inner_.wire_encode(x, q, out);
+  }
+  void wire_decode(const Tensor& in, const WireQuant& q, const Tensor& out) override {
+    trace::Scope s("wire_decode", "op");
+    inner_.wire_decode(in, q, out);
+  }
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
     trace::Scope s("layer_norm_forward", "op");

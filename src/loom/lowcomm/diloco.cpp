@@ -14,9 +14,9 @@ namespace loom::lowcomm {
 
 namespace {
 
-Tensor flat_zeros(int64_t n) {
-  Tensor t = Tensor::empty({n}, DType::F32, cpu_device(), MemCategory::OptimizerState);
-  std::memset(t.data_ptr(), 0, t.nbytes());
+Tensor flat_zeros(int64_t n, Device device) {
+  Tensor t = Tensor::empty({n}, DType::F32, device, MemCategory::OptimizerState);
+  backend_for(device).fill(t, 0.0);
   return t;
 }
 
@@ -25,10 +25,15 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // n zero bytes to send or receive compressed codes in.
-Tensor wire_bytes(int64_t n) {
-  Tensor t = Tensor::empty({n}, DType::U8, cpu_device(), MemCategory::Communication);
-  std::memset(t.data_ptr(), 0, t.nbytes());
+Tensor wire_buffer(int64_t n, Device device) {
+  Tensor t = Tensor::empty({n}, DType::U8, device, MemCategory::Communication);
+  backend_for(device).fill(t, 0.0);
   return t;
+}
+
+// Elements [begin, begin + n) of a flat buffer (a view).
+Tensor seg(const Tensor& flat, int64_t begin, int64_t n) {
+  return narrow(flat, 0, begin, n);
 }
 
 }  // namespace
@@ -48,6 +53,7 @@ DiLoCo::DiLoCo(parallel::ParallelModel& model, std::shared_ptr<dist::ProcessGrou
     LOOM_CHECK(p.value.dtype() == DType::F32 && p.value.is_contiguous())
         << "diloco: piece " << p.name << " is not contiguous f32";
     numel_ += p.value.numel();
+    if (!c.host_state) device_ = p.value.device();  // the pieces' device
   }
   // Fragments: runs of whole pieces of about numel / F elements each, in the model's order.
   const int64_t F = c.fragments;
@@ -61,9 +67,9 @@ DiLoCo::DiLoCo(parallel::ParallelModel& model, std::shared_ptr<dist::ProcessGrou
     at = fr.end;
     fragments_.push_back(fr);
   }
-  global_ = flat_zeros(numel_);
-  momentum_ = flat_zeros(numel_);
-  result_ = flat_zeros(numel_);
+  global_ = flat_zeros(numel_, device_);
+  momentum_ = flat_zeros(numel_, device_);
+  result_ = flat_zeros(numel_, device_);
   copy_pieces(/*to_pieces=*/false, global_, 0, numel_);
   // Every worker starts from worker 0's weights (they are built alike from run.seed; this
   // makes it so whatever happened before).
@@ -71,8 +77,8 @@ DiLoCo::DiLoCo(parallel::ParallelModel& model, std::shared_ptr<dist::ProcessGrou
   copy_pieces(/*to_pieces=*/true, global_, 0, numel_);
   model_.sync_parameters();
   if (c.quant.kind != Compression::None && c.error_feedback) {
-    error_ = flat_zeros(numel_);
-    owner_error_ = flat_zeros(numel_);
+    error_ = flat_zeros(numel_, device_);
+    owner_error_ = flat_zeros(numel_, device_);
   }
 }
 
@@ -80,8 +86,8 @@ DiLoCo::~DiLoCo() {
   if (thread_.joinable()) thread_.join();
 }
 
-// Copies the flat range [begin, end) between `flat` (host memory) and the pieces' values,
-// wherever they live: on a GPU this is the outer step's one transfer each way.
+// Copies the flat range [begin, end) between `flat` and the pieces' values: on a GPU with the
+// outer state on the host, this is the outer step's one transfer each way.
 void DiLoCo::copy_pieces(bool to_pieces, const Tensor& flat, int64_t begin, int64_t end) {
   NoGradGuard no_grad;
   int64_t at = 0;
@@ -89,7 +95,7 @@ void DiLoCo::copy_pieces(bool to_pieces, const Tensor& flat, int64_t begin, int6
     const int64_t n = p.value.numel(), lo = std::max(begin, at), hi = std::min(end, at + n);
     if (lo < hi) {
       const Tensor piece = narrow(reshape(p.value, {n}), 0, lo - at, hi - lo);
-      const Tensor part = narrow(flat, 0, lo, hi - lo);
+      const Tensor part = seg(flat, lo, hi - lo);
       if (to_pieces) {
         copy_(piece, part);
       } else {
@@ -141,9 +147,11 @@ void DiLoCo::start(int f, int64_t step) {
   // The pseudo-gradient: how far this worker moved the global weights, backwards.
   const Fragment& fr = fragments_[size_t(f)];
   copy_pieces(/*to_pieces=*/false, result_, fr.begin, fr.end);
-  float* r = result_.data<float>();
-  const float* g = global_.data<float>();
-  for (int64_t i = fr.begin; i < fr.end; ++i) r[i] = g[i] - r[i];
+  {
+    NoGradGuard no_grad;
+    const Tensor r = seg(result_, fr.begin, fr.end - fr.begin);
+    copy_(r, sub(seg(global_, fr.begin, fr.end - fr.begin), r));
+  }
   in_flight_ = f;
   started_at_ = step;
   thread_ = std::thread([this, f] {
@@ -160,12 +168,10 @@ void DiLoCo::exchange(int f) {
   trace::Scope scope("diloco_exchange", "communication");
   const Fragment& fr = fragments_[size_t(f)];
   const int64_t before = workers_->bytes_sent();
-  float* r = result_.data<float>() + fr.begin;
-  if (config_.quant.kind == Compression::None) {
-    average(r, fr.end - fr.begin);
-  } else {
-    compressed_average(r, fr.begin, fr.end - fr.begin);
-  }
+  NoGradGuard no_grad;  // (this thread's own)
+  const Tensor r = seg(result_, fr.begin, fr.end - fr.begin);
+  if (r.numel() > 0 && config_.quant.kind == Compression::None) average(r);
+  if (r.numel() > 0 && config_.quant.kind != Compression::None) compressed_average(r, fr.begin);
   sent_ = workers_->bytes_sent() - before;
 }
 
@@ -180,26 +186,23 @@ OuterStep DiLoCo::apply(int f, bool replace) {
   const auto start = std::chrono::steady_clock::now();
   settle(false);
   const Fragment& fr = fragments_[size_t(f)];
+  const int64_t n = fr.end - fr.begin;
+  NoGradGuard no_grad;
   // SGD with (Nesterov) momentum on the averaged pseudo-gradient, as torch.optim.SGD does it.
-  const float* d = result_.data<float>();
-  float* g = global_.data<float>();
-  float* m = momentum_.data<float>();
-  const float mu = float(config_.outer_momentum), lr = float(config_.outer_lr);
-  double sq = 0;
-  for (int64_t i = fr.begin; i < fr.end; ++i) {
-    sq += double(d[i]) * double(d[i]);
-    m[i] = mu * m[i] + d[i];
-    g[i] -= lr * (config_.nesterov ? d[i] + mu * m[i] : m[i]);
-  }
+  const Tensor d = seg(result_, fr.begin, n), g = seg(global_, fr.begin, n);
+  const Tensor m = seg(momentum_, fr.begin, n);
+  const double mu = config_.outer_momentum, lr = config_.outer_lr;
+  const double sq = n > 0 ? double(item(sum(mul(d, d)))) : 0.0;
+  copy_(m, add(mul_scalar(m, mu), d));
+  copy_(g, sub(g, mul_scalar(config_.nesterov ? add(d, mul_scalar(m, mu)) : m, lr)));
   // The worker continues from the global weights, or (a late update, with mixing) from a blend
   // of them and where it has got to meanwhile.
-  const float alpha = replace ? 0.0f : float(config_.mixing);
+  const double alpha = replace ? 0.0 : config_.mixing;
   if (alpha == 0) {
     copy_pieces(/*to_pieces=*/true, global_, fr.begin, fr.end);
-  } else {
-    float* r = result_.data<float>();  // its average is applied: reused for the local weights
+  } else {  // its average is applied: result_ is reused for the local weights
     copy_pieces(/*to_pieces=*/false, result_, fr.begin, fr.end);
-    for (int64_t i = fr.begin; i < fr.end; ++i) r[i] = alpha * r[i] + (1 - alpha) * g[i];
+    copy_(d, add(mul_scalar(d, alpha), mul_scalar(g, 1 - alpha)));
     copy_pieces(/*to_pieces=*/true, result_, fr.begin, fr.end);
   }
   model_.sync_parameters();  // ZeRO-3's full parameters follow the pieces
@@ -211,17 +214,18 @@ OuterStep DiLoCo::apply(int f, bool replace) {
   return out;
 }
 
-void DiLoCo::average(float* delta, int64_t n) {
-  Tensor t = Tensor::empty({n}, DType::F32, cpu_device(), MemCategory::Communication);
-  std::memcpy(t.data_ptr(), delta, t.nbytes());
+void DiLoCo::average(const Tensor& delta) {
+  Tensor t = Tensor::empty(delta.shape(), DType::F32, device_, MemCategory::Communication);
+  copy_(t, delta);
   workers_->all_reduce(t, dist::ReduceOp::Avg)->wait();
-  std::memcpy(delta, t.data_ptr(), t.nbytes());
+  copy_(delta, t);
 }
 
-void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
+void DiLoCo::compressed_average(const Tensor& delta, int64_t begin) {
   const QuantConfig& q = config_.quant;
   const int M = workers_->size(), me = workers_->rank();
-  if (M == 2) return gathered_average(delta, begin, numel);
+  if (M == 2) return gathered_average(delta, begin);
+  const int64_t numel = delta.numel();
   // Member j owns the blocks [nb j / M, nb (j + 1) / M): its elements [lo[j], lo[j + 1]).
   const int64_t nb = (numel + q.block - 1) / q.block;
   std::vector<int64_t> lo(size_t(M) + 1);
@@ -230,68 +234,70 @@ void DiLoCo::compressed_average(float* delta, int64_t begin, int64_t numel) {
   for (int j = 0; j < M; ++j) E = std::max(E, encoded_bytes(q, lo[size_t(j) + 1] - lo[size_t(j)]));
   E = std::max<int64_t>(E, 1);
   const bool feedback = config_.error_feedback;
-  float* err = feedback ? error_.data<float>() + begin : nullptr;
-  float* owner_err = feedback ? owner_error_.data<float>() + begin : nullptr;
-  std::vector<float> decoded(static_cast<size_t>(numel));
+  const Tensor err = feedback ? seg(error_, begin, numel) : Tensor();
+  const Tensor owner_err = feedback ? seg(owner_error_, begin, numel) : Tensor();
+  // Share j's codes in a wire buffer of M shares of E bytes.
+  auto codes = [&](const Tensor& wire, int j, int64_t n) {
+    return seg(wire, int64_t(j) * E, encoded_bytes(q, n));
+  };
 
   // Phase 1: each share of this worker's pseudo-gradient to its owner.
-  if (feedback)
-    for (int64_t i = 0; i < numel; ++i) delta[i] += err[i];
-  Tensor send = wire_bytes(int64_t(M) * E), recv = wire_bytes(int64_t(M) * E);
-  uint8_t* s = send.data<uint8_t>();
+  if (feedback) copy_(delta, add(delta, err));
+  const Tensor send = wire_buffer(int64_t(M) * E, device_),
+               recv = wire_buffer(int64_t(M) * E, device_);
+  const Tensor decoded = Tensor::empty({numel}, DType::F32, device_, MemCategory::Communication);
   for (int j = 0; j < M; ++j) {
     const int64_t a = lo[size_t(j)], n = lo[size_t(j) + 1] - a;
-    encode(q, delta + a, n, s + j * E);
-    if (feedback) decode(q, s + j * E, n, decoded.data() + a);
+    encode(q, seg(delta, a, n), codes(send, j, n));
+    if (feedback) decode(q, codes(send, j, n), seg(decoded, a, n));
   }
-  if (feedback)
-    for (int64_t i = 0; i < numel; ++i) err[i] = delta[i] - decoded[size_t(i)];
+  if (feedback) copy_(err, sub(delta, decoded));
   workers_->all_to_all(send, recv)->wait();
 
   // The owner averages its share over the workers (in worker order: the same sum everywhere).
   const int64_t a = lo[size_t(me)], n = lo[size_t(me) + 1] - a;
-  std::vector<float> share(static_cast<size_t>(n), 0.0f), one(static_cast<size_t>(n));
+  Tensor share = zeros({n}, DType::F32, device_);
+  const Tensor one = Tensor::empty({n}, DType::F32, device_, MemCategory::Communication);
   for (int r = 0; r < M; ++r) {
-    decode(q, recv.data<uint8_t>() + r * E, n, one.data());
-    for (int64_t i = 0; i < n; ++i) share[size_t(i)] += one[size_t(i)];
+    decode(q, codes(recv, r, n), one);
+    share = add(share, one);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    share[size_t(i)] /= float(M);
-    if (feedback) share[size_t(i)] += owner_err[a + i];
-  }
+  share = mul_scalar(share, 1.0 / M);
+  if (feedback) share = add(share, seg(owner_err, a, n));
   // Phase 2: the compressed average of every share to every worker.
-  Tensor mine = wire_bytes(E), all = wire_bytes(int64_t(M) * E);
-  encode(q, share.data(), n, mine.data<uint8_t>());
+  const Tensor mine = wire_buffer(E, device_), all = wire_buffer(int64_t(M) * E, device_);
+  encode(q, share, codes(mine, 0, n));
   if (feedback) {
-    decode(q, mine.data<uint8_t>(), n, one.data());
-    for (int64_t i = 0; i < n; ++i) owner_err[a + i] = share[size_t(i)] - one[size_t(i)];
+    decode(q, codes(mine, 0, n), one);
+    copy_(seg(owner_err, a, n), sub(share, one));
   }
   workers_->all_gather(mine, all)->wait();
   for (int j = 0; j < M; ++j)
-    decode(q, all.data<uint8_t>() + j * E, lo[size_t(j) + 1] - lo[size_t(j)],
-           delta + lo[size_t(j)]);
+    decode(q, codes(all, j, lo[size_t(j) + 1] - lo[size_t(j)]),
+           seg(delta, lo[size_t(j)], lo[size_t(j) + 1] - lo[size_t(j)]));
 }
 
-void DiLoCo::gathered_average(float* delta, int64_t begin, int64_t numel) {
+void DiLoCo::gathered_average(const Tensor& delta, int64_t begin) {
   const QuantConfig& q = config_.quant;
   const int M = workers_->size();
-  const int64_t E = std::max<int64_t>(encoded_bytes(q, numel), 1);
-  float* err = config_.error_feedback ? error_.data<float>() + begin : nullptr;
-  std::vector<float> one(static_cast<size_t>(numel)), sum(static_cast<size_t>(numel), 0.0f);
-  if (err)
-    for (int64_t i = 0; i < numel; ++i) delta[i] += err[i];
-  Tensor mine = wire_bytes(E), all = wire_bytes(int64_t(M) * E);
-  encode(q, delta, numel, mine.data<uint8_t>());
-  if (err) {
-    decode(q, mine.data<uint8_t>(), numel, one.data());
-    for (int64_t i = 0; i < numel; ++i) err[i] = delta[i] - one[size_t(i)];
+  const int64_t numel = delta.numel(), bytes = encoded_bytes(q, numel);
+  const int64_t E = std::max<int64_t>(bytes, 1);
+  const Tensor err = config_.error_feedback ? seg(error_, begin, numel) : Tensor();
+  const Tensor one = Tensor::empty({numel}, DType::F32, device_, MemCategory::Communication);
+  if (err.defined()) copy_(delta, add(delta, err));
+  const Tensor mine = wire_buffer(E, device_), all = wire_buffer(int64_t(M) * E, device_);
+  encode(q, delta, seg(mine, 0, bytes));
+  if (err.defined()) {
+    decode(q, seg(mine, 0, bytes), one);
+    copy_(err, sub(delta, one));
   }
   workers_->all_gather(mine, all)->wait();
+  Tensor sum = zeros({numel}, DType::F32, device_);
   for (int r = 0; r < M; ++r) {  // in worker order: the same sum on every worker
-    decode(q, all.data<uint8_t>() + r * E, numel, one.data());
-    for (int64_t i = 0; i < numel; ++i) sum[size_t(i)] += one[size_t(i)];
+    decode(q, seg(all, int64_t(r) * E, bytes), one);
+    sum = add(sum, one);
   }
-  for (int64_t i = 0; i < numel; ++i) delta[i] = sum[size_t(i)] / float(M);
+  copy_(delta, mul_scalar(sum, 1.0 / M));
 }
 
 std::vector<Tensor> DiLoCo::views_of(const Tensor& flat) const {

@@ -48,6 +48,10 @@ struct DiLoCoConfig {
   int64_t fragments = 1;                                  // F; H must be a multiple
   int64_t overlap_steps = 0;  // tau < H / F: one fragment on the wire at a time
   double mixing = 0;          // alpha, for the merge of a late outer update
+  // The outer state (global weights, momentum, the average, error feedback) in host memory
+  // instead of on the parameters' device: a GPU's memory for one transfer each way per outer
+  // step.
+  bool host_state = false;
 };
 
 // What the outer exchanges did in one step (several fragments may end together at the end).
@@ -87,22 +91,25 @@ class DiLoCo {
     int64_t begin = 0, end = 0;  // in the flat buffers
     int64_t offset = 0;          // its exchanges start after steps t with (t + 1) % H == offset
   };
-  void start(int f, int64_t step);        // the exchange of fragment f, on a thread
-  OuterStep apply(int f, bool replace);   // waits for it, outer step, merge (or replace)
-  void exchange(int f);                   // on the thread: average into result_
-  void average(float* delta, int64_t n);  // f32 all-reduce over the workers, in place
-  void compressed_average(float* delta, int64_t begin, int64_t n);
-  void gathered_average(float* delta, int64_t begin, int64_t n);  // two workers: one phase
-  std::vector<Tensor> views_of(const Tensor& flat) const;         // one per piece, its shape
+  void start(int f, int64_t step);       // the exchange of fragment f, on a thread
+  OuterStep apply(int f, bool replace);  // waits for it, outer step, merge (or replace)
+  void exchange(int f);                  // on the thread: average into result_
+  // The averages over the workers of delta (a view of result_ at `begin`), in place: f32
+  // all-reduce, compressed in two phases, or (two workers) in one.
+  void average(const Tensor& delta);
+  void compressed_average(const Tensor& delta, int64_t begin);
+  void gathered_average(const Tensor& delta, int64_t begin);
+  std::vector<Tensor> views_of(const Tensor& flat) const;  // one per piece, its shape
   void copy_pieces(bool to_pieces, const Tensor& flat, int64_t begin, int64_t end);
 
   parallel::ParallelModel& model_;
   std::shared_ptr<dist::ProcessGroup> workers_;
   DiLoCoConfig config_;
   int64_t numel_ = 0;
+  Device device_ = cpu_device();  // of the outer state: the pieces', or the host's
   std::vector<Fragment> fragments_;
-  // Flat over this rank's pieces: global weights, momentum, the pseudo-gradient being
-  // exchanged and then its average (result), error-feedback residuals.
+  // Flat over this rank's pieces, on device_: global weights, momentum, the pseudo-gradient
+  // being exchanged and then its average (result), error-feedback residuals.
   Tensor global_, momentum_, result_, error_, owner_error_;
   int in_flight_ = -1;  // the fragment on the wire (-1: none), started after step started_at_
   int64_t started_at_ = -1;

@@ -116,6 +116,11 @@ void read_lowcomm(ConfigFile& f, Config& c) {
   d.fragments = f.get_int("lowcomm", "fragments", d.fragments);
   d.overlap_steps = f.get_int("lowcomm", "overlap_steps", d.overlap_steps);
   d.mixing = f.get_double("lowcomm", "mixing", d.mixing);
+  const std::string outer_state = f.get_string("lowcomm", "outer_state", "device");
+  LOOM_CHECK(outer_state == "device" || outer_state == "host")
+      << "config " << path << ": lowcomm.outer_state '" << outer_state
+      << "' (expected device or host)";
+  d.host_state = outer_state == "host";
   LOOM_CHECK(d.workers >= 1) << "config " << path
                              << ": lowcomm.method \"diloco\" needs lowcomm.workers (>= 1)";
   LOOM_CHECK(d.inner_steps >= 1 && d.outer_lr > 0 && d.outer_momentum >= 0 &&

@@ -330,6 +330,8 @@ const std::vector<ConfigKey> kKeys = {
      "inner steps a fragment's exchange overlaps"},
     {"lowcomm.mixing", kDitGpt, "number", "0.0", "[0, 1)", kDiloco,
      "share of the local fragment kept when the outer result arrives late"},
+    {"lowcomm.outer_state", kDitGpt, "string", "\"device\"", "device, host", kDiloco,
+     "where the outer state lives: on the parameters' device, or in host memory"},
     {"parallel.dp_replicate", "", "integer", "(lowcomm.workers, else 1)", ">= 1", "",
      "replicated data-parallel groups (HSDP's replicas, DiLoCo's workers)"},
     {"parallel.dp_shard", "", "integer", "-1", "-1 or >= 1", "",

@@ -44,7 +44,8 @@ bool may_change(const std::string& key) {
       "run.profile_steps", "run.tensorboard", "train.stop_after", "train.max_minutes",
       "train.ckpt_every", "train.keep_checkpoints", "train.log_every", "train.async_checkpoint",
       "train.device", "train.tf32",
-      "optim.offload",  // where the moments live, not what
+      "optim.offload",        // where the moments live, not what
+      "lowcomm.outer_state",  // where DiLoCo's outer state lives
       // worker m continues the checkpoint's worker m mod W
       "lowcomm.workers", "data.cache_dir"};
   for (const char* k : keys)

@@ -1,7 +1,8 @@
 // Block-scaled quantisation (backend.h: block_quantize, hadamard16): the CPU twin of the CUDA
 // backend's kernels, from the same rules (backend/block_scaling.h). The recipes on the CPU
 // quantise through their own emulation (precision/quantize.h), which the tests hold both
-// backends against.
+// backends against. And the wire's int8 / int4 blocks (wire_encode, wire_decode:
+// backend/wire_quantize.h), a block per iteration.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -93,6 +94,28 @@ void CpuBackend::hadamard16(const Tensor& x, const std::array<float, 16>& signs,
           }
       for (int i = 0; i < 16; ++i) o[r * padded + b + i] = v[i] * 0.25f;
     }
+}
+
+void CpuBackend::wire_encode(const Tensor& x, const WireQuant& q, const Tensor& out) {
+  check_wire("wire_encode", x, q, out);
+  const int64_t n = x.numel(), blocks = (n + q.block - 1) / q.block,
+                stride = wire_bytes(q, q.block);
+  const float* in = x.data<float>();
+  uint8_t* o = out.data<uint8_t>();
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b)
+    wire_encode_block(q, in + b * q.block, std::min(q.block, n - b * q.block), o + b * stride);
+}
+
+void CpuBackend::wire_decode(const Tensor& in, const WireQuant& q, const Tensor& out) {
+  check_wire("wire_decode", out, q, in);
+  const int64_t n = out.numel(), blocks = (n + q.block - 1) / q.block,
+                stride = wire_bytes(q, q.block);
+  const uint8_t* i = in.data<uint8_t>();
+  float* o = out.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b)
+    wire_decode_block(q, i + b * stride, std::min(q.block, n - b * q.block), o + b * q.block);
 }
 
 }  // namespace loom

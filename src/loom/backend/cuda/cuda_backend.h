@@ -29,6 +29,8 @@ class CudaBackend final : public Backend {
   void block_quantize(const Tensor& x, const BlockQuantizeSpec& spec, const Tensor& out,
                       const Tensor& stats) override;
   void hadamard16(const Tensor& x, const std::array<float, 16>& signs, const Tensor& out) override;
+  void wire_encode(const Tensor& x, const WireQuant& q, const Tensor& out) override;
+  void wire_decode(const Tensor& in, const WireQuant& q, const Tensor& out) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
