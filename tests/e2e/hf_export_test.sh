@@ -12,8 +12,12 @@
 # f32 exports itself and gives the same logits (1e-5), and a model made and saved by
 # transformers (random weights, the export's config) starts a Loom run whose logits equal
 # transformers' (1e-5).
+# Models made by transformers from its own config defaults (GPT-2's dropout 0.1 and n_inner null,
+# Llama's rms_norm_eps 1e-5 without head_dim, Llama 3.x's scaled RoPE, Qwen2's q, k, v biases)
+# start Loom runs with transformers' logits (1e-5); the last two export back to them.
 # Bad input: a DiT checkpoint, --part with --format hf; init_from a directory whose
-# architecture or config does not match, or that lacks a tensor.
+# architecture or config does not match, or that lacks a tensor; a scaled RoPE, a head_dim
+# Loom does not compute, an unknown field and another epsilon, each named.
 # Usage: hf_export_test.sh LOOM_BINARY WORK_DIR
 set -uo pipefail
 loom=$1 work=$2
@@ -86,6 +90,98 @@ PY
     fi
   done
 done
+
+# Models as transformers writes them, from its config classes' defaults: GPT-2 with dropout 0.1
+# and n_inner null, Llama 2-style with rms_norm_eps 1e-5 and no head_dim in the file (both
+# transformers' defaults where absent), Llama 3.x's scaled RoPE (rope_type llama3), Qwen2 (q, k,
+# v biases). Each starts a Loom run (model.norm_eps = 1e-5 for the Llamas, the rope_* keys for
+# the scaled one, model.qkv_bias for Qwen2) whose logits equal transformers' (1e-5); the GPT-2's
+# dropout is said, not applied.
+tf=("$work/tf-gpt2" "$work/tf-llama" "$work/tf-llama3" "$work/tf-qwen2")
+"$py" - "${tf[@]}" <<'PY' || fail "transformers could not make the models"
+import json, sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=256,
+                           n_positions=64)).save_pretrained(sys.argv[1])
+LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                             max_position_embeddings=64, rms_norm_eps=1e-5)).save_pretrained(sys.argv[2])
+path = sys.argv[2] + "/config.json"
+config = json.load(open(path))
+del config["head_dim"]
+json.dump(config, open(path, "w"))
+# Llama 3.x's scaled RoPE, with an original context of 100 so that over a head of 8 dims one
+# frequency is kept, one blended and two slowed.
+LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                             max_position_embeddings=128, rms_norm_eps=1e-5,
+                             rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0,
+                                              "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 100}
+                             )).save_pretrained(sys.argv[3])
+# Qwen2: Llama's blocks with biases on q, k and v.
+from transformers import Qwen2Config, Qwen2ForCausalLM
+Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                             max_position_embeddings=64, rms_norm_eps=1e-5)).save_pretrained(sys.argv[4])
+PY
+tf_start() {  # hf-dir run-dir model-settings...
+  local from=$1 to=$2
+  shift 2
+  "$loom" train "$here/tiny_gpt.toml" --set model.context=64 --set model.depth=2 "$@" \
+    --set run.out_dir="$to" --set train.steps=1 --set optim.lr=0 --set optim.warmup_steps=0 \
+    --set eval.every=0 --set sample.tokens=0 --set train.init_from=\"$from\" > "$to.log" 2>&1
+}
+tf_gpt2=(--set model.style=\"gpt2\")
+tf_llama=(--set model.style=\"llama\" --set model.heads=4 --set model.kv_heads=2
+  --set model.swiglu_hidden=96 --set model.norm_eps=1e-5)
+tf_llama3=("${tf_llama[@]}" --set model.context=128 --set model.rope_scaling_factor=8
+  --set model.rope_low_freq_factor=1 --set model.rope_high_freq_factor=4
+  --set model.rope_original_context=100)
+for style in gpt2 llama llama3 qwen2; do
+  settings=("${tf_gpt2[@]}")
+  [ $style = llama ] && settings=("${tf_llama[@]}")
+  [ $style = llama3 ] && settings=("${tf_llama3[@]}")
+  [ $style = qwen2 ] && settings=("${tf_llama[@]}" --set model.qkv_bias=true)
+  tf_start "$work/tf-$style" "$work/tf-$style-run" "${settings[@]}" ||
+    { fail "init_from transformers' own $style: $(tail -2 "$work/tf-$style-run.log")"; continue; }
+  "$loom" sample "$work/tf-$style-run/tiny_gpt" --prompt "$prompt" --tokens 1 \
+    --logits "$work/tf-$style.npy" > /dev/null
+  "$py" "$here/hf_transformers_logits.py" "$work/tf-$style" "$prompt" "$work/tf-$style.npy" 1e-5 \
+    "transformers' own $style config, started from in Loom" 2> /dev/null ||
+    fail "$style: Loom's logits from transformers' own config differ"
+done
+# The scaled RoPE and the biases back out: Loom's exports of those runs, loaded by transformers,
+# give Loom's logits.
+for style in llama3 qwen2; do
+  "$loom" ckpt export "$work/tf-$style-run/tiny_gpt" "$work/tf-$style-back" --format hf > /dev/null ||
+    fail "export of the $style run failed"
+  "$py" "$here/hf_transformers_logits.py" "$work/tf-$style-back" "$prompt" "$work/tf-$style.npy" \
+    1e-5 "Loom's $style export, in transformers" 2> /dev/null ||
+    fail "transformers disagrees on the $style export"
+done
+grep -q "sets dropout (.*attn_pdrop=0.1.*); Loom trains without dropout" "$work/tf-gpt2-run.log" ||
+  fail "the GPT-2's dropout was not said: $(grep -m1 dropout "$work/tf-gpt2-run.log")"
+# What cannot be honoured is refused naming the field: Llama 3.x's scaled RoPE into a run that
+# does not scale it, YaRN, a head_dim that is not hidden_size / num_attention_heads, a field
+# Loom does not know, another epsilon.
+tf_bad() {  # expected-message edit-of-config
+  rm -rf "$work/tf-bad" && cp -r "$work/tf-llama" "$work/tf-bad"
+  "$py" -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); $2; json.dump(c, open(p, 'w'))" \
+    "$work/tf-bad/config.json"
+  tf_start "$work/tf-bad" "$work/tf-bad-run" "${tf_llama[@]}" && fail "init_from accepted: $2"
+  grep -q "$1" "$work/tf-bad-run.log" || fail "no '$1' for $2: $(tail -1 "$work/tf-bad-run.log")"
+}
+tf_bad "rope_parameters.rope_type 'llama3': the run's model does not scale its RoPE" \
+  "c['rope_parameters'] = {'rope_type': 'llama3', 'factor': 8.0, 'rope_theta': 10000.0}"
+tf_bad "rope_scaling.rope_type 'yarn': Loom's RoPE is the default one or Llama 3.x's" \
+  "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
+tf_bad "head_dim is 16, the run's model needs 8" "c['head_dim'] = 16"
+tf_bad "field sliding_window (4096) is not one Loom knows" "c['sliding_window'] = 4096"
+tf_bad "rms_norm_eps is 1e-06, the run's model needs 1e-05" "c['rms_norm_eps'] = 1e-6"
 
 # The tokenizer goes with the export: a run with Loom's own BPE, exported; its tokenizer.json
 # read by Hugging Face's tokenizers gives Loom's ids on a chapter of text, and transformers its

@@ -405,15 +405,33 @@ void register_norms_and_losses() {
 
 void register_transformer_ops() {
   harness::register_op(
-      "rope", {OpCase{"(2,3,5,8) at offset 7",
-                      {F({2, 3, 5, 8})},
-                      [](const TV& x) {
-                        Tensor pos = loom::from_vector(std::vector<int64_t>{7, 8, 9, 10, 11}, {5});
-                        return loom::rope(x[0], pos, 10000.0);
-                      },
-                      [](const RV& x) {
-                        return ref::rope(x[0], {7, 8, 9, 10, 11}, 10000.0);
-                      }}});
+      "rope",
+      {OpCase{"(2,3,5,8) at offset 7",
+              {F({2, 3, 5, 8})},
+              [](const TV& x) {
+                Tensor pos = loom::from_vector(std::vector<int64_t>{7, 8, 9, 10, 11}, {5});
+                return loom::rope(x[0], pos, 10000.0);
+              },
+              [](const RV& x) {
+                return ref::rope(x[0], {7, 8, 9, 10, 11}, 10000.0);
+              }},
+       // Llama 3.x's scaling with an original context of 100 over D = 8: pair 0's
+       // wavelength (6.3) is kept, pair 1's (63) blended, pairs 2 and 3 (628, 6283)
+       // turn 8 times slower. The frequencies by Meta's formula, written out here.
+       OpCase{"(2,3,5,8) llama3-scaled at offset 40",
+              {F({2, 3, 5, 8})},
+              [](const TV& x) {
+                Tensor pos = loom::from_vector(std::vector<int64_t>{40, 41, 42, 43, 44}, {5});
+                return loom::rope(x[0], pos, 10000.0, loom::RopeScaling{8, 1, 4, 100});
+              },
+              [](const RV& x) {
+                const double two_pi = 2 * 3.14159265358979323846;
+                const double f1 = std::pow(10000.0, -0.25);  // pair 1, wavelength 62.8
+                const double smooth = (100 / (two_pi / f1) - 1) / (4 - 1);
+                const std::vector<double> freq = {1.0, (1 - smooth) * f1 / 8 + smooth * f1,
+                                                  0.01 / 8, 0.001 / 8};
+                return ref::rope(x[0], {40, 41, 42, 43, 44}, 10000.0, freq);
+              }}});
   // conv2d: a direct float64 convolution (zero padding, channels last) as the reference.
   auto conv_ref = [](const RV& x, int64_t k, bool has_bias) {
     const R& in = x[0];

@@ -326,8 +326,11 @@ inline R cross_entropy(const R& logits, const R& targets, int64_t ignore_index) 
   return scalar(count ? total / double(count) : 0.0);
 }
 
-// x (B, H, T, D), rotate-half pairs (i, i + D/2), angle pos * theta^(-2i/D).
-inline R rope(const R& x, const std::vector<int64_t>& pos, double theta) {
+// x (B, H, T, D), rotate-half pairs (i, i + D/2), angle pos * freq[i] (default: theta^(-2i/D)).
+inline R rope(const R& x, const std::vector<int64_t>& pos, double theta,
+              std::vector<double> freq = {}) {
+  for (int64_t i = int64_t(freq.size()); i < x.shape[3] / 2; ++i)
+    freq.push_back(std::pow(theta, -2.0 * double(i) / double(x.shape[3])));
   R o = zeros(x.shape);
   const int64_t B = x.shape[0], H = x.shape[1], T = x.shape[2], D = x.shape[3], h = D / 2;
   for (int64_t b = 0; b < B; ++b)
@@ -335,7 +338,7 @@ inline R rope(const R& x, const std::vector<int64_t>& pos, double theta) {
       for (int64_t t = 0; t < T; ++t) {
         const size_t base = size_t(((b * H + hh) * T + t) * D);
         for (int64_t i = 0; i < h; ++i) {
-          const double a = double(pos[size_t(t)]) * std::pow(theta, -2.0 * double(i) / double(D));
+          const double a = double(pos[size_t(t)]) * freq[size_t(i)];
           const double x1 = x.v[base + size_t(i)], x2 = x.v[base + size_t(i + h)];
           o.v[base + size_t(i)] = x1 * std::cos(a) - x2 * std::sin(a);
           o.v[base + size_t(i + h)] = x2 * std::cos(a) + x1 * std::sin(a);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "loom/backend/block_scaling.h"
+#include "loom/backend/rope_scaling.h"
 #include "loom/backend/wire_quantize.h"
 #include "loom/core/tensor.h"
 
@@ -153,9 +154,10 @@ class Backend {
 
   // --- fused transformer pieces (contiguous) ---
   // Rotary embedding on x (B, H, T, D), rotate-half pairing (i, i + D/2), angle
-  // positions[t] * theta^(-2i/D). inverse=true rotates by the negative angle (the backward).
-  virtual void rope(const Tensor& x, const Tensor& positions, double theta, bool inverse,
-                    const Tensor& out) = 0;
+  // positions[t] * rope_frequency(theta, scaling, i, D) (rope_scaling.h: theta^(-2i/D) unless
+  // scaled). inverse=true rotates by the negative angle (the backward).
+  virtual void rope(const Tensor& x, const Tensor& positions, double theta,
+                    const RopeScaling& scaling, bool inverse, const Tensor& out) = 0;
   // out = x * (1 + scale) + shift; x (B, T, C), shift/scale (B, C).
   virtual void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
                                 const Tensor& out) = 0;

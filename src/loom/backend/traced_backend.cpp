@@ -154,10 +154,10 @@ class TracedBackend final : public Backend {
     trace::Scope s("scatter_add", "op");
     inner_.scatter_add(out, dim, index, src);
   }
-  void rope(const Tensor& x, const Tensor& positions, double theta, bool inverse,
-            const Tensor& out) override {
+  void rope(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling,
+            bool inverse, const Tensor& out) override {
     trace::Scope s("rope", "op");
-    inner_.rope(x, positions, theta, inverse, out);
+    inner_.rope(x, positions, theta, scaling, inverse, out);
   }
   void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
                         const Tensor& out) override {

@@ -99,8 +99,9 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
       << " kv heads";
   head_dim = config.dim / config.heads;
   const int64_t qkv_out = (config.heads + 2 * config.kv_heads) * head_dim;
-  qkv = register_module("qkv",
-                        std::make_shared<Linear>(config.dim, qkv_out, config.bias, config.init));
+  qkv = register_module(
+      "qkv",
+      std::make_shared<Linear>(config.dim, qkv_out, config.bias || config.qkv_bias, config.init));
   proj = register_module(
       "proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, config.init));
 }
@@ -139,8 +140,8 @@ std::vector<Tensor> Attention::project(const Tensor& x, const Tensor& positions,
   Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
   if (config.rope_theta > 0) {
     LOOM_CHECK(positions.defined()) << "Attention: RoPE needs token positions";
-    q = rope(q, positions, config.rope_theta);
-    k = rope(k, positions, config.rope_theta);
+    q = rope(q, positions, config.rope_theta, config.rope_scaling);
+    k = rope(k, positions, config.rope_theta, config.rope_scaling);
   }
   return {q, k, v};
 }

@@ -2,6 +2,7 @@
 #pragma once
 #include <functional>
 
+#include "loom/backend/rope_scaling.h"
 #include "loom/nn/module.h"
 #include "loom/ops/matmul.h"
 
@@ -94,6 +95,8 @@ struct AttentionConfig {
   double rope_theta = 0.0;  // 0: no rotary embedding
   bool bias = true;
   Init init = Init::xavier_uniform();
+  RopeScaling rope_scaling{};  // Llama 3.x's frequency scaling (factor 1: none)
+  bool qkv_bias = false;       // biases on the q, k, v projections even without `bias` (Qwen2)
 };
 
 // One attention layer's keys and values of the positions decoded so far (incremental decoding):

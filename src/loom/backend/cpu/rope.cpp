@@ -8,15 +8,15 @@
 
 namespace loom {
 
-void CpuBackend::rope(const Tensor& x, const Tensor& positions, double theta, bool inverse,
-                      const Tensor& out) {
+void CpuBackend::rope(const Tensor& x, const Tensor& positions, double theta,
+                      const RopeScaling& scaling, bool inverse, const Tensor& out) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
   const int64_t* pos = positions.data<int64_t>();
   // cos/sin table (T, half), computed in f64 so large positions keep their accuracy.
   std::vector<float> cos_t(static_cast<size_t>(T * half)), sin_t(size_t(T * half));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = double(pos[t]) * std::pow(theta, -2.0 * double(i) / double(D));
+      const double angle = double(pos[t]) * rope_frequency(theta, scaling, i, D);
       cos_t[size_t(t * half + i)] = float(std::cos(angle));
       sin_t[size_t(t * half + i)] = float(inverse ? -std::sin(angle) : std::sin(angle));
     }

@@ -51,8 +51,8 @@ class CudaBackend final : public Backend {
   void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
   void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
-  void rope(const Tensor& x, const Tensor& positions, double theta, bool inverse,
-            const Tensor& out) override;
+  void rope(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling,
+            bool inverse, const Tensor& out) override;
   void modulate_forward(const Tensor& x, const Tensor& shift, const Tensor& scale,
                         const Tensor& out) override;
   void modulate_backward(const Tensor& x, const Tensor& scale, const Tensor& gout, const Tensor& gx,

@@ -12,11 +12,11 @@ namespace {
 // positions keep their accuracy (as the CPU's table).
 template <typename E>
 __global__ void rope_kernel(const E* x, const int64_t* positions, int64_t rows, int64_t T,
-                            int64_t D, double theta, bool inverse, E* out) {
+                            int64_t D, double theta, RopeScaling scaling, bool inverse, E* out) {
   const int64_t half = D / 2;
   LOOM_GRID_STRIDE(k, rows * half) {
     const int64_t row = k / half, i = k % half, t = row % T;
-    const double angle = double(positions[t]) * pow(theta, -2.0 * double(i) / double(D));
+    const double angle = double(positions[t]) * rope_frequency(theta, scaling, i, D);
     const float c = float(cos(angle)), s0 = float(sin(angle));
     const float s = inverse ? -s0 : s0;
     const E* xr = x + row * D;
@@ -51,8 +51,8 @@ __global__ void swiglu_backward_kernel(const E* gate, const E* up, const E* gout
 
 }  // namespace
 
-void CudaBackend::rope(const Tensor& x, const Tensor& positions, double theta, bool inverse,
-                       const Tensor& out) {
+void CudaBackend::rope(const Tensor& x, const Tensor& positions, double theta,
+                       const RopeScaling& scaling, bool inverse, const Tensor& out) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   const int64_t rows = B * H * T;
   LOOM_CHECK(positions.device() == x.device() && positions.dtype() == DType::I64)
@@ -61,7 +61,7 @@ void CudaBackend::rope(const Tensor& x, const Tensor& positions, double theta, b
   dispatch_float(x.dtype(), "rope", [&](auto z) {
     using E = decltype(z);
     LOOM_LAUNCH(rope_kernel<E>, blocks_for(rows * (D / 2)), kBlock, ptr<const E>(x),
-                ptr<const int64_t>(positions), rows, T, D, theta, inverse, ptr<E>(out));
+                ptr<const int64_t>(positions), rows, T, D, theta, scaling, inverse, ptr<E>(out));
   });
 }
 

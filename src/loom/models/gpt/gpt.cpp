@@ -13,8 +13,9 @@ namespace {
 const nn::Init kInit = nn::Init::normal(0.02f);
 
 std::shared_ptr<nn::Module> make_norm(const GptConfig& c) {
-  if (c.is_llama()) return std::make_shared<nn::RMSNorm>(c.width);
-  return std::make_shared<nn::LayerNorm>(c.width);
+  const float eps = float(c.norm_epsilon());
+  if (c.is_llama()) return std::make_shared<nn::RMSNorm>(c.width, eps);
+  return std::make_shared<nn::LayerNorm>(c.width, /*affine=*/true, eps);
 }
 
 Tensor apply_norm(const nn::Module& norm, bool llama, const Tensor& x) {
@@ -42,16 +43,28 @@ void GptConfig::validate() const {
   LOOM_CHECK(heads > 0) << "gpt: heads must be positive, got " << heads;
   LOOM_CHECK(width % heads == 0) << "gpt: width " << width << " is not divisible by heads "
                                  << heads;
+  LOOM_CHECK(norm_eps >= 0) << "gpt: norm_eps must be >= 0 (0: the style's), got " << norm_eps;
   LOOM_CHECK(kv_heads >= 0) << "gpt: kv_heads must be >= 0 (0: same as heads), got " << kv_heads;
   LOOM_CHECK(heads % num_kv_heads() == 0)
       << "gpt: heads " << heads << " is not a multiple of kv_heads " << kv_heads;
   if (is_llama()) {
     LOOM_CHECK(rope_theta > 0) << "gpt: llama style needs rope_theta > 0, got " << rope_theta;
+    const RopeScaling& s = rope_scaling;
+    LOOM_CHECK(s.factor >= 1 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+               s.original_context > 0)
+        << "gpt: rope_scaling_factor " << s.factor << " must be >= 1 (1: none), "
+        << "rope_low_freq_factor " << s.low_freq_factor << " positive and below "
+        << "rope_high_freq_factor " << s.high_freq_factor << ", rope_original_context "
+        << s.original_context << " positive";
     LOOM_CHECK(head_dim() % 2 == 0) << "gpt: llama style (RoPE) needs an even head dim, got width "
                                     << width << " / heads " << heads << " = " << head_dim();
     LOOM_CHECK(swiglu_hidden >= 0)
         << "gpt: swiglu_hidden must be >= 0 (0: 8/3 width rounded up to 64), got " << swiglu_hidden;
   } else {
+    LOOM_CHECK(rope_scaling.factor == 1)
+        << "gpt: rope_scaling_factor is for style \"llama\" (gpt2 has learned positions)";
+    LOOM_CHECK(!qkv_bias) << "gpt: qkv_bias is for style \"llama\" (gpt2's projections all "
+                          << "have biases)";
     LOOM_CHECK(mlp_ratio > 0 && int64_t(mlp_ratio * double(width)) > 0)
         << "gpt: mlp_ratio " << mlp_ratio << " gives no MLP hidden units at width " << width;
     LOOM_CHECK(swiglu_hidden == 0)
@@ -89,7 +102,9 @@ GptBlock::GptBlock(const GptConfig& c, bool moe) : llama_(c.is_llama()), moe_(mo
   ac.kv_heads = c.num_kv_heads();
   ac.causal = true;
   ac.rope_theta = llama_ ? c.rope_theta : 0.0;
+  ac.rope_scaling = c.rope_scaling;
   ac.bias = !llama_;
+  ac.qkv_bias = c.qkv_bias;
   ac.init = kInit;
   norm1 = register_module("norm1", make_norm(c));
   attn = register_module("attn", std::make_shared<nn::Attention>(ac));

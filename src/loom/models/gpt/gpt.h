@@ -31,9 +31,12 @@ struct GptConfig {
   double mlp_ratio = 4.0;  // gpt2: MLP hidden = mlp_ratio * width
   GptStyle style = GptStyle::Gpt2;
   double rope_theta = 10000.0;  // llama only
+  RopeScaling rope_scaling{};   // llama only: Llama 3.x's scaled frequencies (factor 1: none)
+  bool qkv_bias = false;        // llama only: biases on the q, k, v projections (Qwen2's)
   // Style and tying are independent: GptConfig::llama() unties, the plain struct ties.
   bool tie_embeddings = true;
   int64_t swiglu_hidden = 0;  // llama: 0 means 8/3 * width rounded up to a multiple of 64
+  double norm_eps = 0;        // the norms' epsilon; 0: the style's (gpt2 1e-5, llama 1e-6)
   // A mixture of experts in place of the MLP of every moe.every-th block (moe.experts > 0).
   // Its experts are the style's MLP (SwiGLU for llama, GELU for gpt2) of moe.hidden units
   // (0: mlp_hidden()).
@@ -52,7 +55,8 @@ struct GptConfig {
   bool is_llama() const { return style == GptStyle::Llama; }
   int64_t num_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t head_dim() const { return width / heads; }
-  int64_t mlp_hidden() const;        // the MLP's hidden size for the style (see the fields above)
+  int64_t mlp_hidden() const;  // the MLP's hidden size for the style (see the fields above)
+  double norm_epsilon() const { return norm_eps > 0 ? norm_eps : is_llama() ? 1e-6 : 1e-5; }
   nn::MoeConfig moe_config() const;  // moe with the style's experts and hidden size filled in
   bool is_moe_block(int64_t i) const { return moe.enabled() && (i + 1) % moe.every == 0; }
   // Parameters a token's forward uses: all but the experts it is not routed to.

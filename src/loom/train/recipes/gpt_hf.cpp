@@ -37,7 +37,8 @@ struct NameMap {
 std::vector<NameMap> name_maps(const models::GptConfig& c) {
   LOOM_CHECK(!c.moe.enabled())
       << "Hugging Face interop: this GPT is a mixture of experts (moe.experts " << c.moe.experts
-      << "), which has no GPT2LMHeadModel or LlamaForCausalLM layout; only dense models "
+      << "), which has no GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM layout; only "
+      << "dense models "
       << "convert";
   std::vector<NameMap> m;
   if (!c.is_llama()) {
@@ -73,6 +74,12 @@ std::vector<NameMap> name_maps(const models::GptConfig& c) {
                               h + "self_attn.v_proj.weight"},
                              false,
                              {q, kv, kv}});
+      if (c.qkv_bias)  // Qwen2
+        m.emplace_back(NameMap{
+            l + "attn.qkv.bias",
+            {h + "self_attn.q_proj.bias", h + "self_attn.k_proj.bias", h + "self_attn.v_proj.bias"},
+            false,
+            {q, kv, kv}});
       m.push_back({l + "attn.proj.weight", {h + "self_attn.o_proj.weight"}});
       m.push_back({l + "norm2.weight", {h + "post_attention_layernorm.weight"}});
       m.emplace_back(
@@ -96,6 +103,12 @@ Tensor take(std::map<std::string, Tensor>& tensors, const std::string& name,
   return t;
 }
 
+// The transformers class of a GPT: GPT-2's, Llama's, or (Llama with q, k, v biases) Qwen2's.
+const char* hf_architecture(const models::GptConfig& c) {
+  if (!c.is_llama()) return "GPT2LMHeadModel";
+  return c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
+
 Json hf_config(const models::GptConfig& c, DType dtype) {
   const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : "float32";
   if (!c.is_llama())
@@ -108,7 +121,7 @@ Json hf_config(const models::GptConfig& c, DType dtype) {
                          {"n_head", c.heads},
                          {"n_inner", c.mlp_hidden()},
                          {"activation_function", "gelu_new"},  // the tanh approximation
-                         {"layer_norm_epsilon", 1e-5},
+                         {"layer_norm_epsilon", c.norm_epsilon()},
                          {"resid_pdrop", 0.0},
                          {"embd_pdrop", 0.0},
                          {"attn_pdrop", 0.0},
@@ -116,25 +129,45 @@ Json hf_config(const models::GptConfig& c, DType dtype) {
                          {"bos_token_id", nullptr},  // Loom's GPTs have no special tokens
                          {"eos_token_id", nullptr},
                          {"torch_dtype", torch_dtype}});
-  return Json::object({{"architectures", Json::array({Json("LlamaForCausalLM")})},
-                       {"model_type", "llama"},
-                       {"vocab_size", c.vocab_size},
-                       {"max_position_embeddings", c.context},
-                       {"hidden_size", c.width},
-                       {"intermediate_size", c.mlp_hidden()},
-                       {"num_hidden_layers", c.depth},
-                       {"num_attention_heads", c.heads},
-                       {"num_key_value_heads", c.num_kv_heads()},
-                       {"head_dim", c.head_dim()},
-                       {"hidden_act", "silu"},
-                       {"rms_norm_eps", 1e-6},
-                       {"rope_theta", c.rope_theta},
-                       {"attention_bias", false},
-                       {"mlp_bias", false},
-                       {"tie_word_embeddings", c.tie_embeddings},
-                       {"bos_token_id", nullptr},
-                       {"eos_token_id", nullptr},
-                       {"torch_dtype", torch_dtype}});
+  Json llama = Json::object({{"architectures", Json::array({Json(hf_architecture(c))})},
+                             {"model_type", c.qkv_bias ? "qwen2" : "llama"},
+                             {"vocab_size", c.vocab_size},
+                             {"max_position_embeddings", c.context},
+                             {"hidden_size", c.width},
+                             {"intermediate_size", c.mlp_hidden()},
+                             {"num_hidden_layers", c.depth},
+                             {"num_attention_heads", c.heads},
+                             {"num_key_value_heads", c.num_kv_heads()},
+                             {"head_dim", c.head_dim()},
+                             {"hidden_act", "silu"},
+                             {"rms_norm_eps", c.norm_epsilon()},
+                             {"rope_theta", c.rope_theta},
+                             {"attention_bias", false},
+                             {"mlp_bias", false},
+                             {"tie_word_embeddings", c.tie_embeddings},
+                             {"bos_token_id", nullptr},
+                             {"eos_token_id", nullptr},
+                             {"torch_dtype", torch_dtype}});
+  if (c.qkv_bias) {  // Qwen2: no head_dim, attention_bias, mlp_bias; full attention throughout
+    Json qwen = Json::object();
+    for (const auto& [key, value] : llama.items())
+      if (key != "head_dim" && key != "attention_bias" && key != "mlp_bias") qwen.set(key, value);
+    qwen.set("use_sliding_window", false);
+    Json::Array layers;
+    for (int64_t i = 0; i < c.depth; ++i) layers.push_back(Json("full_attention"));
+    qwen.set("layer_types", Json::array(std::move(layers)));
+    llama = qwen;
+  }
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.factor != 1)  // Llama 3.x's scaled RoPE, as transformers 5 writes it
+    llama.set("rope_parameters",
+              Json::object({{"rope_type", "llama3"},
+                            {"rope_theta", c.rope_theta},
+                            {"factor", rs.factor},
+                            {"low_freq_factor", rs.low_freq_factor},
+                            {"high_freq_factor", rs.high_freq_factor},
+                            {"original_max_position_embeddings", rs.original_context}}));
+  return llama;
 }
 
 }  // namespace
@@ -160,7 +193,7 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
   LOOM_CHECK(weights.empty()) << "hf export: " << weights.begin()->first
                               << " has no Hugging Face name (a model this export does not know)";
   HfExport result;
-  result.architecture = cfg.gpt().is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  result.architecture = hf_architecture(cfg.gpt());
   for (auto& [name, t] : tensors) {
     if (dtype == DType::BF16) t = to_dtype(t, DType::BF16);
     result.bytes += int64_t(t.nbytes());
@@ -239,39 +272,153 @@ std::map<std::string, Tensor> read_hf_tensors(const std::string& dir) {
   return out;
 }
 
-// config.json against the model the run builds: each key that decides a shape or the function.
+// The fields of a GPT2LMHeadModel's or LlamaForCausalLM's config.json that do not change the
+// function the model computes in training, so an import ignores them (docs/interop.md lists
+// them): bookkeeping, generation and special-token settings, the initialisation's scale,
+// dropout (Loom trains without it: said once), GPT-2's sequence-classification head, and ways
+// of computing the same function (f32 attention scores, Llama's pretraining_tp split).
+const std::set<std::string> kIgnoredHfFields = {"transformers_version",
+                                                "_name_or_path",
+                                                "torch_dtype",
+                                                "dtype",
+                                                "model_type",
+                                                "bos_token_id",
+                                                "eos_token_id",
+                                                "pad_token_id",
+                                                "use_cache",
+                                                "initializer_range",
+                                                "task_specific_params",
+                                                "output_attentions",
+                                                "output_hidden_states",
+                                                "return_dict",
+                                                "resid_pdrop",
+                                                "embd_pdrop",
+                                                "attn_pdrop",
+                                                "attention_dropout",
+                                                "summary_first_dropout",
+                                                "summary_type",
+                                                "summary_use_proj",
+                                                "summary_activation",
+                                                "summary_proj_to_labels",
+                                                "reorder_and_upcast_attn",
+                                                "pretraining_tp",
+                                                "gradient_checkpointing"};
+const char* const kDropoutFields[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop",
+                                      "attention_dropout", "summary_first_dropout"};
+
+// config.json against the model the run builds: every field that changes the function must
+// hold the run's model's value (or the one that computes the same), every other field must be
+// one known not to change it; anything else is refused naming the field.
 void check_hf_config(const std::string& dir, const models::GptConfig& c) {
+  const std::string where = "hf import: " + dir + "/config.json: ";
   const Json j = read_json_file(dir + "/config.json");
-  const std::string want = c.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  const std::string want = hf_architecture(c);
   const Json* arch = j.find("architectures");
   const std::string got =
       arch && arch->is_array() && !arch->as_array().empty() ? arch->as_array()[0].as_string() : "";
-  LOOM_CHECK(got == want) << "hf import: " << dir << "/config.json: architecture '" << got
-                          << "', but model.style \"" << models::name_of(c.style) << "\" is "
-                          << want;
+  LOOM_CHECK(got == want) << where << "architecture '" << got << "', but model.style \""
+                          << models::name_of(c.style) << "\""
+                          << (c.qkv_bias ? " with qkv_bias" : "") << " is " << want;
   const Json expected = hf_config(c, DType::F32);
-  // transformers 5 writes RoPE's settings as rope_parameters; plain RoPE only.
-  const Json* rope = j.find("rope_parameters");
-  if (rope && rope->is_object()) {
-    const Json* type = rope->find("rope_type");
-    LOOM_CHECK(!type || type->as_string() == "default")
-        << "hf import: " << dir << "/config.json: rope_type '" << type->as_string()
-        << "' (Loom's RoPE is the default, unscaled one)";
-  }
-  for (const auto& [key, value] : expected.items()) {
-    if (key == "torch_dtype" || key == "architectures" || key == "bos_token_id" ||
-        key == "eos_token_id")
-      continue;  // no shape or function depends on them
-    const Json* v = j.find(key);
-    if (!v && key == "rope_theta" && rope && rope->is_object()) v = rope->find("rope_theta");
+  auto is = [](const Json* v, const Json& value) {
     const bool number = value.is_int() || value.is_double();
-    const bool same = v && (number ? (v->is_int() || v->is_double()) &&
-                                         std::fabs(v->as_double() - value.as_double()) <=
-                                             1e-9 * std::fabs(value.as_double())
-                                   : *v == value);
-    LOOM_CHECK(same) << "hf import: " << dir << "/config.json: " << key << " is "
-                     << (v ? v->dump() : std::string("missing")) << ", the run's model needs "
-                     << value.dump();
+    return v && (number ? (v->is_int() || v->is_double()) &&
+                              std::fabs(v->as_double() - value.as_double()) <=
+                                  1e-9 * std::fabs(value.as_double())
+                        : *v == value);
+  };
+  // RoPE: transformers 5 writes rope_parameters, earlier ones rope_theta and rope_scaling (null
+  // when unscaled). The default RoPE, or Llama 3.x's scaling with the run's model's settings.
+  const RopeScaling& rs = c.rope_scaling;
+  bool file_scaled = false;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const Json* rope = j.find(key);
+    if (!rope || rope->is_null()) continue;
+    LOOM_CHECK(rope->is_object()) << where << key << " is " << rope->dump();
+    const Json* type = rope->find("rope_type");
+    if (!type) type = rope->find("type");
+    const std::string kind = type ? type->as_string() : "default";
+    LOOM_CHECK(kind == "default" || kind == "llama3")
+        << where << key << ".rope_type '" << kind << "': Loom's RoPE is the default one or "
+        << "Llama 3.x's (llama3); another would change every position's rotation";
+    std::set<std::string> fields = {"rope_type", "type", "rope_theta"};
+    if (kind == "llama3") {
+      file_scaled = true;
+      LOOM_CHECK(c.is_llama() && rs.factor != 1)
+          << where << key << ".rope_type 'llama3': the run's model does not scale its RoPE (set "
+          << "model.rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor and "
+          << "rope_original_context to the file's)";
+      const std::pair<const char*, double> wanted[] = {
+          {"factor", rs.factor},
+          {"low_freq_factor", rs.low_freq_factor},
+          {"high_freq_factor", rs.high_freq_factor},
+          {"original_max_position_embeddings", rs.original_context}};
+      for (const auto& [field, want] : wanted) {
+        fields.insert(field);
+        const Json* v = rope->find(field);
+        LOOM_CHECK(is(v, Json(want)))
+            << where << key << "." << field << " is " << (v ? v->dump() : std::string("missing"))
+            << ", the run's model needs " << want;
+      }
+    }
+    for (const auto& [field, value] : rope->items())
+      LOOM_CHECK(fields.count(field)) << where << key << "." << field << " is " << value.dump()
+                                      << ": Loom's RoPE does not take it";
+  }
+  LOOM_CHECK(file_scaled || rs.factor == 1)
+      << where << "an unscaled RoPE, but the run's model scales it (model.rope_scaling_factor "
+      << rs.factor << ")";
+  std::set<std::string> checked = {"architectures", "rope_parameters", "rope_scaling"};
+  // Qwen2's window settings do nothing while use_sliding_window is false (checked below).
+  if (c.qkv_bias) checked.insert({"sliding_window", "max_window_layers"});
+  for (const auto& [key, value] : expected.items()) {
+    if (key == "resid_pdrop" || key == "embd_pdrop" || key == "attn_pdrop") continue;  // below
+    checked.insert(key);
+    if (key == "torch_dtype" || key == "architectures" || key == "bos_token_id" ||
+        key == "eos_token_id" || key == "rope_parameters")
+      continue;  // no shape or function depends on them (RoPE's: above)
+    const Json* v = j.find(key);
+    if (!v && key == "rope_theta")
+      if (const Json* rope = j.find("rope_parameters"); rope && rope->is_object())
+        v = rope->find("rope_theta");
+    // transformers' defaults where a field is absent or null: GPT-2's MLP is 4 x n_embd wide,
+    // Llama's head_dim hidden_size / num_attention_heads (Loom's own).
+    if ((!v || v->is_null()) && key == "n_inner" && c.mlp_hidden() == 4 * c.width) continue;
+    if (!v && key == "head_dim") continue;
+    if (!v && key == "rope_theta" && c.rope_theta == 10000.0) continue;
+    if (!v && (key == "attention_bias" || key == "mlp_bias")) continue;  // false by default
+    LOOM_CHECK(is(v, value)) << where << key << " is " << (v ? v->dump() : std::string("missing"))
+                             << ", the run's model needs " << value.dump();
+  }
+  // GPT-2's switches of its attention, as Loom computes it.
+  const std::pair<const char*, Json> gpt2_attention[] = {
+      {"scale_attn_weights", Json(true)},
+      {"scale_attn_by_inverse_layer_idx", Json(false)},
+      {"add_cross_attention", Json(false)},
+      {"n_ctx", Json(c.context)}};
+  for (const auto& [key, value] : gpt2_attention) {
+    if (c.is_llama()) break;
+    checked.insert(key);
+    const Json* v = j.find(key);
+    LOOM_CHECK(!v || v->is_null() || is(v, value))
+        << where << key << " is " << v->dump() << ": Loom's GPT-2 computes " << value.dump();
+  }
+  std::vector<std::string> dropout;
+  for (const auto& [key, value] : j.items()) {
+    if (checked.count(key)) continue;
+    LOOM_CHECK(kIgnoredHfFields.count(key))
+        << where << "field " << key << " (" << value.dump() << ") is not one Loom knows: it may "
+        << "change the model, so the import stops (docs/interop.md lists the fields read and "
+        << "those ignored)";
+    for (const char* d : kDropoutFields)
+      if (key == d && (value.is_int() || value.is_double()) && value.as_double() > 0)
+        dropout.push_back(key + "=" + value.dump());
+  }
+  if (!dropout.empty()) {
+    std::string list;
+    for (const std::string& d : dropout) list += (list.empty() ? "" : ", ") + d;
+    std::printf("hf import: %s sets dropout (%s); Loom trains without dropout\n", dir.c_str(),
+                list.c_str());
   }
 }
 

@@ -3,7 +3,7 @@
 // shards with model.safetensors.index.json) and config.json, for GPT2LMHeadModel (style "gpt2": its
 // Conv1D weights are the transposes of Loom's Linear ones) or LlamaForCausalLM (style "llama":
 // the fused qkv split into q_proj / k_proj / v_proj, the SwiGLU's w1 / w3 / w2 as gate / up /
-// down). Both use Loom's conventions unchanged otherwise: tanh GELU ("gelu_new"), rotate-half
+// down), or Qwen2ForCausalLM (style "llama" with model.qkv_bias: q, k, v biases too). Both use Loom's conventions unchanged otherwise: tanh GELU ("gelu_new"), rotate-half
 // RoPE, the norms' epsilons.
 #pragma once
 #include <cstdint>

@@ -32,9 +32,16 @@ void read_gpt(ConfigFile& f, Config& c) {
   g.kv_heads = f.get_int("model", "kv_heads", g.kv_heads);
   g.mlp_ratio = f.get_double("model", "mlp_ratio", g.mlp_ratio);
   g.rope_theta = f.get_double("model", "rope_theta", g.rope_theta);
+  RopeScaling& rs = g.rope_scaling;  // Llama 3.x's (Hugging Face's rope_type "llama3")
+  rs.factor = f.get_double("model", "rope_scaling_factor", rs.factor);
+  rs.low_freq_factor = f.get_double("model", "rope_low_freq_factor", rs.low_freq_factor);
+  rs.high_freq_factor = f.get_double("model", "rope_high_freq_factor", rs.high_freq_factor);
+  rs.original_context = f.get_double("model", "rope_original_context", rs.original_context);
   // The style's convention (GptConfig::llama unties the head) unless the config says otherwise.
   g.tie_embeddings = f.get_bool("model", "tie_embeddings", !g.is_llama());
   g.swiglu_hidden = f.get_int("model", "swiglu_hidden", g.swiglu_hidden);
+  g.norm_eps = f.get_double("model", "norm_eps", g.norm_eps);
+  g.qkv_bias = f.get_bool("model", "qkv_bias", g.qkv_bias);
   read_moe(f, g.moe);
   g.validate();
 
