@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "device_tensors.h"
 #include "loom/backend/backend.h"
 #include "loom/ops/ops.h"
 #include "loom/precision/quantize.h"
@@ -23,23 +24,10 @@ using loom::DType;
 using loom::Tensor;
 namespace precision = loom::precision;
 
-const loom::Device kCuda{loom::DeviceType::CUDA, 0};
-
-Tensor on(const Tensor& host, loom::Device device) {
-  if (device.type == loom::DeviceType::CPU) return host;
-  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
-  loom::backend_for(device).copy(host, t);
-  return t;
-}
-Tensor to_host(const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype());
-  loom::backend_for(t.device()).copy(t, h);
-  return h;
-}
-
-bool same_float(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || loom::f32_bits(a) == loom::f32_bits(b);
-}
+using loom::test::kCuda;
+using loom::test::on;
+using loom::test::same_float;
+using loom::test::to_host;
 
 // Values over 16 binades around 1 (some saturate their group's scale only when a scale is
 // given), values small enough to flush, a zero tile, and the non-finite values asked for.

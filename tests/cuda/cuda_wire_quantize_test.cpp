@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "device_tensors.h"
 #include "loom/backend/backend.h"
 #include "loom/lowcomm/quantize.h"
 #include "loom/ops/ops.h"
@@ -19,18 +20,9 @@ using loom::DType;
 using loom::Tensor;
 namespace lowcomm = loom::lowcomm;
 
-const loom::Device kCuda{loom::DeviceType::CUDA, 0};
-
-Tensor on(const Tensor& host, loom::Device device) {
-  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
-  loom::backend_for(device).copy(host, t);
-  return t;
-}
-Tensor to_host(const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype());
-  loom::backend_for(t.device()).copy(t, h);
-  return h;
-}
+using loom::test::kCuda;
+using loom::test::on;
+using loom::test::to_host;
 
 TEST(CudaWireQuantize, CodesAreTheHostsByteForByte) {
   const int64_t n = 1000;  // 7 blocks of 128 and one of 104; 1000 / 37: an odd partial block

@@ -337,12 +337,12 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
     LOOM_CHECK(rope->is_object()) << where << key << " is " << rope->dump();
     const Json* type = rope->find("rope_type");
     if (!type) type = rope->find("type");
-    const std::string kind = type ? type->as_string() : "default";
-    LOOM_CHECK(kind == "default" || kind == "llama3")
-        << where << key << ".rope_type '" << kind << "': Loom's RoPE is the default one or "
+    const std::string rope_type = type ? type->as_string() : "default";
+    LOOM_CHECK(rope_type == "default" || rope_type == "llama3")
+        << where << key << ".rope_type '" << rope_type << "': Loom's RoPE is the default one or "
         << "Llama 3.x's (llama3); another would change every position's rotation";
     std::set<std::string> fields = {"rope_type", "type", "rope_theta"};
-    if (kind == "llama3") {
+    if (rope_type == "llama3") {
       file_scaled = true;
       LOOM_CHECK(c.is_llama() && rs.factor != 1)
           << where << key << ".rope_type 'llama3': the run's model does not scale its RoPE (set "
