@@ -95,6 +95,23 @@ LOOM_HD inline GroupScales group_scales(const BlockQuantizeSpec& s, float amax, 
   return {scale, 1.0f / scale};
 }
 
+// One run of 16 values of a row (values [b, b + 16) of `row`, zeros past `cols`) rotated into
+// out[0, 16): times diag(signs), the fast Walsh-Hadamard butterflies in a fixed order, / 4.
+LOOM_HD inline void hadamard16_run(const float* row, int64_t cols, int64_t b, const float* signs,
+                                   float* out) {
+  float v[16];
+  for (int i = 0; i < 16; ++i)  // the padding's zeros take their signs too
+    v[i] = (b + i < cols ? row[b + i] : 0.0f) * signs[i];
+  for (int h = 1; h < 16; h *= 2)
+    for (int i = 0; i < 16; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const float p = v[j], q = v[j + h];
+        v[j] = p + q;
+        v[j + h] = p - q;
+      }
+  for (int i = 0; i < 16; ++i) out[i] = v[i] * 0.25f;
+}
+
 // NVFP4's tensor scale from the tensor's amax.
 LOOM_HD inline float nvfp4_tensor_scale(float amax) {
   return amax > 0 ? float(6.0 * 448.0 / double(amax)) : 1.0f;

@@ -81,19 +81,8 @@ void CpuBackend::hadamard16(const Tensor& x, const std::array<float, 16>& signs,
   float* o = out.data<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < padded; b += 16) {
-      float v[16];
-      for (int i = 0; i < 16; ++i)  // the padding's zeros take their signs too
-        v[i] = (b + i < cols ? in[r * cols + b + i] : 0.0f) * signs[size_t(i)];
-      for (int h = 1; h < 16; h *= 2)  // the fast Walsh-Hadamard butterflies
-        for (int i = 0; i < 16; i += 2 * h)
-          for (int j = i; j < i + h; ++j) {
-            const float p = v[j], q = v[j + h];
-            v[j] = p + q;
-            v[j + h] = p - q;
-          }
-      for (int i = 0; i < 16; ++i) o[r * padded + b + i] = v[i] * 0.25f;
-    }
+    for (int64_t b = 0; b < padded; b += 16)
+      hadamard16_run(in + r * cols, cols, b, signs.data(), o + r * padded + b);
 }
 
 void CpuBackend::wire_encode(const Tensor& x, const WireQuant& q, const Tensor& out) {

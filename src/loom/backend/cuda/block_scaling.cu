@@ -96,17 +96,7 @@ __global__ void hadamard16_kernel(const float* x, int64_t rows, int64_t cols, in
                                   Signs16 signs, float* out) {
   LOOM_GRID_STRIDE(run, rows * (padded / 16)) {
     const int64_t r = run / (padded / 16), b = run % (padded / 16) * 16;
-    float v[16];
-    for (int i = 0; i < 16; ++i)  // the padding's zeros take their signs too
-      v[i] = (b + i < cols ? x[r * cols + b + i] : 0.0f) * signs.v[i];
-    for (int h = 1; h < 16; h *= 2)
-      for (int i = 0; i < 16; i += 2 * h)
-        for (int j = i; j < i + h; ++j) {
-          const float p = v[j], q = v[j + h];
-          v[j] = p + q;
-          v[j + h] = p - q;
-        }
-    for (int i = 0; i < 16; ++i) out[r * padded + b + i] = v[i] * 0.25f;
+    hadamard16_run(x + r * cols, cols, b, signs.v, out + r * padded + b);
   }
 }
 
