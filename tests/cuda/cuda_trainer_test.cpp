@@ -475,6 +475,90 @@ TEST(CudaTrainer, OffloadedOptimizerStateLeavesTheDevice) {
   fs::remove_all(dir);
 }
 
+// optim.offload under ZeRO-1/2 on the device: the f32 master and both moments in host memory,
+// updated there; the device keeps a copy of the parameters, all-gathered after each step. In
+// f32 the run equals the one with the state on the device. With parallel.gather_dtype "bf16"
+// the device keeps the copy in bf16 and converts a unit's parameters to f32 only while it runs
+// (as ZeRO-3 gathers them): the run then equals ZeRO-3 with bf16 gathers, whose forward
+// computes from the same bf16 values of the same f32 master, and the device's parameter peak falls
+// by 2 bytes a parameter, less the f32 of the units converted at once. ZeRO-1 accumulating two
+// micro-steps releases each unit after its backward on the step that does not reduce. A resumed run
+// continues as the unbroken one.
+TEST(CudaTrainer, OffloadedZeroOneTwoKeepMasterOnTheHost) {
+  const std::string dir = temp_dir("offload12");
+  const std::string config = write_config(dir, kGpt);
+  const std::vector<std::string> common = {"data.path=\"" + text_file(dir) + "\"",
+                                           "run.out_dir=\"" + dir + "\"",
+                                           "train.device=\"cuda\"",
+                                           "model.depth=6",
+                                           "sample.tokens=0",
+                                           "eval.every=0"};
+  auto with = [&](const std::vector<std::string>& more) { return joined(common, more); };
+  const std::string zero1 = "parallel.data_parallel=\"zero1\"",
+                    zero2 = "parallel.data_parallel=\"zero2\"",
+                    zero3 = "parallel.data_parallel=\"zero3\"",
+                    bf16 = "parallel.gather_dtype=\"bf16\"", offload = "optim.offload=true";
+  const auto peak = [](const RunFiles& r, const char* category) {
+    return r.last.at("mem").at(category).at("peak").as_double();
+  };
+
+  const RunFiles device = run(config, with({"run.name=\"zero2\"", zero2}));
+  const RunFiles host = run(config, with({"run.name=\"zero2-offload\"", zero2, offload}));
+  expect_close(device.losses, host.losses, 1e-6, "zero2 loss, master offloaded");
+  EXPECT_GT(peak(device, "optimizer"), 0);
+  EXPECT_EQ(peak(host, "optimizer"), 0) << "optimizer state on the device";
+  EXPECT_EQ(peak(host, "parameters"), peak(device, "parameters")) << "the f32 copy";
+
+  const RunFiles zero3_bf16 = run(config, with({"run.name=\"zero3-bf16\"", zero3, bf16}));
+  const RunFiles kept =
+      run(config, with({"run.name=\"zero2-offload-bf16\"", zero2, offload, bf16}));
+  expect_close(zero3_bf16.losses, kept.losses, 1e-6, "zero2 with bf16 parameters offloaded");
+  EXPECT_LT(kept.losses.back(), kept.losses.front());
+  EXPECT_EQ(peak(kept, "optimizer"), 0);
+  // GPT-2 of kGpt at depth 6: token and position embeddings (the head tied), per block two
+  // norms, qkv, projection and the MLP with biases, the final norm.
+  const double V = 256, T = 32, C = 64, depth = 6;
+  const double block =
+      2 * 2 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C;
+  const double params = V * C + T * C + depth * block + 2 * C;
+  std::printf("device parameter peak: %.0f B in f32, %.0f B kept in bf16 (%.0f parameters)\n",
+              peak(device, "parameters"), peak(kept, "parameters"), params);
+  EXPECT_GE(peak(device, "parameters"), 4 * params);
+  // bf16 for every parameter, f32 for at most two blocks at once (one running, the next
+  // prefetched) or the embeddings' unit and a block.
+  EXPECT_LE(peak(kept, "parameters"), 2 * params + 4 * 2 * block + 4096);
+
+  const RunFiles zero3_accum =
+      run(config, with({"run.name=\"zero3-accum\"", zero3, bf16, "train.grad_accum=2"}));
+  const RunFiles zero1_accum =
+      run(config, with({"run.name=\"zero1-accum\"", zero1, offload, bf16, "train.grad_accum=2"}));
+  expect_close(zero3_accum.losses, zero1_accum.losses, 1e-6, "zero1 accumulating, bf16 kept");
+  EXPECT_LE(peak(zero1_accum, "parameters"), 2 * params + 4 * 2 * block + 4096);
+
+  // Resumed from the step-4 checkpoint: the master comes back to the host, the device's copy
+  // from it.
+  const RunFiles first =
+      run(config, with({"run.name=\"split\"", zero2, offload, bf16, "train.stop_after=4"}));
+  const RunFiles resumed = run(config, with({"run.name=\"split\"", zero2, offload, bf16}),
+                               loom::latest_checkpoint(first.dir));
+  ASSERT_EQ(resumed.losses.size(), kept.losses.size());
+  for (size_t i = 0; i < kept.losses.size(); ++i)
+    EXPECT_EQ(resumed.losses[i], kept.losses[i]) << "step " << i + 1;
+
+  // The host has nothing to offload from: bf16 parameters need ZeRO-3 there.
+  try {
+    run(config, joined({"data.path=\"" + text_file(dir) + "\"", "run.out_dir=\"" + dir + "\""},
+                       {"run.name=\"refused\"", zero2, offload, bf16}));
+    ADD_FAILURE() << "bf16 parameters under ZeRO-2 on the host were not refused";
+  } catch (const loom::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero1/zero2 with optim.offload = true on "
+                                         "train.device \"cuda\" (data parallelism here: zero2)"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // DiLoCo's outer state (global weights, outer momentum, the average, both error-feedback
 // residuals: five f32 copies of the weights) lives on the parameters' device, or with
 // lowcomm.outer_state = "host" in host memory; the run is the same. AdamW's moments are

@@ -301,6 +301,47 @@ TEST_F(StagedTrainer, OffloadedZeroThreeKeepsMasterAndMomentsOnTheHost) {
   }
 }
 
+// optim.offload under ZeRO-1/2 with bf16 parameters on the device: each rank's f32 master
+// shard and its moments in host memory, the device keeping every parameter in bf16 (all-gathered
+// in bf16 after each step) and converting a unit's to f32 only while it runs. ZeRO-3 with bf16
+// gathers computes from the same values of the same master: the loss curves equal, also as
+// HSDP (the replicas take replica 0's masters at the start), and the DiT's EMA, read from the
+// host's master, samples the same image bytes.
+TEST_F(StagedTrainer, OffloadedZeroOneTwoKeepBf16ParametersOnTheDevice) {
+  const std::string bf16 = "parallel.gather_dtype=\"bf16\"", offload = "optim.offload=true";
+  std::vector<std::pair<std::string, std::vector<std::string>>> pairs = {
+      {"zero2", {"parallel.data_parallel=\"zero2\""}},
+      {"zero1", {"parallel.data_parallel=\"zero1\"", "train.grad_accum=2"}}};
+  if (world_->size() % 2 == 0)
+    pairs.push_back({"hsdp2", {"parallel.data_parallel=\"zero2\"", "parallel.dp_replicate=2"}});
+  for (const std::string model : {"gpt", "dit"}) {
+    for (const auto& [name, layout] : pairs) {
+      if (model == "dit" && name != "zero2") continue;
+      std::vector<std::string> zero3 = layout, kept = layout;
+      zero3[0] = "parallel.data_parallel=\"zero3\"";
+      zero3.push_back(bf16);
+      kept.push_back(bf16);
+      kept.push_back(offload);
+      const std::string tag = model + "-" + name;
+      const std::vector<double> reference = run(model, tag + "-zero3", "cuda", zero3);
+      const std::vector<double> offloaded = run(model, tag + "-kept", "cuda", kept);
+      ASSERT_EQ(reference.size(), 6u) << tag;
+      ASSERT_EQ(offloaded.size(), reference.size()) << tag;
+      for (size_t i = 0; i < reference.size(); ++i)
+        EXPECT_NEAR(offloaded[i], reference[i], 1e-6 * std::fabs(reference[i]))
+            << tag << ", step " << i + 1;
+      if (model == "dit" && world_->rank() == 0) {
+        auto bytes = [&](const std::string& run_name) {
+          std::ifstream in(dir_ + "/" + run_name + "/samples.png", std::ios::binary);
+          return std::string(std::istreambuf_iterator<char>(in), {});
+        };
+        EXPECT_FALSE(bytes(tag + "-zero3").empty());
+        EXPECT_TRUE(bytes(tag + "-zero3") == bytes(tag + "-kept")) << "the EMAs differ";
+      }
+    }
+  }
+}
+
 TEST_F(StagedTrainer, ZeroThreeTrainsAModelAboveOneProcessDeviceLimit) {
   ASSERT_EQ(world_->size(), 4) << "run under mpirun -np 4";
   const int64_t V = 256, T = 32, C = 128, depth = 8;

@@ -87,9 +87,13 @@ void AdamW::update(Slot& s, const Tensor& g, double lr, double grad_scale, int64
   const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
   const Tensor& w = s.param.tensor;
   if (s.exp_avg.device() == w.device()) {
+    // A master apart from its gradient (ZeRO-1/2 offloaded: the master and moments on the
+    // host, the reduced gradients on the device) takes a copy of it.
+    MemCategoryScope scope(MemCategory::Communication);
+    const Tensor g_here = g.device() == w.device() ? g : to_device(g, w.device());
     backend_for(w.device())
-        .adamw_step(w, g, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2, config_.eps,
-                    wd, step, grad_scale);
+        .adamw_step(w, g_here, s.exp_avg, s.exp_avg_sq, lr, config_.beta1, config_.beta2,
+                    config_.eps, wd, step, grad_scale);
     return;
   }
   // Offloaded: the update runs where the moments are, on copies of the weight and gradient.

@@ -17,13 +17,14 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
 struct Topology {
   dist::ParallelDims dims;  // dp_shard = -1: every rank not used by other axes
   DataParallel data_parallel = DataParallel::DDP;  // over dp_shard, replicated over dp_replicate
-  DType gather_dtype = DType::F32;                 // Zero3: what parameters travel as
+  // Zero3: what parameters travel as; Zero1-2 offloaded from a GPU: also the device's copy.
+  DType gather_dtype = DType::F32;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // tp > 1: norms and residuals on sequence shards
   ContextParallelKind context_parallel = ContextParallelKind::Ring;
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
-  int64_t pipeline_chunks = 1;   // model chunks per pipeline rank (interleaved only)
-  double bucket_mb = 25;         // DDP gradient buckets
+  int64_t pipeline_chunks = 1;     // model chunks per pipeline rank (interleaved only)
+  double bucket_mb = 25;           // DDP gradient buckets
   bool offload_optimizer = false;  // AdamW state in host memory (optim.offload; parallel/zero.h)
   // The dp_replicate groups are DiLoCo workers (lowcomm/diloco.h): gradients are exchanged
   // within a worker (over dp_shard) only, and the workers average their weights every H steps.

@@ -49,11 +49,18 @@ struct ZeroDataParallel::Group {
   int64_t padded = 0, shard = 0;  // padded length (a multiple of the shard count), shard length S
   bool wrapped = false;  // a unit whose forward is wrapped (else: the parameters of no unit)
   Tensor full;           // (padded) the parameters; the model's tensors are views of it
-  Tensor master;  // (S) the owned elements: a view of `full`, or (stage 3) a buffer of its own
-  // Stage 3 with the master in host memory (offloaded): the shard the gather sends, (S) in the
-  // gather dtype on the device, behind the master while `upload` is set.
+  // (S) the owned elements: a view of `full`, or a buffer of its own (stage 3; stages 1-2 with
+  // the master offloaded from a device).
+  Tensor master;
+  // With the master in host memory (offloaded), the shard the gather sends, (S) in the gather
+  // dtype on the device, behind the master while `upload` is set: stage 3's own buffer; under
+  // stages 1-2 this rank's chunk of `full`, or of `kept`.
   Tensor working;
   bool upload = false;
+  // Stages 1-2 offloaded with bf16 gathers, a unit's group: the (padded) parameters as the
+  // device keeps them between uses (bf16). `full` then exists only while the unit runs, as
+  // stage 3's does, converted from it instead of gathered.
+  Tensor kept;
   size_t piece_begin = 0, piece_end = 0;  // its pieces in ZeroDataParallel::pieces()
   Tensor flat_grad;   // (padded) full gradients: stage 1 always; stages 2-3 while in flight
   Tensor grad_shard;  // (S) the reduced gradients of the owned elements
@@ -80,6 +87,8 @@ struct ZeroDataParallel::Shared {
   std::shared_ptr<dist::ProcessGroup> shard;
   ZeroOptions options;
   Device device = cpu_device();  // the parameters'
+  // Units' full parameters exist only while the unit runs (stage 3; stages 1-2 keeping bf16).
+  bool released_between_uses = false;
   int last_unit = -1;
   bool sync = false, active = true;
   // Offloaded stage 3: where the optimizer posts each piece's update (keyed by piece index).
@@ -99,6 +108,11 @@ struct ZeroDataParallel::Shared {
   void start_gather(Group& g) {
     settle(g);
     g.full.storage()->materialize();
+    if (g.kept.defined()) {  // stages 1-2: every element is here already
+      convert(g.kept, g.full);
+      g.state = Group::Params::Ready;
+      return;
+    }
     const Tensor& source = gather_source(g);
     if (options.gather_dtype == DType::BF16) {
       Tensor send = source;
@@ -126,7 +140,7 @@ struct ZeroDataParallel::Shared {
   }
 
   void release(Group& g) {
-    if (options.stage != 3 || !g.wrapped || g.state == Group::Params::Released) return;
+    if (!released_between_uses || !g.wrapped || g.state == Group::Params::Released) return;
     if (g.state == Group::Params::Gathering) finish_gather(g);  // never free under a transfer
     for (const auto& p : g.params) forget_bf16_copy(p.tensor);  // its memory goes with it
     g.full.storage()->release();
@@ -139,7 +153,7 @@ struct ZeroDataParallel::Shared {
   Tensor forward(size_t gi, const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs,
                  const std::weak_ptr<Shared>& self, bool user) {
     Group& g = groups[gi];
-    if (options.stage == 3) {
+    if (released_between_uses) {
       finish_gather(g);
       if (!user && gi + 1 < groups.size() && groups[gi + 1].wrapped &&
           groups[gi + 1].state == Group::Params::Released)
@@ -159,7 +173,7 @@ struct ZeroDataParallel::Shared {
   void pre_backward(size_t gi) {
     if (!active) return;
     Group& g = groups[gi];
-    if (options.stage == 3) {
+    if (released_between_uses) {
       finish_gather(g);
       if (gi > 0 && groups[gi - 1].wrapped && groups[gi - 1].state == Group::Params::Released)
         start_gather(groups[gi - 1]);
@@ -211,8 +225,17 @@ struct ZeroDataParallel::Shared {
   }
 
   void on_gradient(size_t gi, size_t k) {
-    if (!active || !sync) return;
+    if (!active) return;
     Group& g = groups[gi];
+    if (!sync) {
+      // Stage 1 between its reductions: a unit's backward is over once each of its parameters
+      // has its gradient, and its full parameters go until the next use.
+      if (released_between_uses && !g.seen[k]) {
+        g.seen[k] = true;
+        if (++g.ready == int64_t(g.params.size())) release(g);
+      }
+      return;
+    }
     if (g.launched) {
       g.stale = true;  // accumulated again after the group left (a weight used twice)
       return;
@@ -234,9 +257,6 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       shared_(std::make_shared<Shared>()) {
   const int stage = options.stage;
   LOOM_CHECK(stage >= 1 && stage <= 3) << "zero: stage " << stage << " (expected 1, 2 or 3)";
-  LOOM_CHECK(options.gather_dtype == DType::F32 ||
-             (stage == 3 && options.gather_dtype == DType::BF16))
-      << "zero: parameters are gathered in f32, or in bf16 under stage 3";
   shared_->shard = shard_;
   shared_->options = options;
   const Device device = model.named_parameters().empty()
@@ -246,9 +266,18 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
   const int64_t P = shard_->size(), r = shard_->rank();
   const bool offload = options.offload_optimizer;
   const Device host = cpu_device();
-  // Stage 3 offloaded: the master in host memory, updated on a host thread.
-  const Device master_device = stage == 3 && offload ? host : device;
+  // Offloaded: the master in host memory (stage 3's updated on a host thread). Stages 1-2 on
+  // the host keep it a view of the parameters: there a copy would free nothing.
+  const Device master_device = offload && (stage == 3 || device != host) ? host : device;
   if (stage == 3 && offload) shared_->updates = std::make_shared<OrderedWorker>();
+  // Stages 1-2 with the master apart: the device's parameters are a copy of it, kept in the
+  // gather dtype.
+  const bool apart = stage < 3 && master_device != device;
+  LOOM_CHECK(options.gather_dtype == DType::F32 ||
+             (options.gather_dtype == DType::BF16 && (stage == 3 || apart)))
+      << "zero: parameters are gathered in f32, or in bf16 under stage 3 or with the master "
+         "offloaded from a device";
+  shared_->released_between_uses = stage == 3 || (apart && options.gather_dtype == DType::BF16);
 
   // One group per unit (in forward order), then the rest.
   const auto params = model.named_parameters();
@@ -283,9 +312,15 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
     const int64_t lo = r * g.shard, hi = lo + g.shard;
     // Stage 3 holds only its shard from the start: the full buffer has no memory until a
     // gather, and the shard is filled from each parameter's values (or its deferred init).
-    g.full = stage == 3
+    // A unit kept in bf16 fills its full buffer once, to convert it.
+    const bool keep = shared_->released_between_uses && stage < 3 && g.wrapped;
+    g.full = stage == 3 || keep
                  ? Tensor::unallocated({g.padded}, DType::F32, device, MemCategory::Parameters)
                  : zeros_of(g.padded, MemCategory::Parameters, device);
+    if (keep) {
+      g.full.storage()->materialize();
+      fill_zero(g.full);
+    }
     if (stage == 3) {
       g.master = zeros_of(g.shard, MemCategory::Parameters, master_device);
       if (master_device != device) {
@@ -316,10 +351,22 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       }
       p.rebind_storage(flat_view(g.full, at, p.shape()));
     }
-    if (stage == 3)
+    if (stage == 3) {
       g.state = Group::Params::Released;
-    else
+    } else if (!apart) {
       g.master = flat_view(g.full, lo, {g.shard});
+    } else {
+      g.master = zeros_of(g.shard, MemCategory::Parameters, master_device);
+      convert(flat_view(g.full, lo, {g.shard}), g.master);
+      g.working = flat_view(g.full, lo, {g.shard});
+      if (keep) {
+        g.kept = zeros_of(g.padded, MemCategory::Parameters, device, DType::BF16);
+        convert(g.full, g.kept);
+        g.working = flat_view(g.kept, lo, {g.shard});
+        g.full.storage()->release();
+        g.state = Group::Params::Released;
+      }
+    }
     g.grad_shard = zeros_of(g.shard, MemCategory::Gradients, device);
     const Device moments = offload ? host : device;
     g.exp_avg = zeros_of(g.shard, MemCategory::OptimizerState, moments);
@@ -363,7 +410,7 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       g.params[k].tensor.add_post_accumulate_hook([weak, gi, k](const Tensor&) {
         if (auto s = weak.lock()) s->on_gradient(gi, k);
       });
-    if (g.wrapped && stage >= 2) {
+    if (g.wrapped && (stage >= 2 || shared_->released_between_uses)) {
       auto wrap = [&](const std::string& path, bool user) {
         model.submodule(path).add_forward_wrapper(
             [weak, gi, user](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& inputs) {
@@ -392,40 +439,42 @@ void ZeroDataParallel::settle() const {
 
 void ZeroDataParallel::broadcast_parameters() {
   auto& groups = shared_->groups;
-  if (shared_->options.stage == 3) {
-    // Each shard rank's master came from the same values (a deferred init is keyed by element,
-    // not by layout): the replicas take replica 0's, never a whole group at once.
-    if (replicate_->size() == 1) return;
-    // A master in host memory travels through the device (the group's transport), as f32.
-    std::vector<Tensor> sent;
-    for (auto& g : groups) {
-      if (!g.working.defined()) {
-        sent.push_back(g.master);
-      } else {
-        sent.push_back(
-            Tensor::empty({g.shard}, DType::F32, shared_->device, MemCategory::Communication));
-        convert(g.master, sent.back());
-      }
+  // Groups whose full parameters exist only while used (stage 3; stages 1-2 kept in bf16):
+  // each shard rank's master came from the same values (a deferred init is keyed by element,
+  // not by layout), and the replicas take replica 0's masters, never a whole group at once.
+  // The others: all of rank 0's parameters.
+  std::vector<Group*> by_master, by_full;
+  for (auto& g : groups)
+    (shared_->options.stage == 3 || g.kept.defined() ? by_master : by_full).push_back(&g);
+  if (!by_full.empty()) {
+    std::vector<dist::WorkPtr> works;
+    for (auto* group : {&shard_, &replicate_}) {
+      for (Group* g : by_full) works.push_back((*group)->broadcast(g->full, 0));
+      for (auto& w : works) w->wait();
+      works.clear();
     }
-    std::vector<dist::WorkPtr> works;
-    for (auto& t : sent) works.push_back(replicate_->broadcast(t, 0));
-    for (auto& w : works) w->wait();
-    for (size_t gi = 0; gi < groups.size(); ++gi)
-      if (groups[gi].working.defined()) convert(sent[gi], groups[gi].master);
-    sync_parameters();
-    return;
+    for (Group* g : by_full)  // a master apart (stages 1-2 offloaded) takes its chunk
+      if (g->working.defined())
+        convert(flat_view(g->full, shard_->rank() * g->shard, {g->shard}), g->master);
   }
-  for (auto& g : groups) shared_->finish_gather(g);
-  for (auto* group : {&shard_, &replicate_}) {
-    std::vector<dist::WorkPtr> works;
-    for (auto& g : groups) works.push_back((*group)->broadcast(g.full, 0));
-    for (auto& w : works) w->wait();
+  if (by_master.empty() || replicate_->size() == 1) return;
+  // A master in host memory travels through the device (the group's transport), as f32.
+  std::vector<Tensor> sent;
+  for (Group* g : by_master) {
+    if (!g->working.defined()) {
+      sent.push_back(g->master);
+    } else {
+      sent.push_back(
+          Tensor::empty({g->shard}, DType::F32, shared_->device, MemCategory::Communication));
+      convert(g->master, sent.back());
+    }
   }
-  for (auto& g : groups) {
-    if (shared_->options.stage == 3)  // else the master is a view of `full` already
-      convert(flat_view(g.full, shard_->rank() * g.shard, {g.shard}), g.master);
-    shared_->release(g);
-  }
+  std::vector<dist::WorkPtr> works;
+  for (auto& t : sent) works.push_back(replicate_->broadcast(t, 0));
+  for (auto& w : works) w->wait();
+  for (size_t k = 0; k < by_master.size(); ++k)
+    if (by_master[k]->working.defined()) convert(sent[k], by_master[k]->master);
+  sync_parameters();
 }
 
 void ZeroDataParallel::begin_micro_step(int64_t micro, int64_t grad_accum) {
@@ -435,7 +484,14 @@ void ZeroDataParallel::begin_micro_step(int64_t micro, int64_t grad_accum) {
 
 void ZeroDataParallel::after_backward(int64_t micro, int64_t grad_accum) {
   Shared& s = *shared_;
-  if (!s.sync) return;
+  if (!s.sync) {
+    for (auto& g : s.groups) {  // units some parameter of which had no gradient
+      s.release(g);
+      g.ready = 0;
+      g.seen.assign(g.params.size(), false);
+    }
+    return;
+  }
   // Groups backward did not complete (unused parameters) or re-accumulated after they left
   // go now, in group order, the same on every rank. A stage-2/3 relaunch sends only the new
   // contributions (the earlier ones are in the shard already; reduce-scatter is linear); a
@@ -475,8 +531,16 @@ void ZeroDataParallel::sync_parameters() {
     }
     return;
   }
-  std::vector<dist::WorkPtr> works;  // in place: the master is this rank's chunk of `full`
-  for (auto& g : groups) works.push_back(shard_->all_gather(g.master, g.full));
+  // In place: the master, or its copy on the device (`working`), is this rank's chunk of
+  // `full` (or `kept`).
+  std::vector<dist::WorkPtr> works;
+  for (auto& g : groups) {
+    g.upload = g.working.defined();
+    shared_->settle(g);
+    shared_->release(g);
+    works.push_back(
+        shard_->all_gather(shared_->gather_source(g), g.kept.defined() ? g.kept : g.full));
+  }
   for (auto& w : works) w->wait();
 }
 
@@ -490,7 +554,7 @@ void ZeroDataParallel::zero_grad() {
 uint64_t ZeroDataParallel::copies_hash() {
   uint64_t h = 0;
   for (Group& g : shared_->groups) {
-    Tensor copy = g.full;
+    Tensor copy = g.kept.defined() ? g.kept : g.full;
     if (shared_->options.stage == 3) {
       shared_->settle(g);
       const Tensor& source = shared_->gather_source(g);

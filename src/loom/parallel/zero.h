@@ -60,16 +60,20 @@ struct ParamPiece {
 
 struct ZeroOptions {
   int stage = 1;
-  DType gather_dtype = DType::F32;  // stage 3: what parameters travel as (F32 or BF16)
+  // Stage 3: what parameters travel as (F32 or BF16); stages 1-2 offloaded from a device: also
+  // the device's copy of them.
+  DType gather_dtype = DType::F32;
   // Parameters this instance leaves alone (another one shards them over another group: the
   // experts under expert parallelism).
   std::set<std::string> skip{};
   // The optimizer's state in host memory (optim.offload, ZeRO-Offload): AdamW's moments of the
-  // shard and, under stage 3, its f32 master. Stage 3's update then runs on a host thread,
-  // piece by piece in forward order, while the next forward goes on: each unit's gather waits
-  // for its own pieces' updates and uploads them (as the gather dtype) into a device copy of
-  // the shard. Under stages 1-2 the master is a view of the full f32 parameters the forward
-  // uses: it stays on the device and the update is synchronous.
+  // shard and its f32 master. Stage 3's update then runs on a host thread, piece by piece in
+  // forward order, while the next forward goes on: each unit's gather waits for its own
+  // pieces' updates and uploads them (as the gather dtype) into a device copy of the shard.
+  // Under stages 1-2 on a device the update is synchronous and uploads the shard into the
+  // device's copy of the parameters (all-gathered after): with a bf16 gather dtype that copy
+  // is bf16 and a unit's f32 parameters exist only while it runs, converted from it. Stages
+  // 1-2 on the host keep the master a view of the parameters (a copy would free nothing).
   bool offload_optimizer = false;
   // Modules that use a unit's parameters in a forward of their own (a tied output head: the
   // token embedding's weight): module path -> unit.

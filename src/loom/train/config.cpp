@@ -390,10 +390,8 @@ Config read_config(ConfigFile& f) {
   p.data_parallel =
       choice(f, "parallel", "data_parallel", "ddp", parallel::data_parallel_from_name);
   const std::string gather = f.get_string("parallel", "gather_dtype", "f32");
-  LOOM_CHECK(gather == "f32" ||
-             (gather == "bf16" && p.data_parallel == parallel::DataParallel::Zero3))
-      << "config " << path << ": parallel.gather_dtype '" << gather
-      << "' (expected f32, or bf16 with zero3)";
+  LOOM_CHECK(gather == "f32" || gather == "bf16")
+      << "config " << path << ": parallel.gather_dtype '" << gather << "' (expected f32 or bf16)";
   p.gather_dtype = dtype_from_name(gather);
   p.recompute =
       choice(f, "parallel", "activation_checkpointing", "none", parallel::recompute_from_name);
@@ -443,6 +441,16 @@ Config read_config(ConfigFile& f) {
       << "config " << path << ": parallel.bucket_mb and dist.timeout_s must be positive";
 
   read_device(f, c, path);
+  // bf16 parameters on the wire and on the device, where an f32 master is kept elsewhere: ZeRO-3's
+  // shard, or (ZeRO-1/2) the host's offloaded master.
+  const bool zero12 = p.data_parallel == parallel::DataParallel::Zero1 ||
+                      p.data_parallel == parallel::DataParallel::Zero2;
+  LOOM_CHECK(p.gather_dtype == DType::F32 || p.data_parallel == parallel::DataParallel::Zero3 ||
+             (zero12 && p.offload_optimizer && c.train.device.type == DeviceType::CUDA))
+      << "config " << path << ": parallel.gather_dtype \"bf16\" keeps bf16 parameters beside an "
+      << "f32 master: it needs zero3, or zero1/zero2 with optim.offload = true on "
+      << "train.device \"cuda\" (data parallelism here: " << parallel::name_of(p.data_parallel)
+      << ")";
 
   auto& r = c.resilience;
   r.max_skips_in_row = f.get_int("resilience", "max_skips_in_row", r.max_skips_in_row);

@@ -307,8 +307,9 @@ const std::vector<ConfigKey> kKeys = {
     {"optim.eps", "", "number", "1e-08", "> 0", "", "AdamW's epsilon"},
     {"optim.weight_decay", "", "number", "0.0", ">= 0", "", "decoupled weight decay"},
     {"optim.offload", "", "boolean", "false", "", "",
-     "AdamW's state in host memory, updated there: the moments, and under zero3 the f32 master "
-     "too, its update overlapped with the next forward (docs/parallelism.md)"},
+     "AdamW's state in host memory, updated there: the moments, and under ZeRO (on a GPU, or "
+     "zero3) the f32 master too; zero3's update overlapped with the next forward "
+     "(docs/parallelism.md)"},
     {"optim.schedule", "", "string", "\"cosine\"", "constant, cosine, wsd", "",
      "learning-rate schedule after warmup (wsd: warmup-stable-decay)"},
     {"optim.warmup_steps", "", "integer", "0", ">= 0", "", "linear warmup steps"},
@@ -352,8 +353,10 @@ const std::vector<ConfigKey> kKeys = {
     {"parallel.tp", "", "integer", "1", ">= 1", "", "tensor-parallel ranks"},
     {"parallel.data_parallel", "", "string", "\"ddp\"", "ddp, zero1, zero2, zero3, fsdp", "",
      "what data-parallel ranks shard (zero3 = fsdp: parameters too)"},
-    {"parallel.gather_dtype", "", "string", "\"f32\"", "f32, bf16 (zero3)", "",
-     "type of ZeRO-3's parameter all-gathers"},
+    {"parallel.gather_dtype", "", "string", "\"f32\"",
+     "f32, bf16 (zero3; zero1/zero2 with optim.offload on cuda)", "",
+     "type of ZeRO-3's parameter all-gathers; with ZeRO-1/2 offloaded from a GPU also the "
+     "device's copy of the parameters between uses"},
     {"parallel.activation_checkpointing", "", "string", "\"none\"", "none, full, selective", "",
      "activations recomputed in the backward pass instead of kept"},
     {"parallel.sequence_parallel", "", "boolean", "false", "", "",
