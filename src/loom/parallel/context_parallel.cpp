@@ -80,11 +80,11 @@ Tensor rows(const Tensor& x, const Run& r) {
   return contiguous(narrow(x, 2, r.row, r.length));
 }
 
-// dst rows [row, row + len) += part; dst (B, H, n, D) and part (B, H, len, D). Through ops, so
-// on the tensors' device.
+// dst rows [row, row + len) += part; dst (B, H, n, D) f32 and part (B, H, len, D), widened
+// from bf16 if need be. Through ops, so on the tensors' device.
 void add_rows(const Tensor& dst, int64_t row, const Tensor& part) {
   const Tensor rows_of_dst = narrow(dst, 2, row, part.size(2));
-  copy_(rows_of_dst, add(contiguous(rows_of_dst), part));
+  copy_(rows_of_dst, add(contiguous(rows_of_dst), to_dtype(part, DType::F32)));
 }
 
 // Every (query run, key run) pair of one ring step that sees anything.
@@ -102,7 +102,9 @@ void for_each_pair(const std::vector<Run>& qruns, const std::vector<Run>& kruns,
 // with w_i = exp(lse_i), kept normalised. Every row of a part sees a key (a causal part is the
 // diagonal), so its lse is finite; the running lse starts at -inf, where its weight is 0.
 // Through ops, so on the tensors' device.
-void merge(const Tensor& out, const Tensor& lse, const Run& qr, const Tensor& o, const Tensor& l) {
+void merge(const Tensor& out, const Tensor& lse, const Run& qr, const Tensor& part,
+           const Tensor& l) {
+  const Tensor o = to_dtype(part, DType::F32);                // a bf16 kernel's output, widened
   const Tensor out_rows = narrow(out, 2, qr.row, qr.length);  // (B, H, len, D)
   const Tensor lse_rows = narrow(lse, 2, qr.row, qr.length);  // (B, H, len)
   const Tensor old_lse = contiguous(lse_rows);
@@ -127,7 +129,8 @@ struct BlockShift {
 };
 
 struct RingAttentionBackward : Node {
-  Tensor q, k, v, out, lse, positions;  // this rank's rows; out and lse over every rank's keys
+  // This rank's rows (q, k, v in the kernels' dtype); out (f32) and lse over every rank's keys.
+  Tensor q, k, v, out, lse, positions;
   bool causal = false;
   float scale = 1.0f;
   GroupPtr group;
@@ -138,7 +141,9 @@ struct RingAttentionBackward : Node {
   // the fused kernel's backward with the final out and lse gives that block's exact share.
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     NoGradGuard no_grad;
-    const Tensor gout = contiguous(g[0]);
+    // The kernels take the output and its gradient in their dtype (bf16 under autocast).
+    const DType kernel = q.dtype();
+    const Tensor gout = contiguous(to_dtype(g[0], kernel)), out_k = to_dtype(out, kernel);
     const std::vector<Run> qruns = position_runs(to_vector_i64(positions));
     const Device device = q.device();
     Tensor gq = zeros(q.shape(), DType::F32, device), kb = k, vb = v, pb = positions;
@@ -152,13 +157,13 @@ struct RingAttentionBackward : Node {
           qruns, position_runs(to_vector_i64(pb)), causal,
           [&](const Run& qr, const Run& kr, Sees sees) {
             Tensor gq_part =
-                Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)}, DType::F32, device);
+                Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)}, kernel, device);
             Tensor gk_part =
-                Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)}, DType::F32, device);
-            Tensor gv_part = Tensor::empty(gk_part.shape(), DType::F32, device);
+                Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)}, kernel, device);
+            Tensor gv_part = Tensor::empty(gk_part.shape(), kernel, device);
             backend_for(q.device())
                 .attention_backward(rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale,
-                                    sees == Sees::Causal, rows(out, qr), rows(lse, qr),
+                                    sees == Sees::Causal, rows(out_k, qr), rows(lse, qr),
                                     rows(gout, qr), gq_part, gk_part, gv_part);
             add_rows(gq, qr.row, gq_part);
             add_rows(gk, kr.row, gk_part);
@@ -186,15 +191,18 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
              positions.numel() == q.size(2) && k.size(2) == q.size(2) && k.shape() == v.shape())
       << "ring_attention: expected q (B, H, n, D), k/v (B, Hkv, n, D) and n positions, got "
       << q.shape() << ", " << k.shape() << ", " << v.shape() << ", " << positions.shape();
-  LOOM_CHECK(q.dtype() == DType::F32) << "ring_attention: f32 only, got " << dtype_name(q.dtype());
+  LOOM_CHECK(q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32)
+      << "ring_attention: f32 inputs only, got " << dtype_name(q.dtype());
   const int64_t P = group->size(), B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3);
   const float scale = 1.0f / std::sqrt(float(D));
+  // Under bf16 autocast the blocks travel, and the kernels run, in bf16.
+  const DType kernel = autocast_dtype() == DType::BF16 ? DType::BF16 : DType::F32;
   Tensor qc, kc, vc, pc, out, lse;
   {
     NoGradGuard no_grad;
-    qc = contiguous(q).detach();
-    kc = contiguous(k).detach();
-    vc = contiguous(v).detach();
+    qc = contiguous(to_dtype(q, kernel)).detach();
+    kc = contiguous(to_dtype(k, kernel)).detach();
+    vc = contiguous(to_dtype(v, kernel)).detach();
     pc = contiguous(positions).detach();
   }
   // Selective checkpointing keeps the result instead of running the ring again.
@@ -211,7 +219,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
       if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
       for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
                     [&](const Run& qr, const Run& kr, Sees sees) {
-                      Tensor o = Tensor::empty({B, H, qr.length, D}, DType::F32, device),
+                      Tensor o = Tensor::empty({B, H, qr.length, D}, kernel, device),
                              l = Tensor::empty({B, H, qr.length}, DType::F32, device);
                       backend_for(q.device())
                           .attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr), Tensor(),
@@ -242,9 +250,56 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   return out;
 }
 
+Tensor usp_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                     bool causal, const GroupPtr& ulysses, const GroupPtr& ring) {
+  const int64_t U = ulysses->size(), n = q.size(2);
+  LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && positions.numel() == n)
+      << "usp_attention: expected q (B, H, n, D), k/v (B, Hkv, n, D) and n positions, got "
+      << q.shape() << ", " << k.shape() << ", " << v.shape() << ", " << positions.shape();
+  LOOM_CHECK(q.size(1) % U == 0 && k.size(1) % U == 0)
+      << "usp_attention: " << q.size(1) << " query and " << k.size(1) << " key/value heads "
+      << "do not split over the " << U << " Ulysses ranks of " << ulysses->describe();
+  // The ring member's positions: every Ulysses rank's, in rank order, as its rows arrive. They
+  // travel as the rows do (an all-to-all on the tensors' device), as f32: exact below 2^24.
+  Tensor ring_positions;
+  {
+    NoGradGuard no_grad;
+    const std::vector<int64_t> mine = to_vector_i64(positions);
+    std::vector<float> sent;
+    for (int64_t j = 0; j < U; ++j)
+      for (int64_t p : mine) {
+        LOOM_CHECK(p >= 0 && p < (int64_t(1) << 24))
+            << "usp_attention: position " << p << " is beyond the 2^24 it carries exactly";
+        sent.push_back(float(p));
+      }
+    const Tensor got =
+        all_to_all_along(from_vector(sent, {1, U, n, 1}, DType::F32, q.device()), 1, 2, ulysses);
+    std::vector<int64_t> all;
+    for (float p : to_vector(got)) all.push_back(int64_t(p));
+    ring_positions = from_vector(all, {U * n});
+  }
+  // Heads scattered, sequence gathered within the Ulysses group: (B, H/U, U n, D).
+  auto to_heads = [&](const Tensor& x) { return all_to_all_along(x, 1, 2, ulysses); };
+  const Tensor out =
+      ring_attention(to_heads(q), to_heads(k), to_heads(v), ring_positions, causal, ring);
+  return all_to_all_along(out, 2, 1, ulysses);  // back to (B, H, n, D)
+}
+
 std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
-                                           ContextParallelKind kind) {
+                                           ContextParallelKind kind, int64_t ulysses) {
   if (kind == ContextParallelKind::Ring) return load_balanced_positions(T, rank, P);
+  if (kind == ContextParallelKind::Usp) {
+    LOOM_CHECK(ulysses > 0 && P % ulysses == 0)
+        << "USP: " << ulysses << " Ulysses ranks do not divide the " << P
+        << " context-parallel ranks";
+    const int64_t R = P / ulysses;
+    const std::vector<int64_t> member = load_balanced_positions(T, rank / ulysses, R);
+    const int64_t m = int64_t(member.size());
+    LOOM_CHECK(m % ulysses == 0) << "USP: a ring member's " << m << " rows of " << T
+                                 << " do not split over " << ulysses << " Ulysses ranks";
+    const int64_t part = m / ulysses, u = rank % ulysses;
+    return {member.begin() + u * part, member.begin() + (u + 1) * part};
+  }
   LOOM_CHECK(T % P == 0) << "context parallel: " << T << " positions do not split over " << P
                          << " ranks";
   std::vector<int64_t> out;
@@ -287,17 +342,17 @@ namespace {
 // The rows rank r holds of a stream of T rows: of a segmented one (plan.sequence_segments),
 // chunk r of each segment in turn; else context_parallel_rows.
 std::vector<int64_t> rank_rows(int64_t T, const std::vector<int64_t>& segments, int64_t rank,
-                               int64_t P, ContextParallelKind kind) {
-  return segments.empty() ? context_parallel_rows(T, rank, P, kind)
+                               int64_t P, ContextParallelKind kind, int64_t ulysses) {
+  return segments.empty() ? context_parallel_rows(T, rank, P, kind, ulysses)
                           : segment_rows(segments, T, rank, P);
 }
 
 // Every rank's rows one after another (ring, segments: a permutation of 0..T-1).
 std::vector<int64_t> rank_order(int64_t T, const std::vector<int64_t>& segments, int64_t P,
-                                ContextParallelKind kind) {
+                                ContextParallelKind kind, int64_t ulysses) {
   std::vector<int64_t> order;
   for (int64_t q = 0; q < P; ++q)
-    for (int64_t i : rank_rows(T, segments, q, P, kind)) order.push_back(i);
+    for (int64_t i : rank_rows(T, segments, q, P, kind, ulysses)) order.push_back(i);
   return order;
 }
 
@@ -308,15 +363,40 @@ Tensor index_tensor(const std::vector<int64_t>& index) {
 }  // namespace
 
 std::set<std::string> apply_context_parallel(nn::Module& model, const nn::ParallelPlan& plan,
-                                             const GroupPtr& group, ContextParallelKind kind) {
+                                             const GroupPtr& group, ContextParallelKind kind,
+                                             int64_t ulysses) {
   LOOM_CHECK(!plan.blocks.empty()) << "context parallel: the model names no blocks";
-  const bool ring = kind == ContextParallelKind::Ring;
+  const bool ring = kind == ContextParallelKind::Ring, usp = kind == ContextParallelKind::Usp;
   const int64_t P = group->size(), rank = group->rank(), dim = plan.sequence_dim;
   const std::vector<int64_t>& segments = plan.sequence_segments;
+  if (!usp) ulysses = 1;
+  LOOM_CHECK(!usp || (ulysses > 1 && ulysses < P && P % ulysses == 0))
+      << "context parallel: USP's " << ulysses << " Ulysses ranks must divide the " << P
+      << " context-parallel ranks and leave a ring of at least 2";
+  // USP: the Ulysses groups are consecutive ranks (rank a U + u: ring member a), the rings the
+  // ranks of one Ulysses index.
+  GroupPtr ulysses_group, ring_group;
+  if (usp) {
+    ulysses_group = group->split(int(rank / ulysses), int(rank % ulysses), "cp_ulysses");
+    ring_group = group->split(int(rank % ulysses), int(rank / ulysses), "cp_ring");
+  }
   for (const auto& path : plan.attention) {
     auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
     LOOM_CHECK(attn) << "context parallel: " << path << " is not an attention module";
-    if (ring)
+    if (usp)
+      attn->core = [ulysses_group, ring_group, rank](const Tensor& q, const Tensor& k,
+                                                     const Tensor& v, const Tensor& pos,
+                                                     bool causal) {
+        if (pos.defined()) return usp_attention(q, k, v, pos, causal, ulysses_group, ring_group);
+        // Position-free and bidirectional: rank r's rows as the r-th run (a Ulysses group's
+        // runs then make one longer run).
+        LOOM_CHECK(!causal) << "context parallel: causal attention needs its rows' positions";
+        std::vector<int64_t> rows(size_t(q.size(2)));
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = rank * q.size(2) + int64_t(i);
+        return usp_attention(q, k, v, from_vector(rows, {q.size(2)}), false, ulysses_group,
+                             ring_group);
+      };
+    else if (ring)
       attn->core = [group, rank](const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& pos, bool causal) {
         if (pos.defined()) return ring_attention(q, k, v, pos, causal, group);
@@ -362,7 +442,7 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
           return fn(args);
         });
   // Rows in another order than rank-contiguous chunks: every rank's one after another.
-  const bool permuted = ring || !segments.empty();
+  const bool permuted = ring || usp || !segments.empty();
   // This rank's rows of the current forward: set where the region starts, read by attention.
   auto rows = std::make_shared<std::vector<int64_t>>();
   for (size_t i = 0; i < plan.blocks.size(); ++i) {
@@ -373,12 +453,13 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
           std::vector<Tensor> args = in;
           if (first) {
             const int64_t T = args[0].size(dim);
-            *rows = rank_rows(T, segments, rank, P, kind);
+            *rows = rank_rows(T, segments, rank, P, kind, ulysses);
             // Ring, segments: put every rank's rows one after another, so that a plain split
             // hands each its own (ring: its load-balanced chunks).
-            const Tensor x = permuted ? index_select(args[0], dim,
-                                                     index_tensor(rank_order(T, segments, P, kind)))
-                                      : args[0];
+            const Tensor x =
+                permuted ? index_select(args[0], dim,
+                                        index_tensor(rank_order(T, segments, P, kind, ulysses)))
+                         : args[0];
             args[0] = scatter_along(x, dim, group);
           }
           for (size_t k = 1; k < args.size(); ++k)  // whole conditioning used on a share of rows
@@ -389,7 +470,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
           out = gather_along(out, dim, group);
           if (!permuted) return out;
           return index_select(
-              out, dim, index_tensor(inverse_order(rank_order(out.size(dim), segments, P, kind))));
+              out, dim,
+              index_tensor(inverse_order(rank_order(out.size(dim), segments, P, kind, ulysses))));
         });
     for (const auto& p : model.submodule(plan.blocks[i]).named_parameters())
       partial.insert(plan.blocks[i] + "." + p.name);

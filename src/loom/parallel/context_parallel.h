@@ -1,6 +1,7 @@
 // Context (sequence) parallelism for attention: each rank of `group` (P ranks) holds some rows
 // of the sequence of q, k and v -- Ulysses: the contiguous chunk r; ring: any rows with their
-// global positions (load-balanced: chunks r and 2P-1-r of 2P).
+// global positions (load-balanced: chunks r and 2P-1-r of 2P); USP: both at once, a ring of
+// Ulysses groups.
 //
 // apply_context_parallel applies either to a model from outside, following its plan.
 #pragma once
@@ -32,18 +33,33 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
 // and a last shift brings the gradients home. positions (n) i64: the global positions this
 // rank's rows hold (the ranks' positions partition the sequence); causal masking works on runs
 // of consecutive positions, each wholly before, after or equal to another rank's.
-// q (B, H, n, D), k/v (B, Hkv, n, D) f32 with H a multiple of Hkv.
+// q (B, H, n, D), k/v (B, Hkv, n, D) f32 with H a multiple of Hkv. Under bf16 autocast the
+// blocks travel and the kernels run in bf16 (half the bytes on the ring); the partial results
+// merge, and the gradients accumulate, in f32.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                       bool causal, const GroupPtr& group);
+
+// USP, unified sequence parallelism (Fang & Zhao 2024, as xDiT runs it): context parallelism
+// over ring x Ulysses ranks. The Ulysses all-to-all inside `ulysses` (U ranks) trades the
+// sequence split for a head split, so the group's U chunks become one longer run of rows with
+// H/U of the heads; ring attention over `ring` (the R ranks holding the same heads) then
+// attends those rows to every ring member's, and a second all-to-all trades back. Ulysses'
+// traffic stays within its group (a machine's fast links) and the ring's blocks are U times
+// longer and fewer. positions (n): this rank's rows' global positions (a Ulysses group's ranks
+// hold consecutive parts of one ring member's rows). q (B, H, n, D), k/v (B, Hkv, n, D) with H
+// and Hkv multiples of U.
+Tensor usp_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                     bool causal, const GroupPtr& ulysses, const GroupPtr& ring);
 
 // Load-balanced causal sharding of T positions over P ranks: rank r holds chunks r and
 // 2P - 1 - r of 2P equal chunks, so every rank has as much of the causal triangle to compute.
 std::vector<int64_t> load_balanced_positions(int64_t T, int64_t rank, int64_t P);
 
 // The sequence rows rank r of P holds of T: ring, chunks r and 2P - 1 - r (load-balanced);
-// Ulysses, chunk r of P.
+// Ulysses, chunk r of P; USP with U Ulysses ranks (rank r = a U + u: ring member a, Ulysses
+// member u), part u of U of ring member a's load-balanced rows over P / U ring members.
 std::vector<int64_t> context_parallel_rows(int64_t T, int64_t rank, int64_t P,
-                                           ContextParallelKind kind);
+                                           ContextParallelKind kind, int64_t ulysses = 1);
 
 // The rows rank r of P holds of a stream of n rows made of segments in the proportions of
 // `segments` (plan.sequence_segments: their lengths in the whole stream): chunk r of each
@@ -70,7 +86,9 @@ std::vector<int64_t> inverse_order(const std::vector<int64_t>& order);
 //     cores need no positions, and plan.context_inputs get their input gathered whole.
 // Returns the parameters whose gradient each rank holds only its rows' share of, to be summed
 // over the group before the optimizer step.
+// ulysses: USP's Ulysses degree (kind Usp).
 std::set<std::string> apply_context_parallel(nn::Module& model, const nn::ParallelPlan& plan,
-                                             const GroupPtr& group, ContextParallelKind kind);
+                                             const GroupPtr& group, ContextParallelKind kind,
+                                             int64_t ulysses = 1);
 
 }  // namespace loom::parallel

@@ -86,9 +86,10 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
   // 4. Context parallelism.
   m.sequence_shards_ = m.cp_->size() > 1 && plan.sequence_shards;
   if (m.cp_->size() > 1)
-    m.partial_sums_.push_back(
-        {m.cp_, apply_context_parallel(model, local_plan, m.cp_, topology.context_parallel),
-         false});
+    m.partial_sums_.push_back({m.cp_,
+                               apply_context_parallel(model, local_plan, m.cp_,
+                                                      topology.context_parallel, topology.ulysses),
+                               false});
   for (const auto& p : model.named_parameters()) m.local_numel_[p.name] = p.tensor.numel();
   // 5. Activation checkpointing.
   apply_activation_checkpointing(model, blocks, topology.recompute);
@@ -204,7 +205,12 @@ std::string ParallelModel::describe() const {
       << (t.pipeline_chunks > 1 ? " x" + std::to_string(t.pipeline_chunks) : "") << " x ";
   if (tp_->size() > 1)
     s << "tp " << tp_->size() << (t.sequence_parallel ? " with sequence parallel" : "") << " x ";
-  if (cp_->size() > 1) s << "cp " << cp_->size() << " " << name_of(t.context_parallel) << " x ";
+  if (cp_->size() > 1) {
+    s << "cp " << cp_->size() << " " << name_of(t.context_parallel);
+    if (t.context_parallel == ContextParallelKind::Usp)
+      s << " (ring " << cp_->size() / t.ulysses << " x Ulysses " << t.ulysses << ")";
+    s << " x ";
+  }
   s << "dp " << dp_->size();
   if (ep_) s << " (experts over ep " << ep_->size() << ")";
   if (mesh_.degree("dp_replicate") > 1)
@@ -335,7 +341,8 @@ std::vector<std::string> ParallelModel::split_pipeline(nn::Module& model,
 
 std::vector<int64_t> ParallelModel::sequence_rows(int64_t T) const {
   if (!sequence_shards_) return {};
-  return context_parallel_rows(T, cp_->rank(), cp_->size(), topology_.context_parallel);
+  return context_parallel_rows(T, cp_->rank(), cp_->size(), topology_.context_parallel,
+                               topology_.ulysses);
 }
 
 double ParallelModel::run_pipeline_step(const PipelineStages& stages) {

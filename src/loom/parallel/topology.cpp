@@ -12,7 +12,7 @@ namespace {
 // The one table per enum: its names in the config, in the enum's order.
 constexpr std::array<const char*, 4> kDataParallel = {"ddp", "zero1", "zero2", "zero3"};
 constexpr std::array<const char*, 3> kRecompute = {"none", "full", "selective"};
-constexpr std::array<const char*, 2> kContextParallel = {"ring", "ulysses"};
+constexpr std::array<const char*, 3> kContextParallel = {"ring", "ulysses", "usp"};
 constexpr std::array<const char*, 4> kSchedule = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 template <typename E, size_t N>

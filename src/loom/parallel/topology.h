@@ -9,9 +9,9 @@
 
 namespace loom::parallel {
 
-enum class DataParallel { DDP, Zero1, Zero2, Zero3 };  // "fsdp" reads as Zero3
-enum class Recompute { None, Full, Selective };        // activation checkpointing of blocks
-enum class ContextParallelKind { Ring, Ulysses };
+enum class DataParallel { DDP, Zero1, Zero2, Zero3 };   // "fsdp" reads as Zero3
+enum class Recompute { None, Full, Selective };         // activation checkpointing of blocks
+enum class ContextParallelKind { Ring, Ulysses, Usp };  // Usp: ring x Ulysses
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
 
 struct Topology {
@@ -22,6 +22,7 @@ struct Topology {
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // tp > 1: norms and residuals on sequence shards
   ContextParallelKind context_parallel = ContextParallelKind::Ring;
+  int64_t ulysses = 1;  // Usp: the Ulysses degree within cp (the ring's is cp / ulysses)
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
   int64_t pipeline_chunks = 1;     // model chunks per pipeline rank (interleaved only)
   double bucket_mb = 25;           // DDP gradient buckets
@@ -42,7 +43,7 @@ DataParallel data_parallel_from_name(const std::string& name,  // ddp, zero1-3, 
                                      const std::string& what = "data parallelism");
 Recompute recompute_from_name(const std::string& name,  // none, full, selective
                               const std::string& what = "activation checkpointing");
-ContextParallelKind context_parallel_from_name(const std::string& name,  // ring, ulysses
+ContextParallelKind context_parallel_from_name(const std::string& name,  // ring, ulysses, usp
                                                const std::string& what = "context parallelism");
 ScheduleKind schedule_kind_from_name(const std::string& name,  // gpipe, 1f1b, interleaved, zb-h1
                                      const std::string& what = "pipeline schedule");

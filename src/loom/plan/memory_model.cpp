@@ -137,8 +137,8 @@ std::vector<RankMemory> predict_memory(const nn::Module& model, const nn::Parall
   // With sequence parallelism the norms run on 1/tp of the rows, but each column linear keeps
   // its gathered (whole) input: two per block.
   const double whole = sp ? v.whole / double(tp) + 2 * v.width : v.whole;
-  // Ring attention keeps contiguous copies of q, k and v.
-  const bool ring = t.dims.cp > 1 && t.context_parallel == parallel::ContextParallelKind::Ring;
+  // Ring attention (also USP's) keeps contiguous copies of q, k and v.
+  const bool ring = t.dims.cp > 1 && t.context_parallel != parallel::ContextParallelKind::Ulysses;
   const double copies = ring ? v.qkv : 0;
   const double per_block = whole + (v.split + copies) / double(tp);  // values per token
   // Recompute keeps each block's input (full), and also the projections' and attention's

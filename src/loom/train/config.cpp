@@ -74,7 +74,18 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
         << "config " << path << ": " << (cp > 1 ? "context" : "sequence")
         << " parallelism splits each part of the " << what << " over " << over
         << ", which does not divide " << segment;
-  if (cp > 1) {
+  if (cp > 1 && p.context_parallel == parallel::ContextParallelKind::Usp) {
+    const int64_t U = p.ulysses, R = cp / U;
+    LOOM_CHECK(!m.segments.empty() || (tokens % (2 * R) == 0 && (tokens / R) % U == 0))
+        << "config " << path << ": USP context parallelism splits the " << what << " into " << 2 * R
+        << " chunks for its ring of " << R << " (two chunks per ring member) and each "
+        << "ring member's rows over " << U << " Ulysses ranks (parallel.cp " << cp << " = ring "
+        << R << " x parallel.ulysses " << U << "), which does not divide them";
+    LOOM_CHECK((heads / tp) % U == 0 && (kv_heads / tp) % U == 0)
+        << "config " << path << ": USP's Ulysses attention splits each tensor-parallel rank's "
+        << heads / tp << " heads (" << kv_heads / tp << " key/value heads) over parallel.ulysses "
+        << U << ", which does not divide them";
+  } else if (cp > 1) {
     LOOM_CHECK(!m.segments.empty() || tokens % (ring ? 2 * cp : cp) == 0)
         << "config " << path << ": " << (ring ? "ring" : "Ulysses")
         << " context parallelism splits the " << what << " into " << (ring ? 2 * cp : cp)
@@ -398,6 +409,19 @@ Config read_config(ConfigFile& f) {
   p.sequence_parallel = f.get_bool("parallel", "sequence_parallel", p.sequence_parallel);
   p.context_parallel =
       choice(f, "parallel", "context_parallel", "ring", parallel::context_parallel_from_name);
+  // USP's Ulysses degree: read only for usp, where it must leave a ring of at least 2.
+  const int64_t ulysses = f.get_int("parallel", "ulysses", 0);
+  if (p.context_parallel == parallel::ContextParallelKind::Usp) {
+    LOOM_CHECK(ulysses > 1 && p.dims.cp % ulysses == 0 && p.dims.cp / ulysses > 1)
+        << "config " << path << ": parallel.context_parallel \"usp\" runs parallel.cp " << p.dims.cp
+        << " as a ring of Ulysses groups: parallel.ulysses (" << ulysses
+        << ") must be at least 2 and divide cp leaving a ring of at least 2";
+    p.ulysses = ulysses;
+  } else {
+    LOOM_CHECK(ulysses == 0) << "config " << path << ": parallel.ulysses is the Ulysses degree of "
+                             << "parallel.context_parallel \"usp\" (here \""
+                             << parallel::name_of(p.context_parallel) << "\")";
+  }
   p.pipeline_schedule =
       choice(f, "parallel", "pipeline_schedule", "1f1b", parallel::schedule_kind_from_name);
   p.pipeline_chunks = f.get_int("parallel", "pipeline_chunks", p.pipeline_chunks);

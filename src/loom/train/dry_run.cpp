@@ -105,6 +105,10 @@ std::string dry_run_report(const std::string& config_path,
      << " samples a micro-batch, " << c.train.batch_size / dp << " per rank\n";
   if (d.cp > 1)
     os << "  cp " << d.cp << ": " << parallel::name_of(t.context_parallel)
+       << (t.context_parallel == parallel::ContextParallelKind::Usp
+               ? " (ring " + std::to_string(d.cp / t.ulysses) + " x Ulysses " +
+                     std::to_string(t.ulysses) + ")"
+               : "")
        << " attention, each rank 1/" << d.cp << " of every sequence\n";
   if (d.tp > 1)
     os << "  tp " << d.tp << ": attention heads and MLP split"
