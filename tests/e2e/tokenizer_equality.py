@@ -11,6 +11,12 @@ Cases (each: Loom's ids from `loom tokenizer check --ids` against the tool's own
   loom-as-hf    Loom's own BPE (loom tokenizer train), written as tokenizer.json by
                 `loom tokenizer convert`, encoded by tokenizers against Loom's own encoding
   tiktoken-as-hf the GPT-2 ranks written as tokenizer.json, encoded by tokenizers against tiktoken
+  hf-sentencepiece-{llama2,metaspace}
+                a SentencePiece-style BPE (byte fallback) trained by tokenizers, laid out as
+                Llama 2's tokenizer.json (Prepend + Replace normalizer) and with Metaspace (split),
+                on TEXT with lines of unseen characters and runs of spaces around it
+  sentencepiece-*-as-hf  the same written back by `loom tokenizer convert`, encoded (and
+                decoded) by tokenizers
 """
 import os
 import subprocess
@@ -97,5 +103,68 @@ subprocess.run([loom, "tokenizer", "convert", "--tokenizer", r50k, "--out",
                 os.path.join(work, "r50k.json")], check=True, stdout=subprocess.DEVNULL)
 compare("tiktoken-as-hf", Tokenizer.from_file(os.path.join(work, "r50k.json"))
         .encode(text, add_special_tokens=False).ids, gpt2.encode_ordinary(text))
+
+# SentencePiece-style BPEs (byte fallback) laid out as Llama 2's tokenizer.json and as the
+# Metaspace one: trained by tokenizers on TEXT, then the ids moved so that <unk> <s> </s> and
+# the 256 byte tokens come first, as in Llama 2. The text gets lines with characters the
+# training never saw (byte fallback) and runs of spaces.
+import json
+from tokenizers import normalizers
+
+def sentencepiece(layout):
+    tok = Tokenizer(models.BPE())
+    if layout == "llama2":
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                               normalizers.Replace(" ", "\u2581")])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
+                                                     split=True)
+    trainer = trainers.BpeTrainer(vocab_size=2000, show_progress=False)
+    tok.train_from_iterator(text.splitlines(keepends=True)[:20000], trainer)
+    saved = json.loads(tok.to_str())
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = 3 + b
+    for entry, _ in sorted(saved["model"]["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(entry, len(vocab))
+    saved["model"].update({"vocab": vocab, "byte_fallback": True, "fuse_unk": True,
+                           "unk_token": "<unk>"})
+    saved["added_tokens"] = [{"id": i, "content": c, "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}
+                             for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+    saved["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    path = os.path.join(work, f"sp-{layout}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(saved, f, ensure_ascii=False)
+    return path
+
+extra = "\n".join(["Ünïcödé 東京 🙂 naïve  café   three spaces", "  leading and trailing  ",
+                   "\t tab"]) + "\n"
+sp_text = extra + text + extra
+sp_path = os.path.join(work, "sp-text.txt")
+with open(sp_path, "w", encoding="utf-8") as f:
+    f.write(sp_text)
+for layout in ("llama2", "metaspace"):
+    path = sentencepiece(layout)
+    hf_sp = Tokenizer.from_file(path)
+    theirs = hf_sp.encode(sp_text, add_special_tokens=False).ids
+    out = os.path.join(work, "ids.npy")
+    subprocess.run([loom, "tokenizer", "check", "--tokenizer", path, "--input", sp_path,
+                    "--ids", out], check=True, stdout=subprocess.DEVNULL)
+    compare(f"hf-sentencepiece-{layout}", np.load(out).tolist(), theirs)
+    # Written back by Loom, read by tokenizers.
+    again = os.path.join(work, f"sp-{layout}-loom.json")
+    subprocess.run([loom, "tokenizer", "convert", "--tokenizer", path, "--out", again],
+                   check=True, stdout=subprocess.DEVNULL)
+    compare(f"sentencepiece-{layout}-as-hf", Tokenizer.from_file(again)
+            .encode(sp_text, add_special_tokens=False).ids, theirs)
+    sample = extra + text[:20000]
+    if hf_sp.decode(hf_sp.encode(sample, add_special_tokens=False).ids) != Tokenizer.from_file(again).decode(
+            Tokenizer.from_file(again).encode(sample, add_special_tokens=False).ids):
+        print(f"sentencepiece-{layout}: Loom's tokenizer.json decodes differently")
+        failures += 1
 
 sys.exit(1 if failures else 0)

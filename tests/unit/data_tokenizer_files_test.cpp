@@ -2,6 +2,7 @@
 // two merge rules, on vocabularies small enough to work out by hand; each bad file gives one
 // error naming it. Equality with tiktoken and tokenizers themselves on the whole KJV text is
 // tests/e2e/tokenizer_test.sh.
+#include <cstdio>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -158,6 +159,96 @@ TEST_F(TokenizerFiles, LoomBpeWrittenAsTokenizerJsonEncodesTheSame) {
   EXPECT_FALSE(back.is_loom_bpe());
   EXPECT_TRUE(own.is_loom_bpe());
   EXPECT_THROW(back.save(path("back.bpe")), loom::Error);
+}
+
+// A SentencePiece-style BPE laid out as Llama 2's tokenizer.json: <unk> <s> </s>, the byte
+// tokens <0x00>..<0xFF> at 3..258, then "▁" (259), a b c (260-262), and what the merges make:
+// "▁a" 263, "ab" 264, "▁ab" 265, "bc" 266, "c▁" 267, "bb" 268.
+std::string sentencepiece_vocab() {
+  std::string v = R"({"<unk>": 0, "<s>": 1, "</s>": 2, )";
+  for (int b = 0; b < 256; ++b) {
+    char name[16];
+    std::snprintf(name, sizeof name, "\"<0x%02X>\": %d, ", b, 3 + b);
+    v += name;
+  }
+  return v + R"("▁": 259, "a": 260, "b": 261, "c": 262, "▁a": 263, "ab": 264, "▁ab": 265,
+    "bc": 266, "c▁": 267, "bb": 268})";
+}
+
+TEST_F(TokenizerFiles, SentencePieceBpeAsLlamaTwoWritesIt) {
+  const std::string added =
+      R"("added_tokens": [{"id": 0, "content": "<unk>", "special": true},
+      {"id": 1, "content": "<s>", "special": true}, {"id": 2, "content": "</s>", "special": true}], )";
+  const std::string merges = R"("▁ a", "a b", "▁a b", "b c", "c ▁", "b b")";
+  auto file = [&](const std::string& name, const std::string& how) {
+    return write(name, "{" + added + how +
+                           R"("model": {"type": "BPE", "byte_fallback": true, "fuse_unk": true,
+        "unk_token": "<unk>", "vocab": )" +
+                           sentencepiece_vocab() + R"(, "merges": [)" + merges + "]}}");
+  };
+  const BpeTokenizer llama2 = loom::read_tokenizer_json(file("llama2.json", R"(
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+      "pre_tokenizer": null, )"));
+  // " ab": ▁ a b -> ▁a b (priority 0) -> ▁ab (2).
+  EXPECT_EQ(llama2.encode("ab"), (Ids{265}));
+  // " abc": ▁a b c -> ▁ab c: "▁a b" (2) before "b c" (3).
+  EXPECT_EQ(llama2.encode("abc"), (Ids{265, 262}));
+  // " bc a": ▁a first (0), then bc (3); nothing joins ▁ and bc.
+  EXPECT_EQ(llama2.encode("bc a"), (Ids{259, 266, 263}));
+  // One piece: " c b" -> ▁ c▁ b, the merge "c ▁" across the space.
+  EXPECT_EQ(llama2.encode("c b"), (Ids{259, 267, 261}));
+  // Equal pairs overlapping: the leftmost merges first, " bbb" -> ▁ bb b.
+  EXPECT_EQ(llama2.encode("bbb"), (Ids{259, 268, 261}));
+  // é (C3 A9) is not in the vocabulary: its bytes' tokens, 3 + 0xC3 and 3 + 0xA9.
+  EXPECT_EQ(llama2.encode("é"), (Ids{259, 198, 172}));
+  // A "▁" in the text is the space it stands for; a leading space gets the prefix space too.
+  EXPECT_EQ(llama2.encode("a▁b"), (Ids{263, 259, 261}));
+  EXPECT_EQ(llama2.encode(" ab"), (Ids{259, 265}));
+  // Decoding drops the prefix space, and the byte tokens are their bytes.
+  EXPECT_EQ(llama2.decode({265, 262}), "abc");
+  EXPECT_EQ(llama2.decode(llama2.encode("bc é c b")), "bc é c b");
+  // The special tokens are not made from text.
+  EXPECT_EQ(llama2.encode("<s>").size(), 4u);  // ▁ and the bytes of < s >
+  EXPECT_EQ(llama2.special_id("<s>"), 1);
+
+  // Metaspace, split at spaces: " c" and " b" are pieces, so "c ▁" no longer applies; a text
+  // that starts with a space gets no second one.
+  const BpeTokenizer metaspace = loom::read_tokenizer_json(file("metaspace.json", R"(
+      "normalizer": null, "pre_tokenizer": {"type": "Metaspace", "replacement": "▁",
+        "prepend_scheme": "always", "split": true}, )"));
+  EXPECT_EQ(metaspace.encode("c b"), (Ids{259, 262, 259, 261}));
+  EXPECT_EQ(metaspace.encode(" ab"), (Ids{265}));
+  EXPECT_EQ(metaspace.encode("bc a"), (Ids{259, 266, 263}));
+
+  // Written as tokenizer.json and read again: the same ids, both layouts.
+  for (const BpeTokenizer* tok : {&llama2, &metaspace}) {
+    loom::write_tokenizer_json(*tok, path("again.json"));
+    const BpeTokenizer again = loom::read_tokenizer_json(path("again.json"));
+    for (const std::string text : {"ab", "abc", "bc a", "c b", " ab", "é a▁b"})
+      EXPECT_EQ(again.encode(text), tok->encode(text)) << text;
+  }
+
+  // Not supported: another normalizer; a byte token missing.
+  try {
+    loom::read_tokenizer_json(file("nfkc.json", R"("normalizer": {"type": "NFKC"}, )"));
+    ADD_FAILURE() << "NFKC was not refused";
+  } catch (const loom::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("normalizer {\"type\":\"NFKC\"} is not supported with "
+                                         "byte_fallback"),
+              std::string::npos)
+        << e.what();
+  }
+  std::string vocab = sentencepiece_vocab();
+  vocab.replace(vocab.find("\"<0x41>\""), 8, "\"<0xZZ>\"");
+  const std::string missing = write("missing.json", "{" + added + R"("model": {"type": "BPE",
+      "byte_fallback": true, "vocab": )" + vocab + R"(, "merges": []}})");
+  try {
+    loom::read_tokenizer_json(missing);
+    ADD_FAILURE() << "a missing byte token was not refused";
+  } catch (const loom::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no <0x41> token"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TokenizerFiles, BadFilesGiveOneErrorNamingThem) {

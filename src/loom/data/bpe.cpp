@@ -2,6 +2,7 @@
 #include "loom/data/bpe.h"
 
 #include <charconv>
+#include <queue>
 #include <sstream>
 
 #include "loom/core/atomic_file.h"
@@ -47,14 +48,30 @@ BpeTokenizer BpeTokenizer::from_parts(Parts parts, const std::string& origin) {
   LOOM_CHECK(parts.special.empty() || parts.special.size() == parts.tokens.size())
       << origin << ": special flags for " << parts.special.size() << " of " << n << " tokens";
   parts.special.resize(size_t(n), false);
+  // SentencePiece: the byte tokens <0xNN>, apart from the text tokens (a token "A" and <0x41>
+  // both stand for the byte A).
+  std::vector<bool> byte_token(size_t(n), false);
+  if (parts.sentencepiece()) {
+    LOOM_CHECK(parts.byte_tokens.size() == size_t(kByteTokens))
+        << origin << ": " << parts.byte_tokens.size() << " byte tokens, expected 256";
+    for (int b = 0; b < kByteTokens; ++b) {
+      const int32_t id = parts.byte_tokens[size_t(b)];
+      LOOM_CHECK(id >= 0 && id < n && !parts.special[size_t(id)] &&
+                 parts.tokens[size_t(id)] == std::string(1, char(b)))
+          << origin << ": the token of byte 0x" << std::hex << b << std::dec << " (id " << id
+          << ") is not that byte";
+      byte_token[size_t(id)] = true;
+      t.byte_token_[b] = id;
+    }
+  }
   for (int32_t id = 0; id < n; ++id) {
-    if (parts.special[size_t(id)]) continue;
+    if (parts.special[size_t(id)] || byte_token[size_t(id)]) continue;
     const std::string& bytes = parts.tokens[size_t(id)];
     LOOM_CHECK(!bytes.empty()) << origin << ": token " << id << " is empty";
     // A repeated spelling keeps its first id (Loom's own BPE may learn one twice).
     t.by_bytes_.emplace(bytes, id);
   }
-  for (int b = 0; b < kByteTokens; ++b) {
+  for (int b = 0; b < kByteTokens && !parts.sentencepiece(); ++b) {
     const auto it = t.by_bytes_.find(std::string(1, char(b)));
     LOOM_CHECK(it != t.by_bytes_.end())
         << origin << ": byte 0x" << std::hex << b << std::dec
@@ -96,7 +113,7 @@ BpeTokenizer BpeTokenizer::from_parts(Parts parts, const std::string& origin) {
 }
 
 bool BpeTokenizer::is_loom_bpe() const {
-  if (!parts_.pattern.empty() || parts_.whole_piece_first ||
+  if (!parts_.pattern.empty() || parts_.whole_piece_first || parts_.sentencepiece() ||
       parts_.tokens.size() != kByteTokens + parts_.merges.size())
     return false;
   for (int b = 0; b < kByteTokens; ++b)
@@ -162,7 +179,101 @@ std::vector<int32_t> BpeTokenizer::encode_piece(const uint8_t* bytes, size_t n,
   return ids;
 }
 
+void BpeTokenizer::merge_all(std::vector<int32_t>& ids) const {
+  const size_t n = ids.size();
+  if (n < 2) return;
+  // The symbols as a linked list over their first positions; a candidate is a pair that was
+  // adjacent when pushed, still valid if both its symbols are (a merge changes the left one).
+  std::vector<size_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? n : i - 1;
+    next[i] = i + 1;
+  }
+  struct Candidate {
+    int32_t priority;
+    size_t pos;
+    int32_t left, right, merged;
+  };
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.priority != b.priority ? a.priority > b.priority : a.pos > b.pos;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> heap(later);
+  auto push = [&](size_t i) {
+    if (next[i] >= n) return;
+    const auto it = pair_.find(detail::bpe_pair_key(ids[i], ids[next[i]]));
+    if (it != pair_.end())
+      heap.push({it->second.priority, i, ids[i], ids[next[i]], it->second.merged});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const size_t r = next[c.pos];
+    if (!alive[c.pos] || ids[c.pos] != c.left || r >= n || ids[r] != c.right) continue;
+    ids[c.pos] = c.merged;
+    alive[r] = false;
+    next[c.pos] = next[r];
+    if (next[r] < n) prev[next[r]] = c.pos;
+    if (prev[c.pos] < n) push(prev[c.pos]);
+    push(c.pos);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (alive[i]) ids[kept++] = ids[i];
+  ids.resize(kept);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_sentencepiece(const std::string& text) const {
+  // The text as the model sees it: a "\u2581" is the space it stands for; the prefix space.
+  static const std::string kSpaceMark = "\xE2\x96\x81";
+  std::string s;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
+      s += ' ';
+      i += kSpaceMark.size() - 1;
+    } else {
+      s += text[i];
+    }
+  }
+  using Prefix = Parts::Prefix;
+  if (parts_.prefix == Prefix::Always ||
+      (parts_.prefix == Prefix::UnlessSpaced && (s.empty() || s[0] != ' ')))
+    s.insert(s.begin(), ' ');
+  std::vector<int32_t> out;
+  out.reserve(s.size() / 3);
+  auto piece = [&](size_t begin, size_t end) {
+    std::vector<int32_t> ids;
+    for (size_t i = begin; i < end;) {
+      const auto c = uint8_t(s[i]);
+      size_t len = c < 0x80 ? 1 : c >> 5 == 6 ? 2 : c >> 4 == 14 ? 3 : c >> 3 == 30 ? 4 : 1;
+      if (i + len > end) len = 1;  // a cut sequence: its bytes
+      const auto it = by_bytes_.find(s.substr(i, len));
+      if (it != by_bytes_.end()) {
+        ids.push_back(it->second);
+      } else {  // byte fallback
+        for (size_t k = 0; k < len; ++k) ids.push_back(byte_token_[uint8_t(s[i + k])]);
+      }
+      i += len;
+    }
+    merge_all(ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+  };
+  if (!parts_.split_at_spaces) {
+    piece(0, s.size());
+    return out;
+  }
+  for (size_t start = 0; start < s.size();) {  // a piece before each space
+    size_t end = s.find(' ', start + 1);
+    if (end == std::string::npos) end = s.size();
+    piece(start, end);
+    start = end;
+  }
+  return out;
+}
+
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  if (parts_.sentencepiece()) return encode_sentencepiece(text);
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
   // Natural text repeats the same few thousand pieces; encode each distinct one once per call.
@@ -189,6 +300,10 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
         << vocab_size() << ")";
     out += parts_.tokens[size_t(ids[i])];
   }
+  // SentencePiece: the prefix space goes again.
+  if (parts_.sentencepiece() && parts_.prefix != Parts::Prefix::None && !out.empty() &&
+      out[0] == ' ')
+    out.erase(0, 1);
   return out;
 }
 

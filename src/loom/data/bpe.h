@@ -14,6 +14,12 @@
 //    token's rank as priority; a piece that is a token is that token at once.
 //  - Both: pieces are the matches of a regex (PCRE2, e.g. GPT-2's), and the text between two
 //    matches is a piece too.
+//  - SentencePiece-style BPE (Llama 2, Mistral; Hugging Face tokenizer.json with byte_fallback):
+//    tokens are text, "\u2581" standing for a space; the text gets a space before it (the
+//    prefix space, see Parts::prefix), and is one piece (or, Metaspace with split, a piece before
+//    each space). A piece starts as the tokens of its characters, a character the vocabulary lacks
+//    as its bytes' tokens <0xNN> (byte fallback); merges as Hugging Face's, lowest priority first,
+//    the leftmost of equals. Decoding drops the prefix space again.
 // Special tokens (<|endoftext|>) have ids but are never produced from text: encode() reads
 // their spelling as ordinary text, as tiktoken's encode_ordinary does.
 #pragma once
@@ -42,6 +48,15 @@ class BpeTokenizer {
     std::vector<std::pair<int32_t, int32_t>> merges;
     std::string pattern;             // pre-tokenisation regex; empty: Loom's pieces
     bool whole_piece_first = false;  // a piece that is a token is that token (HF ignore_merges)
+    // SentencePiece-style (see above) when not empty: the id of <0xNN> for each byte NN, whose
+    // entry in `tokens` is that byte. Every other token's entry is its text, each "\u2581"
+    // turned back into the space it stands for.
+    std::vector<int32_t> byte_tokens;
+    // SentencePiece: a space before the text -- always (Llama 2's Prepend normalizer), unless it
+    // starts with one (the Metaspace pre-tokenizer), or never.
+    enum class Prefix { Always, UnlessSpaced, None } prefix = Prefix::Always;
+    bool split_at_spaces = false;  // SentencePiece: a piece before each space (Metaspace split)
+    bool sentencepiece() const { return !byte_tokens.empty(); }
   };
 
   // The plain byte tokenizer: 256 tokens, no merges.
@@ -90,6 +105,11 @@ class BpeTokenizer {
   // Only merges of priority below `limit` apply.
   std::vector<int32_t> encode_piece(const uint8_t* bytes, size_t n,
                                     int32_t limit = INT32_MAX) const;
+  // SentencePiece-style: the text's pieces, each from its characters (or their bytes).
+  std::vector<int32_t> encode_sentencepiece(const std::string& text) const;
+  // Applies the merges to `ids` in place, lowest priority first and the leftmost of equals, in
+  // O(n log n) (a heap of candidate pairs): a SentencePiece piece may be a whole text.
+  void merge_all(std::vector<int32_t>& ids) const;
 
   Parts parts_;
   int32_t byte_token_[kByteTokens] = {};

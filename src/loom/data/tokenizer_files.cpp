@@ -2,6 +2,8 @@
 
 #include <array>
 #include <charconv>
+#include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <unordered_set>
@@ -94,9 +96,11 @@ bool null_or(const json& j, const char* key, const json& allowed) {
   return !j.contains(key) || j[key].is_null() || j[key] == allowed;
 }
 
-// The vocabulary ({"entry": id}) and the added tokens as token bytes by id.
+// The vocabulary ({"entry": id}) and the added tokens as token bytes by id; text_of: an
+// entry's bytes (byte-level BPE: entry_bytes).
 void read_vocab(const json& vocab, const json& added, const std::string& origin,
-                BpeTokenizer::Parts& parts) {
+                BpeTokenizer::Parts& parts,
+                const std::function<std::string(const std::string&)>& text_of) {
   LOOM_CHECK(vocab.is_object()) << origin << ": the vocabulary is not a JSON object";
   std::vector<std::string> tokens;
   std::vector<bool> have, special;
@@ -121,7 +125,7 @@ void read_vocab(const json& vocab, const json& added, const std::string& origin,
         << origin << ": vocabulary entry '" << entry << "' has no integer id";
     // An added token may stand in the vocabulary too (GPT-2's <|endoftext|>); it is not text.
     const bool is_added = added_text.count(entry) > 0;
-    put(id.get<int64_t>(), is_added ? entry : entry_bytes(entry, origin), is_added,
+    put(id.get<int64_t>(), is_added ? entry : text_of(entry), is_added,
         "vocabulary entry '" + entry + "'");
   }
   for (const json& a : added) {
@@ -199,29 +203,8 @@ std::string piece_pattern(const json& pre, const std::string& origin) {
   return split["pattern"]["Regex"].get<std::string>();
 }
 
-}  // namespace
-
-BpeTokenizer read_tokenizer_json(const std::string& path) {
-  const std::string origin = "tokenizer.json " + path;
-  const json j = parse_json_file(path);
-  LOOM_CHECK(j.is_object() && j.contains("model") && j["model"].is_object())
-      << origin << ": no \"model\" object (not a Hugging Face tokenizer.json)";
-  const json& model = j["model"];
-  const std::string type = model.value("type", "");
-  LOOM_CHECK(type == "BPE") << origin << ": model type '" << type
-                            << "' is not supported (only byte-level BPE)";
-  LOOM_CHECK(!j.contains("normalizer") || j["normalizer"].is_null())
-      << origin << ": normalizer " << j["normalizer"].dump() << " is not supported";
-  LOOM_CHECK(!model.value("byte_fallback", false))
-      << origin << ": byte_fallback (a SentencePiece-style BPE) is not supported";
-  LOOM_CHECK(null_or(model, "dropout", 0.0) && null_or(model, "continuing_subword_prefix", "") &&
-             null_or(model, "end_of_word_suffix", ""))
-      << origin << ": BPE dropout, continuing_subword_prefix and end_of_word_suffix are not "
-      << "supported";
-
-  BpeTokenizer::Parts parts;
-  const json added = j.value("added_tokens", json::array());
-  read_vocab(model.value("vocab", json()), added, origin, parts);
+// The model's merges ("left right" strings or [left, right] pairs) as id pairs.
+void read_merges(const json& model, const std::string& origin, BpeTokenizer::Parts& parts) {
   const auto id_of = ids_by_entry(model["vocab"]);
   const json merges = model.value("merges", json::array());
   for (size_t k = 0; k < merges.size(); ++k) {
@@ -236,6 +219,127 @@ BpeTokenizer read_tokenizer_json(const std::string& path) {
     }
     add_merge(left, right, k, id_of, origin, parts);
   }
+}
+
+constexpr const char* kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// A SentencePiece entry's text: each U+2581 a space.
+std::string spaced(const std::string& entry) {
+  std::string out;
+  for (size_t i = 0; i < entry.size(); ++i) {
+    if (entry.compare(i, 3, kSpaceMark) == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += entry[i];
+    }
+  }
+  return out;
+}
+
+// The byte of a byte-fallback entry "<0xNN>" (two upper-case hex digits), or -1.
+int fallback_byte(const std::string& entry) {
+  if (entry.size() != 6 || entry.compare(0, 3, "<0x") != 0 || entry[5] != '>') return -1;
+  int value = 0;
+  for (const char c : entry.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+// A SentencePiece-style BPE (model.byte_fallback): Llama 2's layout (normalizer Prepend "\u2581"
+// then Replace " " by it, no pre-tokenizer) or the newer one (no normalizer, the Metaspace
+// pre-tokenizer: its prepend_scheme and split). Anything else is refused by name.
+BpeTokenizer read_sentencepiece_json(const json& j, const std::string& origin) {
+  const json& model = j["model"];
+  LOOM_CHECK(null_or(model, "dropout", 0.0) && null_or(model, "continuing_subword_prefix", "") &&
+             null_or(model, "end_of_word_suffix", "") && !model.value("ignore_merges", false))
+      << origin << ": BPE dropout, continuing_subword_prefix, end_of_word_suffix and "
+      << "ignore_merges are not supported with byte_fallback";
+  BpeTokenizer::Parts parts;
+  const json added = j.value("added_tokens", json::array());
+  const json& vocab = model.value("vocab", json());
+  read_vocab(vocab, added, origin, parts, [](const std::string& entry) {
+    const int byte = fallback_byte(entry);
+    return byte >= 0 ? std::string(1, char(byte)) : spaced(entry);
+  });
+  parts.byte_tokens.assign(BpeTokenizer::kByteTokens, -1);
+  for (const auto& [entry, id] : vocab.items()) {
+    const int byte = fallback_byte(entry);
+    if (byte >= 0 && !parts.special[size_t(id.get<int64_t>())])
+      parts.byte_tokens[size_t(byte)] = id.get<int32_t>();
+  }
+  for (int b = 0; b < BpeTokenizer::kByteTokens; ++b)
+    LOOM_CHECK(parts.byte_tokens[size_t(b)] >= 0)
+        << origin << ": byte_fallback, but the vocabulary has no <0x" << std::hex << std::uppercase
+        << (b < 16 ? "0" : "") << b << std::dec << "> token (it needs all 256)";
+  read_merges(model, origin, parts);
+
+  const json normalizer = j.value("normalizer", json()), pre = j.value("pre_tokenizer", json());
+  auto refuse = [&](const json& what, const char* where) {
+    LOOM_FAIL() << origin << ": " << where << " " << what.dump().substr(0, 200)
+                << " is not supported with byte_fallback (Llama 2's Prepend + Replace "
+                << "normalizer, or the Metaspace pre-tokenizer)";
+  };
+  if (!normalizer.is_null()) {
+    const json steps = normalizer.value("type", "") == "Sequence"
+                           ? normalizer.value("normalizers", json::array())
+                           : json::array({normalizer});
+    size_t k = 0;
+    parts.prefix = BpeTokenizer::Parts::Prefix::None;
+    if (k < steps.size() && steps[k].value("type", "") == "Prepend") {
+      if (steps[k].value("prepend", "") != kSpaceMark) refuse(steps[k], "normalizer");
+      parts.prefix = BpeTokenizer::Parts::Prefix::Always;
+      ++k;
+    }
+    if (k + 1 != steps.size() || steps[k].value("type", "") != "Replace" ||
+        steps[k].value("pattern", json()) != json({{"String", " "}}) ||
+        steps[k].value("content", "") != kSpaceMark)
+      refuse(normalizer, "normalizer");
+    if (!pre.is_null()) refuse(pre, "pre_tokenizer");
+    parts.split_at_spaces = false;
+  } else {
+    if (pre.value("type", "") != "Metaspace" || pre.value("replacement", "") != kSpaceMark)
+      refuse(pre, "pre_tokenizer");
+    const std::string scheme = pre.contains("prepend_scheme")
+                                   ? pre.value("prepend_scheme", "always")
+                               : pre.value("add_prefix_space", true) ? "always"
+                                                                     : "never";
+    if (scheme != "always" && scheme != "first" && scheme != "never") refuse(pre, "pre_tokenizer");
+    // Metaspace prepends its mark only to a text that does not start with one.
+    parts.prefix = scheme == "never" ? BpeTokenizer::Parts::Prefix::None
+                                     : BpeTokenizer::Parts::Prefix::UnlessSpaced;
+    parts.split_at_spaces = pre.value("split", true);
+  }
+  return BpeTokenizer::from_parts(std::move(parts), origin);
+}
+
+}  // namespace
+
+BpeTokenizer read_tokenizer_json(const std::string& path) {
+  const std::string origin = "tokenizer.json " + path;
+  const json j = parse_json_file(path);
+  LOOM_CHECK(j.is_object() && j.contains("model") && j["model"].is_object())
+      << origin << ": no \"model\" object (not a Hugging Face tokenizer.json)";
+  const json& model = j["model"];
+  const std::string type = model.value("type", "");
+  LOOM_CHECK(type == "BPE") << origin << ": model type '" << type
+                            << "' is not supported (only byte-level BPE)";
+  if (model.value("byte_fallback", false)) return read_sentencepiece_json(j, origin);
+  LOOM_CHECK(!j.contains("normalizer") || j["normalizer"].is_null())
+      << origin << ": normalizer " << j["normalizer"].dump() << " is not supported";
+  LOOM_CHECK(null_or(model, "dropout", 0.0) && null_or(model, "continuing_subword_prefix", "") &&
+             null_or(model, "end_of_word_suffix", ""))
+      << origin << ": BPE dropout, continuing_subword_prefix and end_of_word_suffix are not "
+      << "supported";
+
+  BpeTokenizer::Parts parts;
+  const json added = j.value("added_tokens", json::array());
+  read_vocab(model.value("vocab", json()), added, origin, parts,
+             [&](const std::string& entry) { return entry_bytes(entry, origin); });
+  read_merges(model, origin, parts);
   parts.pattern = piece_pattern(j.value("pre_tokenizer", json()), origin);
   parts.whole_piece_first = model.value("ignore_merges", false);
   return BpeTokenizer::from_parts(std::move(parts), origin);
@@ -245,7 +349,8 @@ BpeTokenizer read_vocab_merges(const std::string& vocab_json, const std::string&
   const std::string origin = "vocab.json " + vocab_json + " with merges " + merges_txt;
   BpeTokenizer::Parts parts;
   const json vocab = parse_json_file(vocab_json);
-  read_vocab(vocab, json::array(), origin, parts);
+  read_vocab(vocab, json::array(), origin, parts,
+             [&](const std::string& entry) { return entry_bytes(entry, origin); });
   // GPT-2's <|endoftext|> is a vocabulary entry that no merge makes: a special token.
   for (size_t id = 0; id < parts.tokens.size(); ++id)
     if (parts.tokens[id] == "<|endoftext|>") parts.special[id] = true;
@@ -331,14 +436,80 @@ BpeTokenizer read_tiktoken(const std::string& path, const std::string& pattern_n
   return BpeTokenizer::from_parts(std::move(parts), origin);
 }
 
+namespace {
+
+// A SentencePiece-style tokenizer.json: Llama 2's layout for a prefix space always added, else
+// the Metaspace pre-tokenizer; the decoder drops the prefix space again.
+nlohmann::ordered_json sentencepiece_json(const BpeTokenizer::Parts& parts,
+                                          const nlohmann::ordered_json& added,
+                                          const nlohmann::ordered_json& vocab,
+                                          const nlohmann::ordered_json& merges) {
+  using ojson = nlohmann::ordered_json;
+  using Prefix = BpeTokenizer::Parts::Prefix;
+  const ojson replace = {
+      {"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpaceMark}};
+  ojson normalizer = nullptr, pre = nullptr;
+  if (parts.prefix == Prefix::Always)
+    normalizer = {{"type", "Sequence"},
+                  {"normalizers", {{{"type", "Prepend"}, {"prepend", kSpaceMark}}, replace}}};
+  if (parts.prefix != Prefix::Always || parts.split_at_spaces)
+    pre = {{"type", "Metaspace"},
+           {"replacement", kSpaceMark},
+           {"prepend_scheme", parts.prefix == Prefix::UnlessSpaced ? "always" : "never"},
+           {"split", parts.split_at_spaces}};
+  ojson decoders =
+      ojson::array({{{"type", "Replace"}, {"pattern", {{"String", kSpaceMark}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}}});
+  if (parts.prefix != Prefix::None)
+    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  ojson unk = nullptr;
+  for (size_t id = 0; id < parts.tokens.size(); ++id)
+    if (parts.special[id] && parts.tokens[id] == "<unk>") unk = "<unk>";
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", normalizer},
+          {"pre_tokenizer", pre},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", unk},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", true},
+            {"byte_fallback", true},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", merges}}}};
+}
+
+}  // namespace
+
 void write_tokenizer_json(const BpeTokenizer& tok, const std::string& path) {
   const BpeTokenizer::Parts& parts = tok.parts();
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object(),
                          added = nlohmann::ordered_json::array(),
                          merges = nlohmann::ordered_json::array();
+  const bool sp = parts.sentencepiece();
   std::vector<std::string> entry(parts.tokens.size());
+  for (size_t b = 0; b < parts.byte_tokens.size(); ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", unsigned(b));
+    entry[size_t(parts.byte_tokens[b])] = name;
+  }
   for (size_t id = 0; id < parts.tokens.size(); ++id) {
-    entry[id] = parts.special[id] ? parts.tokens[id] : entry_of(parts.tokens[id]);
+    if (sp && !entry[id].empty()) {  // a byte token, named above
+    } else if (parts.special[id]) {
+      entry[id] = parts.tokens[id];
+    } else if (sp) {  // spaces as SentencePiece's mark
+      for (const char c : parts.tokens[id]) entry[id] += c == ' ' ? kSpaceMark : std::string(1, c);
+    } else {
+      entry[id] = entry_of(parts.tokens[id]);
+    }
     LOOM_CHECK(!vocab.contains(entry[id]))
         << "tokenizer.json " << path << ": tokens " << vocab[entry[id]].get<int>() << " and " << id
         << " are the same bytes, which a tokenizer.json vocabulary cannot hold";
@@ -359,6 +530,10 @@ void write_tokenizer_json(const BpeTokenizer& tok, const std::string& path) {
                                              {"add_prefix_space", false},
                                              {"trim_offsets", false},
                                              {"use_regex", false}};
+  if (sp) {
+    write_file_atomic(path, sentencepiece_json(parts, added, vocab, merges).dump(1) + "\n");
+    return;
+  }
   const nlohmann::ordered_json out = {{"version", "1.0"},
                                       {"truncation", nullptr},
                                       {"padding", nullptr},
