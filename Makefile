@@ -47,7 +47,6 @@ bench: build
 	@echo "== bench/checkpoint_overhead.sh"; bash bench/checkpoint_overhead.sh $(BUILD)/loom
 	@echo "== pipeline_bubble (4 ranks)"; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	  OMP_NUM_THREADS=1 mpirun --oversubscribe -np 4 $(BUILD)/pipeline_bubble
-	@echo "== bench/dist/long_context.sh (8 ranks, 32k-256k tokens)"; bash bench/dist/long_context.sh $(BUILD)/loom
 
 # libFuzzer with ASan + UBSan on the input readers (fuzz/): each target runs FUZZ_SECONDS.
 # Inputs that fail are left in build-fuzz/findings/; copied into fuzz/regressions/<target>/

@@ -8,7 +8,7 @@
 # within 20% of the lengths'). train.precision is the default ("auto": bf16 where the CPU
 # multiplies bf16 natively), so the ring runs in bf16 there. data.val_fraction 0.07: the
 # held-out part holds one 262,144-token window for the final evaluation.
-# Usage: bench/dist/long_context.sh [LOOM_BINARY] [WORK_DIR]   (about 10 minutes on 2 cores)
+# Usage: bench/dist/long_context.sh [LOOM_BINARY] [WORK_DIR]   (about 30 minutes on 2 cores)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
