@@ -30,6 +30,8 @@ model_config() {
     gpt2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0) ;;
     llama) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2) ;;
+    qwen2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
+      --set model.style=llama --set model.kv_heads=2 --set model.qkv_bias=true) ;;
   esac
   name=$(basename "$cfg" .toml)
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tensor parallelism (and sequence parallelism) changes nothing but memory and speed: the tiny
-# GPT (GPT-2 style, and Llama style with grouped-query attention) and DiT, 4 heads, depth 2,
+# GPT (GPT-2 style, Llama style with grouped-query attention, and Qwen2 style: Llama with q, k, v
+# biases, under TP2 + SP) and DiT, 4 heads, depth 2,
 # 10 steps, on 1 process vs TP=2, TP=4 (attention heads, MLP features and, for GPT, the
 # vocabulary of embedding, head and loss split), TP=2 with sequence parallelism, and TP composed with
 # data parallelism (TP2 x DDP2, TP2 x ZeRO-3 with SP): losses to 1e-5 relative, final weights and
@@ -19,13 +20,14 @@ source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=2 --set model.heads=4
   --set train.batch_size=8)
-for model in gpt2 llama dit; do
+for model in gpt2 llama qwen2 dit; do
   model_config $model
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
     fail "$model: single-process run failed"
   layouts="tp2 tp2-sp tp4 tp2-ddp2 tp2-sp-zero3x2"
   [ $model = llama ] && layouts="tp2 tp2-sp tp2-ddp2 tp2-sp-zero3x2"  # 2 key/value heads
+  [ $model = qwen2 ] && layouts="tp2-sp"  # the q, k, v biases split with their rows
   for layout in $layouts; do
     out=$work/$model-$layout
     case $layout in
@@ -38,7 +40,13 @@ for model in gpt2 llama dit; do
     esac
     "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
-    parity "$model $layout" "$ref/$name" "$out/$name"
+    # The q, k, v biases start at zero and stay near it, so their float noise is a larger part of
+    # their largest value (7.6e-5 seen): 3e-4 for them.
+    if [ $model = qwen2 ]; then
+      PARITY_WEIGHTS_RTOL=3e-4 parity "$model $layout" "$ref/$name" "$out/$name"
+    else
+      parity "$model $layout" "$ref/$name" "$out/$name"
+    fi
   done
 done
 
