@@ -130,6 +130,12 @@ class StagedTrainer : public testing::Test {
     return losses_of(dir_ + "/" + name);
   }
 
+  // The bytes of a run's samples.png (a diffusion model's, sampled from its EMA at the end).
+  std::string sample_bytes(const std::string& run_name) const {
+    std::ifstream in(dir_ + "/" + run_name + "/samples.png", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
   void compare(const std::string& model, const Layouts& layouts) {
     for (const auto& [name, layout] : layouts) {
       const std::vector<double> cpu = run(model, model + "-" + name + "-cpu", "cpu", layout);
@@ -278,12 +284,9 @@ TEST_F(StagedTrainer, OffloadedZeroThreeKeepsMasterAndMomentsOnTheHost) {
       EXPECT_NEAR(on_host[i], on_device[i], 1e-6 * std::fabs(on_device[i]))
           << model << ", step " << i + 1;
     if (model == "dit" && world_->rank() == 0) {  // sampled from the EMA, at the end
-      auto bytes = [&](const std::string& name) {
-        std::ifstream in(dir_ + "/" + name + "/samples.png", std::ios::binary);
-        return std::string(std::istreambuf_iterator<char>(in), {});
-      };
-      EXPECT_FALSE(bytes("dit-zero3").empty());
-      EXPECT_TRUE(bytes("dit-zero3") == bytes("dit-zero3-offload")) << "the EMAs differ";
+      EXPECT_FALSE(sample_bytes("dit-zero3").empty());
+      EXPECT_TRUE(sample_bytes("dit-zero3") == sample_bytes("dit-zero3-offload"))
+          << "the EMAs differ";
     }
     EXPECT_GT(peak(model + "-zero3", "optimizer"), 0) << model;
     EXPECT_EQ(peak(model + "-zero3-offload", "optimizer"), 0) << model;
@@ -331,12 +334,9 @@ TEST_F(StagedTrainer, OffloadedZeroOneTwoKeepBf16ParametersOnTheDevice) {
         EXPECT_NEAR(offloaded[i], reference[i], 1e-6 * std::fabs(reference[i]))
             << tag << ", step " << i + 1;
       if (model == "dit" && world_->rank() == 0) {
-        auto bytes = [&](const std::string& run_name) {
-          std::ifstream in(dir_ + "/" + run_name + "/samples.png", std::ios::binary);
-          return std::string(std::istreambuf_iterator<char>(in), {});
-        };
-        EXPECT_FALSE(bytes(tag + "-zero3").empty());
-        EXPECT_TRUE(bytes(tag + "-zero3") == bytes(tag + "-kept")) << "the EMAs differ";
+        EXPECT_FALSE(sample_bytes(tag + "-zero3").empty());
+        EXPECT_TRUE(sample_bytes(tag + "-zero3") == sample_bytes(tag + "-kept"))
+            << "the EMAs differ";
       }
     }
   }
