@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism changes nothing but memory and speed: the tiny GPT (GPT-2 style with a
-# tied embedding held by both pipeline ends, and Llama style with an untied head) and DiT (the
+# tied embedding held by both pipeline ends, Llama style with an untied head, and a hybrid of
+# Mamba-2 and attention blocks, also under DDP, ZeRO-3 and activation checkpointing, and refused
+# with one clear error under TP and CP) and DiT (the
 # conditioning passed between stages with the tokens), 4 blocks, a
 # step of 4 micro-batches (train.grad_accum), 10 steps, on 1 process vs PP=2 and PP=4 with each
 # schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank, ZB-H1 with each backward
@@ -24,18 +26,23 @@ source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=4 --set model.heads=4
   --set train.batch_size=4 --set train.grad_accum=4 --set eval.every=0 --set sample.tokens=0)
-for model in gpt2 llama; do
+hybrid=(--set model.style=llama --set 'model.mixers="MA"' --set model.ssm_state=8
+  --set model.ssm_head_dim=16 --set model.ssm_chunk=4)
+for model in gpt2 llama hybrid; do
   extra=()
   [ $model = llama ] && extra=(--set model.style=llama --set model.kv_heads=2)
+  [ $model = hybrid ] && extra=("${hybrid[@]}")
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
     fail "$model: single-process run failed"
   layouts="pp2-gpipe pp2-1f1b pp2-interleaved pp4-gpipe pp4-1f1b pp2-zbh1 pp4-zbh1 pp2-tp2-sp pp2-ddp2
     pp2-zero3x2 pp2-zbh1-zero3x2 pp2-tp2-zero2x2"
   [ $model = llama ] && layouts="pp2-interleaved pp4-1f1b pp4-zbh1 pp2-tp2-sp pp2-zero3x2"
+  [ $model = hybrid ] && layouts="pp2-1f1b pp2-ddp2 pp2-zero3x2 ac-full"
   for layout in $layouts; do
     out=$work/$model-$layout
     case $layout in
+      ac-*) np=1; par=(--set parallel.activation_checkpointing=full) ;;
       pp2-*) np=2; par=(--set parallel.pp=2) ;;
       pp4-*) np=4; par=(--set parallel.pp=4) ;;
     esac
@@ -55,6 +62,9 @@ for model in gpt2 llama; do
     parity "$model $layout" "$ref/tiny_gpt" "$out/tiny_gpt"
   done
 done
+
+bad 2 "Mamba-2 blocks" "$cfg" "${common[@]}" "${hybrid[@]}" --set parallel.tp=2
+bad 2 "Mamba-2 blocks" "$cfg" "${common[@]}" "${hybrid[@]}" --set parallel.cp=2
 
 # PP4 interleaved needs 8 stages: GPT-2 8 blocks deep.
 deep=("${common[@]}" --set model.depth=8)

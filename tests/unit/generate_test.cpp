@@ -35,7 +35,10 @@ std::vector<int64_t> tokens_of(int64_t B, int64_t T) {
 
 TEST(KvCache, CachedPiecesGiveTheWholeForwardsLogits) {
   for (bool llama : {false, true}) {
-    Gpt model(tiny(llama));
+    GptConfig g = tiny(llama);
+    // Llama's second block a Mamba-2 layer: its cache is its convolution inputs and state.
+    if (llama) g.mixers = "AM", g.ssm.state = 4, g.ssm.head_dim = 8, g.ssm.chunk = 3;
+    Gpt model(g);
     model.init_parameters(2);
     const int64_t B = 2, T = 10, V = 13;
     const std::vector<int64_t> ids = tokens_of(B, T);

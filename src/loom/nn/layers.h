@@ -99,10 +99,13 @@ struct AttentionConfig {
   bool qkv_bias = false;       // biases on the q, k, v projections even without `bias` (Qwen2)
 };
 
-// One attention layer's keys and values of the positions decoded so far (incremental decoding):
-// contiguous, preallocated (B, Hkv, capacity, Dh) each, rows [0, length) filled.
+// One block's state for incremental decoding, `length` positions decoded so far. An attention
+// layer's keys and values: contiguous, preallocated (B, Hkv, capacity, Dh) each, rows [0,
+// length) filled. A Mamba-2 layer's (nn::Mamba2) is of fixed size whatever the length: its
+// last conv - 1 convolution inputs (B, conv - 1, channels) and its state (B, H, P, N).
 struct KvCache {
   Tensor k, v;
+  Tensor conv, ssm;
   int64_t length = 0;
 };
 

@@ -50,8 +50,10 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, m, path);
   if (tp == 1 && cp == 1) return;
-  LOOM_CHECK(m.tensor_and_context) << "config " << path << ": model.kind " << c.spec().name
-                                   << " has no tensor or context parallelism";
+  LOOM_CHECK(m.tensor_and_context)
+      << "config " << path << ": model.kind " << c.spec().name
+      << (m.no_tensor_and_context.empty() ? " has no tensor or context parallelism"
+                                          : m.no_tensor_and_context);
   const int64_t heads = m.heads, kv_heads = m.kv_heads, hidden = m.mlp_hidden, tokens = m.tokens;
   LOOM_CHECK(heads % tp == 0 && kv_heads % tp == 0)
       << "config " << path << ": model.heads " << heads << " (key/value heads " << kv_heads

@@ -72,6 +72,18 @@ void GptConfig::validate() const {
         << name_of(style) << "\" (which uses mlp_ratio)";
   }
   if (moe.enabled()) moe_config().validate(depth);
+  LOOM_CHECK(!mixers.empty() && mixers.find_first_not_of("AM") == std::string::npos)
+      << "gpt: mixers '" << mixers << "' must be a pattern of A (attention) and M (Mamba-2), "
+      << "e.g. \"MMMA\"";
+  if (has_ssm()) ssm_config().validate();
+}
+
+nn::Mamba2Config GptConfig::ssm_config() const {
+  nn::Mamba2Config m = ssm;
+  m.dim = width;
+  m.norm_eps = float(norm_epsilon());
+  m.init = nn::Init::normal(0.02f);
+  return m;
 }
 
 int64_t GptConfig::mlp_hidden() const {
@@ -95,7 +107,7 @@ int64_t GptConfig::active_parameters(int64_t total) const {
   return total;
 }
 
-GptBlock::GptBlock(const GptConfig& c, bool moe) : llama_(c.is_llama()), moe_(moe) {
+GptBlock::GptBlock(const GptConfig& c, bool moe, bool ssm_mixer) : llama_(c.is_llama()), moe_(moe) {
   nn::AttentionConfig ac;
   ac.dim = c.width;
   ac.heads = c.heads;
@@ -107,7 +119,10 @@ GptBlock::GptBlock(const GptConfig& c, bool moe) : llama_(c.is_llama()), moe_(mo
   ac.qkv_bias = c.qkv_bias;
   ac.init = kInit;
   norm1 = register_module("norm1", make_norm(c));
-  attn = register_module("attn", std::make_shared<nn::Attention>(ac));
+  if (ssm_mixer)
+    ssm = register_module("ssm", std::make_shared<nn::Mamba2>(c.ssm_config()));
+  else
+    attn = register_module("attn", std::make_shared<nn::Attention>(ac));
   norm2 = register_module("norm2", make_norm(c));
   if (moe_)
     mlp = register_module("mlp", std::make_shared<nn::MoE>(c.width, c.moe_config(), kInit));
@@ -118,8 +133,12 @@ GptBlock::GptBlock(const GptConfig& c, bool moe) : llama_(c.is_llama()), moe_(mo
 }
 
 Tensor GptBlock::forward(const Tensor& x, const Tensor& positions) const {
-  Tensor h = add(x, attn->forward(apply_norm(*norm1, llama_, x), positions));  // (B, T, C)
+  Tensor h = add(x, mix(apply_norm(*norm1, llama_, x), positions));  // (B, T, C)
   return add(h, mlp_of(apply_norm(*norm2, llama_, h)));
+}
+
+Tensor GptBlock::mix(const Tensor& n, const Tensor& positions) const {  // (B, T, C)
+  return ssm ? ssm->forward(n) : attn->forward(n, positions);
 }
 
 Tensor GptBlock::mlp_of(const Tensor& n) const {  // (B, T, C)
@@ -135,8 +154,9 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
   if (!c.is_llama())
     pos_embed = register_module("pos_embed", std::make_shared<nn::Embedding>(c.context, C, kInit));
   for (int64_t i = 0; i < c.depth; ++i)
-    blocks.push_back(register_module("blocks." + std::to_string(i),
-                                     std::make_shared<GptBlock>(c, c.is_moe_block(i))));
+    blocks.push_back(
+        register_module("blocks." + std::to_string(i),
+                        std::make_shared<GptBlock>(c, c.is_moe_block(i), c.is_ssm_block(i))));
   norm_f = register_module("norm_f", make_norm(c));
   if (!c.tie_embeddings)
     lm_head = register_module("lm_head", std::make_shared<nn::Linear>(C, V, false, kInit));
@@ -149,7 +169,7 @@ nn::ParallelPlan Gpt::parallel_plan() const {
   nn::ParallelPlan plan;
   for (int64_t i = 0; i < config.depth; ++i) {
     const std::string b = "blocks." + std::to_string(i);
-    plan.attention.push_back(b + ".attn");
+    if (!config.is_ssm_block(i)) plan.attention.push_back(b + ".attn");
     if (config.is_moe_block(i)) {
       // A mixture's experts are not split by tensor parallelism (config.cpp refuses tp > 1).
     } else if (config.is_llama()) {
@@ -198,7 +218,8 @@ Tensor Gpt::head(const Tensor& h) const {
 }
 
 Tensor GptBlock::forward_cached(const Tensor& x, nn::KvCache& cache, int64_t capacity) const {
-  Tensor h = add(x, attn->forward_cached(apply_norm(*norm1, llama_, x), cache, capacity));
+  const Tensor n = apply_norm(*norm1, llama_, x);
+  Tensor h = add(x, ssm ? ssm->forward_cached(n, cache) : attn->forward_cached(n, cache, capacity));
   return add(h, mlp_of(apply_norm(*norm2, llama_, h)));  // (B, T, C)
 }
 

@@ -2,13 +2,15 @@
 //   "gpt2":  learned position embedding, LayerNorm, GELU MLP, biases, tied output embedding;
 //   "llama": RoPE (no position embedding), RMSNorm, SwiGLU MLP, GQA via kv_heads, no biases,
 //            and (by convention, see GptConfig::llama) an untied output head.
-// Blocks are pre-norm: x + attn(norm1(x)), then x + mlp(norm2(x)).
+// Blocks are pre-norm: x + mixer(norm1(x)), then x + mlp(norm2(x)); the mixer is attention or,
+// in a hybrid (GptConfig::mixers), a Mamba-2 state-space layer.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "loom/nn/layers.h"
+#include "loom/nn/mamba2.h"
 #include "loom/nn/moe.h"
 #include "loom/nn/parallel_plan.h"
 
@@ -41,6 +43,10 @@ struct GptConfig {
   // Its experts are the style's MLP (SwiGLU for llama, GELU for gpt2) of moe.hidden units
   // (0: mlp_hidden()).
   nn::MoeConfig moe{};
+  // The blocks' sequence mixers, the pattern repeated over the depth: 'A' attention, 'M' a
+  // Mamba-2 layer ("MMMA": one attention block in four, as Jamba). Every block keeps its MLP.
+  std::string mixers = "A";
+  nn::Mamba2Config ssm{};  // the Mamba-2 layers' sizes (ssm.dim: set from width)
   void validate() const;
 
   // Presets: the plain struct is gpt2; llama() sets style "llama" and an untied head.
@@ -59,25 +65,30 @@ struct GptConfig {
   double norm_epsilon() const { return norm_eps > 0 ? norm_eps : is_llama() ? 1e-6 : 1e-5; }
   nn::MoeConfig moe_config() const;  // moe with the style's experts and hidden size filled in
   bool is_moe_block(int64_t i) const { return moe.enabled() && (i + 1) % moe.every == 0; }
+  bool is_ssm_block(int64_t i) const { return mixers[size_t(i) % mixers.size()] == 'M'; }
+  bool has_ssm() const { return mixers.find('M') != std::string::npos; }
+  nn::Mamba2Config ssm_config() const;  // ssm with dim = width
   // Parameters a token's forward uses: all but the experts it is not routed to.
   int64_t active_parameters(int64_t total) const;
 };
 
-// One pre-norm transformer block.
+// One pre-norm block: attention (or a Mamba-2 layer) and an MLP (or a mixture).
 class GptBlock : public nn::Module {
  public:
-  GptBlock(const GptConfig& c, bool moe);
+  GptBlock(const GptConfig& c, bool moe, bool ssm);
   // x (B, T, C); positions (T) i64 global token positions (used by RoPE; may be undefined for
   // gpt2) -> (B, T, C).
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
-  // Incremental decoding (nn::Attention::forward_cached): x (B, T, C), the rows after the cache's.
+  // Incremental decoding (the mixer's forward_cached): x (B, T, C), the rows after the cache's.
   Tensor forward_cached(const Tensor& x, nn::KvCache& cache, int64_t capacity) const;
   std::shared_ptr<nn::Module> norm1, norm2;  // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
-  std::shared_ptr<nn::Attention> attn;       // causal; RoPE for llama
+  std::shared_ptr<nn::Attention> attn;       // causal; RoPE for llama; null in a Mamba-2 block
+  std::shared_ptr<nn::Mamba2> ssm;           // the Mamba-2 layer in place of attn, or null
   std::shared_ptr<nn::Module> mlp;           // nn::Mlp (gpt2), nn::SwiGLU (llama) or nn::MoE
 
  private:
   Tensor mlp_of(const Tensor& n) const;  // the block's MLP (dense or a mixture)
+  Tensor mix(const Tensor& n, const Tensor& positions) const;  // attention or the SSM
   bool llama_, moe_;
 };
 

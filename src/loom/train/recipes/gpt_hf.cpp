@@ -40,6 +40,10 @@ std::vector<NameMap> name_maps(const models::GptConfig& c) {
       << "), which has no GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM layout; only "
       << "dense models "
       << "convert";
+  LOOM_CHECK(!c.has_ssm())
+      << "Hugging Face interop: this GPT has Mamba-2 blocks (model.mixers \"" << c.mixers
+      << "\"), which GPT2LMHeadModel, LlamaForCausalLM and Qwen2ForCausalLM do not have; only "
+      << "attention models convert";
   std::vector<NameMap> m;
   if (!c.is_llama()) {
     m.push_back({"tok_embed.weight", {"transformer.wte.weight"}});

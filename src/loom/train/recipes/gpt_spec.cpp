@@ -42,6 +42,16 @@ void read_gpt(ConfigFile& f, Config& c) {
   g.swiglu_hidden = f.get_int("model", "swiglu_hidden", g.swiglu_hidden);
   g.norm_eps = f.get_double("model", "norm_eps", g.norm_eps);
   g.qkv_bias = f.get_bool("model", "qkv_bias", g.qkv_bias);
+  g.mixers = f.get_string("model", "mixers", g.mixers);
+  if (g.has_ssm()) {  // the ssm_* keys are unknown to a model without Mamba-2 blocks
+    nn::Mamba2Config& m = g.ssm;
+    m.state = f.get_int("model", "ssm_state", m.state);
+    m.head_dim = f.get_int("model", "ssm_head_dim", m.head_dim);
+    m.expand = f.get_int("model", "ssm_expand", m.expand);
+    m.groups = f.get_int("model", "ssm_groups", m.groups);
+    m.conv = f.get_int("model", "ssm_conv", m.conv);
+    m.chunk = f.get_int("model", "ssm_chunk", m.chunk);
+  }
   read_moe(f, g.moe);
   g.validate();
 
@@ -121,7 +131,12 @@ void read_gpt(ConfigFile& f, Config& c) {
 ParallelFacts gpt_facts(const Config& c) {
   const models::GptConfig& g = c.gpt();
   return {.pipeline = true,
-          .tensor_and_context = true,
+          .tensor_and_context = !g.has_ssm(),
+          .no_tensor_and_context = g.has_ssm() ? " has Mamba-2 blocks (model.mixers \"" + g.mixers +
+                                                     "\"), which tensor, sequence and context "
+                                                     "parallelism do not split yet: their scan "
+                                                     "runs over the whole sequence on one rank"
+                                               : "",
           .depth = g.depth,
           .heads = g.heads,
           .kv_heads = g.num_kv_heads(),
@@ -185,18 +200,31 @@ plan::StepShape gpt_step_shape(std::string name, const models::GptConfig& c, int
   const double keys = (T + 1.0) / 2.0;
   double per_token = 2.0 * C * double(c.vocab_size);
   const nn::MoeConfig moe = c.moe_config();
+  // A Mamba-2 block's mixer: its projections and convolution, and the scan per head: within a
+  // chunk of L steps C B^T and its product with x (2 L (N + P) a step), the chunk's state and
+  // its reading (4 P N).
+  const nn::Mamba2Config m = c.ssm_config();
+  const double inner = double(m.inner()), ssm_in = inner + double(m.conv_channels() + m.heads());
+  const double L = double(std::min<int64_t>(m.chunk, seq)), N = double(m.state),
+               P = double(m.head_dim);
+  const double ssm_mixer = 2.0 * C * ssm_in + 2.0 * double(m.conv * m.conv_channels()) +
+                           double(m.heads()) * (2.0 * L * (N + P) + 4.0 * P * N) + 2.0 * inner * C;
+  double mixer_parameters = 0;
   for (int64_t i = 0; i < c.depth; ++i) {
     const double mlp = c.is_moe_block(i)
                            ? double((moe.top_k + moe.shared_experts) * moe.hidden) * swiglu
                            : double(c.mlp_hidden()) * swiglu;
-    per_token += plan::block_flops_per_token(C, mlp, qkv_out, keys) +
+    per_token += (c.is_ssm_block(i) ? 4.0 * C * mlp + ssm_mixer
+                                    : plan::block_flops_per_token(C, mlp, qkv_out, keys)) +
                  (c.is_moe_block(i) ? 2.0 * C * double(moe.experts) : 0.0);
+    mixer_parameters += c.is_ssm_block(i) ? (ssm_in + inner) * C : 4 * C * C;
   }
   s.forward_flops = per_token * T;
-  // About 12 w^2 parameters per block (attention 4, MLP 8; SwiGLU about as much) and the
-  // embedding; each sample's ids and targets, and its logits (split with the vocabulary).
-  s.parameters =
-      12 * double(c.depth) * C * C + double(c.vocab_size) * C + mixture_extra_parameters(c);
+  // About 8 w^2 parameters per block's MLP (SwiGLU about as much), its mixer's (attention about
+  // 4 w^2) and the embedding; each sample's ids and targets, and its logits (split with the
+  // vocabulary).
+  s.parameters = 8 * double(c.depth) * C * C + mixer_parameters + double(c.vocab_size) * C +
+                 mixture_extra_parameters(c);
   s.sample_bytes = double(c.context) * 8;
   s.split_sample_bytes = double(c.context) * 4 * double(c.vocab_size);
   // What a block keeps for backward per token (plan::BlockValues), counted from its ops:
