@@ -80,11 +80,14 @@ SsdResult ssd_scan(const Tensor& x, const Tensor& dt, const Tensor& A, const Ten
   // The state entering each chunk: a sequential pass over the nc chunks.
   Tensor state = initial_state.defined() ? reshape(initial_state, {B * H, 1, P * N})
                                          : zeros({B * H, 1, P * N}, DType::F32, dev);
+  // (split: one backward node for all the chunks; nc narrows would each write a gradient of
+  // the whole tensor, quadratic in the length.)
+  const std::vector<Tensor> own_parts = split(own_c, 1, 1), decay_parts = split(chunk_decay, 1, 1);
   std::vector<Tensor> entering;
   entering.reserve(size_t(nc));
   for (int64_t c = 0; c < nc; ++c) {
     entering.push_back(state);
-    state = add(mul(state, narrow(chunk_decay, 1, c, 1)), narrow(own_c, 1, c, 1));
+    state = add(mul(state, decay_parts[size_t(c)]), own_parts[size_t(c)]);
   }
   const Tensor start = reshape(cat(entering, 1), {BHc, P, N});
   // Row l also reads the entering state, decayed by exp(cum[l]).
