@@ -22,7 +22,7 @@ bad() {
   grep -q "^step " "$work/bad.log" && fail "work started before the error for $*"
 }
 
-# model_config MODEL: the tiny config of gpt2, llama (grouped-query attention) or dit, as cfg (the
+# model_config MODEL: the tiny config of gpt2, llama (grouped-query attention), qwen2, hybrid or dit, as cfg (the
 # file), extra (its --set arguments) and name (the run's name).
 model_config() {
   case $1 in
@@ -32,6 +32,10 @@ model_config() {
       --set model.style=llama --set model.kv_heads=2) ;;
     qwen2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2 --set model.qkv_bias=true) ;;
+    # Mamba-2 then attention blocks; 8 SSM heads in 4 groups, the scan in chunks of 4 tokens.
+    hybrid) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
+      --set model.style=llama --set 'model.mixers="MA"' --set model.ssm_state=8
+      --set model.ssm_head_dim=8 --set model.ssm_groups=4 --set model.ssm_chunk=4) ;;
   esac
   name=$(basename "$cfg" .toml)
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism changes nothing but memory and speed: the tiny GPT (GPT-2 style with a
 # tied embedding held by both pipeline ends, Llama style with an untied head, and a hybrid of
-# Mamba-2 and attention blocks, also under DDP, ZeRO-3 and activation checkpointing, and refused
-# with one clear error under TP and CP) and DiT (the
+# Mamba-2 and attention blocks, also under DDP, ZeRO-3 and activation checkpointing; refused with
+# one clear error under CP, and under TP when its groups do not split) and DiT (the
 # conditioning passed between stages with the tokens), 4 blocks, a
 # step of 4 micro-batches (train.grad_accum), 10 steps, on 1 process vs PP=2 and PP=4 with each
 # schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank, ZB-H1 with each backward
@@ -63,8 +63,10 @@ for model in gpt2 llama hybrid; do
   done
 done
 
-bad 2 "Mamba-2 blocks" "$cfg" "${common[@]}" "${hybrid[@]}" --set parallel.tp=2
-bad 2 "Mamba-2 blocks" "$cfg" "${common[@]}" "${hybrid[@]}" --set parallel.cp=2
+bad 2 "Mamba-2 layers' 4 heads (ssm_expand x width / ssm_head_dim) in 1 groups (model.ssm_groups) must both be divisible by parallel.tp 2" \
+  "$cfg" "${common[@]}" "${hybrid[@]}" --set parallel.tp=2
+bad 2 "whose state is not passed between context-parallel ranks" "$cfg" "${common[@]}" "${hybrid[@]}" \
+  --set parallel.cp=2
 
 # PP4 interleaved needs 8 stages: GPT-2 8 blocks deep.
 deep=("${common[@]}" --set model.depth=8)

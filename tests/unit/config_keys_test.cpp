@@ -58,7 +58,7 @@ class ConfigKeysTest : public TempDirTest {
          {"data.dataset=tokens", "data.path=x", "train.init_from=y", "train.device=cuda",
           "train.tf32=true"}},
         {gpt, {"moe.experts=4", "lowcomm.method=diloco", "lowcomm.workers=2", "train.steps=100"}},
-        {gpt, {"model.mixers=\"MA\""}},
+        {gpt, {"model.mixers=\"MA\"", "optim.name=\"muon\""}},
         {router, {}},
         {router, {"model.labels=10"}},
     };

@@ -19,7 +19,7 @@ void Mamba2Config::validate() const {
       << head_dim << ") are not divisible by ssm_groups " << groups;
 }
 
-Mamba2::Mamba2(const Mamba2Config& c) : config(c) {
+Mamba2::Mamba2(const Mamba2Config& c) : config(c), heads(c.heads()), groups(c.groups) {
   config.validate();
   const int64_t H = c.heads(), K = c.conv, channels = c.conv_channels();
   in_proj = register_module(
@@ -42,27 +42,38 @@ Mamba2::Mamba2(const Mamba2Config& c) : config(c) {
 SsdResult Mamba2::mix(const Tensor& z, const Tensor& xbc_padded, const Tensor& dt,
                       const Tensor& initial_state) const {
   const Mamba2Config& c = config;
-  const int64_t B = z.size(0), T = z.size(1), H = c.heads(), GN = c.groups * c.state;
+  const int64_t B = z.size(0), T = z.size(1), GN = groups * c.state;
   // The causal depthwise convolution: row t sums taps k of the rows t + k of the padded input
   // (the last tap is row t itself).
   Tensor acc = conv_bias;
   for (int64_t k = 0; k < c.conv; ++k)
     acc = add(acc, mul(narrow(xbc_padded, 1, k, T), reshape(narrow(conv_weight, 1, k, 1), {-1})));
-  const std::vector<Tensor> xbc = split(silu(acc), {c.inner(), GN, GN}, 2);
-  const Tensor x = reshape(xbc[0], {B, T, H, c.head_dim});
+  const std::vector<Tensor> xbc = split(silu(acc), {inner(), GN, GN}, 2);
+  const Tensor x = reshape(xbc[0], {B, T, heads, c.head_dim});
   const SsdResult r = ssd_scan(x, softplus(add(dt, dt_bias)), neg(exp(A_log)),
-                               reshape(xbc[1], {B, T, c.groups, c.state}),
-                               reshape(xbc[2], {B, T, c.groups, c.state}), c.chunk, initial_state);
-  const Tensor y = reshape(add(r.y, mul(x, unsqueeze(D, 1))), {B, T, c.inner()});  // + D x
-  return {out_proj->forward(norm->forward(mul(y, silu(z)))), r.final_state};
+                               reshape(xbc[1], {B, T, groups, c.state}),
+                               reshape(xbc[2], {B, T, groups, c.state}), c.chunk, initial_state);
+  const Tensor y = add(r.y, mul(x, unsqueeze(D, 1)));  // + D x: (B, T, heads, P)
+  // Gated, then RMS-normalised over each group's channels (Mamba-2's grouped norm: a group's
+  // heads all lie on one tensor-parallel rank, so the norm needs no communication).
+  Tensor gated = mul(reshape(y, {B, T, inner()}), silu(z));  // (B, T, inner)
+  if (groups > 1) {
+    const Tensor g = reshape(gated, {B, T, groups, inner() / groups});
+    gated =
+        reshape(mul(g, rsqrt(add_scalar(mean(mul(g, g), {-1}, true), norm->eps))), {B, T, inner()});
+    gated = mul(gated, norm->weight);
+  } else {
+    gated = norm->forward(gated);
+  }
+  return {out_proj->forward(gated), r.final_state};
 }
 
 Tensor Mamba2::forward(const Tensor& u) const {
   LOOM_CHECK(u.dim() == 3 && u.size(2) == config.dim)
       << "mamba2: expected (B, T, " << config.dim << "), got " << u.shape();
-  const int64_t B = u.size(0), H = config.heads(), channels = config.conv_channels();
-  const std::vector<Tensor> parts = split(in_proj->forward(u), {config.inner(), channels, H}, 2);
-  const Tensor before = zeros({B, config.conv - 1, channels}, DType::F32, u.device());
+  const int64_t B = u.size(0);
+  const std::vector<Tensor> parts = split(in_proj->forward(u), {inner(), channels(), heads}, 2);
+  const Tensor before = zeros({B, config.conv - 1, channels()}, DType::F32, u.device());
   return mix(parts[0], cat({before, parts[1]}, 1), parts[2], Tensor()).y;
 }
 
@@ -70,16 +81,15 @@ Tensor Mamba2::forward_cached(const Tensor& u, KvCache& cache) const {
   NoGradGuard no_grad;
   LOOM_CHECK(u.dim() == 3 && u.size(2) == config.dim)
       << "mamba2: expected (B, T, " << config.dim << "), got " << u.shape();
-  const int64_t B = u.size(0), T = u.size(1), H = config.heads(), K = config.conv;
-  const int64_t channels = config.conv_channels();
+  const int64_t B = u.size(0), T = u.size(1), K = config.conv;
   if (!cache.conv.defined()) {
-    cache.conv = zeros({B, K - 1, channels}, DType::F32, u.device());
-    cache.ssm = zeros({B, H, config.head_dim, config.state}, DType::F32, u.device());
+    cache.conv = zeros({B, K - 1, channels()}, DType::F32, u.device());
+    cache.ssm = zeros({B, heads, config.head_dim, config.state}, DType::F32, u.device());
     cache.length = 0;
   }
   LOOM_CHECK(cache.conv.size(0) == B) << "mamba2: a batch of " << B << " rows does not continue "
                                       << "a cache of " << cache.conv.size(0);
-  const std::vector<Tensor> parts = split(in_proj->forward(u), {config.inner(), channels, H}, 2);
+  const std::vector<Tensor> parts = split(in_proj->forward(u), {inner(), channels(), heads}, 2);
   const Tensor padded = cat({cache.conv, parts[1]}, 1);  // (B, K - 1 + T, channels)
   const SsdResult r = mix(parts[0], padded, parts[2], cache.ssm);
   cache.conv = contiguous(narrow(padded, 1, T, K - 1));

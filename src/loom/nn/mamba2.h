@@ -2,7 +2,7 @@
 // single-device code. Per token, one projection gives the gate z, the SSM input x, the shared
 // B and C and one step size per head; x, B and C pass a short causal depthwise convolution and
 // SiLU; the SSD scan (nn/ssd.h) mixes the sequence; D x skips it; the result is gated by
-// SiLU(z), RMS-normalised and projected back.
+// SiLU(z), RMS-normalised within each group of heads and projected back.
 #pragma once
 #include <memory>
 
@@ -37,10 +37,14 @@ class Mamba2 : public Module {
   Tensor forward_cached(const Tensor& u, KvCache& cache) const;
 
   const Mamba2Config config;
+  // The heads and groups this module computes: tensor parallelism lowers them to this rank's
+  // share (whole groups with their heads) and shards the parameters below to match.
+  int64_t heads, groups;
+  // Shapes for the whole layer; under tensor parallelism each holds its rank's heads and groups.
   std::shared_ptr<Linear> in_proj;   // dim -> inner (z) + conv_channels (x, B, C) + heads (dt)
   Tensor conv_weight, conv_bias;     // (conv_channels, conv), (conv_channels)
   Tensor dt_bias, A_log, D;          // (heads) each; A = -exp(A_log)
-  std::shared_ptr<RMSNorm> norm;     // (inner), after the gate
+  std::shared_ptr<RMSNorm> norm;     // (inner), after the gate, over each group's channels
   std::shared_ptr<Linear> out_proj;  // inner -> dim
 
  private:
@@ -49,6 +53,9 @@ class Mamba2 : public Module {
   // heads) -> y the output (B, T, dim), final_state the scan's.
   SsdResult mix(const Tensor& z, const Tensor& xbc_padded, const Tensor& dt,
                 const Tensor& initial_state) const;
+  // This module's share of conv_channels and of its output (z, x, B, C, dt) rows of in_proj.
+  int64_t inner() const { return heads * config.head_dim; }
+  int64_t channels() const { return inner() + 2 * groups * config.state; }
 };
 
 }  // namespace loom::nn

@@ -12,8 +12,11 @@ namespace loom::nn {
 
 struct ParallelPlan {
   std::vector<std::string> attention;  // nn::Attention: heads split (qkv column-, proj row-wise)
-  std::vector<std::string> column;     // nn::Linear: output features split, input replicated
-  std::vector<std::string> row;        // nn::Linear: input features split, output summed
+  // nn::Mamba2: heads and their groups split (in_proj's parts and the convolution by channel,
+  // the per-head parameters by head, out_proj row-wise).
+  std::vector<std::string> ssm;
+  std::vector<std::string> column;  // nn::Linear: output features split, input replicated
+  std::vector<std::string> row;     // nn::Linear: input features split, output summed
   // Parameters applied to every head alike inside an attention whose heads split (QK-norm's
   // weights): whole on every rank, each rank's gradient from its own heads only (summed).
   std::vector<std::string> per_head;

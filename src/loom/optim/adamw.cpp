@@ -6,6 +6,7 @@
 #include "loom/core/ordered_worker.h"
 #include "loom/core/trace.h"
 #include "loom/ops/ops.h"
+#include "loom/optim/muon.h"
 
 namespace loom::optim {
 
@@ -15,6 +16,10 @@ void check_config(const AdamWConfig& config) {
              config.beta2 < 1 && config.eps > 0 && config.weight_decay >= 0)
       << "adamw: bad hyper-parameters (lr " << config.lr << ", betas " << config.beta1 << ", "
       << config.beta2 << ", eps " << config.eps << ", weight_decay " << config.weight_decay << ")";
+  LOOM_CHECK(!config.muon ||
+             (config.muon_momentum >= 0 && config.muon_momentum < 1 && config.muon_steps > 0))
+      << "muon: momentum must be in [0, 1) and steps positive, got " << config.muon_momentum
+      << " and " << config.muon_steps;
 }
 void check_param(const nn::NamedParameter& p) {
   LOOM_CHECK(p.tensor.dtype() == DType::F32 && p.tensor.is_contiguous())
@@ -31,6 +36,7 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : confi
     slots_.push_back(Slot{p,
                           zeros(p.tensor.shape(), DType::F32, where),
                           zeros(p.tensor.shape(), DType::F32, where),
+                          config.muon && muon_updates(p.name, p.tensor),
                           {},
                           {}});
   }
@@ -48,7 +54,9 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg
     LOOM_CHECK(exp_avg[i].shape() == params[i].tensor.shape() &&
                exp_avg_sq[i].shape() == params[i].tensor.shape())
         << "adamw: moments of '" << params[i].name << "' do not have its shape";
-    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i], {}, {}});
+    // Pieces of parameters (ZeRO's shards) are not whole matrices: Muon needs them whole.
+    const bool muon = config.muon && muon_updates(params[i].name, params[i].tensor);
+    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i], muon, {}, {}});
   }
 }
 
@@ -83,9 +91,30 @@ void AdamW::settle() const {
     if (s.deferred.worker) s.deferred.worker->wait_all();
 }
 
+void AdamW::muon_update(Slot& s, const Tensor& w, const Tensor& g, double lr,
+                        double grad_scale) const {
+  Backend& be = backend_for(w.device());
+  const double mu = config_.muon_momentum;
+  be.axpby(s.exp_avg, g, mu, grad_scale);  // m = mu m + g
+  // Nesterov: the step looks ahead, g + mu m.
+  const Tensor ahead = add(mul_scalar(g, grad_scale), mul_scalar(s.exp_avg, mu));
+  const Tensor o = newton_schulz_orthogonalize(ahead, config_.muon_steps);
+  const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
+  const double scale = 0.2 * std::sqrt(double(std::max(w.size(0), w.size(1))));
+  be.axpby(w, o, 1.0 - lr * wd, -lr * scale);
+}
+
 void AdamW::update(Slot& s, const Tensor& g, double lr, double grad_scale, int64_t step) const {
   const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
   const Tensor& w = s.param.tensor;
+  if (s.muon) {
+    MemCategoryScope scope(MemCategory::Communication);
+    const Device where = s.exp_avg.device();
+    const Tensor w_here = w.device() == where ? w : to_device(w, where);
+    muon_update(s, w_here, g.device() == where ? g : to_device(g, where), lr, grad_scale);
+    if (!w_here.is_same(w)) copy_(w, w_here);
+    return;
+  }
   if (s.exp_avg.device() == w.device()) {
     // A master apart from its gradient (ZeRO-1/2 offloaded: the master and moments on the
     // host, the reduced gradients on the device) takes a copy of it.

@@ -1,5 +1,8 @@
 // AdamW with decoupled weight decay; state (exp_avg, exp_avg_sq) in f32 per parameter, where
-// the parameter is or (AdamWConfig::offload) in host memory.
+// the parameter is or (AdamWConfig::offload) in host memory. With AdamWConfig::muon, the
+// blocks' matrices (optim::muon_updates) take Muon's update instead: exp_avg holds their
+// momentum and exp_avg_sq stays zero (so that checkpoints, their resharding and the replica
+// checks see one form of state whichever update a parameter takes).
 #pragma once
 #include <memory>
 #include <string>
@@ -18,6 +21,12 @@ struct AdamWConfig {
   // each gradient and weight to the host, updates them there, and copies the weight back. On
   // the host already (train.device cpu) nothing moves.
   bool offload = false;
+  // Muon (Jordan et al. 2024) for the 2-D weights of the blocks' Linear layers: Nesterov
+  // momentum, orthogonalised by muon_steps Newton-Schulz iterations, scaled by 0.2 sqrt(max(rows,
+  // cols)) so that its RMS matches AdamW's (Liu et al. 2025: one lr and weight decay for both).
+  bool muon = false;
+  double muon_momentum = 0.95;
+  int muon_steps = 5;
 };
 
 class AdamW {
@@ -47,10 +56,14 @@ class AdamW {
   struct Slot {
     nn::NamedParameter param;
     Tensor exp_avg, exp_avg_sq;
+    bool muon = false;            // Muon's update (exp_avg: its momentum)
     nn::DeferredUpdate deferred;  // worker null: updated within step()
     Tensor host_grad;             // deferred: the gradient the posted update reads
   };
   void update(Slot& s, const Tensor& grad, double lr, double grad_scale, int64_t step) const;
+  // Muon's update of w, the weight where its momentum is.
+  void muon_update(Slot& s, const Tensor& w, const Tensor& grad, double lr,
+                   double grad_scale) const;
   std::vector<Slot> slots_;
   AdamWConfig config_;
   int64_t step_ = 0;

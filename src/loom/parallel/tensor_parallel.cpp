@@ -1,6 +1,7 @@
 #include "loom/parallel/tensor_parallel.h"
 
 #include "loom/nn/layers.h"
+#include "loom/nn/mamba2.h"
 #include "loom/ops/ops.h"
 #include "loom/parallel/context_parallel.h"
 #include "loom/parallel/vocab_parallel.h"
@@ -124,6 +125,40 @@ class Applier {
     split_columns(path + ".proj", *attn->proj, proj_columns);
     attn->config.heads = h;
     attn->config.kv_heads = hkv;
+  }
+
+  void ssm(const std::string& path) {
+    auto* m = dynamic_cast<nn::Mamba2*>(&model_.submodule(path));
+    LOOM_CHECK(m) << "tensor parallel: " << path << " is not a Mamba-2 layer";
+    const int64_t H = m->heads, G = m->groups, P = m->config.head_dim, N = m->config.state;
+    LOOM_CHECK(H % P_ == 0 && G % P_ == 0)
+        << "tensor parallel: " << path << " has " << H << " heads in " << G
+        << " groups; both must be divisible by tp = " << P_;
+    const int64_t h = H / P_, g = G / P_, inner = H * P, GN = G * N;
+    // in_proj's output rows are [z | x | B | C | dt], the convolution's channels [x | B | C]:
+    // each rank takes its heads' rows of z, x and dt, its groups' of B and C.
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> in_rows, conv_rows, by_head, out_cols;
+    for (int64_t q = 0; q < P_; ++q) {
+      const std::pair<int64_t, int64_t> x{q * h * P, h * P}, b{inner + q * g * N, g * N},
+          c{inner + GN + q * g * N, g * N};
+      in_rows.push_back({x,
+                         {inner + x.first, x.second},
+                         {inner + b.first, b.second},
+                         {inner + c.first, c.second},
+                         {2 * inner + 2 * GN + q * h, h}});
+      conv_rows.push_back({x, b, c});
+      by_head.push_back({{q * h, h}});
+      out_cols.push_back({x});
+    }
+    split_rows(path + ".in_proj", *m->in_proj, in_rows, seq_dim_);
+    shard(path + ".conv_weight", m->conv_weight, 0, conv_rows);
+    shard(path + ".conv_bias", m->conv_bias, 0, conv_rows);
+    for (auto [name, t] : {std::pair{".dt_bias", m->dt_bias}, {".A_log", m->A_log}, {".D", m->D}})
+      shard(path + name, t, 0, by_head);
+    shard(path + ".norm.weight", m->norm->weight, 0, out_cols);
+    split_columns(path + ".out_proj", *m->out_proj, out_cols);
+    m->heads = h;
+    m->groups = g;
   }
 
   // Vocabulary parallelism: embedding rows, head rows (the same split) and a loss over the
@@ -291,6 +326,7 @@ TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::Parallel
                                            const GroupPtr& group, bool sequence_parallel) {
   Applier apply(model, group, sequence_parallel, plan);
   for (const auto& path : plan.attention) apply.attention(path);
+  for (const auto& path : plan.ssm) apply.ssm(path);
   for (const auto& path : plan.column) apply.column(path);
   for (const auto& path : plan.row) apply.row(path);
   if (!plan.vocab_embedding.empty()) apply.vocabulary(plan);

@@ -50,10 +50,15 @@ void check_model_parallel(const Config& c, const ParallelFacts& m, const std::st
       << "config " << path << ": parallel.sequence_parallel needs parallel.tp > 1";
   check_pipeline(c, m, path);
   if (tp == 1 && cp == 1) return;
-  LOOM_CHECK(m.tensor_and_context)
-      << "config " << path << ": model.kind " << c.spec().name
-      << (m.no_tensor_and_context.empty() ? " has no tensor or context parallelism"
-                                          : m.no_tensor_and_context);
+  LOOM_CHECK(m.tensor_and_context) << "config " << path << ": model.kind " << c.spec().name
+                                   << " has no tensor or context parallelism";
+  LOOM_CHECK(cp == 1 || m.no_context.empty())
+      << "config " << path << ": parallel.cp " << cp << ": model.kind " << c.spec().name << " "
+      << m.no_context;
+  LOOM_CHECK(m.ssm_heads % tp == 0 && m.ssm_groups % tp == 0)
+      << "config " << path << ": the Mamba-2 layers' " << m.ssm_heads << " heads (ssm_expand x "
+      << "width / ssm_head_dim) in " << m.ssm_groups
+      << " groups (model.ssm_groups) must both be divisible by parallel.tp " << tp;
   const int64_t heads = m.heads, kv_heads = m.kv_heads, hidden = m.mlp_hidden, tokens = m.tokens;
   LOOM_CHECK(heads % tp == 0 && kv_heads % tp == 0)
       << "config " << path << ": model.heads " << heads << " (key/value heads " << kv_heads
@@ -371,6 +376,17 @@ Config read_config(ConfigFile& f) {
   o.eps = f.get_double("optim", "eps", o.eps);
   o.weight_decay = f.get_double("optim", "weight_decay", o.weight_decay);
   o.offload = f.get_bool("optim", "offload", false);
+  const std::string optimizer = f.get_string("optim", "name", "adamw");
+  LOOM_CHECK(optimizer == "adamw" || optimizer == "muon")
+      << "config " << path << ": optim.name '" << optimizer << "' is not known (adamw or muon)";
+  o.muon = optimizer == "muon";
+  if (o.muon) {  // the muon_* keys are unknown to AdamW runs
+    o.muon_momentum = f.get_double("optim", "muon_momentum", o.muon_momentum);
+    o.muon_steps = int(f.get_int("optim", "muon_steps", o.muon_steps, 100));
+    LOOM_CHECK(o.muon_momentum >= 0 && o.muon_momentum < 1 && o.muon_steps > 0)
+        << "config " << path << ": optim.muon_momentum must be in [0, 1) and optim.muon_steps "
+        << "positive";
+  }
   c.parallel.topology.offload_optimizer = o.offload;
   LOOM_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0 &&
              o.weight_decay >= 0)
@@ -402,6 +418,11 @@ Config read_config(ConfigFile& f) {
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
   p.data_parallel =
       choice(f, "parallel", "data_parallel", "ddp", parallel::data_parallel_from_name);
+  LOOM_CHECK(!o.muon || (p.data_parallel == parallel::DataParallel::DDP && p.dims.tp == 1))
+      << "config " << path << ": optim.name \"muon\" orthogonalises each matrix whole, and "
+      << "parallel.data_parallel \"" << parallel::name_of(p.data_parallel) << "\" with tp "
+      << p.dims.tp << " gives each rank pieces of them: Muon runs under ddp, pp and cp, not yet "
+      << "under ZeRO, FSDP or TP";
   const std::string gather = f.get_string("parallel", "gather_dtype", "f32");
   LOOM_CHECK(gather == "f32" || gather == "bf16")
       << "config " << path << ": parallel.gather_dtype '" << gather << "' (expected f32 or bf16)";

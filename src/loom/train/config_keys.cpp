@@ -325,6 +325,13 @@ const std::vector<ConfigKey> kKeys = {
      "AdamW's state in host memory, updated there: the moments, and under ZeRO (on a GPU, or "
      "zero3) the f32 master too; zero3's update overlapped with the next forward "
      "(docs/parallelism.md)"},
+    {"optim.name", "", "string", "\"adamw\"", "adamw, muon", "",
+     "muon: Muon for the blocks' Linear weights (orthogonalised Nesterov momentum at AdamW's "
+     "update RMS), AdamW for the rest"},
+    {"optim.muon_momentum", "", "number", "0.95", "[0, 1)", "optim.name = \"muon\"",
+     "Muon's momentum"},
+    {"optim.muon_steps", "", "integer", "5", "1 to 100", "optim.name = \"muon\"",
+     "Newton-Schulz iterations of Muon's orthogonalisation"},
     {"optim.schedule", "", "string", "\"cosine\"", "constant, cosine, wsd", "",
      "learning-rate schedule after warmup (wsd: warmup-stable-decay)"},
     {"optim.warmup_steps", "", "integer", "0", ">= 0", "", "linear warmup steps"},

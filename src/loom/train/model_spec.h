@@ -33,16 +33,17 @@ enum class ModelKind { Dit, Gpt, VitClassifier, DitRouter, Mmdit, Autoencoder };
 // precision.bf16_blocks, checked before anything is built): which layouts the model has and
 // the sizes they split.
 struct ParallelFacts {
-  bool pipeline = false;                // parallel.pp > 1
-  bool tensor_and_context = false;      // parallel.tp, cp > 1
-  std::string no_tensor_and_context{};  // why not, where this config's model says why
-  int64_t depth = 0;                    // blocks
-  int64_t heads = 0, kv_heads = 0;      // attention heads (tp, Ulysses cp)
-  int64_t mlp_hidden = 0;               // the MLP's hidden features (tp)
-  int64_t tokens = 0;                   // per sample: what context parallelism splits
-  std::string tokens_what{};            // how errors name them: "16 tokens (model.context)"
-  int64_t vocab = 0;                    // > 0: the embedding and head split over tp (no pipeline)
-  const nn::MoeConfig* moe = nullptr;   // the model's mixture of experts, when it may have one
+  bool pipeline = false;            // parallel.pp > 1
+  bool tensor_and_context = false;  // parallel.tp, cp > 1
+  std::string no_context{};  // why this config's model refuses parallel.cp > 1 (empty: it does not)
+  int64_t depth = 0;         // blocks
+  int64_t heads = 0, kv_heads = 0;        // attention heads (tp, Ulysses cp)
+  int64_t mlp_hidden = 0;                 // the MLP's hidden features (tp)
+  int64_t ssm_heads = 0, ssm_groups = 0;  // Mamba-2 layers' heads and groups (tp; 0: none)
+  int64_t tokens = 0;                     // per sample: what context parallelism splits
+  std::string tokens_what{};              // how errors name them: "16 tokens (model.context)"
+  int64_t vocab = 0;                      // > 0: the embedding and head split over tp (no pipeline)
+  const nn::MoeConfig* moe = nullptr;     // the model's mixture of experts, when it may have one
   // The parts of the tokens that context and sequence parallelism split each of (the plan's
   // sequence_segments; empty: the tokens as one sequence).
   std::vector<int64_t> segments{};

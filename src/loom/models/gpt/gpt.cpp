@@ -169,7 +169,10 @@ nn::ParallelPlan Gpt::parallel_plan() const {
   nn::ParallelPlan plan;
   for (int64_t i = 0; i < config.depth; ++i) {
     const std::string b = "blocks." + std::to_string(i);
-    if (!config.is_ssm_block(i)) plan.attention.push_back(b + ".attn");
+    if (config.is_ssm_block(i))
+      plan.ssm.push_back(b + ".ssm");
+    else
+      plan.attention.push_back(b + ".attn");
     if (config.is_moe_block(i)) {
       // A mixture's experts are not split by tensor parallelism (config.cpp refuses tp > 1).
     } else if (config.is_llama()) {

@@ -131,16 +131,18 @@ void read_gpt(ConfigFile& f, Config& c) {
 ParallelFacts gpt_facts(const Config& c) {
   const models::GptConfig& g = c.gpt();
   return {.pipeline = true,
-          .tensor_and_context = !g.has_ssm(),
-          .no_tensor_and_context = g.has_ssm() ? " has Mamba-2 blocks (model.mixers \"" + g.mixers +
-                                                     "\"), which tensor, sequence and context "
-                                                     "parallelism do not split yet: their scan "
-                                                     "runs over the whole sequence on one rank"
-                                               : "",
+          .tensor_and_context = true,
+          .no_context = g.has_ssm() ? "has Mamba-2 blocks (model.mixers \"" + g.mixers +
+                                          "\"), whose state is not passed between context-"
+                                          "parallel ranks yet: their scan needs the whole "
+                                          "sequence on one rank"
+                                    : "",
           .depth = g.depth,
           .heads = g.heads,
           .kv_heads = g.num_kv_heads(),
           .mlp_hidden = g.mlp_hidden(),
+          .ssm_heads = g.has_ssm() ? g.ssm_config().heads() : 0,
+          .ssm_groups = g.has_ssm() ? g.ssm.groups : 0,
           .tokens = g.context,
           .tokens_what = std::to_string(g.context) + " tokens (model.context)",
           .vocab = g.vocab_size,
