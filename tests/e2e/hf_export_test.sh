@@ -13,8 +13,9 @@
 # transformers (random weights, the export's config) starts a Loom run whose logits equal
 # transformers' (1e-5).
 # Models made by transformers from its own config defaults (GPT-2's dropout 0.1 and n_inner null,
-# Llama's rms_norm_eps 1e-5 without head_dim, Llama 3.x's scaled RoPE, Qwen2's q, k, v biases)
-# start Loom runs with transformers' logits (1e-5); the last two export back to them.
+# Llama's rms_norm_eps 1e-5 without head_dim, Llama 3.x's scaled RoPE, Qwen2's q, k, v biases,
+# Mixtral's experts) start Loom runs with transformers' logits (1e-5); the last three export back
+# to them. A Mixtral with router jitter, or a mixture with shared experts, is refused by name.
 # Bad input: a DiT checkpoint, --part with --format hf; init_from a directory whose
 # architecture or config does not match, or that lacks a tensor; a scaled RoPE, a head_dim
 # Loom does not compute, an unknown field and another epsilon, each named.
@@ -97,7 +98,7 @@ done
 # v biases). Each starts a Loom run (model.norm_eps = 1e-5 for the Llamas, the rope_* keys for
 # the scaled one, model.qkv_bias for Qwen2) whose logits equal transformers' (1e-5); the GPT-2's
 # dropout is said, not applied.
-tf=("$work/tf-gpt2" "$work/tf-llama" "$work/tf-llama3" "$work/tf-qwen2")
+tf=("$work/tf-gpt2" "$work/tf-llama" "$work/tf-llama3" "$work/tf-qwen2" "$work/tf-mixtral")
 "$py" - "${tf[@]}" <<'PY' || fail "transformers could not make the models"
 import json, sys
 import torch
@@ -127,6 +128,12 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                              max_position_embeddings=64, rms_norm_eps=1e-5)).save_pretrained(sys.argv[4])
+# Mixtral: a mixture of 4 SwiGLU experts in every block, the top 2 of a softmax renormalised.
+from transformers import MixtralConfig, MixtralForCausalLM
+MixtralForCausalLM(MixtralConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                 max_position_embeddings=64, rms_norm_eps=1e-5,
+                                 num_local_experts=4, num_experts_per_tok=2)).save_pretrained(sys.argv[5])
 PY
 tf_start() {  # hf-dir run-dir model-settings...
   local from=$1 to=$2
@@ -141,8 +148,11 @@ tf_llama=(--set model.style=\"llama\" --set model.heads=4 --set model.kv_heads=2
 tf_llama3=("${tf_llama[@]}" --set model.context=128 --set model.rope_scaling_factor=8
   --set model.rope_low_freq_factor=1 --set model.rope_high_freq_factor=4
   --set model.rope_original_context=100)
-for style in gpt2 llama llama3 qwen2; do
+tf_mixtral=("${tf_llama[@]}" --set model.rope_theta=1000000.0 --set moe.experts=4 --set moe.top_k=2
+  --set moe.hidden=48)
+for style in gpt2 llama llama3 qwen2 mixtral; do
   settings=("${tf_gpt2[@]}")
+  [ $style = mixtral ] && settings=("${tf_mixtral[@]}")
   [ $style = llama ] && settings=("${tf_llama[@]}")
   [ $style = llama3 ] && settings=("${tf_llama3[@]}")
   [ $style = qwen2 ] && settings=("${tf_llama[@]}" --set model.qkv_bias=true)
@@ -154,9 +164,9 @@ for style in gpt2 llama llama3 qwen2; do
     "transformers' own $style config, started from in Loom" 2> /dev/null ||
     fail "$style: Loom's logits from transformers' own config differ"
 done
-# The scaled RoPE and the biases back out: Loom's exports of those runs, loaded by transformers,
-# give Loom's logits.
-for style in llama3 qwen2; do
+# The scaled RoPE, the biases and the experts back out: Loom's exports of those runs, loaded by
+# transformers, give Loom's logits.
+for style in llama3 qwen2 mixtral; do
   "$loom" ckpt export "$work/tf-$style-run/tiny_gpt" "$work/tf-$style-back" --format hf > /dev/null ||
     fail "export of the $style run failed"
   "$py" "$here/hf_transformers_logits.py" "$work/tf-$style-back" "$prompt" "$work/tf-$style.npy" \
@@ -182,6 +192,17 @@ tf_bad "rope_scaling.rope_type 'yarn': Loom's RoPE is the default one or Llama 3
 tf_bad "head_dim is 16, the run's model needs 8" "c['head_dim'] = 16"
 tf_bad "field sliding_window (4096) is not one Loom knows" "c['sliding_window'] = 4096"
 tf_bad "rms_norm_eps is 1e-06, the run's model needs 1e-05" "c['rms_norm_eps'] = 1e-6"
+# A Mixtral whose router adds jitter in training, and a mixture Mixtral has no layout for.
+rm -rf "$work/tf-bad" && cp -r "$work/tf-mixtral" "$work/tf-bad"
+"$py" -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['router_jitter_noise'] = 0.1; json.dump(c, open(p, 'w'))" \
+  "$work/tf-bad/config.json"
+tf_start "$work/tf-bad" "$work/tf-bad-run" "${tf_mixtral[@]}" && fail "init_from accepted a router jitter"
+grep -q "router_jitter_noise is 0.1, the run's model needs 0" "$work/tf-bad-run.log" ||
+  fail "no clear error for the router jitter: $(tail -1 "$work/tf-bad-run.log")"
+tf_start "$work/tf-mixtral" "$work/tf-bad-run" "${tf_mixtral[@]}" --set moe.shared_experts=1 &&
+  fail "init_from accepted shared experts into a Mixtral"
+grep -q "is not MixtralForCausalLM's" "$work/tf-bad-run.log" ||
+  fail "no clear error for shared experts: $(tail -1 "$work/tf-bad-run.log")"
 
 # The tokenizer goes with the export: a run with Loom's own BPE, exported; its tokenizer.json
 # read by Hugging Face's tokenizers gives Loom's ids on a chapter of text, and transformers its

@@ -24,7 +24,8 @@ namespace {
 using Named = std::vector<std::pair<std::string, Tensor>>;
 
 // One Loom parameter and the Hugging Face tensor(s) it is: the same values, the transpose
-// (GPT-2's Conv1D weights are (in, out)), or its rows split in parts (Llama's q, k, v).
+// (GPT-2's Conv1D weights are (in, out)), its rows split in parts (Llama's q, k, v), or the
+// stack of them along a first dimension (a mixture's experts, one tensor each in Mixtral's).
 struct NameMap {
   NameMap(std::string l, std::vector<std::string> h, bool t = false, std::vector<int64_t> r = {})
       : loom(std::move(l)), hf(std::move(h)), transposed(t), rows(std::move(r)) {}
@@ -32,14 +33,27 @@ struct NameMap {
   std::vector<std::string> hf;
   bool transposed;
   std::vector<int64_t> rows;  // with several hf tensors: each one's rows
+  bool stacked = false;       // with several hf tensors: each one an index of the first dim
 };
 
+// A mixture Mixtral computes: softmax over every expert, the top k renormalised, SwiGLU experts,
+// no shared experts, no selection bias, a mixture in every block.
+void check_mixtral_layout(const models::GptConfig& c) {
+  const nn::MoeConfig& m = c.moe;
+  LOOM_CHECK(c.is_llama() && m.gating == nn::MoeGating::Softmax && m.renormalize &&
+             m.shared_experts == 0 && m.bias_rate == 0 && m.every == 1)
+      << "Hugging Face interop: this mixture of experts (moe.gating "
+      << (m.gating == nn::MoeGating::Softmax ? "softmax" : "sigmoid") << ", renormalize "
+      << m.renormalize << ", shared_experts " << m.shared_experts << ", bias_rate " << m.bias_rate
+      << ", every " << m.every << ", model.style \"" << models::name_of(c.style)
+      << "\") is not MixtralForCausalLM's: llama style, softmax gating renormalised over the top "
+      << "k, no shared experts, no selection bias, a mixture in every block";
+  LOOM_CHECK(!c.qkv_bias) << "Hugging Face interop: MixtralForCausalLM has no q, k, v biases "
+                          << "(model.qkv_bias)";
+}
+
 std::vector<NameMap> name_maps(const models::GptConfig& c) {
-  LOOM_CHECK(!c.moe.enabled())
-      << "Hugging Face interop: this GPT is a mixture of experts (moe.experts " << c.moe.experts
-      << "), which has no GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM layout; only "
-      << "dense models "
-      << "convert";
+  if (c.moe.enabled()) check_mixtral_layout(c);
   LOOM_CHECK(!c.has_ssm())
       << "Hugging Face interop: this GPT has Mamba-2 blocks (model.mixers \"" << c.mixers
       << "\"), which GPT2LMHeadModel, LlamaForCausalLM and Qwen2ForCausalLM do not have; only "
@@ -86,6 +100,18 @@ std::vector<NameMap> name_maps(const models::GptConfig& c) {
             {q, kv, kv}});
       m.push_back({l + "attn.proj.weight", {h + "self_attn.o_proj.weight"}});
       m.push_back({l + "norm2.weight", {h + "post_attention_layernorm.weight"}});
+      if (c.moe.enabled()) {  // Mixtral's: the router, then each expert's w1, w3, w2
+        const std::string e = h + "block_sparse_moe.";
+        m.push_back({l + "mlp.router.weight", {e + "gate.weight"}});
+        for (const char* w : {"w1", "w3", "w2"}) {
+          NameMap experts{l + "mlp." + w, {}};
+          for (int64_t k = 0; k < c.moe.experts; ++k)
+            experts.hf.push_back(e + "experts." + std::to_string(k) + "." + w + ".weight");
+          experts.stacked = true;
+          m.push_back(std::move(experts));
+        }
+        continue;
+      }
       m.emplace_back(
           NameMap{l + "mlp.w1.weight", {h + "mlp.gate_proj.weight"}});  // silu(w1 x) * w3 x
       m.push_back({l + "mlp.w3.weight", {h + "mlp.up_proj.weight"}});
@@ -110,6 +136,7 @@ Tensor take(std::map<std::string, Tensor>& tensors, const std::string& name,
 // The transformers class of a GPT: GPT-2's, Llama's, or (Llama with q, k, v biases) Qwen2's.
 const char* hf_architecture(const models::GptConfig& c) {
   if (!c.is_llama()) return "GPT2LMHeadModel";
+  if (c.moe.enabled()) return "MixtralForCausalLM";
   return c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
 }
 
@@ -152,7 +179,22 @@ Json hf_config(const models::GptConfig& c, DType dtype) {
                              {"bos_token_id", nullptr},
                              {"eos_token_id", nullptr},
                              {"torch_dtype", torch_dtype}});
-  if (c.qkv_bias) {  // Qwen2: no head_dim, attention_bias, mlp_bias; full attention throughout
+  if (c.moe.enabled()) {  // Mixtral: no attention_bias, mlp_bias; the experts' settings
+    Json mixtral = Json::object();
+    for (const auto& [key, value] : llama.items())
+      if (key != "attention_bias" && key != "mlp_bias") mixtral.set(key, value);
+    mixtral.set("model_type", "mixtral");
+    mixtral.set("intermediate_size", c.moe_config().hidden);
+    mixtral.set("num_local_experts", c.moe.experts);
+    mixtral.set("num_experts_per_tok", c.moe.top_k);
+    mixtral.set("sliding_window", nullptr);
+    mixtral.set("router_jitter_noise", 0.0);
+    // transformers' balance loss is off unless the router's logits are output; Loom's own
+    // (moe.aux_loss) is a setting of the run, not of the weights.
+    mixtral.set("output_router_logits", false);
+    llama = mixtral;
+  } else if (c.qkv_bias) {  // Qwen2: no head_dim, attention_bias, mlp_bias; full attention
+                            // throughout
     Json qwen = Json::object();
     for (const auto& [key, value] : llama.items())
       if (key != "head_dim" && key != "attention_bias" && key != "mlp_bias") qwen.set(key, value);
@@ -188,6 +230,11 @@ HfExport export_hf(const std::string& ckpt_dir, const std::string& out_dir, DTyp
     const Tensor t = take(weights, m.loom, "hf export: the checkpoint");
     if (m.hf.size() == 1) {
       tensors.emplace_back(m.hf[0], m.transposed ? contiguous(transpose(t, 0, 1)) : t);
+      continue;
+    }
+    if (m.stacked) {
+      for (size_t k = 0; k < m.hf.size(); ++k)
+        tensors.emplace_back(m.hf[k], contiguous(squeeze(narrow(t, 0, int64_t(k), 1), 0)));
       continue;
     }
     int64_t row = 0;
@@ -375,6 +422,9 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
   std::set<std::string> checked = {"architectures", "rope_parameters", "rope_scaling"};
   // Qwen2's window settings do nothing while use_sliding_window is false (checked below).
   if (c.qkv_bias) checked.insert({"sliding_window", "max_window_layers"});
+  // Mixtral's balance-loss weight only weighs a loss transformers adds with output_router_logits
+  // (which must be false: checked with the others below).
+  if (c.moe.enabled()) checked.insert("router_aux_loss_coef");
   for (const auto& [key, value] : expected.items()) {
     if (key == "resid_pdrop" || key == "embd_pdrop" || key == "attn_pdrop") continue;  // below
     checked.insert(key);
@@ -388,7 +438,7 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
     // transformers' defaults where a field is absent or null: GPT-2's MLP is 4 x n_embd wide,
     // Llama's head_dim hidden_size / num_attention_heads (Loom's own).
     if ((!v || v->is_null()) && key == "n_inner" && c.mlp_hidden() == 4 * c.width) continue;
-    if (!v && key == "head_dim") continue;
+    if ((!v || v->is_null()) && key == "head_dim") continue;
     if (!v && key == "rope_theta" && c.rope_theta == 10000.0) continue;
     if (!v && (key == "attention_bias" || key == "mlp_bias")) continue;  // false by default
     LOOM_CHECK(is(v, value)) << where << key << " is " << (v ? v->dump() : std::string("missing"))
@@ -438,9 +488,10 @@ std::vector<std::pair<std::string, Tensor>> import_hf(const std::string& dir,
   for (const NameMap& m : name_maps(c)) {  // the export's mapping, run backwards
     std::vector<Tensor> parts;
     for (const std::string& name : m.hf) parts.push_back(take(hf, name, "hf import: " + dir));
-    const Tensor t = m.hf.size() > 1 ? cat(parts, 0)
-                     : m.transposed  ? contiguous(transpose(parts[0], 0, 1))
-                                     : parts[0];
+    const Tensor t = m.stacked         ? stack(parts, 0)
+                     : m.hf.size() > 1 ? cat(parts, 0)
+                     : m.transposed    ? contiguous(transpose(parts[0], 0, 1))
+                                       : parts[0];
     LOOM_CHECK(t.shape() == shapes.at(m.loom))
         << "hf import: " << dir << ": " << m.hf[0] << (m.hf.size() > 1 ? " (with the others)" : "")
         << " makes " << m.loom << " of shape " << t.shape() << ", the run's model needs "
