@@ -4,8 +4,9 @@
 #     on a hybrid of Mamba-2 and attention blocks);
 #   - eval.json, metrics.jsonl with held-out losses, `loom eval` and `loom sample` on a checkpoint;
 #   - `loom tokenizer train` / `check` (round trip) and a run on BPE tokens;
-#   - bad input ends with one clear error line and exit status 1, never a crash (Muon under
-#     ZeRO, an unknown optimizer, a Muon key without Muon, a mixer pattern with other letters).
+#   - bad input ends with one clear error line and exit status 1, never a crash (Muon offloaded
+#     under ZeRO, an unknown optimizer, a Muon key without Muon, a mixer pattern with other
+#     letters).
 # Usage: gpt_cli_test.sh LOOM_BINARY WORK_DIR
 set -euo pipefail
 loom=$1
@@ -139,8 +140,9 @@ expect_error "unknown model kind" "model.kind 'rnn'" -- "$loom" train "$cfg" "${
 expect_error "unknown dataset" "data.dataset 'mnist'" -- "$loom" train "$cfg" "${run[@]}" --set data.dataset=mnist
 expect_error "wrong-type value" "model.width must be an integer" -- "$loom" train "$cfg" "${run[@]}" --set 'model.width="wide"'
 expect_error "bad value" "not divisible by heads" -- "$loom" train "$cfg" "${run[@]}" --set model.width=33
-expect_error "muon under zero2" "Muon runs under ddp, pp and cp, not yet under ZeRO, FSDP or TP" -- \
-  "$loom" train "$cfg" "${run[@]}" --set 'optim.name="muon"' --set 'parallel.data_parallel="zero2"'
+expect_error "muon offloaded under zero2" "with optim.offload under parallel.data_parallel \"zero2\" is not built" -- \
+  "$loom" train "$cfg" "${run[@]}" --set 'optim.name="muon"' --set 'parallel.data_parallel="zero2"' \
+  --set optim.offload=true
 expect_error "unknown optimizer" "optim.name 'sgd' is not known (adamw or muon)" -- \
   "$loom" train "$cfg" "${run[@]}" --set 'optim.name="sgd"'
 expect_error "muon key without muon" "unknown key optim.muon_steps" -- \

@@ -2,7 +2,8 @@
 # Pipeline parallelism changes nothing but memory and speed: the tiny GPT (GPT-2 style with a
 # tied embedding held by both pipeline ends, Llama style with an untied head, and a hybrid of
 # Mamba-2 and attention blocks, also under DDP, ZeRO-3 and activation checkpointing; refused with
-# one clear error under CP, and under TP when its groups do not split) and DiT (the
+# one clear error under CP, and under TP when its groups do not split; and Muon under DDP,
+# ZeRO-1/2/3, HSDP and PP x ZeRO-3) and DiT (the
 # conditioning passed between stages with the tokens), 4 blocks, a
 # step of 4 micro-batches (train.grad_accum), 10 steps, on 1 process vs PP=2 and PP=4 with each
 # schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks per rank, ZB-H1 with each backward
@@ -67,6 +68,29 @@ bad 2 "Mamba-2 layers' 4 heads (ssm_expand x width / ssm_head_dim) in 1 groups (
   "$cfg" "${common[@]}" "${hybrid[@]}" --set parallel.tp=2
 bad 2 "whose state is not passed between context-parallel ranks" "$cfg" "${common[@]}" "${hybrid[@]}" \
   --set parallel.cp=2
+
+# Muon under DDP, ZeRO-1/2/3 (matrices cut across the shards: each matrix's look-ahead gathered
+# whole from the ranks' pieces, orthogonalised, each rank's piece applied), HSDP and PP x ZeRO-3:
+# equal to 1 process. Refused under TP.
+muon=("${common[@]}" --set 'optim.name="muon"')
+"$loom" train "$cfg" "${muon[@]}" --set run.out_dir="$work/muon-np1" > "$work/muon-np1.log" 2>&1 ||
+  fail "muon: single-process run failed"
+for layout in ddp2 zero1x2 zero2x4 zero3x4 hsdp2x2 pp2-zero3x2; do
+  out=$work/muon-$layout
+  case $layout in
+    ddp2) np=2; par=() ;;
+    zero1x2) np=2; par=(--set parallel.data_parallel=zero1) ;;
+    zero2x4) np=4; par=(--set parallel.data_parallel=zero2) ;;
+    zero3x4) np=4; par=(--set parallel.data_parallel=zero3) ;;
+    hsdp2x2) np=4; par=(--set parallel.data_parallel=zero3 --set parallel.dp_replicate=2) ;;
+    pp2-zero3x2) np=4; par=(--set parallel.pp=2 --set parallel.data_parallel=zero3) ;;
+  esac
+  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${muon[@]}" "${par[@]}" \
+    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "muon $layout: run failed"; tail -3 "$out.log"; continue; }
+  parity "muon $layout" "$work/muon-np1/tiny_gpt" "$out/tiny_gpt"
+done
+bad 2 "Muon runs under ddp, ZeRO-1/2/3 and HSDP (gathering each matrix's momentum), pp and cp, not yet tp" \
+  "$cfg" "${muon[@]}" --set parallel.tp=2
 
 # PP4 interleaved needs 8 stages: GPT-2 8 blocks deep.
 deep=("${common[@]}" --set model.depth=8)

@@ -139,7 +139,7 @@ TEST(Muon, NewtonSchulzKeepsSingularVectorsAndBringsValuesNearOne) {
 }
 
 TEST(Muon, OnlyTheBlocksLinearWeights) {
-  const Tensor m = zeros({4, 4}), v = zeros({4});
+  const loom::Shape m = {4, 4}, v = {4};
   EXPECT_TRUE(muon_updates("blocks.0.attn.qkv.weight", m));
   EXPECT_TRUE(muon_updates("blocks.3.mlp.w2.weight", m));
   EXPECT_FALSE(muon_updates("blocks.0.attn.qkv.bias", v));

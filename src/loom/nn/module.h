@@ -88,10 +88,27 @@ struct DeferredUpdate {
   std::shared_ptr<OrderedWorker> worker;
   size_t key = 0;
 };
+// Where a piece of a parameter (one of ZeRO's shards) lies in it.
+struct PieceOfParameter {
+  std::string name;            // the parameter's
+  Shape shape;                 // the whole parameter's
+  int64_t begin = 0, end = 0;  // the piece's row-major elements of it
+};
+// For pieces, a collective over the ranks that share the parameters: values[i] (piece i's
+// shape, or undefined) -> the whole parameter's values for each defined values[i], assembled
+// from every rank's values of its pieces of it. Every rank calls it alike; wanted(name, shape)
+// says which parameters any rank may ask for (the same answer on every rank).
+using GatherWholes = std::function<std::vector<Tensor>(
+    const std::vector<Tensor>& values,
+    const std::function<bool(const std::string&, const Shape&)>& wanted)>;
 struct OptimizerParams {
   std::vector<NamedParameter> params;
   std::vector<Tensor> exp_avg, exp_avg_sq;
   std::vector<DeferredUpdate> deferred;
+  // Pieces (ZeRO): where each lies in its parameter (aligned with params) and how to assemble
+  // wholes from them (Muon orthogonalises whole matrices). Empty / unset: params are whole.
+  std::vector<PieceOfParameter> pieces;
+  GatherWholes gather_wholes;
 };
 
 class Module {

@@ -36,7 +36,8 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWConfig config) : confi
     slots_.push_back(Slot{p,
                           zeros(p.tensor.shape(), DType::F32, where),
                           zeros(p.tensor.shape(), DType::F32, where),
-                          config.muon && muon_updates(p.name, p.tensor),
+                          config.muon && muon_updates(p.name, p.tensor.shape()),
+                          {},
                           {},
                           {}});
   }
@@ -55,13 +56,24 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, std::vector<Tensor> exp_avg
                exp_avg_sq[i].shape() == params[i].tensor.shape())
         << "adamw: moments of '" << params[i].name << "' do not have its shape";
     // Pieces of parameters (ZeRO's shards) are not whole matrices: Muon needs them whole.
-    const bool muon = config.muon && muon_updates(params[i].name, params[i].tensor);
-    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i], muon, {}, {}});
+    const bool muon = config.muon && muon_updates(params[i].name, params[i].tensor.shape());
+    slots_.push_back(Slot{params[i], exp_avg[i], exp_avg_sq[i], muon, {}, {}, {}});
   }
 }
 
 AdamW::AdamW(const nn::OptimizerParams& params, AdamWConfig config)
     : AdamW(params.params, params.exp_avg, params.exp_avg_sq, config) {
+  if (!params.pieces.empty() && config.muon) {
+    LOOM_CHECK(params.pieces.size() == slots_.size() && params.gather_wholes)
+        << "adamw: " << params.pieces.size() << " pieces for " << slots_.size() << " parameters";
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      slots_[i].piece = params.pieces[i];
+      slots_[i].muon = muon_updates(params.pieces[i].name, params.pieces[i].shape);
+    }
+    gather_wholes_ = params.gather_wholes;
+    LOOM_CHECK(params.deferred.empty())
+        << "muon: updates deferred to a host thread (ZeRO-3 offloaded) are not built for Muon";
+  }
   if (params.deferred.empty()) return;
   LOOM_CHECK(params.deferred.size() == slots_.size())
       << "adamw: " << params.deferred.size() << " deferred updates for " << slots_.size()
@@ -134,12 +146,38 @@ void AdamW::update(Slot& s, const Tensor& g, double lr, double grad_scale, int64
   copy_(w, w_here);
 }
 
+void AdamW::muon_pieces_step(double lr, double grad_scale) {
+  const double mu = config_.muon_momentum;
+  std::vector<Tensor> ahead(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    const Tensor g = s.param.tensor.grad();
+    if (!s.muon || !g.defined()) continue;
+    backend_for(g.device()).axpby(s.exp_avg, g, mu, grad_scale);  // m = mu m + g
+    ahead[i] = add(mul_scalar(g, grad_scale), mul_scalar(s.exp_avg, mu));
+  }
+  // Collective: every rank asks for the same parameters' wholes, whatever pieces it holds.
+  const std::vector<Tensor> wholes = gather_wholes_(
+      ahead, [](const std::string& name, const Shape& shape) { return muon_updates(name, shape); });
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!ahead[i].defined()) continue;
+    Slot& s = slots_[i];
+    const nn::PieceOfParameter& p = s.piece;
+    const Tensor o = newton_schulz_orthogonalize(contiguous(wholes[i]), config_.muon_steps);
+    const Tensor mine = contiguous(narrow(reshape(o, {-1}), 0, p.begin, p.end - p.begin));
+    const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
+    const double scale = 0.2 * std::sqrt(double(std::max(p.shape[0], p.shape[1])));
+    backend_for(s.param.tensor.device()).axpby(s.param.tensor, mine, 1.0 - lr * wd, -lr * scale);
+  }
+}
+
 void AdamW::step(double lr, double grad_scale) {
   ++step_;
   NoGradGuard no_grad;
+  if (gather_wholes_) muon_pieces_step(lr, grad_scale);
   for (Slot& s : slots_) {
     Tensor g = s.param.tensor.grad();
-    if (!g.defined()) continue;
+    if (!g.defined() || (s.muon && gather_wholes_)) continue;
     if (!s.deferred.worker) {
       update(s, g, lr, grad_scale, step_);
       continue;

@@ -59,11 +59,16 @@ class AdamW {
     bool muon = false;            // Muon's update (exp_avg: its momentum)
     nn::DeferredUpdate deferred;  // worker null: updated within step()
     Tensor host_grad;             // deferred: the gradient the posted update reads
+    nn::PieceOfParameter piece;   // with gather_wholes_: where it lies in its parameter
   };
   void update(Slot& s, const Tensor& grad, double lr, double grad_scale, int64_t step) const;
   // Muon's update of w, the weight where its momentum is.
   void muon_update(Slot& s, const Tensor& w, const Tensor& grad, double lr,
                    double grad_scale) const;
+  // Muon on pieces of the matrices (ZeRO): each rank's momentum of its pieces, the look-ahead
+  // gathered whole, orthogonalised, each rank's piece of the result applied.
+  void muon_pieces_step(double lr, double grad_scale);
+  nn::GatherWholes gather_wholes_;  // set when the parameters are pieces (and Muon is on)
   std::vector<Slot> slots_;
   AdamWConfig config_;
   int64_t step_ = 0;

@@ -24,9 +24,9 @@ Tensor newton_schulz_orthogonalize(const Tensor& g, int steps) {
   return tall ? contiguous(transpose(x, 0, 1)) : x;
 }
 
-bool muon_updates(const std::string& name, const Tensor& param) {
+bool muon_updates(const std::string& name, const Shape& shape) {
   const std::string suffix = ".weight";
-  return param.dim() == 2 && name.rfind("blocks.", 0) == 0 && name.size() > suffix.size() &&
+  return shape.size() == 2 && name.rfind("blocks.", 0) == 0 && name.size() > suffix.size() &&
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 

@@ -13,6 +13,6 @@ Tensor newton_schulz_orthogonalize(const Tensor& g, int steps);
 // Which parameters Muon updates: the 2-D weights of the Linear layers inside the model's blocks
 // ("blocks.3.attn.qkv.weight"); embeddings, heads, norms, biases, convolution filters and
 // everything outside the blocks stay with AdamW.
-bool muon_updates(const std::string& name, const Tensor& param);
+bool muon_updates(const std::string& name, const Shape& shape);
 
 }  // namespace loom::optim

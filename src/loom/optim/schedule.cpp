@@ -16,9 +16,12 @@ LrSchedule::Kind schedule_kind_from_name(const std::string& name, const std::str
 
 const char* name_of(LrSchedule::Kind kind) {
   switch (kind) {
-    case LrSchedule::Kind::Constant: return "constant";
-    case LrSchedule::Kind::Cosine: return "cosine";
-    case LrSchedule::Kind::Wsd: return "wsd";
+    case LrSchedule::Kind::Constant:
+      return "constant";
+    case LrSchedule::Kind::Cosine:
+      return "cosine";
+    case LrSchedule::Kind::Wsd:
+      return "wsd";
   }
   return "?";
 }
@@ -42,8 +45,8 @@ double LrSchedule::lr_at(int64_t step) const {
   }
   // wsd: hold lr, then decay linearly to the floor over the last decay_fraction of steps.
   const int64_t decay_steps = int64_t(std::ceil(decay_fraction * double(total_steps)));
-  const int64_t first = decay_start >= 0 ? decay_start
-                                         : std::max(warmup_steps, total_steps - decay_steps);
+  const int64_t first =
+      decay_start >= 0 ? decay_start : std::max(warmup_steps, total_steps - decay_steps);
   if (step < first) return lr;
   const double progress =
       std::min(1.0, double(step - first) / double(std::max<int64_t>(total_steps - first, 1)));

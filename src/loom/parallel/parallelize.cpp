@@ -229,6 +229,9 @@ nn::OptimizerParams ParallelModel::optimizer_params() const {
     out.params.insert(out.params.end(), e.params.begin(), e.params.end());
     out.exp_avg.insert(out.exp_avg.end(), e.exp_avg.begin(), e.exp_avg.end());
     out.exp_avg_sq.insert(out.exp_avg_sq.end(), e.exp_avg_sq.begin(), e.exp_avg_sq.end());
+    // (zero_'s gather_wholes reads its own pieces, the first ones, and the experts' never take
+    // part: optim::muon_updates leaves 3-D tensors to AdamW.)
+    out.pieces.insert(out.pieces.end(), e.pieces.begin(), e.pieces.end());
     if (!out.deferred.empty() || !e.deferred.empty()) {  // aligned with params, or empty
       out.deferred.resize(out.params.size() - e.params.size());
       out.deferred.insert(out.deferred.end(), e.deferred.begin(), e.deferred.end());

@@ -224,6 +224,35 @@ struct ZeroDataParallel::Shared {
     g.harvested = true;
   }
 
+  // OptimizerParams::gather_wholes over this instance's pieces (values aligned with them, and
+  // perhaps more after them: another instance's). A group is gathered whole -- each rank's
+  // shard of the values, zeros where it has none -- when any of its parameters is wanted.
+  std::vector<Tensor> gather_wholes(
+      const std::vector<Tensor>& values,
+      const std::function<bool(const std::string&, const Shape&)>& wanted) {
+    std::vector<Tensor> out(values.size());
+    for (Group& g : groups) {
+      bool any = false;
+      for (const auto& p : g.params) any |= wanted(p.name, p.tensor.shape());
+      if (!any) continue;
+      const Tensor mine = zeros_of(g.shard, MemCategory::Communication, device);
+      for (size_t i = g.piece_begin; i < g.piece_end && i < values.size(); ++i)
+        if (values[i].defined())
+          convert(values[i], flat_view(mine, piece_offset[i], {values[i].numel()}));
+      const Tensor all = zeros_of(g.padded, MemCategory::Communication, device);
+      shard->all_gather(mine, all)->wait();
+      for (size_t i = g.piece_begin; i < g.piece_end && i < values.size(); ++i) {
+        if (!values[i].defined()) continue;
+        const size_t k = piece_param[i];
+        out[i] = flat_view(all, g.offsets[k], g.params[k].tensor.shape());
+      }
+    }
+    return out;
+  }
+
+  std::vector<int64_t> piece_offset;  // each piece's offset in its group's shard
+  std::vector<size_t> piece_param;    // each piece's parameter in its group
+
   void on_gradient(size_t gi, size_t k) {
     if (!active) return;
     Group& g = groups[gi];
@@ -388,6 +417,8 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       pieces_.push_back({p.name, p.tensor.shape(), a - g.offsets[k], b - g.offsets[k], value,
                          p.weight_decay, grad});
       piece_at_.emplace_back(shared_->groups.size(), a - lo);
+      shared_->piece_offset.push_back(a - lo);
+      shared_->piece_param.push_back(k);
       Tensor seg = value.detach();
       seg.set_grad(grad);
       segments.push_back({p.name + "[" + std::to_string(a - g.offsets[k]) + ":" +
@@ -395,6 +426,8 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
                           seg, p.weight_decay});
       m_views.push_back(flat_view(g.exp_avg, a - lo, {b - a}));
       v_views.push_back(flat_view(g.exp_avg_sq, a - lo, {b - a}));
+      optimizer_params_.pieces.push_back(
+          {p.name, p.tensor.shape(), a - g.offsets[k], b - g.offsets[k]});
       if (shared_->updates)
         optimizer_params_.deferred.push_back({shared_->updates, pieces_.size() - 1});
     }
@@ -427,6 +460,13 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, const std::vector<std::str
       shared_->finish_gather(g);
     }
   }
+  optimizer_params_.gather_wholes =
+      [weak](const std::vector<Tensor>& values,
+             const std::function<bool(const std::string&, const Shape&)>& wanted) {
+        auto s = weak.lock();
+        LOOM_CHECK(s) << "zero: gather_wholes after the model is gone";
+        return s->gather_wholes(values, wanted);
+      };
 }
 
 ZeroDataParallel::~ZeroDataParallel() {

@@ -418,11 +418,14 @@ Config read_config(ConfigFile& f) {
   p.dims.tp = f.get_int("parallel", "tp", p.dims.tp);
   p.data_parallel =
       choice(f, "parallel", "data_parallel", "ddp", parallel::data_parallel_from_name);
-  LOOM_CHECK(!o.muon || (p.data_parallel == parallel::DataParallel::DDP && p.dims.tp == 1))
+  LOOM_CHECK(!o.muon || p.dims.tp == 1)
       << "config " << path << ": optim.name \"muon\" orthogonalises each matrix whole, and "
-      << "parallel.data_parallel \"" << parallel::name_of(p.data_parallel) << "\" with tp "
-      << p.dims.tp << " gives each rank pieces of them: Muon runs under ddp, pp and cp, not yet "
-      << "under ZeRO, FSDP or TP";
+      << "parallel.tp " << p.dims.tp << " splits them over the ranks of a layer: Muon runs under "
+      << "ddp, ZeRO-1/2/3 and HSDP (gathering each matrix's momentum), pp and cp, not yet tp";
+  LOOM_CHECK(!o.muon || !o.offload || p.data_parallel == parallel::DataParallel::DDP)
+      << "config " << path << ": optim.name \"muon\" with optim.offload under parallel."
+      << "data_parallel \"" << parallel::name_of(p.data_parallel) << "\" is not built (the "
+      << "gathered matrices are on the device, the offloaded master in host memory)";
   const std::string gather = f.get_string("parallel", "gather_dtype", "f32");
   LOOM_CHECK(gather == "f32" || gather == "bf16")
       << "config " << path << ": parallel.gather_dtype '" << gather << "' (expected f32 or bf16)";
