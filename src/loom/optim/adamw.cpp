@@ -103,27 +103,29 @@ void AdamW::settle() const {
     if (s.deferred.worker) s.deferred.worker->wait_all();
 }
 
-void AdamW::muon_update(Slot& s, const Tensor& w, const Tensor& g, double lr,
-                        double grad_scale) const {
-  Backend& be = backend_for(w.device());
+Tensor AdamW::muon_momentum(Slot& s, const Tensor& g, double grad_scale) const {
   const double mu = config_.muon_momentum;
-  be.axpby(s.exp_avg, g, mu, grad_scale);  // m = mu m + g
-  // Nesterov: the step looks ahead, g + mu m.
-  const Tensor ahead = add(mul_scalar(g, grad_scale), mul_scalar(s.exp_avg, mu));
-  const Tensor o = newton_schulz_orthogonalize(ahead, config_.muon_steps);
+  backend_for(g.device()).axpby(s.exp_avg, g, mu, grad_scale);       // m = mu m + g
+  return add(mul_scalar(g, grad_scale), mul_scalar(s.exp_avg, mu));  // Nesterov: g + mu m
+}
+
+void AdamW::apply_muon(const Slot& s, const Tensor& w, const Tensor& o, const Shape& whole,
+                       double lr) const {
   const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
-  const double scale = 0.2 * std::sqrt(double(std::max(w.size(0), w.size(1))));
-  be.axpby(w, o, 1.0 - lr * wd, -lr * scale);
+  const double scale = 0.2 * std::sqrt(double(std::max(whole[0], whole[1])));
+  backend_for(w.device()).axpby(w, o, 1.0 - lr * wd, -lr * scale);
 }
 
 void AdamW::update(Slot& s, const Tensor& g, double lr, double grad_scale, int64_t step) const {
   const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
   const Tensor& w = s.param.tensor;
-  if (s.muon) {
+  if (s.muon) {  // a whole matrix, updated where its momentum is
     MemCategoryScope scope(MemCategory::Communication);
     const Device where = s.exp_avg.device();
     const Tensor w_here = w.device() == where ? w : to_device(w, where);
-    muon_update(s, w_here, g.device() == where ? g : to_device(g, where), lr, grad_scale);
+    const Tensor ahead =
+        muon_momentum(s, g.device() == where ? g : to_device(g, where), grad_scale);
+    apply_muon(s, w_here, newton_schulz_orthogonalize(ahead, config_.muon_steps), w.shape(), lr);
     if (!w_here.is_same(w)) copy_(w, w_here);
     return;
   }
@@ -147,27 +149,20 @@ void AdamW::update(Slot& s, const Tensor& g, double lr, double grad_scale, int64
 }
 
 void AdamW::muon_pieces_step(double lr, double grad_scale) {
-  const double mu = config_.muon_momentum;
   std::vector<Tensor> ahead(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
-    const Tensor g = s.param.tensor.grad();
-    if (!s.muon || !g.defined()) continue;
-    backend_for(g.device()).axpby(s.exp_avg, g, mu, grad_scale);  // m = mu m + g
-    ahead[i] = add(mul_scalar(g, grad_scale), mul_scalar(s.exp_avg, mu));
+    const Tensor g = slots_[i].param.tensor.grad();
+    if (slots_[i].muon && g.defined()) ahead[i] = muon_momentum(slots_[i], g, grad_scale);
   }
   // Collective: every rank asks for the same parameters' wholes, whatever pieces it holds.
   const std::vector<Tensor> wholes = gather_wholes_(
       ahead, [](const std::string& name, const Shape& shape) { return muon_updates(name, shape); });
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (!ahead[i].defined()) continue;
-    Slot& s = slots_[i];
-    const nn::PieceOfParameter& p = s.piece;
+    const nn::PieceOfParameter& p = slots_[i].piece;
     const Tensor o = newton_schulz_orthogonalize(contiguous(wholes[i]), config_.muon_steps);
-    const Tensor mine = contiguous(narrow(reshape(o, {-1}), 0, p.begin, p.end - p.begin));
-    const double wd = s.param.weight_decay ? config_.weight_decay : 0.0;
-    const double scale = 0.2 * std::sqrt(double(std::max(p.shape[0], p.shape[1])));
-    backend_for(s.param.tensor.device()).axpby(s.param.tensor, mine, 1.0 - lr * wd, -lr * scale);
+    apply_muon(slots_[i], slots_[i].param.tensor,
+               contiguous(narrow(reshape(o, {-1}), 0, p.begin, p.end - p.begin)), p.shape, lr);
   }
 }
 

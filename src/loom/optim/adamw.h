@@ -62,9 +62,13 @@ class AdamW {
     nn::PieceOfParameter piece;   // with gather_wholes_: where it lies in its parameter
   };
   void update(Slot& s, const Tensor& grad, double lr, double grad_scale, int64_t step) const;
-  // Muon's update of w, the weight where its momentum is.
-  void muon_update(Slot& s, const Tensor& w, const Tensor& grad, double lr,
-                   double grad_scale) const;
+  // Muon's momentum of a slot's gradient (m = mu m + g, in place); returns the look-ahead
+  // g + mu m (Nesterov) that is orthogonalised.
+  Tensor muon_momentum(Slot& s, const Tensor& grad, double grad_scale) const;
+  // w (the matrix, or its piece) -= lr (0.2 sqrt(max(rows, cols)) o + weight decay w), for o
+  // the orthogonalised look-ahead (or its piece) of a matrix of shape `whole`.
+  void apply_muon(const Slot& s, const Tensor& w, const Tensor& o, const Shape& whole,
+                  double lr) const;
   // Muon on pieces of the matrices (ZeRO): each rank's momentum of its pieces, the look-ahead
   // gathered whole, orthogonalised, each rank's piece of the result applied.
   void muon_pieces_step(double lr, double grad_scale);
