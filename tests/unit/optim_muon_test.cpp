@@ -159,15 +159,14 @@ TEST(Muon, StepsTheBlocksMatricesAndLeavesTheRestToAdamW) {
   AdamWConfig with_muon = plain;
   with_muon.muon = true;
   with_muon.muon_momentum = 0.9;
-  auto make = [&](const std::string& tag) {
+  auto make = [&] {
     std::vector<Tensor> ts = {randn({r, c}, RngKey{7, "muon_test", "w"}),
                               randn({5, 3}, RngKey{7, "muon_test", "e"}),
                               randn({c}, RngKey{7, "muon_test", "b"})};
     for (auto& t : ts) t.set_requires_grad(true);
-    (void)tag;
     return ts;
   };
-  std::vector<Tensor> a = make("muon"), b = make("adamw");
+  std::vector<Tensor> a = make(), b = make();
   AdamW muon({{"blocks.0.fc.weight", a[0], true},
               {"tok_embed.weight", a[1], false},
               {"blocks.0.fc.bias", a[2], false}},
