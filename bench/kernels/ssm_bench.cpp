@@ -1,9 +1,10 @@
 // A Mamba-2 layer (nn::Mamba2, the chunked SSD scan) against a causal attention layer
-// (nn::Attention, the fused flash-style kernel) of the same width, forward + backward on one
-// sequence of 1k to 16k tokens: the SSM's time grows linearly with the length, attention's
-// quadratically. Both run in this process on the same input, alternating, best of `reps`.
+// (nn::Attention, the fused flash-style kernel) of the same width, and the same attention with
+// a sliding window of W keys (Mistral's), forward + backward on one sequence of 1k to 16k
+// tokens: the SSM's and the window's time grow linearly with the length, attention's
+// quadratically. All run in this process on the same input, alternating, best of `reps`.
 //
-//   ./build/ssm_bench [--max-seq S] [--reps R]
+//   ./build/ssm_bench [--max-seq S] [--reps R] [--window W]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,9 +40,11 @@ void step(const std::function<Tensor(const Tensor&)>& layer, const Tensor& x, co
 int main(int argc, char** argv) {
   int64_t max_seq = 16384;
   int reps = 3;
+  int64_t window = 1024;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--max-seq")) max_seq = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--window")) window = std::atoll(argv[i + 1]);
   }
   loom::nn::Mamba2Config mc;  // Mamba-2's defaults: N 64, P 64, expand 2 (8 heads), chunk 64
   mc.dim = kWidth;
@@ -55,18 +58,22 @@ int main(int argc, char** argv) {
   ac.bias = false;
   loom::nn::Attention attn(ac);
   attn.init_parameters(1);
+  ac.window = window;
+  loom::nn::Attention windowed(ac);
+  windowed.init_parameters(1);
   std::printf(
       "width %lld, batch 1; Mamba-2: state %lld, head dim %lld, %lld heads, chunk %lld; "
-      "attention: %lld heads of 64, RoPE, causal; forward + backward, best of %d\n",
+      "attention: %lld heads of 64, RoPE, causal, whole or a window of %lld; forward + "
+      "backward, best of %d\n",
       (long long)kWidth, (long long)mc.state, (long long)mc.head_dim, (long long)mc.heads(),
-      (long long)mc.chunk, (long long)ac.heads, reps);
-  std::printf("%8s %12s %12s %14s %14s %10s\n", "tokens", "mamba2 ms", "attention ms",
-              "mamba2 us/tok", "attn us/tok", "attn/ssm");
+      (long long)mc.chunk, (long long)ac.heads, (long long)window, reps);
+  std::printf("%8s %12s %12s %12s %14s %14s %14s %10s\n", "tokens", "mamba2 ms", "attention ms",
+              "window ms", "mamba2 us/tok", "attn us/tok", "window us/tok", "attn/ssm");
   for (int64_t T = 1024; T <= max_seq; T *= 2) {
     const Tensor x = loom::randn({1, T, kWidth}, loom::RngKey{2, "bench", "x"});
     const Tensor g = loom::randn({1, T, kWidth}, loom::RngKey{2, "bench", "g"});
     const Tensor positions = loom::arange(T);
-    double best_ssm = 1e30, best_attn = 1e30;
+    double best_ssm = 1e30, best_attn = 1e30, best_window = 1e30;
     for (int r = 0; r < reps; ++r) {  // alternating
       best_ssm = std::min(best_ssm, seconds_of([&] {
                             step([&](const Tensor& in) { return ssm.forward(in); }, x, g);
@@ -75,10 +82,14 @@ int main(int argc, char** argv) {
           std::min(best_attn, seconds_of([&] {
                      step([&](const Tensor& in) { return attn.forward(in, positions); }, x, g);
                    }));
+      best_window =
+          std::min(best_window, seconds_of([&] {
+                     step([&](const Tensor& in) { return windowed.forward(in, positions); }, x, g);
+                   }));
     }
-    std::printf("%8lld %12.1f %12.1f %14.2f %14.2f %10.2f\n", (long long)T, best_ssm * 1e3,
-                best_attn * 1e3, best_ssm * 1e6 / double(T), best_attn * 1e6 / double(T),
-                best_attn / best_ssm);
+    std::printf("%8lld %12.1f %12.1f %12.1f %14.2f %14.2f %14.2f %10.2f\n", (long long)T,
+                best_ssm * 1e3, best_attn * 1e3, best_window * 1e3, best_ssm * 1e6 / double(T),
+                best_attn * 1e6 / double(T), best_window * 1e6 / double(T), best_attn / best_ssm);
     std::fflush(stdout);
   }
   return 0;

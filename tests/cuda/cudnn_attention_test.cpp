@@ -76,13 +76,14 @@ Result run(loom::Backend& backend, const Qkv& x, const Tensor& gout_host, const 
   Result r;
   r.out = Tensor::empty(qs, dtype, device);
   r.lse = Tensor::empty({p.batch, p.heads_q, p.seq}, DType::F32, device);
-  backend.attention_forward(x.q, x.k, x.v, Tensor(), scale, p.causal, r.out, r.lse);
+  const loom::AttentionBand band = loom::AttentionBand::last_rows(p.causal, p.seq, p.seq);
+  backend.attention_forward(x.q, x.k, x.v, Tensor(), scale, band, r.out, r.lse);
   const Tensor gout = loom::to_device(loom::to_dtype(gout_host, dtype), device);
   r.gq = Tensor::empty(qs, dtype, device);
   r.gk = Tensor::empty(kvs, dtype, device);
   r.gv = Tensor::empty(kvs, dtype, device);
-  backend.attention_backward(x.q, x.k, x.v, Tensor(), scale, p.causal, r.out, r.lse, gout, r.gq,
-                             r.gk, r.gv);
+  backend.attention_backward(x.q, x.k, x.v, Tensor(), scale, band, r.out, r.lse, gout, r.gq, r.gk,
+                             r.gv);
   return r;
 }
 

@@ -1,7 +1,8 @@
 // Ulysses and ring attention on P ranks equal attention over the whole sequence on one: each rank
 // computes the whole-sequence attention itself (every rank can draw the full q, k, v) and
 // compares its chunk of the output and of the gradients of L = sum over ranks <w_r, out_r>.
-// Causal and bidirectional, with and without grouped-query heads; ring attention also with
+// Causal and bidirectional, with and without grouped-query heads, causal with sliding windows
+// (narrower than a rank's chunk, spanning chunks, one key); ring attention also with
 // load-balanced causal sharding.
 #include <gtest/gtest.h>
 
@@ -40,7 +41,12 @@ void expect_near(const Tensor& got, const Tensor& want, const std::string& what)
 struct UlyssesCase {
   int64_t heads, kv_heads;
   bool causal;
+  int64_t window = 0;
 };
+
+std::string window_name(int64_t window) {
+  return window > 0 ? "_window" + std::to_string(window) : "";
+}
 
 class Ulysses : public testing::TestWithParam<UlyssesCase> {};
 
@@ -53,11 +59,11 @@ TEST_P(Ulysses, EqualsAttentionOverTheWholeSequence) {
          v = draw({B, c.kv_heads, T, D}, "v"), w = draw({B, c.heads, T, D}, "w");
   for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
   // One process, the whole sequence: L = <w, out>.
-  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal);
+  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal, -1.0f, c.window);
   backward(sum(mul(full, w)));
   // P ranks, one chunk each.
   Tensor ql = chunk_of(q, r, P), kl = chunk_of(k, r, P), vl = chunk_of(v, r, P);
-  Tensor out = ulysses_attention(ql, kl, vl, c.causal, world);
+  Tensor out = ulysses_attention(ql, kl, vl, c.causal, world, c.window);
   const int64_t n = T / P;
   expect_near(out, narrow(full.detach(), 2, r * n, n), "out");
   backward(sum(mul(out, contiguous(narrow(w, 2, r * n, n)))));
@@ -68,16 +74,18 @@ TEST_P(Ulysses, EqualsAttentionOverTheWholeSequence) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Ulysses,
                          testing::Values(UlyssesCase{12, 12, true}, UlyssesCase{12, 12, false},
-                                         UlyssesCase{24, 12, true}),
+                                         UlyssesCase{24, 12, true}, UlyssesCase{24, 12, true, 5}),
                          [](const auto& info) {
                            return "h" + std::to_string(info.param.heads) + "_kv" +
                                   std::to_string(info.param.kv_heads) +
-                                  (info.param.causal ? "_causal" : "_full");
+                                  (info.param.causal ? "_causal" : "_full") +
+                                  window_name(info.param.window);
                          });
 
 struct RingCase {
   int64_t heads, kv_heads;
   bool causal, load_balanced;
+  int64_t window = 0;
 };
 
 class Ring : public testing::TestWithParam<RingCase> {};
@@ -89,7 +97,7 @@ TEST_P(Ring, EqualsAttentionOverTheWholeSequence) {
   Tensor q = draw({B, c.heads, T, D}, "q"), k = draw({B, c.kv_heads, T, D}, "k"),
          v = draw({B, c.kv_heads, T, D}, "v"), w = draw({B, c.heads, T, D}, "w");
   for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
-  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal);
+  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal, -1.0f, c.window);
   backward(sum(mul(full, w)));
   // This rank's positions: chunks r and 2P-1-r (load-balanced) or chunk r of P.
   std::vector<int64_t> pos = load_balanced_positions(T, r, P);
@@ -103,7 +111,7 @@ TEST_P(Ring, EqualsAttentionOverTheWholeSequence) {
   };
   Tensor ql = rows(q), kl = rows(k), vl = rows(v);
   for (Tensor* t : {&ql, &kl, &vl}) t->set_requires_grad(true);
-  Tensor out = ring_attention(ql, kl, vl, index, c.causal, world);
+  Tensor out = ring_attention(ql, kl, vl, index, c.causal, world, c.window);
   expect_near(out, rows(full), "out");
   backward(sum(mul(out, rows(w))));
   expect_near(ql.grad(), rows(q.grad()), "dq");
@@ -113,17 +121,23 @@ TEST_P(Ring, EqualsAttentionOverTheWholeSequence) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Ring,
                          testing::Values(RingCase{4, 4, true, true}, RingCase{4, 4, true, false},
-                                         RingCase{4, 4, false, true}, RingCase{4, 2, true, true}),
+                                         RingCase{4, 4, false, true}, RingCase{4, 2, true, true},
+                                         RingCase{4, 2, true, true, 5},
+                                         RingCase{4, 4, true, false, 7},
+                                         RingCase{4, 4, true, true, 1},
+                                         RingCase{4, 4, true, true, 9}),
                          [](const auto& info) {
                            return "h" + std::to_string(info.param.heads) + "_kv" +
                                   std::to_string(info.param.kv_heads) +
                                   (info.param.causal ? "_causal" : "_full") +
-                                  (info.param.load_balanced ? "_balanced" : "_contiguous");
+                                  (info.param.load_balanced ? "_balanced" : "_contiguous") +
+                                  window_name(info.param.window);
                          });
 
 struct UspCase {
   int64_t heads, kv_heads;
   bool causal;
+  int64_t window = 0;
 };
 
 class Usp : public testing::TestWithParam<UspCase> {};
@@ -139,7 +153,7 @@ TEST_P(Usp, EqualsAttentionOverTheWholeSequence) {
   Tensor q = draw({B, c.heads, T, D}, "q"), k = draw({B, c.kv_heads, T, D}, "k"),
          v = draw({B, c.kv_heads, T, D}, "v"), w = draw({B, c.heads, T, D}, "w");
   for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
-  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal);
+  Tensor full = scaled_dot_product_attention(q, k, v, Tensor(), c.causal, -1.0f, c.window);
   backward(sum(mul(full, w)));
   const std::vector<int64_t> pos = context_parallel_rows(T, r, P, ContextParallelKind::Usp, U);
   ASSERT_EQ(int64_t(pos.size()), T / P);
@@ -151,7 +165,7 @@ TEST_P(Usp, EqualsAttentionOverTheWholeSequence) {
   for (Tensor* t : {&ql, &kl, &vl}) t->set_requires_grad(true);
   auto ulysses = world->split(int(r / U), int(r % U), "ulysses");
   auto ring = world->split(int(r % U), int(r / U), "ring");
-  Tensor out = usp_attention(ql, kl, vl, index, c.causal, ulysses, ring);
+  Tensor out = usp_attention(ql, kl, vl, index, c.causal, ulysses, ring, c.window);
   expect_near(out, rows(full), "out");
   backward(sum(mul(out, rows(w))));
   expect_near(ql.grad(), rows(q.grad()), "dq");
@@ -161,11 +175,12 @@ TEST_P(Usp, EqualsAttentionOverTheWholeSequence) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Usp,
                          testing::Values(UspCase{4, 4, true}, UspCase{4, 4, false},
-                                         UspCase{8, 2, true}),
+                                         UspCase{8, 2, true}, UspCase{8, 2, true, 5}),
                          [](const auto& info) {
                            return "h" + std::to_string(info.param.heads) + "_kv" +
                                   std::to_string(info.param.kv_heads) +
-                                  (info.param.causal ? "_causal" : "_full");
+                                  (info.param.causal ? "_causal" : "_full") +
+                                  window_name(info.param.window);
                          });
 
 TEST(UspRows, PartsOfARingMembersLoadBalancedRows) {

@@ -5,7 +5,8 @@
 # CP=4 (load-balanced chunks), Ulysses over CP=2, USP over CP=4 (a ring of 2 Ulysses groups of
 # 2), and compositions CP2 x TP2 (with sequence parallelism), CP2 x ZeRO-3 on 2 and CP2 with
 # selective recompute (the ring's result kept, not run again): losses to 1e-5 relative, final
-# weights and AdamW moments to 1e-4. A run saved under CP2 x TP2 resumes on 1 process, and one saved on 1 process resumes
+# weights and AdamW moments to 1e-4. Llama with a sliding window of 5 positions under ring 4,
+# Ulysses 2 and USP 2 x 2 the same. A run saved under CP2 x TP2 resumes on 1 process, and one saved on 1 process resumes
 # under CP2 x TP2 and Ulysses CP2 x ZeRO-3, and each ends where the uninterrupted run ends. The
 # GPT under bf16 autocast with USP 2 x 2 (the ring's blocks and kernels in bf16) against one
 # process in bf16: losses to 1e-4, weights to 5e-2 of each tensor's largest. Sequences or heads
@@ -40,6 +41,24 @@ for model in gpt2 llama dit; do
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
     parity "$model $layout" "$ref/$name" "$out/$name"
   done
+done
+
+# Sliding-window attention (5 of 16 positions) under ring (load-balanced chunks of 2), Ulysses
+# and USP: each block of keys seen through the window, or skipped.
+model_config mistral
+ref=$work/mistral-np1
+"$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
+  fail "mistral: single-process run failed"
+for layout in ring4 ulysses2 usp2x2; do
+  out=$work/mistral-$layout
+  case $layout in
+    ring4) np=4; par=(--set parallel.cp=4) ;;
+    ulysses2) np=2; par=(--set parallel.cp=2 --set parallel.context_parallel=ulysses) ;;
+    usp2x2) np=4; par=(--set parallel.cp=4 --set parallel.context_parallel=usp --set parallel.ulysses=2) ;;
+  esac
+  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
+    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "mistral $layout: run failed"; tail -3 "$out.log"; continue; }
+  parity "mistral $layout" "$ref/$name" "$out/$name"
 done
 
 # bf16 autocast: USP 2 x 2 against one process, both in bf16.

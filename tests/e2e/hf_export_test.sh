@@ -14,8 +14,11 @@
 # transformers' (1e-5).
 # Models made by transformers from its own config defaults (GPT-2's dropout 0.1 and n_inner null,
 # Llama's rms_norm_eps 1e-5 without head_dim, Llama 3.x's scaled RoPE, Qwen2's q, k, v biases,
-# Mixtral's experts) start Loom runs with transformers' logits (1e-5); the last three export back
-# to them. A Mixtral with router jitter, or a mixture with shared experts, is refused by name.
+# Mixtral's experts, Mistral's sliding window of 8 (the prompt is 23 tokens) and one without a
+# window, Qwen2 with a window in every layer) start Loom runs with transformers' logits (1e-5);
+# the scaled RoPE, Qwen2s, Mixtral and the windowed Mistral export back to them. A Mixtral with
+# router jitter, a mixture with shared experts, a window into a run without one and a window on
+# GPT-2 are refused by name.
 # Bad input: a DiT checkpoint, --part with --format hf; init_from a directory whose
 # architecture or config does not match, or that lacks a tensor; a scaled RoPE, a head_dim
 # Loom does not compute, an unknown field and another epsilon, each named.
@@ -98,7 +101,8 @@ done
 # v biases). Each starts a Loom run (model.norm_eps = 1e-5 for the Llamas, the rope_* keys for
 # the scaled one, model.qkv_bias for Qwen2) whose logits equal transformers' (1e-5); the GPT-2's
 # dropout is said, not applied.
-tf=("$work/tf-gpt2" "$work/tf-llama" "$work/tf-llama3" "$work/tf-qwen2" "$work/tf-mixtral")
+tf=("$work/tf-gpt2" "$work/tf-llama" "$work/tf-llama3" "$work/tf-qwen2" "$work/tf-mixtral"
+  "$work/tf-mistral" "$work/tf-mistral0" "$work/tf-qwen2sw")
 "$py" - "${tf[@]}" <<'PY' || fail "transformers could not make the models"
 import json, sys
 import torch
@@ -134,6 +138,18 @@ MixtralForCausalLM(MixtralConfig(hidden_size=32, intermediate_size=48, num_hidde
                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                                  max_position_embeddings=64, rms_norm_eps=1e-5,
                                  num_local_experts=4, num_experts_per_tok=2)).save_pretrained(sys.argv[5])
+# Mistral: Llama's blocks with a sliding window of 8 keys (the prompt is longer); one without a
+# window (sliding_window null, as Mistral 7B v0.2 on); Qwen2 with its window in every layer.
+from transformers import MistralConfig, MistralForCausalLM
+for window, out in ((8, sys.argv[6]), (None, sys.argv[7])):
+    MistralForCausalLM(MistralConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                     max_position_embeddings=64, rms_norm_eps=1e-5,
+                                     sliding_window=window)).save_pretrained(out)
+Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                             max_position_embeddings=64, rms_norm_eps=1e-5, use_sliding_window=True,
+                             sliding_window=6, max_window_layers=0)).save_pretrained(sys.argv[8])
 PY
 tf_start() {  # hf-dir run-dir model-settings...
   local from=$1 to=$2
@@ -150,10 +166,13 @@ tf_llama3=("${tf_llama[@]}" --set model.context=128 --set model.rope_scaling_fac
   --set model.rope_original_context=100)
 tf_mixtral=("${tf_llama[@]}" --set model.rope_theta=1000000.0 --set moe.experts=4 --set moe.top_k=2
   --set moe.hidden=48)
-for style in gpt2 llama llama3 qwen2 mixtral; do
+for style in gpt2 llama llama3 qwen2 mixtral mistral mistral0 qwen2sw; do
   settings=("${tf_gpt2[@]}")
   [ $style = mixtral ] && settings=("${tf_mixtral[@]}")
   [ $style = llama ] && settings=("${tf_llama[@]}")
+  [ $style = mistral ] && settings=("${tf_llama[@]}" --set model.sliding_window=8)
+  [ $style = mistral0 ] && settings=("${tf_llama[@]}")
+  [ $style = qwen2sw ] && settings=("${tf_llama[@]}" --set model.qkv_bias=true --set model.sliding_window=6)
   [ $style = llama3 ] && settings=("${tf_llama3[@]}")
   [ $style = qwen2 ] && settings=("${tf_llama[@]}" --set model.qkv_bias=true)
   tf_start "$work/tf-$style" "$work/tf-$style-run" "${settings[@]}" ||
@@ -164,9 +183,9 @@ for style in gpt2 llama llama3 qwen2 mixtral; do
     "transformers' own $style config, started from in Loom" 2> /dev/null ||
     fail "$style: Loom's logits from transformers' own config differ"
 done
-# The scaled RoPE, the biases and the experts back out: Loom's exports of those runs, loaded by
-# transformers, give Loom's logits.
-for style in llama3 qwen2 mixtral; do
+# The scaled RoPE, the biases, the experts and the windows back out: Loom's exports of those
+# runs, loaded by transformers, give Loom's logits.
+for style in llama3 qwen2 mixtral mistral qwen2sw; do
   "$loom" ckpt export "$work/tf-$style-run/tiny_gpt" "$work/tf-$style-back" --format hf > /dev/null ||
     fail "export of the $style run failed"
   "$py" "$here/hf_transformers_logits.py" "$work/tf-$style-back" "$prompt" "$work/tf-$style.npy" \
@@ -192,6 +211,14 @@ tf_bad "rope_scaling.rope_type 'yarn': Loom's RoPE is the default one or Llama 3
 tf_bad "head_dim is 16, the run's model needs 8" "c['head_dim'] = 16"
 tf_bad "field sliding_window (4096) is not one Loom knows" "c['sliding_window'] = 4096"
 tf_bad "rms_norm_eps is 1e-06, the run's model needs 1e-05" "c['rms_norm_eps'] = 1e-6"
+# A window the run's model does not have, and a window GPT-2 cannot hold.
+tf_start "$work/tf-mistral" "$work/tf-bad-run" "${tf_llama[@]}" && fail "init_from dropped a window"
+grep -q "sliding_window is 8, the run's model needs null" "$work/tf-bad-run.log" ||
+  fail "no clear error for the window: $(tail -1 "$work/tf-bad-run.log")"
+tf_start "$work/tf-gpt2" "$work/tf-bad-run" "${tf_gpt2[@]}" --set model.sliding_window=4 &&
+  fail "init_from gave GPT-2 a window"
+grep -q "GPT2LMHeadModel has no sliding window" "$work/tf-bad-run.log" ||
+  fail "no clear error for GPT-2's window: $(tail -1 "$work/tf-bad-run.log")"
 # A Mixtral whose router adds jitter in training, and a mixture Mixtral has no layout for.
 rm -rf "$work/tf-bad" && cp -r "$work/tf-mixtral" "$work/tf-bad"
 "$py" -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['router_jitter_noise'] = 0.1; json.dump(c, open(p, 'w'))" \

@@ -30,6 +30,9 @@ model_config() {
     gpt2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0) ;;
     llama) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2) ;;
+    # Llama with Mistral's sliding window: 5 of the 16 positions, across the ranks' chunks.
+    mistral) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
+      --set model.style=llama --set model.kv_heads=2 --set model.sliding_window=5) ;;
     qwen2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2 --set model.qkv_bias=true) ;;
     # Mamba-2 then attention blocks; 8 SSM heads in 4 groups, the scan in chunks of 4 tokens.

@@ -42,6 +42,9 @@ struct Problem {
   double scale;
   std::vector<double> q, k, v, mask;  // mask empty when absent
   std::vector<double> gout;           // upstream gradient of out
+  // Causal: query i stands at key position i + offset and sees keys j <= i + offset, with a
+  // window (> 0) only j > i + offset - window.
+  int64_t window = 0, offset = 0;
 
   int64_t q_index(int64_t b, int64_t h, int64_t i, int64_t c) const {
     return ((b * heads_q + h) * seq_q + i) * dim + c;
@@ -63,7 +66,9 @@ std::vector<double> reference_scores(const Problem& p, int64_t b, int64_t h, int
   const int64_t kvh = h / (p.heads_q / p.heads_kv);
   std::vector<double> s(p.seq_kv);
   for (int64_t j = 0; j < p.seq_kv; ++j) {
-    if (p.causal && j > i + (p.seq_kv - p.seq_q)) {
+    const bool hidden =
+        p.causal && (j > i + p.offset || (p.window > 0 && j <= i + p.offset - p.window));
+    if (hidden) {
       s[j] = -kInf;
       continue;
     }
@@ -162,14 +167,19 @@ struct Case {
   // Every operand stored as (B, S, H, D + 3) and seen as (B, H, S, D): contiguous rows, all
   // other strides unusual (the layout of q/k/v sliced from a fused projection).
   bool interleaved = false;
+  int64_t window = 0;          // causal: a sliding window of this many keys (0: none)
+  int64_t offset = kLastRows;  // causal: query i's key position is i + offset
+  static constexpr int64_t kLastRows = INT64_MIN;  // the queries are the keys' last rows
 };
 
 std::string describe(const Case& c) {
   return "B=" + std::to_string(c.batch) + " Hq=" + std::to_string(c.heads_q) +
          " Hkv=" + std::to_string(c.heads_kv) + " Sq=" + std::to_string(c.seq_q) +
          " Skv=" + std::to_string(c.seq_kv) + " D=" + std::to_string(c.dim) +
-         (c.causal ? " causal" : "") + " mask=" + std::to_string(int(c.mask)) + " " +
-         dtype_name(c.dtype) + (c.interleaved ? " interleaved" : "");
+         (c.causal ? " causal" : "") + (c.window > 0 ? " window=" + std::to_string(c.window) : "") +
+         (c.offset != Case::kLastRows ? " offset=" + std::to_string(c.offset) : "") +
+         " mask=" + std::to_string(int(c.mask)) + " " + dtype_name(c.dtype) +
+         (c.interleaved ? " interleaved" : "");
 }
 
 // Fresh random inputs per case: the seed mixes a per-test counter.
@@ -181,6 +191,8 @@ Problem make_problem(const Case& c, uint32_t seed) {
       c.seq_kv, c.dim,     c.causal,   c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(c.dim)),
       {},       {},        {},         {},
       {}};
+  p.window = c.window;
+  p.offset = c.offset == Case::kLastRows ? c.seq_kv - c.seq_q : c.offset;
   const bool round = c.dtype != DType::F32;
   auto fill = [&](std::vector<double>& x, int64_t n) {
     x.resize(n);
@@ -345,8 +357,9 @@ KernelResult run_kernel(const Case& c, const Problem& p, DType dtype) {
   const Tensor gq = layout(poisoned(qs, dtype)), gk = layout(poisoned(ks, dtype)),
                gv = layout(poisoned(ks, dtype));
   Backend& be = cpu_backend();
-  be.attention_forward(q, k, v, mask, float(p.scale), c.causal, out, lse);
-  be.attention_backward(q, k, v, mask, float(p.scale), c.causal, out, lse, gout, gq, gk, gv);
+  const AttentionBand band{c.causal, c.window, p.offset};
+  be.attention_forward(q, k, v, mask, float(p.scale), band, out, lse);
+  be.attention_backward(q, k, v, mask, float(p.scale), band, out, lse, gout, gq, gk, gv);
   if (c.interleaved) {
     expect_padding_untouched(out, "out");
     expect_padding_untouched(gq, "gq");
@@ -562,6 +575,49 @@ TEST(AttentionKernel, Bf16Causal) {
   check_case({2, 3, 3, 256, 256, 64, true, MaskKind::Broadcast, DType::BF16}, next_seed());
 }
 
+// Sliding windows (Mistral's: query i sees keys (i + offset - window, i + offset]): narrower
+// and wider than a tile, one key, wider than the sequence (plain causal), more keys than
+// queries (decoding), GQA and a mask on top; f32 on the flash kernel, bf16 on both kernels.
+TEST(AttentionKernel, SlidingWindow) {
+  for (int64_t w : {1, 5, 64, 129, 300}) {
+    Case c{2, 2, 2, 257, 257, 8, true, MaskKind::None};
+    c.window = w;
+    check_case(c, next_seed());
+  }
+  Case decode{1, 4, 2, 7, 300, 16, true, MaskKind::None};
+  decode.window = 50;
+  check_case(decode, next_seed());
+  Case masked{2, 4, 1, 130, 130, 8, true, MaskKind::Full};
+  masked.window = 40;
+  check_case(masked, next_seed());
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    Case c{2, 3, 3, 200, 200, 64, true, MaskKind::None, dtype, 0, true};
+    c.window = 70;
+    check_case(c, next_seed());
+  }
+}
+
+// Ring attention's blocks: the queries at other positions than the keys' last rows. A key
+// block before the queries seen through a window (some rows then see no key: out 0, lse -inf),
+// and a block whose every key some query sees.
+TEST(AttentionKernel, BandAtAnOffset) {
+  for (auto [offset, window] :
+       std::vector<std::pair<int64_t, int64_t>>{{130, 64}, {200, 100}, {70, 0}, {130, 300}}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      Case c{1, 2, 2, 130, 130, 16, true, MaskKind::None, dtype};
+      c.window = window;
+      c.offset = offset;
+      check_case(c, next_seed());
+    }
+  }
+}
+
+TEST(AttentionKernel, SlidingWindowBitwiseIdenticalForAnyThreadCount) {
+  Case c{2, 4, 2, 300, 300, 64, true, MaskKind::None};
+  c.window = 100;
+  expect_same_bits_for_any_thread_count(c);
+}
+
 TEST(AttentionKernel, F16UsesTheSamePath) {
   // make_problem rounds to bf16, which f16 holds exactly at these magnitudes.
   check_case({1, 2, 1, 65, 130, 64, true, MaskKind::Full, DType::F16}, next_seed());
@@ -572,39 +628,41 @@ TEST(AttentionKernel, RejectsBadInputs) {
   const Tensor out = Tensor::empty({1, 3, 8, 4}), lse = Tensor::empty({1, 3, 8});
   Backend& be = cpu_backend();
   // Hq = 3 is not a multiple of Hkv = 2.
-  EXPECT_THROW(be.attention_forward(q, k, k, Tensor(), 1.0f, false, out, lse), Error);
+  EXPECT_THROW(be.attention_forward(q, k, k, Tensor(), 1.0f, AttentionBand{}, out, lse), Error);
 
   const Tensor q2 = Tensor::empty({1, 2, 8, 4}), out2 = Tensor::empty({1, 2, 8, 4});
   const Tensor lse2 = Tensor::empty({1, 2, 8});
   // 3-D k.
-  EXPECT_THROW(
-      be.attention_forward(q2, Tensor::empty({2, 8, 4}), k, Tensor(), 1.0f, false, out2, lse2),
-      Error);
+  EXPECT_THROW(be.attention_forward(q2, Tensor::empty({2, 8, 4}), k, Tensor(), 1.0f,
+                                    AttentionBand{}, out2, lse2),
+               Error);
   // Head dim mismatch.
   EXPECT_THROW(be.attention_forward(q2, Tensor::empty({1, 2, 8, 5}), Tensor::empty({1, 2, 8, 5}),
-                                    Tensor(), 1.0f, false, out2, lse2),
+                                    Tensor(), 1.0f, AttentionBand{}, out2, lse2),
                Error);
   // Mixed dtypes.
   EXPECT_THROW(be.attention_forward(q2, Tensor::empty({1, 2, 8, 4}, DType::BF16), k, Tensor(), 1.0f,
-                                    false, out2, lse2),
+                                    AttentionBand{}, out2, lse2),
                Error);
   // Integer inputs.
   const Tensor qi = Tensor::empty({1, 2, 8, 4}, DType::I32);
-  EXPECT_THROW(be.attention_forward(qi, qi, qi, Tensor(), 1.0f, false, qi, lse2), Error);
+  EXPECT_THROW(be.attention_forward(qi, qi, qi, Tensor(), 1.0f, AttentionBand{}, qi, lse2), Error);
   // Mask that does not broadcast, and a non-f32 mask.
-  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 2, 8, 7}), 1.0f, false, out2, lse2),
-               Error);
-  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 1, 8, 8}, DType::BF16), 1.0f, false,
+  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 2, 8, 7}), 1.0f, AttentionBand{},
                                     out2, lse2),
                Error);
-  // lse of the wrong shape; a gradient of the wrong shape.
-  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor(), 1.0f, false, out2, Tensor::empty({1, 2})),
+  EXPECT_THROW(be.attention_forward(q2, k, k, Tensor::empty({1, 1, 8, 8}, DType::BF16), 1.0f,
+                                    AttentionBand{}, out2, lse2),
                Error);
-  EXPECT_THROW(be.attention_backward(q2, k, k, Tensor(), 1.0f, false, out2, lse2, out2,
+  // lse of the wrong shape; a gradient of the wrong shape.
+  EXPECT_THROW(
+      be.attention_forward(q2, k, k, Tensor(), 1.0f, AttentionBand{}, out2, Tensor::empty({1, 2})),
+      Error);
+  EXPECT_THROW(be.attention_backward(q2, k, k, Tensor(), 1.0f, AttentionBand{}, out2, lse2, out2,
                                      Tensor::empty({1, 2, 8, 3}), k, k),
                Error);
   try {
-    be.attention_forward(q, k, k, Tensor(), 1.0f, false, out, lse);
+    be.attention_forward(q, k, k, Tensor(), 1.0f, AttentionBand{}, out, lse);
     FAIL() << "expected loom::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();

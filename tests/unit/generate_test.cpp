@@ -1,7 +1,7 @@
 // Generation with the KV cache (models/gpt/generate.h):
 //  - the cached forward over a sequence in pieces (a prefill, single tokens, a chunk) gives the
 //    whole forward's logits at every position, for GPT-2 style and Llama style with grouped-query
-//    attention, on a batch of 2;
+//    attention (with a Mamba-2 block; with a sliding window), on a batch of 2;
 //  - generating with the cache gives the uncached path's tokens, greedy and sampled with top-k
 //    and top-p; prompts of different lengths batched give each prompt's greedy continuation
 //    alone; past the context the cache is rebuilt and generation goes on;
@@ -34,10 +34,13 @@ std::vector<int64_t> tokens_of(int64_t B, int64_t T) {
 }
 
 TEST(KvCache, CachedPiecesGiveTheWholeForwardsLogits) {
-  for (bool llama : {false, true}) {
+  for (int variant : {0, 1, 2}) {
+    const bool llama = variant > 0;
     GptConfig g = tiny(llama);
     // Llama's second block a Mamba-2 layer: its cache is its convolution inputs and state.
-    if (llama) g.mixers = "AM", g.ssm.state = 4, g.ssm.head_dim = 8, g.ssm.chunk = 3;
+    if (variant == 1) g.mixers = "AM", g.ssm.state = 4, g.ssm.head_dim = 8, g.ssm.chunk = 3;
+    // A sliding window of 3: a step reads only the cache's last rows.
+    if (variant == 2) g.window = 3;
     Gpt model(g);
     model.init_parameters(2);
     const int64_t B = 2, T = 10, V = 13;
@@ -57,7 +60,7 @@ TEST(KvCache, CachedPiecesGiveTheWholeForwardsLogits) {
           for (int64_t v = 0; v < V; ++v)
             ASSERT_NEAR(got[size_t((b * len + t) * V + v)], whole[size_t((b * T + at + t) * V + v)],
                         2e-5)
-                << (llama ? "llama" : "gpt2") << ", row " << b << ", position " << at + t;
+                << "variant " << variant << ", row " << b << ", position " << at + t;
       at += len;
     }
     EXPECT_EQ(cache[0].length, T);

@@ -222,6 +222,62 @@ TEST(Gpt, CausalChangingATokenNeverChangesEarlierLogits) {
   }
 }
 
+// Sliding-window attention, against the model without a window: with one block and RoPE
+// (relative positions), the windowed model's logits at t are the plain model's (same weights)
+// on the window's W tokens alone at their positions; with two blocks a token reaches 2 (W - 1)
+// positions ahead and no further, in both styles.
+TEST(Gpt, SlidingWindowSeesTheLastWindowTokens) {
+  const int64_t W = 4;
+  {
+    GptConfig c = small("llama");
+    c.depth = 1;
+    GptConfig windowed = c;
+    windowed.window = W;
+    Gpt plain(c), model(windowed);
+    plain.init_parameters(7);
+    model.init_parameters(7);  // keyed by name: the same weights
+    loom::NoGradGuard no_grad;
+    const int64_t T = c.context, V = c.vocab_size;
+    const Tensor ids = random_ids(1, T, V, 8);
+    const std::vector<float> all = loom::to_vector(model.forward(ids));
+    const std::vector<int64_t> id = loom::to_vector_i64(ids);
+    for (int64_t t = W - 1; t < T; ++t) {
+      const std::vector<int64_t> window(id.begin() + t - W + 1, id.begin() + t + 1);
+      std::vector<int64_t> pos;
+      for (int64_t p = t - W + 1; p <= t; ++p) pos.push_back(p);
+      const std::vector<float> alone = loom::to_vector(
+          plain.forward(loom::from_vector(window, {1, W}), loom::from_vector(pos, {W})));
+      for (int64_t v = 0; v < V; ++v)
+        ASSERT_NEAR(all[size_t(t * V + v)], alone[size_t((W - 1) * V + v)], 2e-5)
+            << "position " << t;
+    }
+  }
+  for (const std::string style : {"gpt2", "llama"}) {
+    SCOPED_TRACE(style);
+    GptConfig c = small(style);
+    c.window = W;
+    Gpt model(c);
+    model.init_parameters(9);
+    loom::NoGradGuard no_grad;
+    const int64_t T = c.context, V = c.vocab_size, s = 3, reach = 2 * (W - 1);
+    const Tensor ids = random_ids(1, T, V, 10);
+    const std::vector<float> base = loom::to_vector(model.forward(ids));
+    std::vector<int64_t> changed = loom::to_vector_i64(ids);
+    changed[size_t(s)] = (changed[size_t(s)] + 1) % V;
+    const std::vector<float> out =
+        loom::to_vector(model.forward(loom::from_vector(changed, {1, T})));
+    for (int64_t t = 0; t < T; ++t) {
+      double diff = 0;
+      for (int64_t v = 0; v < V; ++v)
+        diff = std::max(diff, double(std::abs(out[size_t(t * V + v)] - base[size_t(t * V + v)])));
+      if (t < s || t > s + reach)
+        EXPECT_LT(diff, 1e-6) << "token " << s << " reached position " << t;
+      else if (t == s || t == s + reach)
+        EXPECT_GT(diff, 1e-5) << "token " << s << " did not reach position " << t;
+    }
+  }
+}
+
 TEST(Gpt, InitialLossIsLogVocab) {
   for (const std::string style : {"gpt2", "llama"}) {
     SCOPED_TRACE(style);

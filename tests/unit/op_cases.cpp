@@ -505,23 +505,27 @@ void register_transformer_ops() {
                                  return o;
                                }}});
   std::vector<OpCase> attn;
-  for (auto [label, sq, skv, hq, hkv, causal, masked] :
-       std::vector<std::tuple<const char*, int64_t, int64_t, int64_t, int64_t, bool, bool>>{
-           {"bidirectional", 5, 5, 2, 2, false, false},
-           {"causal", 6, 6, 2, 2, true, false},
-           {"causal gqa, more keys", 3, 7, 4, 2, true, false},
-           {"mqa with mask", 4, 5, 2, 1, false, true}}) {
+  for (auto [label, sq, skv, hq, hkv, causal, masked, window] : std::vector<
+           std::tuple<const char*, int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t>>{
+           {"bidirectional", 5, 5, 2, 2, false, false, 0},
+           {"causal", 6, 6, 2, 2, true, false, 0},
+           {"causal gqa, more keys", 3, 7, 4, 2, true, false, 0},
+           {"mqa with mask", 4, 5, 2, 1, false, true, 0},
+           {"sliding window 3", 7, 7, 2, 2, true, false, 3},
+           {"sliding window, gqa, more keys", 3, 8, 4, 2, true, false, 4}}) {
     const bool c = causal, m = masked;
+    const int64_t w = window;
     std::vector<harness::Input> ins = {F({1, hq, sq, 4}), F({1, hkv, skv, 4}), F({1, hkv, skv, 4})};
     if (m) ins.push_back(F({sq, skv}, /*grad=*/false));
     OpCase oc{label, ins,
-              [c, m](const TV& x) {
+              [c, m, w](const TV& x) {
                 // The additive mask stays f32 whatever the compute dtype.
                 return loom::scaled_dot_product_attention(
-                    x[0], x[1], x[2], m ? loom::to_dtype(x[3], loom::DType::F32) : Tensor(), c);
+                    x[0], x[1], x[2], m ? loom::to_dtype(x[3], loom::DType::F32) : Tensor(), c,
+                    -1.0f, w);
               },
-              [c, m](const RV& x) {
-                return ref::attention(x[0], x[1], x[2], m ? &x[3] : nullptr, c, 0.5);
+              [c, m, w](const RV& x) {
+                return ref::attention(x[0], x[1], x[2], m ? &x[3] : nullptr, c, 0.5, w);
               }};
     attn.push_back(oc);
   }

@@ -347,8 +347,10 @@ inline R rope(const R& x, const std::vector<int64_t>& pos, double theta,
   return o;
 }
 
-// Naive attention: scores, mask, causal, softmax, weighted sum. q (B,Hq,Sq,D), k/v (B,Hkv,Skv,D).
-inline R attention(const R& q, const R& k, const R& v, const R* mask, bool causal, double scale) {
+// Naive attention: scores, mask, causal (with a sliding window of `window` keys when > 0),
+// softmax, weighted sum. q (B,Hq,Sq,D), k/v (B,Hkv,Skv,D).
+inline R attention(const R& q, const R& k, const R& v, const R* mask, bool causal, double scale,
+                   int64_t window = 0) {
   const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2], D = q.shape[3];
   const int64_t Hkv = k.shape[1], Skv = k.shape[2], group = Hq / Hkv;
   R o = zeros(q.shape);
@@ -366,6 +368,7 @@ inline R attention(const R& q, const R& k, const R& v, const R* mask, bool causa
           acc *= scale;
           if (mask) acc += at_broadcast(*mask, {b, h, i, j});
           if (causal && j > i + (Skv - Sq)) acc = -INFINITY;
+          if (causal && window > 0 && j <= i + (Skv - Sq) - window) acc = -INFINITY;
           s[size_t(j)] = acc;
           m = std::max(m, acc);
         }

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 
+#include "loom/backend/attention_band.h"
 #include "loom/backend/block_scaling.h"
 #include "loom/backend/rope_scaling.h"
 #include "loom/backend/wire_quantize.h"
@@ -213,14 +214,15 @@ class Backend {
   // --- fused scaled-dot-product attention (flash-style: no S x S matrix is materialised) ---
   // q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA); mask, if defined, is an
   // additive f32 tensor broadcast to (B, Hq, Sq, Skv) through strides (stride 0 = broadcast).
-  // causal: query i sees keys j <= i + (Skv - Sq). out (B, Hq, Sq, D), lse (B, Hq, Sq) f32.
+  // band: the keys each query sees (causal, sliding window; attention_band.h); the kernels
+  // skip the keys outside it. out (B, Hq, Sq, D), lse (B, Hq, Sq) f32.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& mask, float scale, bool causal, const Tensor& out,
-                                 const Tensor& lse) = 0;
+                                 const Tensor& mask, float scale, const AttentionBand& band,
+                                 const Tensor& out, const Tensor& lse) = 0;
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& mask, float scale, bool causal, const Tensor& out,
-                                  const Tensor& lse, const Tensor& gout, const Tensor& gq,
-                                  const Tensor& gk, const Tensor& gv) = 0;
+                                  const Tensor& mask, float scale, const AttentionBand& band,
+                                  const Tensor& out, const Tensor& lse, const Tensor& gout,
+                                  const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
 };
 
 // The backend for a device; throws loom::Error naming the device if Loom was built without it.

@@ -225,16 +225,17 @@ class TracedBackend final : public Backend {
     return inner_.sum_squares(x);
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                         float scale, bool causal, const Tensor& out, const Tensor& lse) override {
+                         float scale, const AttentionBand& band, const Tensor& out,
+                         const Tensor& lse) override {
     trace::Scope s("attention_forward", "op");
-    inner_.attention_forward(q, k, v, mask, scale, causal, out, lse);
+    inner_.attention_forward(q, k, v, mask, scale, band, out, lse);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                          float scale, bool causal, const Tensor& out, const Tensor& lse,
-                          const Tensor& gout, const Tensor& gq, const Tensor& gk,
+                          float scale, const AttentionBand& band, const Tensor& out,
+                          const Tensor& lse, const Tensor& gout, const Tensor& gq, const Tensor& gk,
                           const Tensor& gv) override {
     trace::Scope s("attention_backward", "op");
-    inner_.attention_backward(q, k, v, mask, scale, causal, out, lse, gout, gq, gk, gv);
+    inner_.attention_backward(q, k, v, mask, scale, band, out, lse, gout, gq, gk, gv);
   }
 
  private:

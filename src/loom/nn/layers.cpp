@@ -1,7 +1,8 @@
 #include "loom/nn/layers.h"
 
-#include "loom/ops/conv.h"
+#include <algorithm>
 
+#include "loom/ops/conv.h"
 #include "loom/ops/ops.h"
 
 namespace loom::nn {
@@ -97,6 +98,8 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
   LOOM_CHECK(config.heads % config.kv_heads == 0)
       << "Attention: " << config.heads << " heads are not a multiple of " << config.kv_heads
       << " kv heads";
+  LOOM_CHECK(config.window >= 0 && (config.window == 0 || config.causal))
+      << "Attention: a sliding window (" << config.window << ") is for causal attention";
   head_dim = config.dim / config.heads;
   const int64_t qkv_out = (config.heads + 2 * config.kv_heads) * head_dim;
   qkv = register_module(
@@ -121,11 +124,11 @@ Tensor Attention::attend(const Tensor& x, const Tensor& positions) const {
   const std::vector<Tensor> qkv_heads = project(x, positions, qkv_output);
   const Tensor &q = qkv_heads[0], &k = qkv_heads[1], &v = qkv_heads[2];
   const int64_t B = q.size(0), T = q.size(2);
-  Tensor o = core
-                 ? core(q, k, v, positions, config.causal)
-                 : scaled_dot_product_attention(q, k, v, Tensor(), config.causal);  // (B, H, T, Dh)
-  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});  // merge heads: (B, T, H Dh)
-  return proj->forward(o);                                // (B, T, dim)
+  Tensor o = core ? core(q, k, v, positions, config.causal, config.window)
+                  : scaled_dot_product_attention(q, k, v, Tensor(), config.causal, -1.0f,
+                                                 config.window);  // (B, H, T, Dh)
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});          // merge heads: (B, T, H Dh)
+  return proj->forward(o);                                        // (B, T, dim)
 }
 
 std::vector<Tensor> Attention::project(const Tensor& x, const Tensor& positions,
@@ -167,11 +170,15 @@ Tensor Attention::forward_cached(const Tensor& x, KvCache& cache, int64_t capaci
   copy_(narrow(cache.v, 2, at, T), qkv_heads[2]);
   cache.length = at + T;
   // Causal with the cache: row i sees keys j <= at + i (the kernel aligns the rows' ends).
-  Tensor o = scaled_dot_product_attention(qkv_heads[0], contiguous(narrow(cache.k, 2, 0, at + T)),
-                                          contiguous(narrow(cache.v, 2, 0, at + T)), Tensor(),
-                                          config.causal);  // (B, H, T, Dh)
-  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});   // (B, T, H Dh)
-  return proj->forward(o);                                 // (B, T, dim)
+  // With a window the first new row's oldest key is at - window + 1: only the cache's rows from
+  // there are read, so a step costs the window, not the whole length.
+  const int64_t from = config.window > 0 ? std::max<int64_t>(0, at - config.window + 1) : 0;
+  Tensor o = scaled_dot_product_attention(
+      qkv_heads[0], contiguous(narrow(cache.k, 2, from, at + T - from)),
+      contiguous(narrow(cache.v, 2, from, at + T - from)), Tensor(), config.causal, -1.0f,
+      config.window);                                     // (B, H, T, Dh)
+  o = reshape(permute(o, {0, 2, 1, 3}), {B, T, H * Dh});  // (B, T, H Dh)
+  return proj->forward(o);                                // (B, T, dim)
 }
 
 }  // namespace loom::nn

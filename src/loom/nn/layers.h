@@ -97,12 +97,14 @@ struct AttentionConfig {
   Init init = Init::xavier_uniform();
   RopeScaling rope_scaling{};  // Llama 3.x's frequency scaling (factor 1: none)
   bool qkv_bias = false;       // biases on the q, k, v projections even without `bias` (Qwen2)
+  int64_t window = 0;  // causal only: each row sees its last `window` keys (Mistral); 0: all
 };
 
 // One block's state for incremental decoding, `length` positions decoded so far. An attention
 // layer's keys and values: contiguous, preallocated (B, Hkv, capacity, Dh) each, rows [0,
-// length) filled. A Mamba-2 layer's (nn::Mamba2) is of fixed size whatever the length: its
-// last conv - 1 convolution inputs (B, conv - 1, channels) and its state (B, H, P, N).
+// length) filled (a sliding window's decode reads only its last window rows). A Mamba-2 layer's
+// (nn::Mamba2) is of fixed size whatever the length: its last conv - 1 convolution inputs (B, conv
+// - 1, channels) and its state (B, H, P, N).
 struct KvCache {
   Tensor k, v;
   Tensor conv, ssm;
@@ -118,10 +120,10 @@ class Attention : public Module {
   // Through call(): context parallelism wraps it to pass its own rows' positions.
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
   // The attention proper: q (B, H, T, Dh), k/v (B, Hkv, T, Dh), positions as above -> (B, H,
-  // T, Dh). Unset: the fused kernel over these rows; context parallelism sets ring or Ulysses
-  // attention over every rank's rows.
+  // T, Dh), causal or not, with a sliding window (> 0) or not. Unset: the fused kernel over
+  // these rows; context parallelism sets ring or Ulysses attention over every rank's rows.
   using Core = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& positions, bool causal)>;
+                                    const Tensor& positions, bool causal, int64_t window)>;
   // Incremental decoding, without a graph: x (B, T, dim) holds the rows at positions
   // [cache.length, cache.length + T); they attend to the cached rows and (causal) to each other,
   // and their keys and values join the cache. A new cache: cache.k undefined (allocated here

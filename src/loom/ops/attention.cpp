@@ -85,7 +85,7 @@ Heads bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v) {
 struct AttentionBackward : Node {
   Tensor q, k, v, mask, out, lse;  // what the kernel saw: bf16 copies under autocast
   float scale;
-  bool causal;
+  AttentionBand band;
   bool mixed = false;  // autocast: the op's inputs, output and gradients are f32
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
@@ -97,7 +97,7 @@ struct AttentionBackward : Node {
       const Tensor block = block_of(q, k);
       const Tensor joined = Tensor::empty(block.shape(), dtype, q.device());
       const Heads grad = heads_of_block(joined, q.size(1), k.size(1), q.size(3));
-      backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, gout, grad.q, grad.k,
+      backend_of(q).attention_backward(q, k, v, mask, scale, band, out, lse, gout, grad.q, grad.k,
                                        grad.v);
       if (!mixed) return {grad.q, grad.k, grad.v, Tensor()};
       Tensor wide = Tensor::empty(joined.shape(), DType::F32, q.device());
@@ -107,7 +107,7 @@ struct AttentionBackward : Node {
     }
     const Tensor gq = empty_heads_like(q, dtype), gk = empty_heads_like(k, dtype),
                  gv = empty_heads_like(v, dtype);
-    backend_of(q).attention_backward(q, k, v, mask, scale, causal, out, lse, gout, gq, gk, gv);
+    backend_of(q).attention_backward(q, k, v, mask, scale, band, out, lse, gout, gq, gk, gv);
     if (!mixed) return {gq, gk, gv, Tensor()};
     return {converted(gq, DType::F32), converted(gk, DType::F32), converted(gv, DType::F32),
             Tensor()};
@@ -134,7 +134,7 @@ Tensor broadcast_mask(const Tensor& mask, const Shape& target) {
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask, bool causal, float scale) {
+                                    const Tensor& mask, bool causal, float scale, int64_t window) {
   const char* op = "attention";
   detail::check_floating(op, q, "q");
   detail::check_floating(op, k, "k");
@@ -153,6 +153,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       << " key/value heads (q " << q.shape() << ", k " << k.shape() << ")";
   LOOM_CHECK(!causal || q.size(2) <= k.size(2)) << "attention: causal with more queries ("
                                                 << q.size(2) << ") than keys (" << k.size(2) << ")";
+  LOOM_CHECK(window >= 0 && (window == 0 || causal))
+      << "attention: a sliding window (" << window << ") needs causal attention with a positive "
+      << "window";
+  const AttentionBand band = AttentionBand::last_rows(causal, q.size(2), k.size(2), window);
   if (scale <= 0) scale = 1.0f / std::sqrt(float(q.size(3)));
   // Mixed precision: the kernel runs on bf16 copies of q, k, v (it accumulates in f32 and keeps
   // its softmax statistics in f32); the output and the gradients come back as f32.
@@ -168,7 +172,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor out = Tensor::empty({B, S, H, D}, in.q.dtype(), q.device())
                      .as_strided({B, H, S, D}, {S * H * D, D, H * D, 1}, 0);
     Tensor lse = Tensor::empty({B, H, S}, DType::F32, q.device());  // log-sum-exp per query row
-    backend_of(q).attention_forward(in.q, in.k, in.v, m, scale, causal, out, lse);
+    backend_of(q).attention_forward(in.q, in.k, in.v, m, scale, band, out, lse);
     return std::vector<Tensor>{out, lse};
   });
   const Tensor& kernel_out = computed[0];
@@ -182,7 +186,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     node->out = kernel_out.detach();
     node->lse = computed[1];
     node->scale = scale;
-    node->causal = causal;
+    node->band = band;
     node->mixed = mixed;
     record(node, {q, k, v, mask}, {out});
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "loom/autograd/checkpoint.h"
 #include "loom/autograd/node.h"
@@ -14,7 +15,7 @@
 namespace loom::parallel {
 
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                         const GroupPtr& group) {
+                         const GroupPtr& group, int64_t window) {
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
       << "ulysses_attention: expected (B, H, T/P, D) tensors, got " << q.shape() << ", "
       << k.shape() << ", " << v.shape();
@@ -24,8 +25,8 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
       << "do not split over the " << P << " ranks of " << group->describe();
   // Heads scattered, sequence gathered: (B, H/P, T, D) in sequence order (rank j sent chunk j).
   auto to_heads = [&](const Tensor& x) { return all_to_all_along(x, 1, 2, group); };
-  Tensor out =
-      scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), Tensor(), causal);
+  Tensor out = scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), Tensor(), causal,
+                                            -1.0f, window);
   return all_to_all_along(out, 2, 1, group);  // back to (B, H, T/P, D)
 }
 
@@ -60,19 +61,23 @@ std::vector<Run> position_runs(const std::vector<int64_t>& pos) {
   return runs;
 }
 
-// What of a key run the queries of a query run see. The ranks' rows partition the sequence,
-// so two runs are the same positions or disjoint ones: a key run wholly before the queries is
-// seen whole, one after them not at all, the same run causally (the kernel's diagonal).
-enum class Sees { All, None, Causal };
-
-Sees visibility(const Run& q, const Run& k, bool causal) {
-  if (!causal || k.pos + k.length - 1 < q.pos) return Sees::All;
-  if (k.pos > q.pos + q.length - 1) return Sees::None;
-  LOOM_CHECK(k.pos == q.pos && k.length == q.length)
-      << "ring_attention: query positions [" << q.pos << ", " << q.pos + q.length
-      << ") and key positions [" << k.pos << ", " << k.pos + k.length
-      << ") overlap in part: the ranks' positions must partition the sequence";
-  return Sees::Causal;
+// Which keys of a key run the queries of a query run see: the causal band (with the window)
+// placed by their positions, query row i at key row i + q.pos - k.pos. A band every query sees
+// whole is plain attention (a key run wholly before the queries, no window in the way); the
+// same run is the kernel's usual causal diagonal. Empty: nullopt (a key run after the queries,
+// or wholly before their windows).
+std::optional<AttentionBand> visible_band(const Run& q, const Run& k, bool causal, int64_t window) {
+  if (!causal) return AttentionBand{};
+  const AttentionBand band{true, window, q.pos - k.pos};
+  if (band.first(q.length - 1, k.length) == 0 && band.end(0, k.length) == k.length)
+    return AttentionBand{};
+  // Rows with keys: those past the key run's start (end > 0) whose window has not left it
+  // (first < k.length).
+  const int64_t lo = std::max<int64_t>(0, -band.offset);
+  const int64_t hi =
+      window > 0 ? std::min(q.length, k.length + window - 1 - band.offset) : q.length;
+  if (lo >= hi) return std::nullopt;
+  return band;
 }
 
 // Rows [r.row, r.row + r.length) of (B, H, n, D) or (B, H, n), contiguous.
@@ -87,29 +92,33 @@ void add_rows(const Tensor& dst, int64_t row, const Tensor& part) {
   copy_(rows_of_dst, add(contiguous(rows_of_dst), to_dtype(part, DType::F32)));
 }
 
-// Every (query run, key run) pair of one ring step that sees anything.
+// Every (query run, key run) pair of one ring step that sees anything, with its band.
 template <typename F>
-void for_each_pair(const std::vector<Run>& qruns, const std::vector<Run>& kruns, bool causal, F f) {
+void for_each_pair(const std::vector<Run>& qruns, const std::vector<Run>& kruns, bool causal,
+                   int64_t window, F f) {
   for (const Run& qr : qruns)
-    for (const Run& kr : kruns) {
-      const Sees sees = visibility(qr, kr, causal);
-      if (sees != Sees::None) f(qr, kr, sees);
-    }
+    for (const Run& kr : kruns)
+      if (const auto band = visible_band(qr, kr, causal, window)) f(qr, kr, *band);
 }
 
 // Merges a partial result (attention of rows qr to one key run: o (B, H, len, D), lse (B, H,
 // len)) into the running output and log-sum-exp of all rows: out = sum_i w_i o_i / sum_i w_i
-// with w_i = exp(lse_i), kept normalised. Every row of a part sees a key (a causal part is the
-// diagonal), so its lse is finite; the running lse starts at -inf, where its weight is 0.
-// Through ops, so on the tensors' device.
+// with w_i = exp(lse_i), kept normalised. The running lse starts at -inf, where its weight is
+// 0; a part's row that sees no key (outside a sliding window) has lse -inf and weight 0 too.
+// The shift m is at least -1e30 and the total at least 1e-30, so a row that has seen no key
+// yet stays out 0 (its lse then -1e30 - 69, still weight 0 later) instead of 0/0; for every
+// other row the total is >= 1 and the floors change no bit. Through ops, so on the tensors'
+// device.
 void merge(const Tensor& out, const Tensor& lse, const Run& qr, const Tensor& part,
            const Tensor& l) {
   const Tensor o = to_dtype(part, DType::F32);                // a bf16 kernel's output, widened
   const Tensor out_rows = narrow(out, 2, qr.row, qr.length);  // (B, H, len, D)
   const Tensor lse_rows = narrow(lse, 2, qr.row, qr.length);  // (B, H, len)
   const Tensor old_lse = contiguous(lse_rows);
-  const Tensor m = max(stack({old_lse, l}, -1), {-1});
-  const Tensor w_old = exp(sub(old_lse, m)), w_add = exp(sub(l, m)), total = add(w_old, w_add);
+  const Tensor floor = full(l.shape(), -1e30, DType::F32, l.device());
+  const Tensor m = max(stack({old_lse, l, floor}, -1), {-1});
+  const Tensor w_old = exp(sub(old_lse, m)), w_add = exp(sub(l, m)),
+               total = add_scalar(add(w_old, w_add), 1e-30);
   auto per_row = [](const Tensor& w) { return unsqueeze(w, -1); };  // (B, H, len, 1)
   copy_(out_rows, div(add(mul(contiguous(out_rows), per_row(w_old)), mul(o, per_row(w_add))),
                       per_row(total)));
@@ -132,6 +141,7 @@ struct RingAttentionBackward : Node {
   // This rank's rows (q, k, v in the kernels' dtype); out (f32) and lse over every rank's keys.
   Tensor q, k, v, out, lse, positions;
   bool causal = false;
+  int64_t window = 0;
   float scale = 1.0f;
   GroupPtr group;
   const char* name() const override { return "RingAttentionBackward"; }
@@ -153,22 +163,21 @@ struct RingAttentionBackward : Node {
       // The block moves on while its gradients are computed; they follow it afterwards.
       std::unique_ptr<BlockShift> next;
       if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
-      for_each_pair(
-          qruns, position_runs(to_vector_i64(pb)), causal,
-          [&](const Run& qr, const Run& kr, Sees sees) {
-            Tensor gq_part =
-                Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)}, kernel, device);
-            Tensor gk_part =
-                Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)}, kernel, device);
-            Tensor gv_part = Tensor::empty(gk_part.shape(), kernel, device);
-            backend_for(q.device())
-                .attention_backward(rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(), scale,
-                                    sees == Sees::Causal, rows(out_k, qr), rows(lse, qr),
-                                    rows(gout, qr), gq_part, gk_part, gv_part);
-            add_rows(gq, qr.row, gq_part);
-            add_rows(gk, kr.row, gk_part);
-            add_rows(gv, kr.row, gv_part);
-          });
+      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal, window,
+                    [&](const Run& qr, const Run& kr, const AttentionBand& band) {
+                      Tensor gq_part = Tensor::empty({q.size(0), q.size(1), qr.length, q.size(3)},
+                                                     kernel, device);
+                      Tensor gk_part = Tensor::empty({k.size(0), k.size(1), kr.length, k.size(3)},
+                                                     kernel, device);
+                      Tensor gv_part = Tensor::empty(gk_part.shape(), kernel, device);
+                      backend_for(q.device())
+                          .attention_backward(rows(q, qr), rows(kb, kr), rows(vb, kr), Tensor(),
+                                              scale, band, rows(out_k, qr), rows(lse, qr),
+                                              rows(gout, qr), gq_part, gk_part, gv_part);
+                      add_rows(gq, qr.row, gq_part);
+                      add_rows(gk, kr.row, gk_part);
+                      add_rows(gv, kr.row, gv_part);
+                    });
       if (step + 1 < P) {
         RingShift sgk(gk, 1, group), sgv(gv, 1, group);
         gk = sgk.finish();
@@ -186,7 +195,9 @@ struct RingAttentionBackward : Node {
 }  // namespace
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                      bool causal, const GroupPtr& group) {
+                      bool causal, const GroupPtr& group, int64_t window) {
+  LOOM_CHECK(window >= 0 && (window == 0 || causal))
+      << "ring_attention: a sliding window (" << window << ") needs causal attention";
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(1) % k.size(1) == 0 &&
              positions.numel() == q.size(2) && k.size(2) == q.size(2) && k.shape() == v.shape())
       << "ring_attention: expected q (B, H, n, D), k/v (B, Hkv, n, D) and n positions, got "
@@ -217,13 +228,13 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
       // The next block starts moving while this one is used.
       std::unique_ptr<BlockShift> next;
       if (step + 1 < P) next = std::make_unique<BlockShift>(kb, vb, pb, group);
-      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal,
-                    [&](const Run& qr, const Run& kr, Sees sees) {
+      for_each_pair(qruns, position_runs(to_vector_i64(pb)), causal, window,
+                    [&](const Run& qr, const Run& kr, const AttentionBand& band) {
                       Tensor o = Tensor::empty({B, H, qr.length, D}, kernel, device),
                              l = Tensor::empty({B, H, qr.length}, DType::F32, device);
                       backend_for(q.device())
                           .attention_forward(rows(qc, qr), rows(kb, kr), rows(vb, kr), Tensor(),
-                                             scale, sees == Sees::Causal, o, l);
+                                             scale, band, o, l);
                       merge(out, lse, qr, o, l);
                     });
       if (next) next->finish(kb, vb, pb);
@@ -241,6 +252,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     node->lse = lse;
     node->positions = pc;
     node->causal = causal;
+    node->window = window;
     node->scale = scale;
     node->group = group;
     Tensor result = out.detach();
@@ -251,7 +263,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 }
 
 Tensor usp_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                     bool causal, const GroupPtr& ulysses, const GroupPtr& ring) {
+                     bool causal, const GroupPtr& ulysses, const GroupPtr& ring, int64_t window) {
   const int64_t U = ulysses->size(), n = q.size(2);
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && positions.numel() == n)
       << "usp_attention: expected q (B, H, n, D), k/v (B, Hkv, n, D) and n positions, got "
@@ -281,7 +293,7 @@ Tensor usp_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   // Heads scattered, sequence gathered within the Ulysses group: (B, H/U, U n, D).
   auto to_heads = [&](const Tensor& x) { return all_to_all_along(x, 1, 2, ulysses); };
   const Tensor out =
-      ring_attention(to_heads(q), to_heads(k), to_heads(v), ring_positions, causal, ring);
+      ring_attention(to_heads(q), to_heads(k), to_heads(v), ring_positions, causal, ring, window);
   return all_to_all_along(out, 2, 1, ulysses);  // back to (B, H, n, D)
 }
 
@@ -386,8 +398,9 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
     if (usp)
       attn->core = [ulysses_group, ring_group, rank](const Tensor& q, const Tensor& k,
                                                      const Tensor& v, const Tensor& pos,
-                                                     bool causal) {
-        if (pos.defined()) return usp_attention(q, k, v, pos, causal, ulysses_group, ring_group);
+                                                     bool causal, int64_t window) {
+        if (pos.defined())
+          return usp_attention(q, k, v, pos, causal, ulysses_group, ring_group, window);
         // Position-free and bidirectional: rank r's rows as the r-th run (a Ulysses group's
         // runs then make one longer run).
         LOOM_CHECK(!causal) << "context parallel: causal attention needs its rows' positions";
@@ -398,8 +411,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
       };
     else if (ring)
       attn->core = [group, rank](const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& pos, bool causal) {
-        if (pos.defined()) return ring_attention(q, k, v, pos, causal, group);
+                                 const Tensor& pos, bool causal, int64_t window) {
+        if (pos.defined()) return ring_attention(q, k, v, pos, causal, group, window);
         // Without positions (a segmented stream, position-free and bidirectional) any
         // partition of the rows will do: rank r's as the r-th run.
         LOOM_CHECK(!causal) << "context parallel: causal attention needs its rows' positions";
@@ -409,7 +422,9 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
       };
     else
       attn->core = [group](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
-                           bool causal) { return ulysses_attention(q, k, v, causal, group); };
+                           bool causal, int64_t window) {
+        return ulysses_attention(q, k, v, causal, group, window);
+      };
   }
   std::set<std::string> partial;
   if (plan.sequence_shards) {

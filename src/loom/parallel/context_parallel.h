@@ -20,9 +20,10 @@ namespace loom::parallel {
 // rank attends over the whole sequence with H/P of the heads, and a second all-to-all trades
 // back. q (B, H, T/P, D), k/v (B, Hkv, T/P, D) with H and Hkv multiples of P (GQA keeps its
 // grouping: rank j gets query heads j H/P.. and key/value heads j Hkv/P..). Returns this
-// rank's chunk of the output, (B, H, T/P, D). Causal masking uses global positions.
+// rank's chunk of the output, (B, H, T/P, D). Causal masking (and a sliding window > 0) use
+// global positions.
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                         const GroupPtr& group);
+                         const GroupPtr& group, int64_t window = 0);
 
 // Ring attention (Liu et al. 2023): the ranks' key/value blocks travel around the ring; each
 // rank attends its queries to every block in turn -- the next block's transfer started before
@@ -32,12 +33,14 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
 // (the kernel's backward with the final output and log-sum-exp gives each block's exact share),
 // and a last shift brings the gradients home. positions (n) i64: the global positions this
 // rank's rows hold (the ranks' positions partition the sequence); causal masking works on runs
-// of consecutive positions, each wholly before, after or equal to another rank's.
+// of consecutive positions, a band per pair of runs placed by their positions: with a sliding
+// window (> 0) a block wholly before every query's window is skipped, one partly in it
+// computed within the band.
 // q (B, H, n, D), k/v (B, Hkv, n, D) f32 with H a multiple of Hkv. Under bf16 autocast the
 // blocks travel and the kernels run in bf16 (half the bytes on the ring); the partial results
 // merge, and the gradients accumulate, in f32.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                      bool causal, const GroupPtr& group);
+                      bool causal, const GroupPtr& group, int64_t window = 0);
 
 // USP, unified sequence parallelism (Fang & Zhao 2024, as xDiT runs it): context parallelism
 // over ring x Ulysses ranks. The Ulysses all-to-all inside `ulysses` (U ranks) trades the
@@ -49,7 +52,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 // hold consecutive parts of one ring member's rows). q (B, H, n, D), k/v (B, Hkv, n, D) with H
 // and Hkv multiples of U.
 Tensor usp_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                     bool causal, const GroupPtr& ulysses, const GroupPtr& ring);
+                     bool causal, const GroupPtr& ulysses, const GroupPtr& ring,
+                     int64_t window = 0);
 
 // Load-balanced causal sharding of T positions over P ranks: rank r holds chunks r and
 // 2P - 1 - r of 2P equal chunks, so every rank has as much of the causal triangle to compute.

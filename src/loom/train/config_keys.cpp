@@ -119,6 +119,10 @@ const std::vector<ConfigKey> kKeys = {
      "SwiGLU hidden width (llama only; 0: 8/3 x width rounded up to a multiple of 64)"},
     {"model.qkv_bias", kGpt, "boolean", "false", "", "",
      "biases on the attention's q, k, v projections (llama only: Qwen2's layout)"},
+    {"model.sliding_window", kGpt, "integer", "0", ">= 0", "",
+     "sliding-window attention (Mistral's): each token attends to itself and the window - 1 "
+     "before it, in training (also under context parallelism) and decoding; 0: the whole "
+     "context"},
     {"model.norm_eps", kGpt, "number", "0.0", ">= 0", "",
      "the norms' epsilon (0: the style's, 1e-5 for gpt2's LayerNorm, 1e-6 for llama's RMSNorm)"},
     {"model.mixers", kGpt, "string", "\"A\"", "A and M", "",

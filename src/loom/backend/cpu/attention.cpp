@@ -52,13 +52,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Dims {
   int64_t batch, heads_q, heads_kv, group, seq_q, seq_kv, head_dim;
-  // causal: query i sees key j iff j <= i + causal_offset.
-  int64_t causal_offset;
+  AttentionBand band;        // the keys [first(i), end(i)) query i sees
   int64_t block_q, block_k;  // tile: queries x keys
 };
 
-void choose_tiles(Dims& d, bool causal) {
-  const bool whole = !causal && d.seq_kv <= kWholeTile;
+void choose_tiles(Dims& d) {
+  const bool whole = !d.band.causal && d.seq_kv <= kWholeTile;
   d.block_q = whole ? std::clamp<int64_t>(d.seq_q, 1, kWholeTile) : kBlockQ;
   d.block_k = whole ? std::max<int64_t>(d.seq_kv, 1) : kBlockK;
 }
@@ -113,16 +112,18 @@ void store(const float* src, int64_t m, int64_t dim, T* dst, int64_t ld) {
     for (int64_t c = 0; c < dim; ++c) dst[i * ld + c] = from_f32<T>(src[i * dim + c]);
 }
 
-// Key range [0, end) that query block [i0, i0 + m) may see.
-int64_t key_end(const Dims& d, bool causal, int64_t i0, int64_t m) {
-  if (!causal) return d.seq_kv;
-  return std::clamp<int64_t>(i0 + m + d.causal_offset, 0, d.seq_kv);
+// The keys [begin, end) that some query of the block [i0, i0 + m) sees (the band's bounds
+// grow with the query).
+struct KeySpan {
+  int64_t begin, end;
+};
+KeySpan key_span(const Dims& d, int64_t i0, int64_t m) {
+  return {d.band.first(i0, d.seq_kv), d.band.end(i0 + m - 1, d.seq_kv)};
 }
 
-// s (m, n; row stride ld) = scale * q_tile k_tile^T + mask, -inf where causality forbids.
-void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, int64_t b, int64_t h,
-                int64_t i0, int64_t m, int64_t j0, int64_t n, Rows q_tile, Rows k_tile, float* s,
-                int64_t ld) {
+// s (m, n; row stride ld) = scale * q_tile k_tile^T + mask, -inf outside the band.
+void score_tile(const Dims& d, const MaskView& mask, float scale, int64_t b, int64_t h, int64_t i0,
+                int64_t m, int64_t j0, int64_t n, Rows q_tile, Rows k_tile, float* s, int64_t ld) {
   gemm('N', 'T', m, n, d.head_dim, scale, q_tile.data, q_tile.ld, k_tile.data, k_tile.ld, 0.0f, s,
        ld);
   if (mask.data != nullptr) {
@@ -138,13 +139,16 @@ void score_tile(const Dims& d, const MaskView& mask, bool causal, float scale, i
       }
     }
   }
-  // Only the tiles that straddle the diagonal need masking: the others are fully visible
-  // (and the ones fully above it were never computed).
-  if (causal && j0 + n - 1 > i0 + d.causal_offset) {
+  // Only the tiles that straddle an edge of the band need masking: the others are fully
+  // visible (and the ones wholly outside it were never computed).
+  const AttentionBand& band = d.band;
+  if (band.end(i0, d.seq_kv) < j0 + n || band.first(i0 + m - 1, d.seq_kv) > j0) {
     for (int64_t i = 0; i < m; ++i) {
-      const int64_t first_hidden = std::max<int64_t>(i0 + i + d.causal_offset + 1 - j0, 0);
+      const int64_t lo = std::clamp<int64_t>(band.first(i0 + i, d.seq_kv) - j0, 0, n);
+      const int64_t hi = std::clamp<int64_t>(band.end(i0 + i, d.seq_kv) - j0, lo, n);
       float* row = s + i * ld;
-      for (int64_t j = first_hidden; j < n; ++j) row[j] = kNegInf;
+      std::fill(row, row + lo, kNegInf);
+      std::fill(row + hi, row + n, kNegInf);
     }
   }
 }
@@ -175,10 +179,9 @@ struct ForwardScratch {
 };
 
 template <typename T>
-void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal,
-                   const Heads<const T>& q, const Heads<const T>& k, const Heads<const T>& v,
-                   const Heads<T>& out, float* lse, int64_t b, int64_t h, int64_t qb,
-                   ForwardScratch& w) {
+void forward_block(const Dims& d, const MaskView& mask, float scale, const Heads<const T>& q,
+                   const Heads<const T>& k, const Heads<const T>& v, const Heads<T>& out,
+                   float* lse, int64_t b, int64_t h, int64_t qb, ForwardScratch& w) {
   const int64_t dim = d.head_dim;
   const int64_t i0 = qb * d.block_q, m = std::min(d.block_q, d.seq_q - i0);
   const int64_t hkv = h / d.group;
@@ -191,12 +194,12 @@ void forward_block(const Dims& d, const MaskView& mask, float scale, bool causal
   std::fill_n(row_m, m, kNegInf);
   std::fill_n(row_l, m, 0.0f);
 
-  const int64_t end = key_end(d, causal, i0, m);
-  for (int64_t j0 = 0; j0 < end; j0 += d.block_k) {
-    const int64_t n = std::min(d.block_k, end - j0);
+  const KeySpan keys = key_span(d, i0, m);
+  for (int64_t j0 = keys.begin; j0 < keys.end; j0 += d.block_k) {
+    const int64_t n = std::min(d.block_k, keys.end - j0);
     const Rows k_tile = as_f32(k.row(b, hkv, j0), n, dim, k.ss, w.k.data());
     const Rows v_tile = as_f32(v.row(b, hkv, j0), n, dim, v.ss, w.v.data());
-    score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, s, d.block_k);
+    score_tile(d, mask, scale, b, h, i0, m, j0, n, q_tile, k_tile, s, d.block_k);
     for (int64_t i = 0; i < m; ++i) {
       float* row = s + i * d.block_k;
       const float m_new = std::max(row_m[i], cpu::lane_max(row, n));
@@ -251,8 +254,8 @@ struct BackwardScratch {
 };
 
 template <typename T>
-void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool causal,
-                         const Heads<const T>& q, const Heads<const T>& k, const Heads<const T>& v,
+void backward_head_group(const Dims& d, const MaskView& mask, float scale, const Heads<const T>& q,
+                         const Heads<const T>& k, const Heads<const T>& v,
                          const Heads<const T>& out, const float* lse, const Heads<const T>& gout,
                          const Heads<T>& gq, const Heads<T>& gk, const Heads<T>& gv, int64_t b,
                          int64_t kvh, BackwardScratch& w) {
@@ -298,12 +301,12 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
       }
       std::fill_n(dq, m * dim, 0.0f);
 
-      const int64_t end = key_end(d, causal, i0, m);
-      for (int64_t j0 = 0; j0 < end; j0 += d.block_k) {
-        const int64_t n = std::min(d.block_k, end - j0);
+      const KeySpan keys = key_span(d, i0, m);
+      for (int64_t j0 = keys.begin; j0 < keys.end; j0 += d.block_k) {
+        const int64_t n = std::min(d.block_k, keys.end - j0);
         const Rows k_tile{k_head.data + j0 * k_head.ld, k_head.ld};
         const Rows v_tile{v_head.data + j0 * v_head.ld, v_head.ld};
-        score_tile(d, mask, causal, scale, b, h, i0, m, j0, n, q_tile, k_tile, p, d.block_k);
+        score_tile(d, mask, scale, b, h, i0, m, j0, n, q_tile, k_tile, p, d.block_k);
         for (int64_t i = 0; i < m; ++i) {
           float* row = p + i * d.block_k;
           // lse = -inf marks a fully masked row: its probabilities (and gradients) are 0.
@@ -341,7 +344,8 @@ void backward_head_group(const Dims& d, const MaskView& mask, float scale, bool 
 
 // Validates q/k/v/mask/out/lse and returns the problem dims.
 Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                  const Tensor& out, const Tensor& lse, MaskView& mask_view) {
+                  const AttentionBand& band, const Tensor& out, const Tensor& lse,
+                  MaskView& mask_view) {
   LOOM_CHECK(q.defined() && k.defined() && v.defined()) << "attention: q, k and v are required";
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
       << "attention: q, k, v must be 4-D (B, H, S, D); got q " << shape_str(q.shape()) << ", k "
@@ -363,7 +367,8 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       << "attention: q heads (" << d.heads_q << ") must be a multiple of k/v heads (" << d.heads_kv
       << "); q " << shape_str(q.shape()) << ", k " << shape_str(k.shape());
   d.group = d.heads_q / d.heads_kv;
-  d.causal_offset = d.seq_kv - d.seq_q;
+  LOOM_CHECK(band.window >= 0) << "attention: window " << band.window << " is negative";
+  d.band = band;
   check_attention_rows(q, "q", q.shape(), dtype);
   check_attention_rows(k, "k", k.shape(), dtype);
   check_attention_rows(v, "v", k.shape(), dtype);
@@ -398,13 +403,13 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& mask, float scale, bool causal, const Tensor& out,
-                                   const Tensor& lse) {
+                                   const Tensor& mask, float scale, const AttentionBand& band,
+                                   const Tensor& out, const Tensor& lse) {
   MaskView mask_view;
-  Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
+  Dims d = check_inputs(q, k, v, mask, band, out, lse, mask_view);
   if (cpu::attention_gemm_applies(q, k))
-    return cpu::attention_gemm_forward(q, k, v, mask_view, scale, causal, out, lse);
-  choose_tiles(d, causal);
+    return cpu::attention_gemm_forward(q, k, v, mask_view, scale, band, out, lse);
+  choose_tiles(d);
   const int64_t q_blocks = (d.seq_q + d.block_q - 1) / d.block_q;
   const int64_t tasks = d.batch * d.heads_q * q_blocks;
   cpu::dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
@@ -416,25 +421,25 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
         tasks, [&] { return ForwardScratch(d); },
         [&](ForwardScratch& scratch, int64_t t) {
           const int64_t qb = t % q_blocks, bh = t / q_blocks;
-          forward_block<T>(d, mask_view, scale, causal, qh, kh, vh, outh, lsep, bh / d.heads_q,
+          forward_block<T>(d, mask_view, scale, qh, kh, vh, outh, lsep, bh / d.heads_q,
                            bh % d.heads_q, qb, scratch);
         });
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask, float scale, bool causal, const Tensor& out,
-                                    const Tensor& lse, const Tensor& gout, const Tensor& gq,
-                                    const Tensor& gk, const Tensor& gv) {
+                                    const Tensor& mask, float scale, const AttentionBand& band,
+                                    const Tensor& out, const Tensor& lse, const Tensor& gout,
+                                    const Tensor& gq, const Tensor& gk, const Tensor& gv) {
   MaskView mask_view;
-  Dims d = check_inputs(q, k, v, mask, out, lse, mask_view);
-  choose_tiles(d, causal);
+  Dims d = check_inputs(q, k, v, mask, band, out, lse, mask_view);
+  choose_tiles(d);
   check_attention_rows(gout, "gout", q.shape(), q.dtype());
   check_attention_rows(gq, "gq", q.shape(), q.dtype());
   check_attention_rows(gk, "gk", k.shape(), q.dtype());
   check_attention_rows(gv, "gv", k.shape(), q.dtype());
   if (cpu::attention_gemm_applies(q, k))
-    return cpu::attention_gemm_backward(q, k, v, mask_view, scale, causal, out, lse, gout, gq, gk,
+    return cpu::attention_gemm_backward(q, k, v, mask_view, scale, band, out, lse, gout, gq, gk,
                                         gv);
   const int64_t tasks = d.batch * d.heads_kv;
   cpu::dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
@@ -446,8 +451,8 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     cpu::run_tasks(
         tasks, [&] { return BackwardScratch(d, !std::is_same_v<T, float>); },
         [&](BackwardScratch& scratch, int64_t t) {
-          backward_head_group<T>(d, mask_view, scale, causal, qh, kh, vh, outh, lsep, gouth, gqh,
-                                 gkh, gvh, t / d.heads_kv, t % d.heads_kv, scratch);
+          backward_head_group<T>(d, mask_view, scale, qh, kh, vh, outh, lsep, gouth, gqh, gkh, gvh,
+                                 t / d.heads_kv, t % d.heads_kv, scratch);
         });
   });
 }

@@ -46,23 +46,28 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 std::atomic<int> g_force_flash{0};
 
 struct Geometry {
-  int64_t batch, heads, seq_q, seq_kv, dim, causal_offset;
+  int64_t batch, heads, seq_q, seq_kv, dim;
+  AttentionBand band;
   int64_t task_heads;  // heads per task: all of them, or one when the batch is small
-  Geometry(const Tensor& q, const Tensor& k)
+  Geometry(const Tensor& q, const Tensor& k, const AttentionBand& band)
       : batch(q.size(0)),
         heads(q.size(1)),
         seq_q(q.size(2)),
         seq_kv(k.size(2)),
         dim(q.size(3)),
-        causal_offset(k.size(2) - q.size(2)) {
+        band(band) {
     const bool whole = heads * seq_q * seq_kv <= kMaxScores && batch >= 2 * omp_get_max_threads();
     task_heads = whole ? heads : 1;
   }
   int64_t tasks() const { return batch * (heads / task_heads); }
   int64_t task_scores() const { return task_heads * seq_q * seq_kv; }
-  // Keys [0, visible) that query i sees.
-  int64_t visible(bool causal, int64_t i) const {
-    return causal ? std::clamp<int64_t>(i + causal_offset + 1, 0, seq_kv) : seq_kv;
+  // The keys [first, end) that query i sees (first == end: none).
+  struct Keys {
+    int64_t first, end;
+  };
+  Keys visible(int64_t i) const {
+    const int64_t first = band.first(i, seq_kv);
+    return {first, std::max(first, band.end(i, seq_kv))};
   }
 };
 
@@ -119,17 +124,24 @@ MatrixView dense(T* data, int64_t n, int64_t M, int64_t N, bool transposed = fal
   return {p, dtype, n, M, N, M * N, N, 1};
 }
 
-// Readies the row's visible scores for the softmax and returns the factor its exponent still
-// applies: with a mask they become scale * s + mask (factor 1); without one they stay as the
-// GEMM wrote them and the scale (> 0) goes into the exponent, exp(fma(s, scale, -shift)),
-// which saves a pass over the row.
+// Readies the row's visible scores s[first, end) for the softmax and returns the factor its
+// exponent still applies: with a mask they become scale * s + mask (factor 1); without one
+// they stay as the GEMM wrote them and the scale (> 0) goes into the exponent,
+// exp(fma(s, scale, -shift)), which saves a pass over the row.
 float exponent_scores(const AttentionMask& mask, float scale, int64_t b, int64_t h, int64_t i,
-                      int64_t visible, float* s) {
+                      Geometry::Keys keys, float* s) {
   if (mask.data == nullptr) return scale;
   const float* m = mask.data + b * mask.stride_b + h * mask.stride_h + i * mask.stride_i;
   const int64_t sj = mask.stride_j;
-  for (int64_t j = 0; j < visible; ++j) s[j] = s[j] * scale + m[j * sj];
+  for (int64_t j = keys.first; j < keys.end; ++j) s[j] = s[j] * scale + m[j * sj];
   return 1.0f;
+}
+
+// A row of Skv bf16 values: the visible ones [first, end) rounded from src, zeros elsewhere.
+void store_row(const float* src, bf16* dst, Geometry::Keys keys, int64_t Skv) {
+  std::fill(dst, dst + keys.first, bf16{});
+  store_bf16(src + keys.first, dst + keys.first, keys.end - keys.first);
+  std::fill(dst + keys.end, dst + Skv, bf16{});
 }
 
 }  // namespace
@@ -147,9 +159,9 @@ bool attention_gemm_applies(const Tensor& q, const Tensor& k) {
 }
 
 void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                            const AttentionMask& mask, float scale, bool causal, const Tensor& out,
-                            const Tensor& lse) {
-  const Geometry g(q, k);
+                            const AttentionMask& mask, float scale, const AttentionBand& band,
+                            const Tensor& out, const Tensor& lse) {
+  const Geometry g(q, k, band);
   const int64_t H = g.heads, Sq = g.seq_q, Skv = g.seq_kv, D = g.dim, n = g.task_heads;
   float* lse_all = lse.data<float>();
   struct Scratch {
@@ -177,9 +189,9 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
           const int64_t h = h0 + r / Sq, i = r % Sq;
           float* s = s_all + r * Skv;
           bf16* p = p_all + r * Skv;
-          const int64_t visible = g.visible(causal, i);
-          const float a = exponent_scores(mask, scale, b, h, i, visible, s);
-          const float mx = a * lane_max(s, visible);
+          const Geometry::Keys keys = g.visible(i);
+          const float a = exponent_scores(mask, scale, b, h, i, keys, s);
+          const float mx = a * lane_max(s + keys.first, keys.end - keys.first);
           float& row_lse = lse_all[(b * H + h) * Sq + i];
           if (mx == kNegInf) {  // no key visible: out 0, lse -inf, never NaN
             std::fill(p, p + Skv, bf16{});
@@ -188,16 +200,15 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
           }
           float sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < visible; ++j) {
+          for (int64_t j = keys.first; j < keys.end; ++j) {
             // A masked key (-inf) has probability 0 exactly, whatever fast_exp's floor.
             s[j] = s[j] == kNegInf ? 0.0f : fast_exp(std::fma(s[j], a, -mx));
             sum += s[j];
           }
           const float inv = 1.0f / sum;
 #pragma omp simd
-          for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
-          store_bf16(s, p, visible);
-          std::fill(p + visible, p + Skv, bf16{});
+          for (int64_t j = keys.first; j < keys.end; ++j) s[j] *= inv;
+          store_row(s, p, keys, Skv);
           row_lse = mx + std::log(sum);
         }
         gemm(dense(p_all, n, Sq, Skv), dense(vd, n, Skv, D), dense(od, n, Sq, D));
@@ -206,10 +217,10 @@ void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 
 void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const AttentionMask& mask, float scale, bool causal, const Tensor& out,
-                             const Tensor& lse, const Tensor& gout, const Tensor& gq,
-                             const Tensor& gk, const Tensor& gv) {
-  const Geometry g(q, k);
+                             const AttentionMask& mask, float scale, const AttentionBand& band,
+                             const Tensor& out, const Tensor& lse, const Tensor& gout,
+                             const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+  const Geometry g(q, k, band);
   const int64_t H = g.heads, Sq = g.seq_q, Skv = g.seq_kv, D = g.dim, n = g.task_heads;
   const float* lse_all = lse.data<float>();
   const bf16* o_base = out.data<bf16>();
@@ -248,25 +259,23 @@ void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
           bf16* p = p_all + r * Skv;
           bf16* ds = ds_all + r * Skv;
           const float row_lse = lse_all[(b * H + h) * Sq + i];
-          const int64_t visible = row_lse == kNegInf ? 0 : g.visible(causal, i);
+          const Geometry::Keys keys = row_lse == kNegInf ? Geometry::Keys{0, 0} : g.visible(i);
           // Delta from the bf16 output and its gradient, as the flash kernel takes it.
           const bf16* o = o_base + b * out.stride(0) + h * out.stride(1) + i * out.stride(2);
           const bf16* go = god + r * D;
           float delta = 0;
 #pragma omp simd reduction(+ : delta)
           for (int64_t c = 0; c < D; ++c) delta += to_f32(o[c]) * to_f32(go[c]);
-          const float a = exponent_scores(mask, scale, b, h, i, visible, s);
+          const float a = exponent_scores(mask, scale, b, h, i, keys, s);
 #pragma omp simd
-          for (int64_t j = 0; j < visible; ++j) {  // P into s, dS into dp, then both rounded
+          for (int64_t j = keys.first; j < keys.end; ++j) {  // P into s, dS into dp, both rounded
             // A masked key (-inf) has probability 0 exactly, whatever fast_exp's floor.
             const float pj = s[j] == kNegInf ? 0.0f : fast_exp(std::fma(s[j], a, -row_lse));
             s[j] = pj;
             dp[j] = scale * pj * (dp[j] - delta);
           }
-          store_bf16(s, p, visible);
-          store_bf16(dp, ds, visible);
-          std::fill(p + visible, p + Skv, bf16{});
-          std::fill(ds + visible, ds + Skv, bf16{});
+          store_row(s, p, keys, Skv);
+          store_row(dp, ds, keys, Skv);
         }
         bf16 *gqd = bf16_buffer(w.gq), *gkd = bf16_buffer(w.gk), *gvd = bf16_buffer(w.gv);
         gemm(dense(p_all, n, Sq, Skv, true), dense(god, n, Sq, D), dense(gvd, n, Skv, D));

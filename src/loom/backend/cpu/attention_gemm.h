@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "loom/backend/attention_band.h"
 #include "loom/core/tensor.h"
 
 namespace loom::cpu {
@@ -21,12 +22,12 @@ bool attention_gemm_applies(const Tensor& q, const Tensor& k);
 
 // Same contract as Backend::attention_forward / attention_backward (backend.h).
 void attention_gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                            const AttentionMask& mask, float scale, bool causal, const Tensor& out,
-                            const Tensor& lse);
+                            const AttentionMask& mask, float scale, const AttentionBand& band,
+                            const Tensor& out, const Tensor& lse);
 void attention_gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const AttentionMask& mask, float scale, bool causal, const Tensor& out,
-                             const Tensor& lse, const Tensor& gout, const Tensor& gq,
-                             const Tensor& gk, const Tensor& gv);
+                             const AttentionMask& mask, float scale, const AttentionBand& band,
+                             const Tensor& out, const Tensor& lse, const Tensor& gout,
+                             const Tensor& gq, const Tensor& gk, const Tensor& gv);
 
 // While one lives, attention_gemm_applies is false: tests run the same bf16 problem through
 // both kernels.

@@ -76,10 +76,11 @@ class CpuBackend final : public Backend {
   void axpby(const Tensor& y, const Tensor& x, double a, double b) override;
   double sum_squares(const Tensor& x) override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                         float scale, bool causal, const Tensor& out, const Tensor& lse) override;
+                         float scale, const AttentionBand& band, const Tensor& out,
+                         const Tensor& lse) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                          float scale, bool causal, const Tensor& out, const Tensor& lse,
-                          const Tensor& gout, const Tensor& gq, const Tensor& gk,
+                          float scale, const AttentionBand& band, const Tensor& out,
+                          const Tensor& lse, const Tensor& gout, const Tensor& gq, const Tensor& gk,
                           const Tensor& gv) override;
 };
 

@@ -30,12 +30,12 @@ Heads<T> heads(const Tensor& t) {
 struct Problem {
   int64_t batch, heads_q, heads_kv, seq_q, seq_kv, dim, group;
   float scale;
-  bool causal;
+  AttentionBand band;
   const float* mask;  // additive, broadcast through strides (0 = broadcast); nullptr if none
   int64_t mb, mh, mi, mj;
-  // The score's additive part for (b, h, i, j): the mask, or -inf where causality forbids.
+  // The score's additive part for (b, h, i, j): the mask, or -inf outside the band.
   LOOM_HD float bias(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    if (causal && j > i + (seq_kv - seq_q)) return -INFINITY;
+    if (!band.sees(i, j, seq_kv)) return -INFINITY;
     return mask ? mask[b * mb + h * mh + i * mi + j * mj] : 0.0f;
   }
 };
@@ -58,7 +58,7 @@ __global__ void attention_forward_kernel(Problem p, Heads<const T> q, Heads<cons
     float acc[kMaxHeadDim];
     for (int64_t d = 0; d < p.dim; ++d) acc[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j < p.seq_kv; ++j) {
+    for (int64_t j = p.band.first(i, p.seq_kv); j < p.band.end(i, p.seq_kv); ++j) {
       const float extra = p.bias(b, h, i, j);
       if (extra == -INFINITY) continue;
       const float s = p.scale * dot(qr, k.row(b, kvh, j), p.dim) + extra;
@@ -98,7 +98,7 @@ __global__ void attention_dq_kernel(Problem p, Heads<const T> q, Heads<const T> 
     for (int64_t d = 0; d < p.dim; ++d) acc[d] = 0.0f;
     const float l = lse[row];
     if (l != -INFINITY) {
-      for (int64_t j = 0; j < p.seq_kv; ++j) {
+      for (int64_t j = p.band.first(i, p.seq_kv); j < p.band.end(i, p.seq_kv); ++j) {
         const float extra = p.bias(b, h, i, j);
         if (extra == -INFINITY) continue;
         const T* kr = k.row(b, kvh, j);
@@ -149,7 +149,7 @@ __global__ void attention_dkv_kernel(Problem p, Heads<const T> q, Heads<const T>
 }
 
 Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale,
-                bool causal, const Tensor& out, const Tensor& lse) {
+                const AttentionBand& band, const Tensor& out, const Tensor& lse) {
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
       << "attention: q, k, v must be 4-D (B, H, S, D)";
   Problem p{};
@@ -166,7 +166,8 @@ Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
       << "attention: the CUDA kernels take head dims up to " << kMaxHeadDim << ", got " << p.dim;
   p.group = p.heads_q / p.heads_kv;
   p.scale = scale;
-  p.causal = causal;
+  LOOM_CHECK(band.window >= 0) << "attention: window " << band.window << " is negative";
+  p.band = band;
   check_attention_rows(q, "q", q.shape(), q.dtype());
   check_attention_rows(k, "k", k.shape(), q.dtype());
   check_attention_rows(v, "v", k.shape(), q.dtype());
@@ -198,13 +199,16 @@ unsigned row_blocks(int64_t rows) {
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask, float scale, bool causal, const Tensor& out,
-                                    const Tensor& lse) {
-  const Problem p = problem(q, k, v, mask, scale, causal, out, lse);
+                                    const Tensor& mask, float scale, const AttentionBand& band,
+                                    const Tensor& out, const Tensor& lse) {
+  const Problem p = problem(q, k, v, mask, scale, band, out, lse);
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   if (rows == 0) return;
 #ifndef LOOM_CUDA_EMULATE
-  if (!p.mask && p.seq_kv > 0 && cudnn_attention_forward(q, k, v, scale, causal, out, lse)) return;
+  // cuDNN takes the plain causal mask; a window or a ring block's offset runs below.
+  if (!p.mask && p.seq_kv > 0 && band.plain(p.seq_q, p.seq_kv) &&
+      cudnn_attention_forward(q, k, v, scale, band.causal, out, lse))
+    return;
 #endif
   dispatch_float(q.dtype(), "attention", [&](auto z) {
     using T = decltype(z);
@@ -214,10 +218,10 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
 }
 
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& mask, float scale, bool causal,
+                                     const Tensor& mask, float scale, const AttentionBand& band,
                                      const Tensor& out, const Tensor& lse, const Tensor& gout,
                                      const Tensor& gq, const Tensor& gk, const Tensor& gv) {
-  const Problem p = problem(q, k, v, mask, scale, causal, out, lse);
+  const Problem p = problem(q, k, v, mask, scale, band, out, lse);
   check_attention_rows(gout, "gout", q.shape(), q.dtype());
   check_attention_rows(gq, "gq", q.shape(), q.dtype());
   check_attention_rows(gk, "gk", k.shape(), q.dtype());
@@ -225,7 +229,8 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   const int64_t q_rows = p.batch * p.heads_q * p.seq_q, kv_rows = p.batch * p.heads_kv * p.seq_kv;
   if (q_rows == 0 || kv_rows == 0) return;
 #ifndef LOOM_CUDA_EMULATE
-  if (!p.mask && cudnn_attention_backward(q, k, v, scale, causal, out, lse, gout, gq, gk, gv))
+  if (!p.mask && band.plain(p.seq_q, p.seq_kv) &&
+      cudnn_attention_backward(q, k, v, scale, band.causal, out, lse, gout, gq, gk, gv))
     return;
 #endif
   // delta as f32 in an f64-sized scratch (twice the elements it needs).

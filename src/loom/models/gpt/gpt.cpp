@@ -72,6 +72,7 @@ void GptConfig::validate() const {
         << name_of(style) << "\" (which uses mlp_ratio)";
   }
   if (moe.enabled()) moe_config().validate(depth);
+  LOOM_CHECK(window >= 0) << "gpt: sliding_window " << window << " must be >= 0 (0: none)";
   LOOM_CHECK(!mixers.empty() && mixers.find_first_not_of("AM") == std::string::npos)
       << "gpt: mixers '" << mixers << "' must be a pattern of A (attention) and M (Mamba-2), "
       << "e.g. \"MMMA\"";
@@ -117,6 +118,7 @@ GptBlock::GptBlock(const GptConfig& c, bool moe, bool ssm_mixer) : llama_(c.is_l
   ac.rope_scaling = c.rope_scaling;
   ac.bias = !llama_;
   ac.qkv_bias = c.qkv_bias;
+  ac.window = c.window;
   ac.init = kInit;
   norm1 = register_module("norm1", make_norm(c));
   if (ssm_mixer)

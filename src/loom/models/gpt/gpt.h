@@ -35,6 +35,9 @@ struct GptConfig {
   double rope_theta = 10000.0;  // llama only
   RopeScaling rope_scaling{};   // llama only: Llama 3.x's scaled frequencies (factor 1: none)
   bool qkv_bias = false;        // llama only: biases on the q, k, v projections (Qwen2's)
+  // Sliding-window attention (Mistral's): each token attends to itself and the window - 1
+  // tokens before it, in every attention block; 0: the whole context.
+  int64_t window = 0;
   // Style and tying are independent: GptConfig::llama() unties, the plain struct ties.
   bool tie_embeddings = true;
   int64_t swiglu_hidden = 0;  // llama: 0 means 8/3 * width rounded up to a multiple of 64

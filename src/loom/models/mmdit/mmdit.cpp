@@ -113,7 +113,7 @@ Tensor MmditBlock::forward(const Tensor& x, const Tensor& c) const {
   const nn::Attention::Core& core = image->attn->core;
   Tensor o =
       core ? core(to_dtype(cat(q, 2), DType::F32), to_dtype(cat(k, 2), DType::F32),
-                  to_dtype(cat(v, 2), DType::F32), Tensor(), false)
+                  to_dtype(cat(v, 2), DType::F32), Tensor(), false, 0)
            : scaled_dot_product_attention(cat(q, 2), cat(k, 2), cat(v, 2));  // (B, H, L + T, Dh)
   const int64_t n = o.size(2), Ln = text_rows(n);
   o = reshape(permute(o, {0, 2, 1, 3}), {B, n, o.size(1) * o.size(3)});

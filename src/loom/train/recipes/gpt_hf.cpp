@@ -54,6 +54,9 @@ void check_mixtral_layout(const models::GptConfig& c) {
 
 std::vector<NameMap> name_maps(const models::GptConfig& c) {
   if (c.moe.enabled()) check_mixtral_layout(c);
+  LOOM_CHECK(c.is_llama() || c.window == 0)
+      << "Hugging Face interop: GPT2LMHeadModel has no sliding window (model.sliding_window "
+      << c.window << "); a llama-style model converts as MistralForCausalLM";
   LOOM_CHECK(!c.has_ssm())
       << "Hugging Face interop: this GPT has Mamba-2 blocks (model.mixers \"" << c.mixers
       << "\"), which GPT2LMHeadModel, LlamaForCausalLM and Qwen2ForCausalLM do not have; only "
@@ -133,14 +136,23 @@ Tensor take(std::map<std::string, Tensor>& tensors, const std::string& name,
   return t;
 }
 
-// The transformers class of a GPT: GPT-2's, Llama's, or (Llama with q, k, v biases) Qwen2's.
+// The transformers class of a GPT: GPT-2's, Llama's, Mistral's (Llama with a sliding window),
+// Qwen2's (Llama with q, k, v biases) or Mixtral's (Llama with a mixture in every block).
 const char* hf_architecture(const models::GptConfig& c) {
   if (!c.is_llama()) return "GPT2LMHeadModel";
   if (c.moe.enabled()) return "MixtralForCausalLM";
-  return c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  if (c.qkv_bias) return "Qwen2ForCausalLM";
+  return c.window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM";
 }
 
-Json hf_config(const models::GptConfig& c, DType dtype) {
+// The sliding window as Mistral and Mixtral write it: its width, or null for none.
+Json window_of(const models::GptConfig& c) {
+  return c.window > 0 ? Json(c.window) : Json(nullptr);
+}
+
+// config.json for the GPT's architecture; `mistral`: as MistralForCausalLM also when Loom's
+// model has no window (sliding_window null), which an import of such a file compares against.
+Json hf_config(const models::GptConfig& c, DType dtype, bool mistral = false) {
   const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : "float32";
   if (!c.is_llama())
     return Json::object({{"architectures", Json::array({Json("GPT2LMHeadModel")})},
@@ -187,22 +199,35 @@ Json hf_config(const models::GptConfig& c, DType dtype) {
     mixtral.set("intermediate_size", c.moe_config().hidden);
     mixtral.set("num_local_experts", c.moe.experts);
     mixtral.set("num_experts_per_tok", c.moe.top_k);
-    mixtral.set("sliding_window", nullptr);
+    mixtral.set("sliding_window", window_of(c));
     mixtral.set("router_jitter_noise", 0.0);
     // transformers' balance loss is off unless the router's logits are output; Loom's own
     // (moe.aux_loss) is a setting of the run, not of the weights.
     mixtral.set("output_router_logits", false);
     llama = mixtral;
-  } else if (c.qkv_bias) {  // Qwen2: no head_dim, attention_bias, mlp_bias; full attention
-                            // throughout
+  } else if (c.qkv_bias) {  // Qwen2: no head_dim, attention_bias, mlp_bias; the window (if
+                            // any) in every layer
     Json qwen = Json::object();
     for (const auto& [key, value] : llama.items())
       if (key != "head_dim" && key != "attention_bias" && key != "mlp_bias") qwen.set(key, value);
-    qwen.set("use_sliding_window", false);
+    qwen.set("use_sliding_window", c.window > 0);
+    if (c.window > 0) {  // layers from max_window_layers on slide
+      qwen.set("sliding_window", c.window);
+      qwen.set("max_window_layers", 0);
+    }
     Json::Array layers;
-    for (int64_t i = 0; i < c.depth; ++i) layers.push_back(Json("full_attention"));
+    for (int64_t i = 0; i < c.depth; ++i)
+      layers.push_back(Json(c.window > 0 ? "sliding_attention" : "full_attention"));
     qwen.set("layer_types", Json::array(std::move(layers)));
     llama = qwen;
+  } else if (c.window > 0 || mistral) {  // Mistral: Llama's blocks, no attention_bias, mlp_bias
+    Json m = Json::object();
+    for (const auto& [key, value] : llama.items())
+      if (key != "attention_bias" && key != "mlp_bias") m.set(key, value);
+    m.set("architectures", Json::array({Json("MistralForCausalLM")}));
+    m.set("model_type", "mistral");
+    m.set("sliding_window", window_of(c));
+    llama = m;
   }
   const RopeScaling& rs = c.rope_scaling;
   if (rs.factor != 1)  // Llama 3.x's scaled RoPE, as transformers 5 writes it
@@ -367,10 +392,14 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
   const Json* arch = j.find("architectures");
   const std::string got =
       arch && arch->is_array() && !arch->as_array().empty() ? arch->as_array()[0].as_string() : "";
-  LOOM_CHECK(got == want) << where << "architecture '" << got << "', but model.style \""
-                          << models::name_of(c.style) << "\""
-                          << (c.qkv_bias ? " with qkv_bias" : "") << " is " << want;
-  const Json expected = hf_config(c, DType::F32);
+  // A Mistral without a window (sliding_window null, as from Mistral 7B v0.2 on) computes
+  // Llama's function: the fields are compared as a windowless Mistral's.
+  const bool windowless_mistral = got == "MistralForCausalLM" && want == "LlamaForCausalLM";
+  LOOM_CHECK(got == want || windowless_mistral)
+      << where << "architecture '" << got << "', but model.style \"" << models::name_of(c.style)
+      << "\"" << (c.qkv_bias ? " with qkv_bias" : "")
+      << (c.window > 0 ? " with sliding_window" : "") << " is " << want;
+  const Json expected = hf_config(c, DType::F32, windowless_mistral);
   auto is = [](const Json* v, const Json& value) {
     const bool number = value.is_int() || value.is_double();
     return v && (number ? (v->is_int() || v->is_double()) &&
@@ -420,7 +449,8 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
       << where << "an unscaled RoPE, but the run's model scales it (model.rope_scaling_factor "
       << rs.factor << ")";
   std::set<std::string> checked = {"architectures", "rope_parameters", "rope_scaling"};
-  // Qwen2's window settings do nothing while use_sliding_window is false (checked below).
+  // Qwen2's window settings do nothing while use_sliding_window is false (checked below; with a
+  // window they are compared too).
   if (c.qkv_bias) checked.insert({"sliding_window", "max_window_layers"});
   // Mixtral's balance-loss weight only weighs a loss transformers adds with output_router_logits
   // (which must be false: checked with the others below).

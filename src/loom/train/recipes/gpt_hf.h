@@ -3,8 +3,10 @@
 // shards with model.safetensors.index.json) and config.json, for GPT2LMHeadModel (style "gpt2": its
 // Conv1D weights are the transposes of Loom's Linear ones) or LlamaForCausalLM (style "llama":
 // the fused qkv split into q_proj / k_proj / v_proj, the SwiGLU's w1 / w3 / w2 as gate / up /
-// down), or Qwen2ForCausalLM (style "llama" with model.qkv_bias: q, k, v biases too), or
-// MixtralForCausalLM (style "llama" with a mixture in every block: each expert's w1, w3, w2). Both
+// down), MistralForCausalLM (style "llama" with model.sliding_window; imported also without a
+// window, sliding_window null), or Qwen2ForCausalLM (style "llama" with model.qkv_bias: q, k, v
+// biases too; a window in every layer or none), or MixtralForCausalLM (style "llama" with a
+// mixture in every block: each expert's w1, w3, w2; a window or none). All
 // use Loom's conventions unchanged otherwise: tanh GELU ("gelu_new"), rotate-half RoPE, the norms'
 // epsilons.
 #pragma once

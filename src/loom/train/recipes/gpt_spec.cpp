@@ -1,6 +1,7 @@
 // The GPT's spec (train/model_spec.h): a decoder-only language model in GPT-2 or Llama style
 // ([model], [data], [eval], [sample] keys below), its step's cost, and `loom bench`'s
 // synthetic step.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -42,6 +43,7 @@ void read_gpt(ConfigFile& f, Config& c) {
   g.swiglu_hidden = f.get_int("model", "swiglu_hidden", g.swiglu_hidden);
   g.norm_eps = f.get_double("model", "norm_eps", g.norm_eps);
   g.qkv_bias = f.get_bool("model", "qkv_bias", g.qkv_bias);
+  g.window = f.get_int("model", "sliding_window", g.window);
   g.mixers = f.get_string("model", "mixers", g.mixers);
   if (g.has_ssm()) {  // the ssm_* keys are unknown to a model without Mamba-2 blocks
     nn::Mamba2Config& m = g.ssm;
@@ -194,12 +196,13 @@ plan::StepShape gpt_step_shape(std::string name, const models::GptConfig& c, int
   s.batch = batch;
   s.items_per_sample = seq;
   // FLOPs per sequence: the head (2 C V per token) and each block, causal attention counting
-  // the t + 1 keys query t sees; SwiGLU has three matrices; a mixture the router and the k
-  // chosen (plus the shared) experts.
+  // the t + 1 keys query t sees (at most the sliding window's W); SwiGLU has three matrices; a
+  // mixture the router and the k chosen (plus the shared) experts.
   const double C = double(c.width), T = double(seq);
   const double qkv_out = double(c.heads + 2 * c.num_kv_heads()) * double(c.head_dim());
   const double swiglu = c.is_llama() ? 1.5 : 1.0;
-  const double keys = (T + 1.0) / 2.0;
+  const double W = c.window > 0 ? std::min(double(c.window), T) : T;
+  const double keys = (W * (W + 1.0) / 2.0 + (T - W) * W) / T;
   double per_token = 2.0 * C * double(c.vocab_size);
   const nn::MoeConfig moe = c.moe_config();
   // A Mamba-2 block's mixer: its projections and convolution, and the scan per head: within a
