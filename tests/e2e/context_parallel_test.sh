@@ -44,21 +44,26 @@ for model in gpt2 llama dit; do
 done
 
 # Sliding-window attention (5 of 16 positions) under ring (load-balanced chunks of 2), Ulysses
-# and USP: each block of keys seen through the window, or skipped.
-model_config mistral
-ref=$work/mistral-np1
+# and USP: each block of keys seen through the window, or skipped. Latent attention under ring
+# and Ulysses: its heads' q, k (RoPE part shared) and padded v take the same cores.
+for model in mistral mla; do
+model_config $model
+ref=$work/$model-np1
 "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
-  fail "mistral: single-process run failed"
-for layout in ring4 ulysses2 usp2x2; do
-  out=$work/mistral-$layout
+  fail "$model: single-process run failed"
+layouts="ring4 ulysses2 usp2x2"
+[ $model = mla ] && layouts="ring4 ulysses2"
+for layout in $layouts; do
+  out=$work/$model-$layout
   case $layout in
     ring4) np=4; par=(--set parallel.cp=4) ;;
     ulysses2) np=2; par=(--set parallel.cp=2 --set parallel.context_parallel=ulysses) ;;
     usp2x2) np=4; par=(--set parallel.cp=4 --set parallel.context_parallel=usp --set parallel.ulysses=2) ;;
   esac
   "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
-    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "mistral $layout: run failed"; tail -3 "$out.log"; continue; }
-  parity "mistral $layout" "$ref/$name" "$out/$name"
+    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
+  parity "$model $layout" "$ref/$name" "$out/$name"
+done
 done
 
 # bf16 autocast: USP 2 x 2 against one process, both in bf16.

@@ -33,6 +33,10 @@ model_config() {
     # Llama with Mistral's sliding window: 5 of the 16 positions, across the ranks' chunks.
     mistral) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2 --set model.sliding_window=5) ;;
+    # Llama with latent attention: latents of 8 for keys/values and for queries, a RoPE part of 4.
+    mla) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
+      --set model.style=llama --set model.mla_kv_rank=8 --set model.mla_q_rank=8
+      --set model.mla_rope_dim=4) ;;
     qwen2) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2 --set model.qkv_bias=true) ;;
     # Mamba-2 then attention blocks; 8 SSM heads in 4 groups, the scan in chunks of 4 tokens.

@@ -1,7 +1,8 @@
 // Generation with the KV cache (models/gpt/generate.h):
 //  - the cached forward over a sequence in pieces (a prefill, single tokens, a chunk) gives the
 //    whole forward's logits at every position, for GPT-2 style and Llama style with grouped-query
-//    attention (with a Mamba-2 block; with a sliding window), on a batch of 2;
+//    attention (with a Mamba-2 block; with a sliding window; latent attention, decoded by the
+//    absorbed path), on a batch of 2;
 //  - generating with the cache gives the uncached path's tokens, greedy and sampled with top-k
 //    and top-p; prompts of different lengths batched give each prompt's greedy continuation
 //    alone; past the context the cache is rebuilt and generation goes on;
@@ -34,13 +35,16 @@ std::vector<int64_t> tokens_of(int64_t B, int64_t T) {
 }
 
 TEST(KvCache, CachedPiecesGiveTheWholeForwardsLogits) {
-  for (int variant : {0, 1, 2}) {
+  for (int variant : {0, 1, 2, 3}) {
     const bool llama = variant > 0;
     GptConfig g = tiny(llama);
     // Llama's second block a Mamba-2 layer: its cache is its convolution inputs and state.
     if (variant == 1) g.mixers = "AM", g.ssm.state = 4, g.ssm.head_dim = 8, g.ssm.chunk = 3;
     // A sliding window of 3: a step reads only the cache's last rows.
     if (variant == 2) g.window = 3;
+    // Latent attention: the cache holds each token's latent and shared RoPE key, attended to by
+    // the queries absorbed into the latent space (another computation than forward's).
+    if (variant == 3) g.kv_heads = 0, g.mla_kv_rank = 6, g.mla_q_rank = 5, g.mla_rope_dim = 2;
     Gpt model(g);
     model.init_parameters(2);
     const int64_t B = 2, T = 10, V = 13;
@@ -70,6 +74,21 @@ TEST(KvCache, CachedPiecesGiveTheWholeForwardsLogits) {
         },
         {"beyond the context 12"});
   }
+}
+
+// What a cache holds a position, against the layouts written out: f32 keys and values of the
+// key/value heads in every attention block; MLA's latent and shared RoPE key, whatever the heads;
+// nothing a position for a Mamba-2 block.
+TEST(KvCache, BytesAPositionAreTheLayouts) {
+  GptConfig g = tiny(true);  // depth 2, 4 heads of 4 over 2 key/value heads
+  EXPECT_EQ(cache_bytes_per_position(Gpt(g)), 2 * 2 * 2 * 4 * 4);
+  g.kv_heads = 0;
+  EXPECT_EQ(cache_bytes_per_position(Gpt(g)), 2 * 2 * 4 * 4 * 4);
+  g.mla_kv_rank = 6, g.mla_rope_dim = 2;
+  EXPECT_EQ(cache_bytes_per_position(Gpt(g)), 2 * (6 + 2) * 4);
+  g = tiny(true);
+  g.mixers = "AM", g.ssm.state = 4, g.ssm.head_dim = 8, g.ssm.chunk = 3;
+  EXPECT_EQ(cache_bytes_per_position(Gpt(g)), 2 * 2 * 4 * 4);
 }
 
 TEST(Generate, WithTheCacheGivesTheUncachedTokens) {

@@ -316,19 +316,22 @@ double host_loss(const Tensor& logits, const std::vector<int64_t>& targets) {
 // is ~1e-3 against ~1e-6 of noise. Tolerance: |fd - grad| <= 2e-2 |grad| + 2e-4.
 TEST(Gpt, GradientMatchesFiniteDifferences) {
   // "hybrid": llama style with a Mamba-2 block first (its scan in chunks of 2 over 5 tokens).
-  for (const std::string style : {"gpt2", "llama", "hybrid"}) {
+  // "mla": llama style with latent attention (latents of 3, q through one of 3, a rope part of
+  // 2 beside the head's 4, so the values are padded for the kernel).
+  for (const std::string style : {"gpt2", "llama", "hybrid", "mla"}) {
     SCOPED_TRACE(style);
     GptConfig c = style == "gpt2" ? GptConfig::gpt2() : GptConfig::llama();
     if (style == "hybrid") {
       c.mixers = "MA";
       c.ssm.state = 3, c.ssm.head_dim = 4, c.ssm.groups = 2, c.ssm.chunk = 2;
     }
+    if (style == "mla") c.mla_kv_rank = 3, c.mla_q_rank = 3, c.mla_rope_dim = 2;
     c.vocab_size = 11;
     c.context = 5;
     c.width = 8;
     c.depth = 2;
     c.heads = 2;
-    if (c.is_llama()) c.kv_heads = 1;
+    if (c.is_llama() && !c.is_mla()) c.kv_heads = 1;
     if (!c.is_llama()) c.mlp_ratio = 2.0;
     if (c.is_llama()) c.swiglu_hidden = 12;
     Gpt model(c);
@@ -372,7 +375,7 @@ TEST(Gpt, GradientMatchesFiniteDifferences) {
       }
       // The Mamba-2 layer's gated RMSNorm sees small inputs, where a step of 1e-2 is no longer
       // in its linear range; 1e-3 is, still far above the f32 noise.
-      const double eps = style == "hybrid" ? 1e-3 : 1e-2;
+      const double eps = style == "hybrid" || style == "mla" ? 1e-3 : 1e-2;
       for (int64_t i : picks) {
         const float saved = w[i];
         loom::NoGradGuard no_grad;

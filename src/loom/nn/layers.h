@@ -111,25 +111,30 @@ struct KvCache {
   int64_t length = 0;
 };
 
+// A self-attention module whose attention proper -- q (B, H, T, Dh), k/v (B, Hkv, T, Dh),
+// positions (T) i64 the global positions of the rows -> (B, H, T, Dh), causal or not, with a
+// sliding window (> 0) or not -- parallelism may replace. Unset: the fused kernel over these
+// rows; context parallelism sets ring or Ulysses attention over every rank's rows.
+class AttentionModule : public Module {
+ public:
+  using Core = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& positions, bool causal, int64_t window)>;
+  Core core;
+};
+
 // Multi-head (or grouped-query) self-attention with fused attention kernels.
-class Attention : public Module {
+class Attention : public AttentionModule {
  public:
   explicit Attention(const AttentionConfig& config);
   // x (B, T, dim); positions (T) i64 the global positions of x's rows, needed with RoPE. The
   // sequence length is that of qkv's output (sequence parallelism gathers the sequence there).
   // Through call(): context parallelism wraps it to pass its own rows' positions.
   Tensor forward(const Tensor& x, const Tensor& positions = Tensor()) const;
-  // The attention proper: q (B, H, T, Dh), k/v (B, Hkv, T, Dh), positions as above -> (B, H,
-  // T, Dh), causal or not, with a sliding window (> 0) or not. Unset: the fused kernel over
-  // these rows; context parallelism sets ring or Ulysses attention over every rank's rows.
-  using Core = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& positions, bool causal, int64_t window)>;
   // Incremental decoding, without a graph: x (B, T, dim) holds the rows at positions
   // [cache.length, cache.length + T); they attend to the cached rows and (causal) to each other,
   // and their keys and values join the cache. A new cache: cache.k undefined (allocated here
   // for `capacity` rows).
   Tensor forward_cached(const Tensor& x, KvCache& cache, int64_t capacity) const;
-  Core core;
   // config.heads and kv_heads are the heads this module computes: tensor parallelism lowers
   // them to this rank's share (and shards qkv and proj to match); head_dim stays.
   AttentionConfig config;

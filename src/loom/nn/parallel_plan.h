@@ -15,6 +15,9 @@ struct ParallelPlan {
   // nn::Mamba2: heads and their groups split (in_proj's parts and the convolution by channel,
   // the per-head parameters by head, out_proj row-wise).
   std::vector<std::string> ssm;
+  // nn::LatentAttention: heads split (q's and kv_up's rows by head, proj row-wise); the latents'
+  // projections and norms whole on every rank, their gradients from its own heads (summed).
+  std::vector<std::string> latent_attention;
   std::vector<std::string> column;  // nn::Linear: output features split, input replicated
   std::vector<std::string> row;     // nn::Linear: input features split, output summed
   // Parameters applied to every head alike inside an attention whose heads split (QK-norm's

@@ -44,6 +44,13 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Every attention module of the plan, whatever its kind (their cores are set alike).
+std::vector<std::string> attention_modules(const nn::ParallelPlan& plan) {
+  std::vector<std::string> paths = plan.attention;
+  paths.insert(paths.end(), plan.latent_attention.begin(), plan.latent_attention.end());
+  return paths;
+}
+
 // A run of rows holding consecutive positions: rows [row, row + length) hold positions
 // [pos, pos + length).
 struct Run {
@@ -392,8 +399,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
     ulysses_group = group->split(int(rank / ulysses), int(rank % ulysses), "cp_ulysses");
     ring_group = group->split(int(rank % ulysses), int(rank / ulysses), "cp_ring");
   }
-  for (const auto& path : plan.attention) {
-    auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
+  for (const auto& path : attention_modules(plan)) {
+    auto* attn = dynamic_cast<nn::AttentionModule*>(&model.submodule(path));
     LOOM_CHECK(attn) << "context parallel: " << path << " is not an attention module";
     if (usp)
       attn->core = [ulysses_group, ring_group, rank](const Tensor& q, const Tensor& k,
@@ -492,8 +499,8 @@ std::set<std::string> apply_context_parallel(nn::Module& model, const nn::Parall
       partial.insert(plan.blocks[i] + "." + p.name);
   }
   if (!segments.empty()) return partial;  // position-free: the attention needs no positions
-  for (const auto& path : plan.attention) {
-    auto* attn = dynamic_cast<nn::Attention*>(&model.submodule(path));
+  for (const auto& path : attention_modules(plan)) {
+    auto* attn = dynamic_cast<nn::AttentionModule*>(&model.submodule(path));
     // The positions of this rank's rows: the model's positions (if it passes any) at them.
     attn->add_forward_wrapper(
         [rows](const nn::Module::ForwardFn& fn, const std::vector<Tensor>& in) {

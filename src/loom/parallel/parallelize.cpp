@@ -49,8 +49,9 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, const nn::Parallel
         if (path == b || path.rfind(b + ".", 0) == 0) return kept.count(b) > 0;
       return true;
     };
-    for (auto* list : {&local_plan.attention, &local_plan.column, &local_plan.row,
-                       &local_plan.blocks, &local_plan.per_head})
+    for (auto* list :
+         {&local_plan.attention, &local_plan.latent_attention, &local_plan.ssm, &local_plan.column,
+          &local_plan.row, &local_plan.blocks, &local_plan.per_head})
       list->erase(std::remove_if(list->begin(), list->end(),
                                  [&](const std::string& p) { return !in_kept_block(p); }),
                   list->end());

@@ -2,6 +2,7 @@
 
 #include "loom/nn/layers.h"
 #include "loom/nn/mamba2.h"
+#include "loom/nn/mla.h"
 #include "loom/ops/ops.h"
 #include "loom/parallel/context_parallel.h"
 #include "loom/parallel/vocab_parallel.h"
@@ -125,6 +126,36 @@ class Applier {
     split_columns(path + ".proj", *attn->proj, proj_columns);
     attn->config.heads = h;
     attn->config.kv_heads = hkv;
+  }
+
+  // Latent attention: each rank its heads' rows of the query projection and of kv_up (each
+  // head's k_nope and v), and their columns of proj (row-parallel). The latents' projections
+  // and norms (q_down, q_norm, kv_down, kv_norm) stay whole and run on the whole input, which
+  // the module takes once -- replicated with its gradient summed over the ranks, or gathered
+  // along the sequence -- so their gradients hold this rank's heads' share (summed like
+  // per_head's). The per-head layers take that input as it is: no second sum.
+  void latent_attention(const std::string& path) {
+    auto* m = dynamic_cast<nn::LatentAttention*>(&model_.submodule(path));
+    LOOM_CHECK(m) << "tensor parallel: " << path << " is not a latent attention module";
+    const nn::MlaConfig& c = m->config;
+    const int64_t H = m->heads;
+    LOOM_CHECK(H % P_ == 0) << "tensor parallel: " << path << " has " << H
+                            << " heads, not divisible by tp = " << P_;
+    const int64_t h = H / P_, qk = c.nope_dim + c.rope_dim, kv = c.nope_dim + c.v_dim;
+    shard(path + (m->q_proj ? ".q_proj.weight" : ".q_up.weight"),
+          (m->q_proj ? m->q_proj : m->q_up)->weight, 0, even_blocks(H * qk, P_));
+    shard(path + ".kv_up.weight", m->kv_up->weight, 0, even_blocks(H * kv, P_));
+    split_columns(path + ".proj", *m->proj, even_blocks(H * c.v_dim, P_));
+    for (const auto& p : m->named_parameters())
+      if (p.name.rfind("q_down.", 0) == 0 || p.name.rfind("q_norm.", 0) == 0 ||
+          p.name.rfind("kv_down.", 0) == 0 || p.name.rfind("kv_norm.", 0) == 0)
+        layout_.partial_gradients.insert(path + "." + p.name);
+    m->add_forward_wrapper([group = group_, dim = seq_dim_](const nn::Module::ForwardFn& fn,
+                                                            const std::vector<Tensor>& in) {
+      return fn(
+          {dim < 0 ? copy_to_group(in[0], group) : all_gather_along(in[0], dim, group), in[1]});
+    });
+    m->heads = h;
   }
 
   void ssm(const std::string& path) {
@@ -326,6 +357,7 @@ TensorParallelLayout apply_tensor_parallel(nn::Module& model, const nn::Parallel
                                            const GroupPtr& group, bool sequence_parallel) {
   Applier apply(model, group, sequence_parallel, plan);
   for (const auto& path : plan.attention) apply.attention(path);
+  for (const auto& path : plan.latent_attention) apply.latent_attention(path);
   for (const auto& path : plan.ssm) apply.ssm(path);
   for (const auto& path : plan.column) apply.column(path);
   for (const auto& path : plan.row) apply.row(path);

@@ -123,6 +123,15 @@ const std::vector<ConfigKey> kKeys = {
      "sliding-window attention (Mistral's): each token attends to itself and the window - 1 "
      "before it, in training (also under context parallelism) and decoding; 0: the whole "
      "context"},
+    {"model.mla_kv_rank", kGpt, "integer", "0", ">= 0", "",
+     "multi-head latent attention (DeepSeek-V2; llama style) in place of attention: keys and "
+     "values from a latent of this many values a token, decoding caches only it and the shared "
+     "RoPE key; 0: ordinary attention"},
+    {"model.mla_q_rank", kGpt, "integer", "0", ">= 0", "",
+     "latent attention: queries through a latent of this size (0: straight from the input)"},
+    {"model.mla_rope_dim", kGpt, "integer", "0", "even", "",
+     "latent attention: each head's rotated part of q and k (0: head_dim / 2; the non-rotated "
+     "part and the values are head_dim each)"},
     {"model.norm_eps", kGpt, "number", "0.0", ">= 0", "",
      "the norms' epsilon (0: the style's, 1e-5 for gpt2's LayerNorm, 1e-6 for llama's RMSNorm)"},
     {"model.mixers", kGpt, "string", "\"A\"", "A and M", "",

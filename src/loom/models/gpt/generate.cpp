@@ -9,6 +9,16 @@
 
 namespace loom::models {
 
+int64_t cache_bytes_per_position(const Gpt& model) {
+  std::vector<nn::KvCache> cache;
+  model.forward_cached(zeros({1, 1}, DType::I64), cache);
+  int64_t bytes = 0;
+  for (const nn::KvCache& c : cache)
+    for (const Tensor& t : {c.k, c.v})
+      if (t.defined()) bytes += int64_t(t.nbytes());
+  return bytes / model.config.context;
+}
+
 int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, float u) {
   const int64_t best = std::max_element(logits, logits + V) - logits;
   if (o.temperature <= 0) return int32_t(best);

@@ -34,6 +34,11 @@ std::vector<std::vector<int32_t>> generate(const Gpt& model,
                                            const SampleOptions& o);
 std::vector<int32_t> generate(const Gpt& model, std::vector<int32_t> ids, const SampleOptions& o);
 
+// The bytes one sequence's KV cache holds per position, measured: the key/value tensors a
+// cache allocates (one token's forward_cached) over the positions they have room for. A Mamba-2
+// block's fixed-size state is not per position and is left out.
+int64_t cache_bytes_per_position(const Gpt& model);
+
 // The token drawn from `logits` (V values) with o's temperature, top_k and top_p at the uniform
 // u in [0, 1) (greedy: the first largest).
 int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, float u);

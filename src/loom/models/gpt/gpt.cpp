@@ -73,10 +73,37 @@ void GptConfig::validate() const {
   }
   if (moe.enabled()) moe_config().validate(depth);
   LOOM_CHECK(window >= 0) << "gpt: sliding_window " << window << " must be >= 0 (0: none)";
+  if (is_mla()) {
+    LOOM_CHECK(is_llama() && !qkv_bias && (kv_heads == 0 || kv_heads == heads))
+        << "gpt: latent attention (mla_kv_rank " << mla_kv_rank << ") is for style \"llama\" "
+        << "(RoPE) without qkv_bias, and has no key/value heads of its own (kv_heads " << kv_heads
+        << ")";
+    mla_config().validate();
+  } else {
+    LOOM_CHECK(mla_q_rank == 0 && mla_rope_dim == 0)
+        << "gpt: mla_q_rank and mla_rope_dim are for latent attention (set mla_kv_rank)";
+  }
   LOOM_CHECK(!mixers.empty() && mixers.find_first_not_of("AM") == std::string::npos)
       << "gpt: mixers '" << mixers << "' must be a pattern of A (attention) and M (Mamba-2), "
       << "e.g. \"MMMA\"";
   if (has_ssm()) ssm_config().validate();
+}
+
+nn::MlaConfig GptConfig::mla_config() const {
+  nn::MlaConfig m;
+  m.dim = width;
+  m.heads = heads;
+  m.kv_rank = mla_kv_rank;
+  m.q_rank = mla_q_rank;
+  m.nope_dim = head_dim();
+  m.rope_dim = mla_rope_dim > 0 ? mla_rope_dim : head_dim() / 2;
+  m.v_dim = head_dim();
+  m.rope_theta = rope_theta;
+  m.rope_scaling = rope_scaling;
+  m.window = window;
+  m.norm_eps = float(norm_epsilon());
+  m.init = nn::Init::normal(0.02f);
+  return m;
 }
 
 nn::Mamba2Config GptConfig::ssm_config() const {
@@ -123,6 +150,8 @@ GptBlock::GptBlock(const GptConfig& c, bool moe, bool ssm_mixer) : llama_(c.is_l
   norm1 = register_module("norm1", make_norm(c));
   if (ssm_mixer)
     ssm = register_module("ssm", std::make_shared<nn::Mamba2>(c.ssm_config()));
+  else if (c.is_mla())
+    mla = register_module("attn", std::make_shared<nn::LatentAttention>(c.mla_config()));
   else
     attn = register_module("attn", std::make_shared<nn::Attention>(ac));
   norm2 = register_module("norm2", make_norm(c));
@@ -140,7 +169,7 @@ Tensor GptBlock::forward(const Tensor& x, const Tensor& positions) const {
 }
 
 Tensor GptBlock::mix(const Tensor& n, const Tensor& positions) const {  // (B, T, C)
-  return ssm ? ssm->forward(n) : attn->forward(n, positions);
+  return ssm ? ssm->forward(n) : mla ? mla->forward(n, positions) : attn->forward(n, positions);
 }
 
 Tensor GptBlock::mlp_of(const Tensor& n) const {  // (B, T, C)
@@ -173,6 +202,8 @@ nn::ParallelPlan Gpt::parallel_plan() const {
     const std::string b = "blocks." + std::to_string(i);
     if (config.is_ssm_block(i))
       plan.ssm.push_back(b + ".ssm");
+    else if (config.is_mla())
+      plan.latent_attention.push_back(b + ".attn");
     else
       plan.attention.push_back(b + ".attn");
     if (config.is_moe_block(i)) {
@@ -224,7 +255,9 @@ Tensor Gpt::head(const Tensor& h) const {
 
 Tensor GptBlock::forward_cached(const Tensor& x, nn::KvCache& cache, int64_t capacity) const {
   const Tensor n = apply_norm(*norm1, llama_, x);
-  Tensor h = add(x, ssm ? ssm->forward_cached(n, cache) : attn->forward_cached(n, cache, capacity));
+  Tensor h = add(x, ssm   ? ssm->forward_cached(n, cache)
+                    : mla ? mla->forward_cached(n, cache, capacity)
+                          : attn->forward_cached(n, cache, capacity));
   return add(h, mlp_of(apply_norm(*norm2, llama_, h)));  // (B, T, C)
 }
 

@@ -11,6 +11,7 @@
 
 #include "loom/nn/layers.h"
 #include "loom/nn/mamba2.h"
+#include "loom/nn/mla.h"
 #include "loom/nn/moe.h"
 #include "loom/nn/parallel_plan.h"
 
@@ -38,6 +39,13 @@ struct GptConfig {
   // Sliding-window attention (Mistral's): each token attends to itself and the window - 1
   // tokens before it, in every attention block; 0: the whole context.
   int64_t window = 0;
+  // Multi-head latent attention (DeepSeek-V2) in place of attention when mla_kv_rank > 0
+  // (llama style): keys and values from a latent of mla_kv_rank values a token, queries through
+  // one of mla_q_rank (0: straight from x); each head's q and k have head_dim values without
+  // RoPE and mla_rope_dim (0: head_dim / 2) with it, its values head_dim.
+  int64_t mla_kv_rank = 0, mla_q_rank = 0, mla_rope_dim = 0;
+  bool is_mla() const { return mla_kv_rank > 0; }
+  nn::MlaConfig mla_config() const;
   // Style and tying are independent: GptConfig::llama() unties, the plain struct ties.
   bool tie_embeddings = true;
   int64_t swiglu_hidden = 0;  // llama: 0 means 8/3 * width rounded up to a multiple of 64
@@ -86,6 +94,7 @@ class GptBlock : public nn::Module {
   Tensor forward_cached(const Tensor& x, nn::KvCache& cache, int64_t capacity) const;
   std::shared_ptr<nn::Module> norm1, norm2;  // nn::LayerNorm (gpt2) or nn::RMSNorm (llama)
   std::shared_ptr<nn::Attention> attn;       // causal; RoPE for llama; null in a Mamba-2 block
+  std::shared_ptr<nn::LatentAttention> mla;  // latent attention in place of attn, or null
   std::shared_ptr<nn::Mamba2> ssm;           // the Mamba-2 layer in place of attn, or null
   std::shared_ptr<nn::Module> mlp;           // nn::Mlp (gpt2), nn::SwiGLU (llama) or nn::MoE
 

@@ -224,9 +224,12 @@ std::string generate(const models::Gpt& model, const Tokenizer& tok, const GptSa
   const std::string text = tok.decode(models::generate(
       model, prompt, {o.tokens, o.temperature, o.top_k, o.top_p, o.seed, o.kv_cache}));
   const double s = seconds_since(t0);
+  const std::string how = o.kv_cache ? "KV cache of " +
+                                           std::to_string(models::cache_bytes_per_position(model)) +
+                                           " bytes a position"
+                                     : "no cache: the whole window each token";
   std::fprintf(stderr, "sample: %lld prompt + %lld new tokens in %.2fs: %.1f new tokens/s (%s)\n",
-               (long long)prompt.size(), (long long)o.tokens, s, double(o.tokens) / s,
-               o.kv_cache ? "KV cache" : "no cache: the whole window each token");
+               (long long)prompt.size(), (long long)o.tokens, s, double(o.tokens) / s, how.c_str());
   return o.prompt.empty() ? text.substr(start.size()) : text;
 }
 

@@ -57,6 +57,9 @@ std::vector<NameMap> name_maps(const models::GptConfig& c) {
   LOOM_CHECK(c.is_llama() || c.window == 0)
       << "Hugging Face interop: GPT2LMHeadModel has no sliding window (model.sliding_window "
       << c.window << "); a llama-style model converts as MistralForCausalLM";
+  LOOM_CHECK(!c.is_mla()) << "Hugging Face interop: this GPT has latent attention (model."
+                          << "mla_kv_rank " << c.mla_kv_rank << "); DeepSeek-V2's layout is not "
+                          << "one Loom converts";
   LOOM_CHECK(!c.has_ssm())
       << "Hugging Face interop: this GPT has Mamba-2 blocks (model.mixers \"" << c.mixers
       << "\"), which GPT2LMHeadModel, LlamaForCausalLM and Qwen2ForCausalLM do not have; only "

@@ -44,6 +44,9 @@ void read_gpt(ConfigFile& f, Config& c) {
   g.norm_eps = f.get_double("model", "norm_eps", g.norm_eps);
   g.qkv_bias = f.get_bool("model", "qkv_bias", g.qkv_bias);
   g.window = f.get_int("model", "sliding_window", g.window);
+  g.mla_kv_rank = f.get_int("model", "mla_kv_rank", g.mla_kv_rank);
+  g.mla_q_rank = f.get_int("model", "mla_q_rank", g.mla_q_rank);
+  g.mla_rope_dim = f.get_int("model", "mla_rope_dim", g.mla_rope_dim);
   g.mixers = f.get_string("model", "mixers", g.mixers);
   if (g.has_ssm()) {  // the ssm_* keys are unknown to a model without Mamba-2 blocks
     nn::Mamba2Config& m = g.ssm;
@@ -214,15 +217,28 @@ plan::StepShape gpt_step_shape(std::string name, const models::GptConfig& c, int
                P = double(m.head_dim);
   const double ssm_mixer = 2.0 * C * ssm_in + 2.0 * double(m.conv * m.conv_channels()) +
                            double(m.heads()) * (2.0 * L * (N + P) + 4.0 * P * N) + 2.0 * inner * C;
+  // Latent attention: its projections (queries straight or through their latent; the latent
+  // and shared RoPE key; each head's k_nope and v from the latent; the output), and per key
+  // each head's score over nope + rope values and its sum over v values.
+  const nn::MlaConfig a = c.mla_config();
+  const double heads = double(c.heads), qk = double(a.nope_dim + a.rope_dim);
+  const double mla_parameters =
+      (a.q_rank > 0 ? double(a.q_rank) * (C + heads * qk) : C * heads * qk) +
+      C * double(a.kv_rank + a.rope_dim) +
+      double(a.kv_rank) * heads * double(a.nope_dim + a.v_dim) + heads * double(a.v_dim) * C;
+  const double mla_mixer = 2.0 * mla_parameters + 2.0 * keys * heads * (qk + double(a.v_dim));
   double mixer_parameters = 0;
   for (int64_t i = 0; i < c.depth; ++i) {
     const double mlp = c.is_moe_block(i)
                            ? double((moe.top_k + moe.shared_experts) * moe.hidden) * swiglu
                            : double(c.mlp_hidden()) * swiglu;
     per_token += (c.is_ssm_block(i) ? 4.0 * C * mlp + ssm_mixer
+                  : c.is_mla()      ? 4.0 * C * mlp + mla_mixer
                                     : plan::block_flops_per_token(C, mlp, qkv_out, keys)) +
                  (c.is_moe_block(i) ? 2.0 * C * double(moe.experts) : 0.0);
-    mixer_parameters += c.is_ssm_block(i) ? (ssm_in + inner) * C : 4 * C * C;
+    mixer_parameters += c.is_ssm_block(i) ? (ssm_in + inner) * C
+                        : c.is_mla()      ? mla_parameters
+                                          : 4 * C * C;
   }
   s.forward_flops = per_token * T;
   // About 8 w^2 parameters per block's MLP (SwiGLU about as much), its mixer's (attention about
