@@ -3,6 +3,9 @@
 // a sliding window of W keys (Mistral's), forward + backward on one sequence of 1k to 16k
 // tokens: the SSM's and the window's time grow linearly with the length, attention's
 // quadratically. All run in this process on the same input, alternating, best of `reps`.
+// A second table times the scan alone (Mamba-2's 8 heads of 64 x 64 states): the backend's
+// step-by-step kernel (ssm_scan, which the layer uses) against the chunked SSD form from
+// composed ops (nn::ssd_scan, chunks of 64), forward + backward.
 //
 //   ./build/ssm_bench [--max-seq S] [--reps R] [--window W]
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <string>
 
 #include "loom/nn/mamba2.h"
+#include "loom/nn/ssd.h"
 #include "loom/ops/ops.h"
 
 namespace {
@@ -90,6 +94,39 @@ int main(int argc, char** argv) {
     std::printf("%8lld %12.1f %12.1f %12.1f %14.2f %14.2f %14.2f %10.2f\n", (long long)T,
                 best_ssm * 1e3, best_attn * 1e3, best_window * 1e3, best_ssm * 1e6 / double(T),
                 best_attn * 1e6 / double(T), best_window * 1e6 / double(T), best_attn / best_ssm);
+    std::fflush(stdout);
+  }
+  std::printf("\nthe scan alone, %lld heads, P %lld, N %lld, one group: forward + backward\n",
+              (long long)mc.heads(), (long long)mc.head_dim, (long long)mc.state);
+  std::printf("%8s %12s %12s %14s %14s %10s\n", "tokens", "kernel ms", "chunked ms",
+              "kernel us/tok", "chunked us/tok", "chunked/kernel");
+  const int64_t H = mc.heads(), P = mc.head_dim, N = mc.state;
+  for (int64_t T = 1024; T <= max_seq; T *= 2) {
+    auto leaf = [&](const loom::Shape& shape, const char* what, bool positive) {
+      Tensor t = loom::randn(shape, loom::RngKey{3, "bench", what});
+      if (positive) t = loom::mul_scalar(loom::exp(t), 0.05);
+      t = t.detach();
+      t.set_requires_grad(true);
+      return t;
+    };
+    const Tensor x = leaf({1, T, H, P}, "x", false), dt = leaf({1, T, H}, "dt", true),
+                 A = leaf({H}, "A", true), Bm = leaf({1, T, 1, N}, "B", false),
+                 Cm = leaf({1, T, 1, N}, "C", false);
+    const Tensor gy = loom::randn({1, T, H, P}, loom::RngKey{3, "bench", "g"});
+    double best_kernel = 1e30, best_chunked = 1e30;
+    for (int r = 0; r < reps; ++r) {  // alternating
+      best_kernel =
+          std::min(best_kernel, seconds_of([&] {
+                     loom::backward(loom::ssm_scan(x, dt, loom::neg(A), Bm, Cm, 64).y, gy);
+                   }));
+      best_chunked =
+          std::min(best_chunked, seconds_of([&] {
+                     loom::backward(loom::nn::ssd_scan(x, dt, loom::neg(A), Bm, Cm, 64).y, gy);
+                   }));
+    }
+    std::printf("%8lld %12.1f %12.1f %14.2f %14.2f %10.2f\n", (long long)T, best_kernel * 1e3,
+                best_chunked * 1e3, best_kernel * 1e6 / double(T), best_chunked * 1e6 / double(T),
+                best_chunked / best_kernel);
     std::fflush(stdout);
   }
   return 0;

@@ -250,6 +250,53 @@ TEST(CudaKernels, CastWithColumnSumsSumsABf16GradientAlone) {
   expect_column_sums(sums, x, rows, n);
 }
 
+// Mamba-2's scan kernels (ssm_scan_forward / backward) on the device against the CPU's, which
+// ssm_test.cpp checks against the float64 recurrence: outputs, final state and every input's
+// gradient within 1e-5 of each tensor's largest, with grouped B/C, an initial state, a loss on
+// the final state and checkpoints every 5 of 23 steps (a short last chunk). 32 rows of P (more
+// than a warp's lanes work on one row set on a GPU; the emulation runs them in one thread).
+TEST(CudaKernels, SsmScanEqualsTheCpuKernel) {
+  const int64_t B = 2, T = 23, H = 4, P = 40, G = 2, N = 6;
+  auto draw = [](const loom::Shape& shape, const char* what, float lo, float hi) {
+    Tensor t = Tensor::empty(shape);
+    loom::fill_uniform(t, loom::RngKey{21, "ssm_scan", what}, 0, lo, hi);
+    return t;
+  };
+  const std::vector<Tensor> inputs = {
+      draw({B, T, H, P}, "x", -1, 1), draw({B, T, H}, "dt", 0.01f, 0.5f),
+      draw({H}, "A", -3, -0.5f),      draw({B, T, G, N}, "B", -1, 1),
+      draw({B, T, G, N}, "C", -1, 1), draw({B, H, P, N}, "h0", -1, 1)};
+  const Tensor wy = draw({B, T, H, P}, "wy", -1, 1), ws = draw({B, H, P, N}, "ws", -1, 1);
+  auto run = [&](loom::Device device) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : inputs) {
+      Tensor leaf = loom::to_device(t, device).detach();
+      leaf.set_requires_grad(true);
+      leaves.push_back(leaf);
+    }
+    const loom::SsmScanResult r =
+        loom::ssm_scan(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], 5, leaves[5]);
+    loom::backward(loom::add(loom::sum(loom::mul(r.y, loom::to_device(wy, device))),
+                             loom::sum(loom::mul(r.final_state, loom::to_device(ws, device)))));
+    std::vector<Tensor> out = {r.y.detach(), r.final_state.detach()};
+    for (const Tensor& l : leaves) out.push_back(l.grad());
+    return out;
+  };
+  const std::vector<Tensor> cpu = run(loom::cpu_device()), dev = run(kCuda);
+  const char* names[] = {"y", "final_state", "dx", "ddt", "dA", "dB", "dC", "dh0"};
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const std::vector<float> want = loom::to_vector(cpu[i]),
+                             got = loom::to_vector(loom::to_device(dev[i], loom::cpu_device()));
+    ASSERT_EQ(got.size(), want.size()) << names[i];
+    float scale = 0, worst = 0;
+    for (size_t k = 0; k < want.size(); ++k) {
+      scale = std::max(scale, std::abs(want[k]));
+      worst = std::max(worst, std::abs(got[k] - want[k]));
+    }
+    EXPECT_LE(worst, 1e-5f * scale) << names[i] << ": scale " << scale;
+  }
+}
+
 TEST(CudaKernels, RefuseHostTensors) {
   const Tensor host = loom::from_vector(std::vector<float>{1, 2, 3}, {3});
   const Tensor dev = loom::from_vector(std::vector<float>{1, 2, 3}, {3}, DType::F32, kCuda);

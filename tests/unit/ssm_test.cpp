@@ -1,5 +1,7 @@
-// The Mamba-2 pieces: the chunked SSD scan against its recurrence written out in float64 (values
-// and, by central differences, gradients), and the mixer's causality and incremental decoding.
+// The Mamba-2 pieces: the scan -- the chunked SSD form (nn::ssd_scan, composed ops) and the
+// backend's step-by-step kernel (ssm_scan, checkpointing every `chunk` steps) -- against its
+// recurrence written out in float64 (values and, by central differences, gradients), and the
+// mixer's causality and incremental decoding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,81 +97,97 @@ Leaves leaves_of(const Sizes& s, const Inputs& in) {
   return l;
 }
 
-TEST(Ssd, ChunkedScanEqualsTheRecurrenceInFloat64) {
+// Either scan: the chunked composed ops, or the kernel keeping its state every `chunk` steps.
+loom::nn::SsdResult scan(const Leaves& l, int64_t chunk, bool kernel) {
+  if (!kernel) return loom::nn::ssd_scan(l.x, l.dt, l.A, l.Bm, l.Cm, chunk, l.h0);
+  const loom::SsmScanResult r = loom::ssm_scan(l.x, l.dt, l.A, l.Bm, l.Cm, chunk, l.h0);
+  return {r.y, r.final_state};
+}
+
+TEST(Ssd, ChunkedScanAndKernelEqualTheRecurrenceInFloat64) {
   // Chunks of one step, a few that do not divide T, and one longer than T; shared and
   // per-head B and C; with and without a state carried in.
-  for (const Sizes s : {Sizes{2, 37, 4, 3, 2, 5}, Sizes{1, 40, 2, 4, 2, 3}})
-    for (int64_t chunk : {1, 8, 16, 64})
-      for (bool initial : {false, true}) {
-        SCOPED_TRACE("T " + std::to_string(s.T) + " G " + std::to_string(s.G) + " chunk " +
-                     std::to_string(chunk) + (initial ? " with a state" : ""));
-        const Inputs in = random_inputs(s, initial, 7);
-        const std::vector<double> want = recurrence(s, in);
-        const Leaves l = leaves_of(s, in);
-        const loom::nn::SsdResult r = loom::nn::ssd_scan(l.x, l.dt, l.A, l.Bm, l.Cm, chunk, l.h0);
-        ASSERT_EQ(r.y.shape(), (loom::Shape{s.B, s.T, s.H, s.P}));
-        ASSERT_EQ(r.final_state.shape(), (loom::Shape{s.B, s.H, s.P, s.N}));
-        std::vector<double> got = loom::to_vector_f64(r.y);
-        const std::vector<double> final = loom::to_vector_f64(r.final_state);
-        got.insert(got.end(), final.begin(), final.end());
-        double scale = 0, worst = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-          scale = std::max(scale, std::abs(want[i]));
-          worst = std::max(worst, std::abs(got[i] - want[i]));
+  for (bool kernel : {false, true})
+    for (const Sizes s : {Sizes{2, 37, 4, 3, 2, 5}, Sizes{1, 40, 2, 4, 2, 3}})
+      for (int64_t chunk : {1, 8, 16, 64})
+        for (bool initial : {false, true}) {
+          SCOPED_TRACE(std::string(kernel ? "kernel" : "chunked") + " T " + std::to_string(s.T) +
+                       " G " + std::to_string(s.G) + " chunk " + std::to_string(chunk) +
+                       (initial ? " with a state" : ""));
+          const Inputs in = random_inputs(s, initial, 7);
+          const std::vector<double> want = recurrence(s, in);
+          const Leaves l = leaves_of(s, in);
+          const loom::nn::SsdResult r = scan(l, chunk, kernel);
+          ASSERT_EQ(r.y.shape(), (loom::Shape{s.B, s.T, s.H, s.P}));
+          ASSERT_EQ(r.final_state.shape(), (loom::Shape{s.B, s.H, s.P, s.N}));
+          std::vector<double> got = loom::to_vector_f64(r.y);
+          const std::vector<double> final = loom::to_vector_f64(r.final_state);
+          got.insert(got.end(), final.begin(), final.end());
+          double scale = 0, worst = 0;
+          for (size_t i = 0; i < want.size(); ++i) {
+            scale = std::max(scale, std::abs(want[i]));
+            worst = std::max(worst, std::abs(got[i] - want[i]));
+          }
+          EXPECT_LE(worst, 2e-6 * scale) << "scale " << scale;
         }
-        EXPECT_LE(worst, 2e-6 * scale) << "scale " << scale;
-      }
 }
 
 // Every input's gradient against central differences of the float64 recurrence (eps 1e-5:
 // truncation ~1e-10, far below f32's rounding), for loss = sum(y wy) + sum(S_T wS).
 TEST(Ssd, GradientsMatchFiniteDifferencesOfTheRecurrence) {
-  const Sizes s{1, 11, 4, 2, 2, 3};
-  Inputs in = random_inputs(s, true, 11);
-  std::mt19937 gen(12);
-  std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  const size_t outputs = size_t(s.B * s.T * s.H * s.P + s.B * s.H * s.P * s.N);
-  std::vector<double> w(outputs);
-  for (auto& e : w) e = unit(gen);
-  auto loss_of = [&](const Inputs& at) {
-    const std::vector<double> o = recurrence(s, at);
-    double sum = 0;
-    for (size_t i = 0; i < o.size(); ++i) sum += o[i] * w[i];
-    return sum;
-  };
+  // The kernel with checkpoints every 4 steps (11 = 4 + 4 + 3: a short last chunk) and every
+  // step; the chunked scan in chunks of 4.
+  for (const int64_t kernel_every : {0, 4, 1}) {
+    SCOPED_TRACE(kernel_every ? "kernel, every " + std::to_string(kernel_every) : "chunked");
+    const Sizes s{1, 11, 4, 2, 2, 3};
+    Inputs in = random_inputs(s, true, 11);
+    std::mt19937 gen(12);
+    std::uniform_real_distribution<double> unit(-1.0, 1.0);
+    const size_t outputs = size_t(s.B * s.T * s.H * s.P + s.B * s.H * s.P * s.N);
+    std::vector<double> w(outputs);
+    for (auto& e : w) e = unit(gen);
+    auto loss_of = [&](const Inputs& at) {
+      const std::vector<double> o = recurrence(s, at);
+      double sum = 0;
+      for (size_t i = 0; i < o.size(); ++i) sum += o[i] * w[i];
+      return sum;
+    };
 
-  Leaves l = leaves_of(s, in);
-  for (Tensor* t : {&l.x, &l.dt, &l.A, &l.Bm, &l.Cm, &l.h0}) t->set_requires_grad(true);
-  const loom::nn::SsdResult r = loom::nn::ssd_scan(l.x, l.dt, l.A, l.Bm, l.Cm, 4, l.h0);
-  const std::vector<float> wv(w.begin(), w.end());
-  const int64_t ny = r.y.numel();
-  const Tensor wy = loom::from_vector(std::vector<float>(wv.begin(), wv.begin() + ny), r.y.shape());
-  const Tensor ws =
-      loom::from_vector(std::vector<float>(wv.begin() + ny, wv.end()), r.final_state.shape());
-  loom::backward(loom::add(loom::sum(loom::mul(r.y, wy)), loom::sum(loom::mul(r.final_state, ws))));
+    Leaves l = leaves_of(s, in);
+    for (Tensor* t : {&l.x, &l.dt, &l.A, &l.Bm, &l.Cm, &l.h0}) t->set_requires_grad(true);
+    const loom::nn::SsdResult r = scan(l, kernel_every ? kernel_every : 4, kernel_every > 0);
+    const std::vector<float> wv(w.begin(), w.end());
+    const int64_t ny = r.y.numel();
+    const Tensor wy =
+        loom::from_vector(std::vector<float>(wv.begin(), wv.begin() + ny), r.y.shape());
+    const Tensor ws =
+        loom::from_vector(std::vector<float>(wv.begin() + ny, wv.end()), r.final_state.shape());
+    loom::backward(
+        loom::add(loom::sum(loom::mul(r.y, wy)), loom::sum(loom::mul(r.final_state, ws))));
 
-  const double eps = 1e-5;
-  int checked = 0;
-  const std::vector<std::pair<const char*, std::pair<std::vector<double>*, Tensor*>>> inputs = {
-      {"x", {&in.x, &l.x}},   {"dt", {&in.dt, &l.dt}}, {"A", {&in.A, &l.A}},
-      {"B", {&in.Bm, &l.Bm}}, {"C", {&in.Cm, &l.Cm}},  {"initial_state", {&in.h0, &l.h0}}};
-  for (const auto& [name, pair] : inputs) {
-    std::vector<double>& v = *pair.first;
-    ASSERT_TRUE(pair.second->grad().defined()) << name;
-    const std::vector<double> grad = loom::to_vector_f64(pair.second->grad());
-    for (size_t i = 0; i < v.size(); ++i) {
-      const double saved = v[i];
-      v[i] = saved + eps;
-      const double up = loss_of(in);
-      v[i] = saved - eps;
-      const double down = loss_of(in);
-      v[i] = saved;
-      const double fd = (up - down) / (2 * eps);
-      EXPECT_NEAR(grad[i], fd, 1e-4 * std::abs(fd) + 1e-5) << name << "[" << i << "]";
-      ++checked;
+    const double eps = 1e-5;
+    int checked = 0;
+    const std::vector<std::pair<const char*, std::pair<std::vector<double>*, Tensor*>>> inputs = {
+        {"x", {&in.x, &l.x}},   {"dt", {&in.dt, &l.dt}}, {"A", {&in.A, &l.A}},
+        {"B", {&in.Bm, &l.Bm}}, {"C", {&in.Cm, &l.Cm}},  {"initial_state", {&in.h0, &l.h0}}};
+    for (const auto& [name, pair] : inputs) {
+      std::vector<double>& v = *pair.first;
+      ASSERT_TRUE(pair.second->grad().defined()) << name;
+      const std::vector<double> grad = loom::to_vector_f64(pair.second->grad());
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double saved = v[i];
+        v[i] = saved + eps;
+        const double up = loss_of(in);
+        v[i] = saved - eps;
+        const double down = loss_of(in);
+        v[i] = saved;
+        const double fd = (up - down) / (2 * eps);
+        EXPECT_NEAR(grad[i], fd, 1e-4 * std::abs(fd) + 1e-5) << name << "[" << i << "]";
+        ++checked;
+      }
     }
+    EXPECT_EQ(checked, 88 + 44 + 4 + 66 + 66 + 24);
   }
-  EXPECT_EQ(checked, 88 + 44 + 4 + 66 + 66 + 24);
 }
 
 loom::nn::Mamba2Config small_mixer() {
@@ -209,27 +227,32 @@ TEST(Mamba2, OutputsAreCausal) {
 // Decoding in pieces (a prompt, then single rows, then a few) carries the convolution inputs
 // and the state: it equals one forward over the whole sequence.
 TEST(Mamba2, DecodingInPiecesEqualsTheWholeForward) {
-  loom::nn::Mamba2 mixer(small_mixer());
-  mixer.init_parameters(4);
-  const int64_t B = 2, T = 17, C = 12;
-  const Tensor u = random_input(B, T, C, 2);
-  const std::vector<float> whole = loom::to_vector(mixer.forward(u));
-  loom::nn::KvCache cache;
-  std::vector<Tensor> pieces;
-  int64_t at = 0;
-  for (int64_t n : {6, 1, 1, 1, 3, 5}) {
-    pieces.push_back(mixer.forward_cached(loom::contiguous(loom::narrow(u, 1, at, n)), cache));
-    at += n;
-    EXPECT_EQ(cache.length, at);
+  for (bool kernel : {false, true}) {  // the chunked scan, the kernel
+    SCOPED_TRACE(kernel ? "kernel" : "chunked");
+    loom::nn::Mamba2Config config = small_mixer();
+    config.scan_kernel = kernel;
+    loom::nn::Mamba2 mixer(config);
+    mixer.init_parameters(4);
+    const int64_t B = 2, T = 17, C = 12;
+    const Tensor u = random_input(B, T, C, 2);
+    const std::vector<float> whole = loom::to_vector(mixer.forward(u));
+    loom::nn::KvCache cache;
+    std::vector<Tensor> pieces;
+    int64_t at = 0;
+    for (int64_t n : {6, 1, 1, 1, 3, 5}) {
+      pieces.push_back(mixer.forward_cached(loom::contiguous(loom::narrow(u, 1, at, n)), cache));
+      at += n;
+      EXPECT_EQ(cache.length, at);
+    }
+    const std::vector<float> got = loom::to_vector(loom::cat(pieces, 1));
+    ASSERT_EQ(got.size(), whole.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, double(std::abs(got[i] - whole[i])));
+      scale = std::max(scale, double(std::abs(whole[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale);
   }
-  const std::vector<float> got = loom::to_vector(loom::cat(pieces, 1));
-  ASSERT_EQ(got.size(), whole.size());
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    worst = std::max(worst, double(std::abs(got[i] - whole[i])));
-    scale = std::max(scale, double(std::abs(whole[i])));
-  }
-  EXPECT_LE(worst, 1e-5 * scale);
 }
 
 TEST(Mamba2, BadShapesAreRefusedNamingTheField) {

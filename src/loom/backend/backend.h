@@ -223,6 +223,24 @@ class Backend {
                                   const Tensor& mask, float scale, const AttentionBand& band,
                                   const Tensor& out, const Tensor& lse, const Tensor& gout,
                                   const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
+
+  // --- Mamba-2's state-space scan (nn/ssd.h's recurrence), step by step per (batch, head) ---
+  // S_t = exp(dt_t A_h) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t. Contiguous f32: x (B, T, H, P),
+  // dt (B, T, H), A (H), Bm and Cm (B, T, G, N) (head h reads group h / (H / G)), state
+  // (B, H, P, N): the initial state in, the final one out. y (B, T, H, P). checkpoints
+  // (B, H, ceil(T / every), P, N): the state entering every every-th step, for the backward.
+  virtual void ssm_scan_forward(const Tensor& x, const Tensor& dt, const Tensor& A,
+                                const Tensor& Bm, const Tensor& Cm, const Tensor& state,
+                                const Tensor& y, const Tensor& checkpoints, int64_t every) = 0;
+  // The gradients, each chunk of `every` steps recomputed from its checkpoint: dy (B, T, H, P);
+  // dstate the final state's gradient in (zeros if it has none), the initial state's out; dx
+  // (B, T, H, P), ddt (B, T, H), and per head (the caller sums them): dA (B, H), dB and dC
+  // (B, T, H, N).
+  virtual void ssm_scan_backward(const Tensor& x, const Tensor& dt, const Tensor& A,
+                                 const Tensor& Bm, const Tensor& Cm, const Tensor& checkpoints,
+                                 int64_t every, const Tensor& dy, const Tensor& dstate,
+                                 const Tensor& dx, const Tensor& ddt, const Tensor& dA,
+                                 const Tensor& dB, const Tensor& dC) = 0;
 };
 
 // The backend for a device; throws loom::Error naming the device if Loom was built without it.

@@ -185,4 +185,47 @@ void check_attention_rows(const Tensor& t, const char* name, const Shape& shape,
       << " must have contiguous, non-overlapping rows (last stride 1, row stride >= D)";
 }
 
+namespace {
+void check_f32_shape(const char* what, const Tensor& t, const Shape& shape) {
+  LOOM_CHECK(t.defined() && t.dtype() == DType::F32 && t.is_contiguous() && t.shape() == shape)
+      << "ssm_scan: " << what << " must be contiguous f32 " << shape_str(shape) << ", got "
+      << (t.defined() ? dtype_name(t.dtype()) + std::string(" ") + shape_str(t.shape())
+                      : std::string("none"));
+}
+}  // namespace
+
+SsmScanDims check_ssm_scan(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm,
+                           const Tensor& Cm, const Tensor& state, const Tensor& y,
+                           const Tensor& checkpoints, int64_t every) {
+  LOOM_CHECK(x.defined() && x.dim() == 4 && Bm.defined() && Bm.dim() == 4)
+      << "ssm_scan: x (B, T, H, P) and Bm (B, T, G, N) are required";
+  SsmScanDims d{x.size(0), x.size(1), x.size(2), x.size(3), Bm.size(2), Bm.size(3), 0};
+  LOOM_CHECK(every > 0 && d.groups > 0 && d.heads % d.groups == 0)
+      << "ssm_scan: " << d.heads << " heads over " << d.groups << " groups, checkpoints every "
+      << every << " steps";
+  d.chunks = (d.steps + every - 1) / every;
+  check_f32_shape("x", x, x.shape());
+  check_f32_shape("dt", dt, {d.batch, d.steps, d.heads});
+  check_f32_shape("A", A, {d.heads});
+  check_f32_shape("Bm", Bm, {d.batch, d.steps, d.groups, d.state});
+  check_f32_shape("Cm", Cm, Bm.shape());
+  check_f32_shape("checkpoints", checkpoints, {d.batch, d.heads, d.chunks, d.head_dim, d.state});
+  if (state.defined()) check_f32_shape("state", state, {d.batch, d.heads, d.head_dim, d.state});
+  if (y.defined()) check_f32_shape("y", y, x.shape());
+  return d;
+}
+
+void check_ssm_scan_gradients(const SsmScanDims& d, const Tensor& dy, const Tensor& dstate,
+                              const Tensor& dx, const Tensor& ddt, const Tensor& dA,
+                              const Tensor& dB, const Tensor& dC) {
+  const Shape xs{d.batch, d.steps, d.heads, d.head_dim}, bs{d.batch, d.steps, d.heads, d.state};
+  check_f32_shape("dy", dy, xs);
+  check_f32_shape("dx", dx, xs);
+  check_f32_shape("dstate", dstate, {d.batch, d.heads, d.head_dim, d.state});
+  check_f32_shape("ddt", ddt, {d.batch, d.steps, d.heads});
+  check_f32_shape("dA", dA, {d.batch, d.heads});
+  check_f32_shape("dB", dB, bs);
+  check_f32_shape("dC", dC, bs);
+}
+
 }  // namespace loom

@@ -41,4 +41,17 @@ void check_wire(const char* kernel, const Tensor& values, const WireQuant& q, co
 // An attention operand (B, H, S, D) of this shape and dtype with contiguous rows of D.
 void check_attention_rows(const Tensor& t, const char* name, const Shape& shape, DType dtype);
 
+// ssm_scan_forward's operands (backend.h): every one contiguous f32 in its shape, every > 0
+// (state and y only when defined: the backward has none).
+struct SsmScanDims {
+  int64_t batch, steps, heads, head_dim, groups, state, chunks;
+};
+SsmScanDims check_ssm_scan(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm,
+                           const Tensor& Cm, const Tensor& state, const Tensor& y,
+                           const Tensor& checkpoints, int64_t every);
+// ssm_scan_backward's gradients, for those dims.
+void check_ssm_scan_gradients(const SsmScanDims& d, const Tensor& dy, const Tensor& dstate,
+                              const Tensor& dx, const Tensor& ddt, const Tensor& dA,
+                              const Tensor& dB, const Tensor& dC);
+
 }  // namespace loom

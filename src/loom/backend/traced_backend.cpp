@@ -237,6 +237,20 @@ class TracedBackend final : public Backend {
     trace::Scope s("attention_backward", "op");
     inner_.attention_backward(q, k, v, mask, scale, band, out, lse, gout, gq, gk, gv);
   }
+  void ssm_scan_forward(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm,
+                        const Tensor& Cm, const Tensor& state, const Tensor& y,
+                        const Tensor& checkpoints, int64_t every) override {
+    trace::Scope s("ssm_scan_forward", "op");
+    inner_.ssm_scan_forward(x, dt, A, Bm, Cm, state, y, checkpoints, every);
+  }
+  void ssm_scan_backward(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm,
+                         const Tensor& Cm, const Tensor& checkpoints, int64_t every,
+                         const Tensor& dy, const Tensor& dstate, const Tensor& dx,
+                         const Tensor& ddt, const Tensor& dA, const Tensor& dB,
+                         const Tensor& dC) override {
+    trace::Scope s("ssm_scan_backward", "op");
+    inner_.ssm_scan_backward(x, dt, A, Bm, Cm, checkpoints, every, dy, dstate, dx, ddt, dA, dB, dC);
+  }
 
  private:
   Backend& inner_;

@@ -50,9 +50,16 @@ SsdResult Mamba2::mix(const Tensor& z, const Tensor& xbc_padded, const Tensor& d
     acc = add(acc, mul(narrow(xbc_padded, 1, k, T), reshape(narrow(conv_weight, 1, k, 1), {-1})));
   const std::vector<Tensor> xbc = split(silu(acc), {inner(), GN, GN}, 2);
   const Tensor x = reshape(xbc[0], {B, T, heads, c.head_dim});
-  const SsdResult r = ssd_scan(x, softplus(add(dt, dt_bias)), neg(exp(A_log)),
-                               reshape(xbc[1], {B, T, groups, c.state}),
-                               reshape(xbc[2], {B, T, groups, c.state}), c.chunk, initial_state);
+  const Tensor step = softplus(add(dt, dt_bias)), rate = neg(exp(A_log));
+  const Tensor Bm = reshape(xbc[1], {B, T, groups, c.state}),
+               Cm = reshape(xbc[2], {B, T, groups, c.state});
+  SsdResult r;
+  if (c.scan_kernel) {
+    const SsmScanResult k = ssm_scan(x, step, rate, Bm, Cm, c.chunk, initial_state);
+    r = {k.y, k.final_state};
+  } else {
+    r = ssd_scan(x, step, rate, Bm, Cm, c.chunk, initial_state);
+  }
   const Tensor y = add(r.y, mul(x, unsqueeze(D, 1)));  // + D x: (B, T, heads, P)
   // Gated, then RMS-normalised over each group's channels (Mamba-2's grouped norm: a group's
   // heads all lie on one tensor-parallel rank, so the norm needs no communication).

@@ -18,7 +18,11 @@ struct Mamba2Config {
   int64_t expand = 2;     // inner width = expand * dim, in inner / P heads
   int64_t groups = 1;     // G: heads share B and C within a group
   int64_t conv = 4;       // the causal convolution's width
-  int64_t chunk = 64;     // the scan's chunk length
+  int64_t chunk = 64;     // the scan's chunk length (the kernel's: its checkpoint interval)
+  // The scan: the chunked SSD form from composed ops (GEMMs within chunks; the faster on the
+  // CPU, measured in docs/models.md), or the backend's step-by-step kernel (ops/ssm_scan.h),
+  // which keeps only a state every `chunk` steps for the backward.
+  bool scan_kernel = false;
   float norm_eps = 1e-5f;
   Init init = Init::normal(0.02f);  // in_proj and out_proj
   int64_t inner() const { return expand * dim; }

@@ -17,3 +17,4 @@
 #include "loom/ops/rope.h"
 #include "loom/ops/shape.h"
 #include "loom/ops/softmax.h"
+#include "loom/ops/ssm_scan.h"

@@ -148,7 +148,11 @@ const std::vector<ConfigKey> kKeys = {
     {"model.ssm_conv", kGpt, "integer", "4", ">= 2", "model.mixers with M",
      "Mamba-2: the causal depthwise convolution's width"},
     {"model.ssm_chunk", kGpt, "integer", "64", "> 0", "model.mixers with M",
-     "Mamba-2: the chunk length of the SSD scan (cost linear in the sequence)"},
+     "Mamba-2: the chunk length of the SSD scan (cost linear in the sequence); the kernel's "
+     "checkpoint interval"},
+    {"model.ssm_scan", kGpt, "string", "\"chunked\"", "chunked, kernel", "model.mixers with M",
+     "Mamba-2's scan: the chunked SSD form from GEMMs (faster on the CPU), or the backend's "
+     "step-by-step kernel, which keeps only a state every ssm_chunk steps for the backward"},
     // [moe]
     {"moe.experts", kDitGpt, "integer", "0", "", "",
      "experts of a mixture in place of each MLP (0: a dense model)"},

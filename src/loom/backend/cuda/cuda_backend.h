@@ -85,6 +85,14 @@ class CudaBackend final : public Backend {
                           float scale, const AttentionBand& band, const Tensor& out,
                           const Tensor& lse, const Tensor& gout, const Tensor& gq, const Tensor& gk,
                           const Tensor& gv) override;
+  void ssm_scan_forward(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm,
+                        const Tensor& Cm, const Tensor& state, const Tensor& y,
+                        const Tensor& checkpoints, int64_t every) override;
+  void ssm_scan_backward(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm,
+                         const Tensor& Cm, const Tensor& checkpoints, int64_t every,
+                         const Tensor& dy, const Tensor& dstate, const Tensor& dx,
+                         const Tensor& ddt, const Tensor& dA, const Tensor& dB,
+                         const Tensor& dC) override;
 };
 
 // The device allocator: cudaMalloc'd blocks cached by size class, counted per category.

@@ -56,6 +56,11 @@ void read_gpt(ConfigFile& f, Config& c) {
     m.groups = f.get_int("model", "ssm_groups", m.groups);
     m.conv = f.get_int("model", "ssm_conv", m.conv);
     m.chunk = f.get_int("model", "ssm_chunk", m.chunk);
+    const std::string scan = f.get_string("model", "ssm_scan", "chunked");
+    LOOM_CHECK(scan == "chunked" || scan == "kernel")
+        << "config " << path << ": model.ssm_scan \"" << scan << "\" is not \"chunked\" or "
+        << "\"kernel\"";
+    m.scan_kernel = scan == "kernel";
   }
   read_moe(f, g.moe);
   g.validate();
