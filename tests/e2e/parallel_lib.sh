@@ -33,6 +33,11 @@ model_config() {
     # Llama with Mistral's sliding window: 5 of the 16 positions, across the ranks' chunks.
     mistral) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.kv_heads=2 --set model.sliding_window=5) ;;
+    # The hybrid on the scan kernels (checkpoints every 4 steps) instead of the chunked form.
+    hybridk) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
+      --set model.style=llama --set 'model.mixers="MA"' --set model.ssm_state=8
+      --set model.ssm_head_dim=8 --set model.ssm_groups=4 --set model.ssm_chunk=4
+      --set 'model.ssm_scan="kernel"') ;;
     # Llama with latent attention: latents of 8 for keys/values and for queries, a RoPE part of 4.
     mla) cfg=$here/tiny_gpt.toml; extra=(--set eval.every=0 --set sample.tokens=0
       --set model.style=llama --set model.mla_kv_rank=8 --set model.mla_q_rank=8

@@ -2,7 +2,8 @@
 # Tensor parallelism (and sequence parallelism) changes nothing but memory and speed: the tiny
 # GPT (GPT-2 style, Llama style with grouped-query attention, Qwen2 style: Llama with q, k, v
 # biases, under TP2 + SP, a hybrid whose Mamba-2 block splits its heads and their groups, and
-# latent attention: heads split, the latents' projections whole on every rank)
+# latent attention: heads split, the latents' projections whole on every rank; the hybrid also
+# on the scan kernels under TP2 + SP)
 # and DiT, 4 heads, depth 2,
 # 10 steps, on 1 process vs TP=2, TP=4 (attention heads, MLP features and, for GPT, the
 # vocabulary of embedding, head and loss split), TP=2 with sequence parallelism, and TP composed with
@@ -22,7 +23,7 @@ source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=2 --set model.heads=4
   --set train.batch_size=8)
-for model in gpt2 llama qwen2 hybrid mla dit; do
+for model in gpt2 llama qwen2 hybrid hybridk mla dit; do
   model_config $model
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
@@ -31,6 +32,7 @@ for model in gpt2 llama qwen2 hybrid mla dit; do
   [ $model = llama ] && layouts="tp2 tp2-sp tp2-ddp2 tp2-sp-zero3x2"  # 2 key/value heads
   [ $model = qwen2 ] && layouts="tp2-sp"  # the q, k, v biases split with their rows
   [ $model = hybrid ] && layouts="tp2 tp2-sp tp4 tp2-sp-zero3x2"  # SSM heads and groups split
+  [ $model = hybridk ] && layouts="tp2-sp"  # the scan kernels on each rank's heads
   [ $model = mla ] && layouts="tp2 tp2-sp tp2-sp-zero3x2"
   for layout in $layouts; do
     out=$work/$model-$layout
