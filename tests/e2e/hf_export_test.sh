@@ -15,8 +15,9 @@
 # Models made by transformers from its own config defaults (GPT-2's dropout 0.1 and n_inner null,
 # Llama's rms_norm_eps 1e-5 without head_dim, Llama 3.x's scaled RoPE, Qwen2's q, k, v biases,
 # Mixtral's experts, Mistral's sliding window of 8 (the prompt is 23 tokens) and one without a
-# window, Qwen2 with a window in every layer) start Loom runs with transformers' logits (1e-5);
-# the scaled RoPE, Qwen2s, Mixtral and the windowed Mistral export back to them. A Mixtral with
+# window, Qwen2 with a window in every layer, Llama with linear RoPE scaling by 4) start Loom
+# runs with transformers' logits (1e-5); the scaled RoPEs, Qwen2s, Mixtral and the windowed
+# Mistral export back to them. A Mixtral with
 # router jitter, a mixture with shared experts, a window into a run without one and a window on
 # GPT-2 are refused by name.
 # Bad input: a DiT checkpoint, --part with --format hf; init_from a directory whose
@@ -102,7 +103,7 @@ done
 # the scaled one, model.qkv_bias for Qwen2) whose logits equal transformers' (1e-5); the GPT-2's
 # dropout is said, not applied.
 tf=("$work/tf-gpt2" "$work/tf-llama" "$work/tf-llama3" "$work/tf-qwen2" "$work/tf-mixtral"
-  "$work/tf-mistral" "$work/tf-mistral0" "$work/tf-qwen2sw")
+  "$work/tf-mistral" "$work/tf-mistral0" "$work/tf-qwen2sw" "$work/tf-llamalin")
 "$py" - "${tf[@]}" <<'PY' || fail "transformers could not make the models"
 import json, sys
 import torch
@@ -150,6 +151,12 @@ Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=96, num_hidden_la
                              num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                              max_position_embeddings=64, rms_norm_eps=1e-5, use_sliding_window=True,
                              sliding_window=6, max_window_layers=0)).save_pretrained(sys.argv[8])
+# Linear RoPE scaling (position interpolation) by 4.
+LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                             max_position_embeddings=64, rms_norm_eps=1e-5,
+                             rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                              "factor": 4.0})).save_pretrained(sys.argv[9])
 PY
 tf_start() {  # hf-dir run-dir model-settings...
   local from=$1 to=$2
@@ -166,12 +173,14 @@ tf_llama3=("${tf_llama[@]}" --set model.context=128 --set model.rope_scaling_fac
   --set model.rope_original_context=100)
 tf_mixtral=("${tf_llama[@]}" --set model.rope_theta=1000000.0 --set moe.experts=4 --set moe.top_k=2
   --set moe.hidden=48)
-for style in gpt2 llama llama3 qwen2 mixtral mistral mistral0 qwen2sw; do
+for style in gpt2 llama llama3 qwen2 mixtral mistral mistral0 qwen2sw llamalin; do
   settings=("${tf_gpt2[@]}")
   [ $style = mixtral ] && settings=("${tf_mixtral[@]}")
   [ $style = llama ] && settings=("${tf_llama[@]}")
   [ $style = mistral ] && settings=("${tf_llama[@]}" --set model.sliding_window=8)
   [ $style = mistral0 ] && settings=("${tf_llama[@]}")
+  [ $style = llamalin ] && settings=("${tf_llama[@]}" --set model.rope_scaling_factor=4
+    --set 'model.rope_scaling_type="linear"')
   [ $style = qwen2sw ] && settings=("${tf_llama[@]}" --set model.qkv_bias=true --set model.sliding_window=6)
   [ $style = llama3 ] && settings=("${tf_llama3[@]}")
   [ $style = qwen2 ] && settings=("${tf_llama[@]}" --set model.qkv_bias=true)
@@ -185,7 +194,7 @@ for style in gpt2 llama llama3 qwen2 mixtral mistral mistral0 qwen2sw; do
 done
 # The scaled RoPE, the biases, the experts and the windows back out: Loom's exports of those
 # runs, loaded by transformers, give Loom's logits.
-for style in llama3 qwen2 mixtral mistral qwen2sw; do
+for style in llama3 qwen2 mixtral mistral qwen2sw llamalin; do
   "$loom" ckpt export "$work/tf-$style-run/tiny_gpt" "$work/tf-$style-back" --format hf > /dev/null ||
     fail "export of the $style run failed"
   "$py" "$here/hf_transformers_logits.py" "$work/tf-$style-back" "$prompt" "$work/tf-$style.npy" \
@@ -206,7 +215,7 @@ tf_bad() {  # expected-message edit-of-config
 }
 tf_bad "rope_parameters.rope_type 'llama3': the run's model does not scale its RoPE" \
   "c['rope_parameters'] = {'rope_type': 'llama3', 'factor': 8.0, 'rope_theta': 10000.0}"
-tf_bad "rope_scaling.rope_type 'yarn': Loom's RoPE is the default one or Llama 3.x's" \
+tf_bad "rope_scaling.rope_type 'yarn': Loom's RoPE is the default one, Llama 3.x's (llama3) or linear" \
   "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
 tf_bad "head_dim is 16, the run's model needs 8" "c['head_dim'] = 16"
 tf_bad "field sliding_window (4096) is not one Loom knows" "c['sliding_window'] = 4096"

@@ -431,6 +431,19 @@ void register_transformer_ops() {
                 const std::vector<double> freq = {1.0, (1 - smooth) * f1 / 8 + smooth * f1,
                                                   0.01 / 8, 0.001 / 8};
                 return ref::rope(x[0], {40, 41, 42, 43, 44}, 10000.0, freq);
+              }},
+       // Linear scaling (position interpolation) by 4: every pair's frequency / 4.
+       OpCase{"(2,3,5,8) linear-scaled at offset 40",
+              {F({2, 3, 5, 8})},
+              [](const TV& x) {
+                Tensor pos = loom::from_vector(std::vector<int64_t>{40, 41, 42, 43, 44}, {5});
+                loom::RopeScaling linear;
+                linear.factor = 4, linear.linear = true;
+                return loom::rope(x[0], pos, 10000.0, linear);
+              },
+              [](const RV& x) {
+                const std::vector<double> freq = {1.0 / 4, 0.1 / 4, 0.01 / 4, 0.001 / 4};
+                return ref::rope(x[0], {40, 41, 42, 43, 44}, 10000.0, freq);
               }}});
   // conv2d: a direct float64 convolution (zero padding, channels last) as the reference.
   auto conv_ref = [](const RV& x, int64_t k, bool has_bias) {

@@ -106,7 +106,11 @@ const std::vector<ConfigKey> kKeys = {
      "key/value heads, grouped-query attention (0: as many as heads)"},
     {"model.rope_theta", kGpt, "number", "10000.0", "", "", "rotary position base (llama)"},
     {"model.rope_scaling_factor", kGpt, "number", "1.0", ">= 1", "",
-     "Llama 3.x's RoPE scaling: low frequencies turn this many times slower (1: none; llama)"},
+     "RoPE scaling: Llama 3.x's low frequencies, or every one (linear), turn this many times "
+     "slower (1: none; llama)"},
+    {"model.rope_scaling_type", kGpt, "string", "\"llama3\"", "llama3, linear", "",
+     "RoPE scaling by rope_scaling_factor: Llama 3.x's (the frequency bands below) or linear "
+     "(position interpolation: every frequency divided)"},
     {"model.rope_low_freq_factor", kGpt, "number", "1.0", "> 0", "",
      "Llama 3.x's RoPE scaling: wavelengths above original context / this are scaled"},
     {"model.rope_high_freq_factor", kGpt, "number", "4.0", "> low", "",

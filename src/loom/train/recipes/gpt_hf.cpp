@@ -233,7 +233,11 @@ Json hf_config(const models::GptConfig& c, DType dtype, bool mistral = false) {
     llama = m;
   }
   const RopeScaling& rs = c.rope_scaling;
-  if (rs.factor != 1)  // Llama 3.x's scaled RoPE, as transformers 5 writes it
+  if (rs.factor != 1 && rs.linear)  // position interpolation, as transformers 5 writes it
+    llama.set("rope_parameters",
+              Json::object(
+                  {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", rs.factor}}));
+  else if (rs.factor != 1)  // Llama 3.x's scaled RoPE, as transformers 5 writes it
     llama.set("rope_parameters",
               Json::object({{"rope_type", "llama3"},
                             {"rope_theta", c.rope_theta},
@@ -411,7 +415,8 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
                         : *v == value);
   };
   // RoPE: transformers 5 writes rope_parameters, earlier ones rope_theta and rope_scaling (null
-  // when unscaled). The default RoPE, or Llama 3.x's scaling with the run's model's settings.
+  // when unscaled). The default RoPE, Llama 3.x's scaling or linear scaling (position
+  // interpolation), with the run's model's settings.
   const RopeScaling& rs = c.rope_scaling;
   bool file_scaled = false;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
@@ -421,13 +426,22 @@ void check_hf_config(const std::string& dir, const models::GptConfig& c) {
     const Json* type = rope->find("rope_type");
     if (!type) type = rope->find("type");
     const std::string rope_type = type ? type->as_string() : "default";
-    LOOM_CHECK(rope_type == "default" || rope_type == "llama3")
-        << where << key << ".rope_type '" << rope_type << "': Loom's RoPE is the default one or "
-        << "Llama 3.x's (llama3); another would change every position's rotation";
+    LOOM_CHECK(rope_type == "default" || rope_type == "llama3" || rope_type == "linear")
+        << where << key << ".rope_type '" << rope_type << "': Loom's RoPE is the default one, "
+        << "Llama 3.x's (llama3) or linear; another would change every position's rotation";
     std::set<std::string> fields = {"rope_type", "type", "rope_theta"};
+    if (rope_type == "linear") {
+      file_scaled = true;
+      fields.insert("factor");
+      const Json* v = rope->find("factor");
+      LOOM_CHECK(c.is_llama() && rs.factor != 1 && rs.linear && is(v, Json(rs.factor)))
+          << where << key << ".rope_type 'linear' with factor "
+          << (v ? v->dump() : std::string("missing")) << ": the run's model needs "
+          << "model.rope_scaling_type \"linear\" and model.rope_scaling_factor equal to it";
+    }
     if (rope_type == "llama3") {
       file_scaled = true;
-      LOOM_CHECK(c.is_llama() && rs.factor != 1)
+      LOOM_CHECK(c.is_llama() && rs.factor != 1 && !rs.linear)
           << where << key << ".rope_type 'llama3': the run's model does not scale its RoPE (set "
           << "model.rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor and "
           << "rope_original_context to the file's)";

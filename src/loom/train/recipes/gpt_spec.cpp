@@ -35,6 +35,11 @@ void read_gpt(ConfigFile& f, Config& c) {
   g.rope_theta = f.get_double("model", "rope_theta", g.rope_theta);
   RopeScaling& rs = g.rope_scaling;  // Llama 3.x's (Hugging Face's rope_type "llama3")
   rs.factor = f.get_double("model", "rope_scaling_factor", rs.factor);
+  const std::string rope_type = f.get_string("model", "rope_scaling_type", "llama3");
+  LOOM_CHECK(rope_type == "llama3" || rope_type == "linear")
+      << "config " << path << ": model.rope_scaling_type \"" << rope_type
+      << "\" is not \"llama3\" or \"linear\"";
+  rs.linear = rope_type == "linear";
   rs.low_freq_factor = f.get_double("model", "rope_low_freq_factor", rs.low_freq_factor);
   rs.high_freq_factor = f.get_double("model", "rope_high_freq_factor", rs.high_freq_factor);
   rs.original_context = f.get_double("model", "rope_original_context", rs.original_context);
