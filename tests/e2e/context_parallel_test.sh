@@ -21,12 +21,19 @@ source "$here/parallel_lib.sh"
 
 common=(--set train.steps=10 --set train.log_every=1 --set model.depth=2 --set model.heads=4
   --set train.batch_size=8)
-for model in gpt2 llama dit; do
+# Sliding-window attention (mistral: 5 of 16 positions) under ring (load-balanced chunks of 2),
+# Ulysses and USP: each block of keys seen through the window, or skipped. Latent attention
+# (mla) under ring and Ulysses: its heads' q, k (RoPE part shared) and padded v take the same
+# cores.
+for model in gpt2 llama dit mistral mla; do
   model_config $model
   ref=$work/$model-np1
   "$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
     fail "$model: single-process run failed"
-  for layout in ring2 ring4 ulysses2 usp2x2 ring2-tp2-sp ring2-zero3x2 ring2-selective; do
+  layouts="ring2 ring4 ulysses2 usp2x2 ring2-tp2-sp ring2-zero3x2 ring2-selective"
+  [ $model = mistral ] && layouts="ring4 ulysses2 usp2x2"
+  [ $model = mla ] && layouts="ring4 ulysses2"
+  for layout in $layouts; do
     out=$work/$model-$layout
     case $layout in
       ring2) np=2; par=(--set parallel.cp=2) ;;
@@ -41,29 +48,6 @@ for model in gpt2 llama dit; do
       --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
     parity "$model $layout" "$ref/$name" "$out/$name"
   done
-done
-
-# Sliding-window attention (5 of 16 positions) under ring (load-balanced chunks of 2), Ulysses
-# and USP: each block of keys seen through the window, or skipped. Latent attention under ring
-# and Ulysses: its heads' q, k (RoPE part shared) and padded v take the same cores.
-for model in mistral mla; do
-model_config $model
-ref=$work/$model-np1
-"$loom" train "$cfg" "${common[@]}" "${extra[@]}" --set run.out_dir="$ref" > "$ref.log" 2>&1 ||
-  fail "$model: single-process run failed"
-layouts="ring4 ulysses2 usp2x2"
-[ $model = mla ] && layouts="ring4 ulysses2"
-for layout in $layouts; do
-  out=$work/$model-$layout
-  case $layout in
-    ring4) np=4; par=(--set parallel.cp=4) ;;
-    ulysses2) np=2; par=(--set parallel.cp=2 --set parallel.context_parallel=ulysses) ;;
-    usp2x2) np=4; par=(--set parallel.cp=4 --set parallel.context_parallel=usp --set parallel.ulysses=2) ;;
-  esac
-  "$mpirun" --oversubscribe -np $np "$loom" train "$cfg" "${common[@]}" "${extra[@]}" "${par[@]}" \
-    --set run.out_dir="$out" > "$out.log" 2>&1 || { fail "$model $layout: run failed"; tail -3 "$out.log"; continue; }
-  parity "$model $layout" "$ref/$name" "$out/$name"
-done
 done
 
 # bf16 autocast: USP 2 x 2 against one process, both in bf16.
