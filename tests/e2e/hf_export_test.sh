@@ -220,25 +220,25 @@ tf_bad "rope_scaling.rope_type 'yarn': Loom's RoPE is the default one, Llama 3.x
 tf_bad "head_dim is 16, the run's model needs 8" "c['head_dim'] = 16"
 tf_bad "field sliding_window (4096) is not one Loom knows" "c['sliding_window'] = 4096"
 tf_bad "rms_norm_eps is 1e-06, the run's model needs 1e-05" "c['rms_norm_eps'] = 1e-6"
+# A start from hf-dir with these settings that must fail with expected-message.
+tf_refused() {  # expected-message hf-dir model-settings...
+  local message=$1 from=$2
+  shift 2
+  tf_start "$from" "$work/tf-bad-run" "$@" && fail "init_from $from accepted: $*"
+  grep -q "$message" "$work/tf-bad-run.log" ||
+    fail "no '$message' for $from: $(tail -1 "$work/tf-bad-run.log")"
+}
 # A window the run's model does not have, and a window GPT-2 cannot hold.
-tf_start "$work/tf-mistral" "$work/tf-bad-run" "${tf_llama[@]}" && fail "init_from dropped a window"
-grep -q "sliding_window is 8, the run's model needs null" "$work/tf-bad-run.log" ||
-  fail "no clear error for the window: $(tail -1 "$work/tf-bad-run.log")"
-tf_start "$work/tf-gpt2" "$work/tf-bad-run" "${tf_gpt2[@]}" --set model.sliding_window=4 &&
-  fail "init_from gave GPT-2 a window"
-grep -q "GPT2LMHeadModel has no sliding window" "$work/tf-bad-run.log" ||
-  fail "no clear error for GPT-2's window: $(tail -1 "$work/tf-bad-run.log")"
+tf_refused "sliding_window is 8, the run's model needs null" "$work/tf-mistral" "${tf_llama[@]}"
+tf_refused "GPT2LMHeadModel has no sliding window" "$work/tf-gpt2" "${tf_gpt2[@]}" \
+  --set model.sliding_window=4
 # A Mixtral whose router adds jitter in training, and a mixture Mixtral has no layout for.
 rm -rf "$work/tf-bad" && cp -r "$work/tf-mixtral" "$work/tf-bad"
 "$py" -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['router_jitter_noise'] = 0.1; json.dump(c, open(p, 'w'))" \
   "$work/tf-bad/config.json"
-tf_start "$work/tf-bad" "$work/tf-bad-run" "${tf_mixtral[@]}" && fail "init_from accepted a router jitter"
-grep -q "router_jitter_noise is 0.1, the run's model needs 0" "$work/tf-bad-run.log" ||
-  fail "no clear error for the router jitter: $(tail -1 "$work/tf-bad-run.log")"
-tf_start "$work/tf-mixtral" "$work/tf-bad-run" "${tf_mixtral[@]}" --set moe.shared_experts=1 &&
-  fail "init_from accepted shared experts into a Mixtral"
-grep -q "is not MixtralForCausalLM's" "$work/tf-bad-run.log" ||
-  fail "no clear error for shared experts: $(tail -1 "$work/tf-bad-run.log")"
+tf_refused "router_jitter_noise is 0.1, the run's model needs 0" "$work/tf-bad" "${tf_mixtral[@]}"
+tf_refused "is not MixtralForCausalLM's" "$work/tf-mixtral" "${tf_mixtral[@]}" \
+  --set moe.shared_experts=1
 
 # The tokenizer goes with the export: a run with Loom's own BPE, exported; its tokenizer.json
 # read by Hugging Face's tokenizers gives Loom's ids on a chapter of text, and transformers its

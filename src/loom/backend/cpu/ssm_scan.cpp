@@ -13,8 +13,8 @@
 // Each row's terms read only that row of G, so one pass over the rows does a step. What is
 // left in G is the initial state's gradient. dB, dC and dA come out per head; the op sums the
 // heads of each group.
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "loom/backend/cpu/cpu_backend.h"
 #include "loom/backend/cpu/parallel.h"
